@@ -1,0 +1,58 @@
+/* ddstore-core: the communicator interface.
+ *
+ * The store and the transports do every collective through this small ops
+ * table: MPI (ddstore-mpi), files in a shared directory (FileComm),
+ * torch.distributed (through Python callbacks) implement it.  All calls are
+ * collective over the communicator's ranks and must be called by every rank
+ * in the same order, from one thread per rank at a time.
+ */
+#ifndef DDSTORE_COMM_H
+#define DDSTORE_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { DDS_REDUCE_MIN = 0, DDS_REDUCE_MAX = 1, DDS_REDUCE_SUM = 2 } dds_reduce_op_t;
+
+typedef struct dds_comm_ops {
+    size_t size;        /* sizeof(dds_comm_ops_t) as compiled by the implementer */
+    const char *name;   /* "mpi", "file", "torch", "self" */
+    /* Every rank contributes `bytes` bytes; `recv` receives nranks*bytes in
+     * rank order. */
+    int (*allgather)(void *ctx, const void *send, size_t bytes, void *recv);
+    /* Element-wise reduction of `n` int64 values in place. */
+    int (*allreduce_i64)(void *ctx, int64_t *inout, size_t n, dds_reduce_op_t op);
+    int (*barrier)(void *ctx);
+    /* Release ctx (not collective).  May be NULL. */
+    void (*destroy)(void *ctx);
+} dds_comm_ops_t;
+
+typedef struct dds_comm {
+    const dds_comm_ops_t *ops;
+    void *ctx;
+    int rank;
+    int size;
+} dds_comm_t;
+
+/* A one-rank communicator (rank 0 of 1) for tests and single-process use. */
+int dds_comm_self(dds_comm_t *comm_p);
+
+/* Collective error agreement: every rank passes its local status (0 or a
+ * negative code, with the detail in dds_last_error()).  Returns 0 on every
+ * rank if all succeeded; otherwise every rank returns the code of the
+ * lowest failing rank and its dds_last_error() reads "rank R: <detail>"
+ * (the failing rank keeps its own detail).  If the exchange itself fails the
+ * exchange's error is returned. */
+int dds_comm_agree(const dds_comm_t *comm, int rc);
+
+/* Destroy via ops->destroy (NULL-safe). */
+void dds_comm_destroy(dds_comm_t *comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

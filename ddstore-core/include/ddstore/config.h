@@ -1,0 +1,65 @@
+/* ddstore-core: the registry of DDSTORE_* environment variables.
+ *
+ * Each library declares its variables in one static table and registers it
+ * once (dds_config_register, idempotent).  Values are read from the
+ * environment at the time of the query, validated against the type, and a
+ * bad value is an error naming the variable (-DDS_ECONFIG).  `ddstore-info
+ * --env` and docs/environment.md list every registered variable.
+ *
+ * Thread-safety: registration and queries are safe from any thread.
+ */
+#ifndef DDSTORE_CONFIG_H
+#define DDSTORE_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    DDS_CONFIG_BOOL = 0,   /* 0/1, true/false, yes/no, on/off (case-insensitive) */
+    DDS_CONFIG_INT = 1,    /* decimal int64, optional K/M/G suffix (x1024)      */
+    DDS_CONFIG_DOUBLE = 2,
+    DDS_CONFIG_STRING = 3,
+    DDS_CONFIG_ENUM = 4    /* one of `choices` ("a|b|c")                          */
+} dds_config_type_t;
+
+typedef struct dds_config_entry {
+    const char *name;      /* "DDSTORE_READ_TIMEOUT_S"                          */
+    dds_config_type_t type;
+    const char *defval;    /* default as text; NULL = unset / empty            */
+    const char *choices;   /* ENUM only: "auto|cxi|verbs"; else NULL            */
+    const char *library;   /* "core", "mpi", "ofi", "gpu", "torch", "python"    */
+    const char *help;      /* one line                                          */
+} dds_config_entry_t;
+
+/* Register a table (static storage; not copied).  Idempotent per table. */
+int dds_config_register(const dds_config_entry_t *entries, size_t n);
+
+/* Iterate every registered entry: index 0..count-1; NULL past the end. */
+size_t dds_config_count(void);
+const dds_config_entry_t *dds_config_at(size_t i);
+const dds_config_entry_t *dds_config_find(const char *name);
+
+/* Typed getters: value from the environment, else the default.
+ * Return 0 or -DDS_ECONFIG (bad value, detail names the variable) or
+ * -DDS_ENOENT (name not registered). */
+int dds_config_get_bool(const char *name, int *value_p);
+int dds_config_get_int(const char *name, int64_t *value_p);
+int dds_config_get_double(const char *name, double *value_p);
+/* String/enum: pointer to the environment's string or the default; may be
+ * NULL when unset with no default. */
+int dds_config_get_string(const char *name, const char **value_p);
+
+/* Validate every registered variable that is set; first error returned. */
+int dds_config_validate_all(void);
+
+/* Register core's own table (called by dds_store_create; idempotent). */
+void dds_config_register_core(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

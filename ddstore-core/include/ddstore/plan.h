@@ -1,0 +1,103 @@
+/* ddstore-core: global row lookup and the batched-read planner.
+ *
+ * Pure functions: reentrant, no global state, safe from any thread.
+ *
+ * Layout: the global rows of a variable are the shards concatenated in rank
+ * order; `offsets[r]` is the first global row of rank r and offsets[nranks]
+ * the total (nranks+1 entries, non-decreasing; zero-row shards allowed).
+ *
+ * Plan: given N global rows (any order, repeats allowed) the planner
+ * produces
+ *   - read ops grouped by owner (ops of owner r are
+ *     ops[owner_first[r] .. owner_first[r+1])), sorted by source offset;
+ *     rows adjacent in the owner's shard are merged into one read; each read
+ *     is split at max_read_bytes;
+ *   - each read lands either straight in the caller's destination (when the
+ *     merged rows are also consecutive there, or a single row) or in a
+ *     staging buffer of staging_bytes (merged rows whose destination slots
+ *     are scattered);
+ *   - copy ops, to be executed in order after every read completed: staging
+ *     -> destination slot, then first occurrence -> repeats.
+ */
+#ifndef DDSTORE_PLAN_H
+#define DDSTORE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Owner and row within the owner's shard of global `row`.
+ * Returns 0, or -DDS_ERANGE when row is outside [0, offsets[nranks]).
+ * O(log nranks); zero-row shards are never returned as owners. */
+int dds_layout_locate(const int64_t *offsets, int nranks, int64_t row,
+                      int *owner_p, int64_t *local_row_p);
+
+typedef struct dds_plan_params {
+    uint64_t field_mask;          /* reserved, 0 */
+    int nranks;
+    const int64_t *offsets;       /* nranks+1 prefix sums                     */
+    size_t row_bytes;             /* > 0                                      */
+    size_t max_read_bytes;        /* split reads above this; 0 = never        */
+    size_t merge_row_bytes_max;   /* rows above this size are never staged;
+                                     0 = DDS_PLAN_MERGE_ROW_BYTES_DEFAULT     */
+} dds_plan_params_t;
+
+#define DDS_PLAN_MERGE_ROW_BYTES_DEFAULT (64u * 1024u)
+
+typedef struct dds_read_op {
+    int owner;
+    int staged;           /* 1: dst_offset is into staging; 0: into dst     */
+    int64_t src_offset;   /* bytes from the start of the owner's shard      */
+    size_t len;           /* bytes, <= max_read_bytes when that is set      */
+    size_t dst_offset;    /* bytes into dst or staging                      */
+} dds_read_op_t;
+
+typedef struct dds_copy_op {
+    int from_staging;     /* 1: src_offset into staging; 0: into dst       */
+    size_t src_offset;
+    size_t dst_offset;    /* always into dst                                */
+    size_t len;
+} dds_copy_op_t;
+
+typedef struct dds_plan {
+    dds_read_op_t *ops;
+    size_t nops;
+    size_t *owner_first;  /* nranks+1 entries                               */
+    dds_copy_op_t *copies;
+    size_t ncopies;
+    size_t staging_bytes;
+    size_t nrows;         /* rows requested                                 */
+    size_t nrows_unique;  /* distinct rows read                             */
+    /* private: capacities and scratch, reused across builds */
+    size_t cap_ops, cap_copies, cap_owners, cap_scratch;
+    void *scratch;
+} dds_plan_t;
+
+/* Zero a plan before first use. */
+void dds_plan_init(dds_plan_t *plan);
+
+/* Release a plan's memory (the struct itself is the caller's). */
+void dds_plan_fini(dds_plan_t *plan);
+
+/* Plan a batch: destination row i <- global row rows[i], i in [0, n).
+ * Every row is checked before anything is planned: a row outside
+ * [0, total) gives -DDS_ERANGE naming the position and value.  n == 0 gives
+ * an empty plan.  Reuses the plan's arrays (grows them as needed); -DDS_ENOMEM
+ * on allocation failure. */
+int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
+                   size_t n, dds_plan_t *plan);
+
+/* Plan a range: destination rows [0, nrows) <- global rows
+ * [start, start+nrows), read straight into dst, split at owner boundaries
+ * and at max_read_bytes.  -DDS_ERANGE if the range is not inside
+ * [0, total) (negative start included). */
+int dds_plan_range(const dds_plan_params_t *params, int64_t start,
+                   int64_t nrows, dds_plan_t *plan);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

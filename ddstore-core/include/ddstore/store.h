@@ -1,0 +1,171 @@
+/* ddstore-core: the store.
+ *
+ * A store holds named variables.  Each variable is a 2-D array of rows
+ * (row = disp elements x itemsize bytes) sharded over the ranks of the
+ * store's communicator: rank r holds rows [offsets[r], offsets[r+1]) of the
+ * global array, and any rank reads any rows with one-sided reads through
+ * the store's transport.
+ *
+ * Collective calls (create, var_init, var_add, free, epoch_*, destroy when
+ * not yet freed) must be made by every rank in the same order from one
+ * thread.  They agree on failure: one rank's bad input fails every rank
+ * with the same code (dds_comm_agree), none hangs.
+ *
+ * Local calls (var_update, get, get_batch, recv_*, info, profile, readers)
+ * are safe from any number of threads at once.  Reads take the variable
+ * table's read lock only (shared); no store-wide mutex is held while data
+ * moves.  They must not race with a collective call that frees the variable
+ * being read.
+ *
+ * Errors: 0 or negative DDS_E* codes (errors.h) with the detail in
+ * dds_last_error().  Every read validates all its inputs before moving any
+ * byte.  The store stays usable after every error.
+ */
+#ifndef DDSTORE_STORE_H
+#define DDSTORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddstore/comm.h"
+#include "ddstore/profile.h"
+#include "ddstore/transport.h"
+#include "ddstore/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDS_NAME_MAX 255
+
+typedef struct dds_store dds_store_t;
+typedef struct dds_reader dds_reader_t;
+
+enum {
+    DDS_STORE_PARAM_COMM = 1u << 0,
+    DDS_STORE_PARAM_TRANSPORT = 1u << 1
+};
+
+typedef struct dds_store_params {
+    uint64_t field_mask;          /* DDS_STORE_PARAM_* that are set           */
+    dds_comm_t comm;              /* required; ownership moves to the store   */
+    dds_transport_t transport;    /* required; ownership moves to the store   */
+} dds_store_params_t;
+
+/* Collective.  On success the store owns comm and transport (destroyed with
+ * it); on failure they are destroyed too. */
+int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p);
+
+/* Collective if variables are still live (frees them first).  Safe after
+ * MPI_Finalize (local cleanup only).  NULL is a no-op. */
+void dds_store_destroy(dds_store_t *store);
+
+int dds_store_rank(const dds_store_t *store);
+int dds_store_size(const dds_store_t *store);
+const dds_comm_t *dds_store_comm(const dds_store_t *store);
+const dds_transport_t *dds_store_transport(const dds_store_t *store);
+
+/* Collective: a zeroed shard of `nrows` rows x `disp` elements x `itemsize`
+ * bytes, dtype `dtype` (DDS_DTYPE_RAW with any itemsize, or a typed dtype
+ * whose size equals itemsize).  nrows may be 0.  disp and itemsize must be
+ * equal on every rank (else -DDS_EINVAL on all ranks naming both values).
+ * -DDS_EEXIST if `name` is live. */
+int dds_store_var_init(dds_store_t *store, const char *name, int64_t nrows,
+                       size_t disp, size_t itemsize, dds_dtype_t dtype);
+
+enum {
+    DDS_ADD_COPY = 0,        /* copy host data into a store-owned shard      */
+    DDS_ADD_IN_PLACE = 1     /* register `data` itself (GPU tensors); the
+                                caller keeps it alive until var_free/free     */
+};
+
+/* Collective: this rank's shard = `nrows` rows of `disp` x `itemsize` bytes
+ * at `data` (in memory `mem`, NULL = host).  Same checks as var_init. */
+int dds_store_var_add(dds_store_t *store, const char *name, const void *data,
+                      int64_t nrows, size_t disp, size_t itemsize,
+                      dds_dtype_t dtype, const dds_mem_t *mem, int flags);
+
+/* Collective: release one variable (its name may be added again). */
+int dds_store_var_free(dds_store_t *store, const char *name);
+
+/* Collective: release every variable.  Idempotent.  Reads of a released
+ * name then fail with -DDS_EFREED until that name is added again. */
+int dds_store_free(dds_store_t *store);
+
+/* A caller's buffer: `nrows` rows of `row_bytes`, element type dtype /
+ * itemsize (DDS_DTYPE_RAW: only itemsize is checked). */
+typedef struct dds_buf {
+    void *ptr;
+    int64_t nrows;
+    size_t row_bytes;
+    dds_dtype_t dtype;
+    size_t itemsize;
+    dds_mem_t mem;
+} dds_buf_t;
+
+/* Local: overwrite rows [offset, offset+src->nrows) of this rank's shard. */
+int dds_store_var_update(dds_store_t *store, const char *name,
+                         const dds_buf_t *src, int64_t offset);
+
+typedef struct dds_var_info {
+    int64_t total_rows;
+    int64_t local_rows;
+    int64_t local_first;     /* first global row of this rank               */
+    size_t disp;
+    size_t itemsize;
+    size_t row_bytes;
+    dds_dtype_t dtype;
+    dds_mem_t mem;           /* where this rank's shard lives               */
+    int nranks;
+} dds_var_info_t;
+
+int dds_store_var_info(dds_store_t *store, const char *name,
+                       dds_var_info_t *info_p);
+
+/* Owner offsets (nranks+1 prefix sums) copied into `offsets` (nranks+1). */
+int dds_store_var_offsets(dds_store_t *store, const char *name,
+                          int64_t *offsets);
+
+/* Local: rows [0, dst->nrows) of dst <- global rows [start, start+nrows).
+ * A range crossing owner boundaries is read from every owner.  `reader`
+ * NULL = the store's default reader. */
+int dds_store_get(dds_store_t *store, dds_reader_t *reader, const char *name,
+                  const dds_buf_t *dst, int64_t start);
+
+/* Local: row i of dst <- global row rows[i]; n must equal dst->nrows. */
+int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
+                        const char *name, const dds_buf_t *dst,
+                        const int64_t *rows, size_t n);
+
+/* Register a destination so reads into it or any slice of it skip
+ * registration.  Returns -DDS_EEXIST if exactly this range is registered. */
+int dds_store_recv_register(dds_store_t *store, void *ptr, size_t bytes,
+                            const dds_mem_t *mem);
+/* -DDS_ENOENT if (ptr, bytes) was not registered. */
+int dds_store_recv_unregister(dds_store_t *store, void *ptr, size_t bytes);
+
+/* Readers: separate read contexts (endpoints) for threads or forked
+ * processes (flags: DDS_READER_THREAD / DDS_READER_FORKED).  Transports
+ * without readers return a reader that shares the default. */
+int dds_store_reader_open(dds_store_t *store, int flags,
+                          dds_reader_t **reader_p);
+void dds_store_reader_close(dds_store_t *store, dds_reader_t *reader);
+
+/* Counters for one variable (summed over readers and threads). */
+int dds_store_profile(dds_store_t *store, const char *name,
+                      dds_profile_t *profile_p);
+int dds_store_profile_reset(dds_store_t *store, const char *name);
+
+/* Compatibility epochs: collective for MPI, cheap; no-ops elsewhere. */
+int dds_store_epoch_begin(dds_store_t *store);
+int dds_store_epoch_end(dds_store_t *store);
+
+/* Names of live variables: calls fn for each (under the table's read lock;
+ * fn must not call back into the store). */
+int dds_store_var_foreach(dds_store_t *store,
+                          void (*fn)(void *arg, const char *name), void *arg);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

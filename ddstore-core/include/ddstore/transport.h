@@ -1,0 +1,111 @@
+/* ddstore-core: the transport interface.
+ *
+ * A transport moves bytes from a peer's registered shard into local memory
+ * with one-sided reads.  The store owns one transport (an ops table plus a
+ * context) and calls it with planned reads (plan.h).  MPI RMA
+ * (ddstore-mpi) and libfabric (ddstore-ofi's adapter) implement it.
+ *
+ * Threading: region_create / region_destroy / destroy / epoch_* are called
+ * by the store from one thread (they are collective over the store's
+ * communicator, which the transport received at creation).  read,
+ * recv_register, recv_unregister, reader_open / reader_close may be called
+ * from many threads at once when caps has DDS_TRANSPORT_CAP_THREAD_SAFE;
+ * otherwise the store serialises them.
+ */
+#ifndef DDSTORE_TRANSPORT_H
+#define DDSTORE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddstore/plan.h"
+#include "ddstore/profile.h"
+#include "ddstore/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    DDS_TRANSPORT_CAP_THREAD_SAFE = 1u << 0,  /* read() from many threads    */
+    DDS_TRANSPORT_CAP_HMEM_CUDA = 1u << 1,    /* reads into/out of CUDA mem  */
+    DDS_TRANSPORT_CAP_HMEM_ROCM = 1u << 2,    /* reads into/out of ROCm mem  */
+    DDS_TRANSPORT_CAP_READERS = 1u << 3,      /* reader_open gives separate
+                                                 endpoints (per thread/fork) */
+    DDS_TRANSPORT_CAP_FORK = 1u << 4,         /* readers usable after fork   */
+    DDS_TRANSPORT_CAP_LOCAL_SELF = 1u << 5    /* store may memcpy own rank's
+                                                 host shard itself          */
+};
+
+enum {
+    DDS_READER_THREAD = 0,   /* a reader for one thread of this process      */
+    DDS_READER_FORKED = 1    /* a reader for a process forked after create   */
+};
+
+/* The local shard handed to region_create. */
+typedef struct dds_region_desc {
+    const char *name;        /* variable name                               */
+    void *base;              /* may be NULL when bytes == 0                 */
+    size_t bytes;
+    size_t row_bytes;
+    int64_t nrows;
+    dds_dtype_t dtype;
+    size_t itemsize;
+    dds_mem_t mem;
+} dds_region_desc_t;
+
+typedef struct dds_transport_ops {
+    size_t size;             /* sizeof(dds_transport_ops_t) of the implementer */
+    const char *name;        /* "mpi", "ofi"                                 */
+
+    /* Collective: register the local shard, exchange with every peer.
+     * *region_p is the transport's handle for this variable. */
+    int (*region_create)(void *ctx, const dds_region_desc_t *local,
+                         void **region_p);
+    /* Collective: release the region (after MPI_Finalize: local cleanup
+     * only, no error). */
+    int (*region_destroy)(void *ctx, void *region);
+
+    /* Readers: independent read contexts (endpoints).  NULL reader in read()
+     * means the transport's default reader.  May be NULL ops when the
+     * transport has no separate readers. */
+    int (*reader_open)(void *ctx, int flags, void **reader_p);
+    void (*reader_close)(void *ctx, void *reader);
+
+    /* Execute reads: for each op, copy `len` bytes at `src_offset` of owner
+     * `owner`'s shard of `region` to (op.staged ? staging : dst) +
+     * dst_offset.  dst_handle / staging_handle: registrations returned by
+     * recv_register covering the buffer, or NULL.  Must not return before
+     * every posted read completed or was cancelled.  Adds to `prof`. */
+    int (*read)(void *ctx, void *reader, void *region,
+                const dds_read_op_t *ops, size_t nops,
+                void *dst, void *dst_handle, const dds_mem_t *dst_mem,
+                void *staging, void *staging_handle, dds_prof_t *prof);
+
+    /* Register a destination buffer for repeated reads (may be NULL ops). */
+    int (*recv_register)(void *ctx, void *buf, size_t bytes,
+                         const dds_mem_t *mem, void **handle_p);
+    int (*recv_unregister)(void *ctx, void *handle);
+
+    /* Drive progress once (may be NULL). */
+    int (*progress)(void *ctx);
+
+    /* Compatibility epochs (collective for MPI; may be NULL). */
+    int (*epoch_begin)(void *ctx);
+    int (*epoch_end)(void *ctx);
+
+    /* Release everything (after MPI_Finalize: local cleanup only). */
+    void (*destroy)(void *ctx);
+} dds_transport_ops_t;
+
+typedef struct dds_transport {
+    const dds_transport_ops_t *ops;
+    void *ctx;
+    uint64_t caps;           /* DDS_TRANSPORT_CAP_*                         */
+    size_t max_read_bytes;   /* largest single read; 0 = unlimited          */
+} dds_transport_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

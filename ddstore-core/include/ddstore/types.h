@@ -1,0 +1,50 @@
+/* ddstore-core: shared small types (dtypes, memory kinds). */
+#ifndef DDSTORE_TYPES_H
+#define DDSTORE_TYPES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types.  DDS_DTYPE_RAW: untyped bytes of `itemsize` (init() with an
+ * itemsize, numpy structured records). */
+typedef enum {
+    DDS_DTYPE_RAW = 0,
+    DDS_DTYPE_BOOL = 1,
+    DDS_DTYPE_UINT8 = 2,
+    DDS_DTYPE_INT32 = 3,
+    DDS_DTYPE_INT64 = 4,
+    DDS_DTYPE_FLOAT32 = 5,
+    DDS_DTYPE_FLOAT64 = 6,
+    DDS_DTYPE_COUNT = 7
+} dds_dtype_t;
+
+/* "raw", "bool", "uint8", "int32", "int64", "float32", "float64". */
+const char *dds_dtype_name(dds_dtype_t dt);
+/* Element size in bytes (RAW: 0 = given by itemsize). */
+size_t dds_dtype_size(dds_dtype_t dt);
+
+/* Where a buffer lives.  Device ids are runtime ordinals. */
+typedef enum {
+    DDS_MEM_HOST = 0,
+    DDS_MEM_CUDA = 1,
+    DDS_MEM_ROCM = 2
+} dds_mem_kind_t;
+
+typedef struct dds_mem {
+    dds_mem_kind_t kind;
+    int device;           /* device ordinal for CUDA/ROCM; 0 for host      */
+    void *stream;         /* cudaStream_t / hipStream_t the caller orders on;
+                             NULL = the runtime's default (legacy) stream   */
+} dds_mem_t;
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+const char *dds_core_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+/* pyddstore C API, exported by pyddstore._core as the capsule
+ * "pyddstore._core._C_API" (the pattern numpy uses for its C API).
+ *
+ * The torch extension imports this table instead of linking the C libraries
+ * a second time, so that there is one copy of the library state and a store
+ * created by either module is the same object.  The table only grows at the
+ * end; check `size` before using a member added after version 1.
+ *
+ *   const pyddstore_api_t *api = pyddstore_api_import();   // NULL + exception
+ */
+#ifndef PYDDSTORE_API_H
+#define PYDDSTORE_API_H
+
+#include <Python.h>
+
+#include "ddstore/errors.h"
+#include "ddstore/log.h"
+#include "ddstore/store.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PYDDSTORE_API_CAPSULE "pyddstore._core._C_API"
+#define PYDDSTORE_API_VERSION 1
+
+typedef struct pyddstore_api {
+    size_t size;        /* sizeof(pyddstore_api_t) in _core */
+    int version;        /* PYDDSTORE_API_VERSION of _core   */
+
+    /* The store behind a PyDDStore or reader object, and the reader to read
+     * with (NULL = the store's default reader).  On a wrong object or a
+     * freed store: return -1 with a Python exception set. */
+    int (*unwrap)(PyObject *obj, dds_store_t **store_p, dds_reader_t **reader_p);
+
+    /* Set the documented Python exception for `rc` (message from
+     * dds_last_error()) and return NULL. */
+    PyObject *(*raise_error)(int rc);
+
+    /* The store functions of store.h, called through _core's copy. */
+    int (*var_info)(dds_store_t *, const char *, dds_var_info_t *);
+    int (*var_offsets)(dds_store_t *, const char *, int64_t *);
+    int (*var_add)(dds_store_t *, const char *, const void *, int64_t, size_t,
+                   size_t, dds_dtype_t, const dds_mem_t *, int);
+    int (*get)(dds_store_t *, dds_reader_t *, const char *, const dds_buf_t *,
+               int64_t);
+    int (*get_batch)(dds_store_t *, dds_reader_t *, const char *,
+                     const dds_buf_t *, const int64_t *, size_t);
+    int (*recv_register)(dds_store_t *, void *, size_t, const dds_mem_t *);
+    int (*recv_unregister)(dds_store_t *, void *, size_t);
+    int (*profile)(dds_store_t *, const char *, dds_profile_t *);
+    const char *(*last_error)(void);
+    const char *(*strerror)(int);
+    void (*log_write)(dds_log_level_t, dds_log_subsys_t, const char *, ...);
+    int (*log_enabled)(dds_log_level_t, dds_log_subsys_t);
+} pyddstore_api_t;
+
+static inline const pyddstore_api_t *pyddstore_api_import(void)
+{
+    const pyddstore_api_t *api =
+        (const pyddstore_api_t *)PyCapsule_Import(PYDDSTORE_API_CAPSULE, 0);
+    if (api == NULL)
+        return NULL;
+    if (api->version < PYDDSTORE_API_VERSION) {
+        PyErr_Format(PyExc_ImportError,
+                     "pyddstore._core C API version %d is older than %d",
+                     api->version, PYDDSTORE_API_VERSION);
+        return NULL;
+    }
+    return api;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif
