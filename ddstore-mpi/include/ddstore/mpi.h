@@ -1,0 +1,142 @@
+/* ddstore-mpi: MPI communicator and MPI RMA transport (method 0).
+ *
+ * This header is the only ddstore header that includes <mpi.h>; core's
+ * headers stay free of MPI types.  The library provides
+ *
+ *   - MPI lifetime helpers (ddmpi_init / ddmpi_finalize_if_ours /
+ *     ddmpi_finalized): MPI is started lazily, only when a method-0 store or
+ *     an MPI communicator is created (never at import), with
+ *     MPI_THREAD_MULTIPLE requested;
+ *   - a core communicator (comm.h) over a duplicate of an MPI communicator;
+ *   - a core transport (transport.h) doing one-sided reads with passive-target
+ *     RMA: one window per variable (MPI_Win_create over the shard,
+ *     disp_unit 1), MPI_Win_lock_all(MPI_MODE_NOCHECK) once at creation,
+ *     reads = MPI_Get per planned read + MPI_Win_flush_local per owner.  No
+ *     collective and no participation of the owner on the read path.
+ *
+ * Errors: every function returns 0 or a negative DDS_E* code (errors.h) with
+ * the detail in dds_last_error(); MPI errors are translated by
+ * ddmpi_translate_error (MPI_Error_string in the detail).  The library never
+ * prints, exits or aborts; it logs through core's logger (subsystem MPI).
+ *
+ * Environment (registered in core's config registry, library "mpi"):
+ *   DDSTORE_MPI_MAX_READ_BYTES  largest single MPI_Get in bytes (default 1G,
+ *                               1 .. 2^31-1); larger reads are split.
+ */
+#ifndef DDSTORE_MPI_H
+#define DDSTORE_MPI_H
+
+#include <mpi.h>
+
+#include "ddstore/comm.h"
+#include "ddstore/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of this library, "MAJOR.MINOR.PATCH" (ddstore-mpi/VERSION). */
+#define DDMPI_VERSION_STRING "0.1.0"
+
+/* Default (and upper bound of) the transport's max_read_bytes: 1 GiB keeps
+ * every MPI count far below INT_MAX. */
+#define DDMPI_MAX_READ_BYTES_DEFAULT ((size_t)1 << 30)
+
+/* Start MPI if nobody has: MPI_Init_thread(MPI_THREAD_MULTIPLE) when
+ * MPI_Initialized() is false; otherwise only query the thread level.
+ *   provided_p           out (may be NULL): the thread level MPI provides
+ *                        (MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE).
+ *   initialized_by_us_p  out (may be NULL): 1 if this library initialised
+ *                        MPI (now or in an earlier call), else 0.
+ * Returns 0; -DDS_EIO if MPI was already finalized (it cannot be restarted)
+ * or MPI_Init_thread failed.  Local (MPI_Init_thread is collective over the
+ * job only in the sense that every process must call it).  Thread-safe:
+ * serialised by a process-wide mutex; call it from the thread that will be
+ * MPI's main thread when the level may end up below MULTIPLE. */
+int ddmpi_init(int *provided_p, int *initialized_by_us_p);
+
+/* MPI_Finalize if ddmpi_init started MPI and it is not finalized yet;
+ * otherwise nothing (MPI started by mpi4py or the application is theirs to
+ * finish).  Every object of this library must be destroyed or abandoned
+ * first (destroy after finalize frees local memory only).  Collective over
+ * the job like MPI_Finalize.  Returns 0 or the translated MPI error. */
+int ddmpi_finalize_if_ours(void);
+
+/* Non-zero once MPI_Finalize has been called (MPI_Finalized); callable at any
+ * time, from any thread. */
+int ddmpi_finalized(void);
+
+/* A core communicator over MPI_Comm_dup(comm) with MPI_ERRORS_RETURN on the
+ * duplicate.  ops->name is "mpi"; allgather (MPI_Allgather of MPI_BYTE,
+ * `bytes` <= INT_MAX), allreduce_i64 (MPI_INT64_T, n <= INT_MAX), barrier.
+ * destroy frees the duplicate (skipped after MPI_Finalize) and the context.
+ *   comm    in: any intracommunicator; the caller keeps it (the dup is
+ *           independent of it).
+ *   comm_p  out: filled on success (rank and size of `comm`); untouched on
+ *           failure.
+ * Collective over `comm` (MPI_Comm_dup).  MPI must be initialised
+ * (ddmpi_init).  Returns 0, -DDS_EINVAL (NULL argument, MPI_COMM_NULL, MPI
+ * not initialised or finalized), -DDS_ENOMEM, or a translated MPI error.
+ * The ops follow comm.h: one thread per rank at a time, every rank in the
+ * same order; after MPI_Finalize they return -DDS_EIO. */
+int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
+
+/* The MPI RMA transport (ops->name "mpi") over MPI_Comm_dup(comm).
+ *   transport_p  out: ops, ctx, caps and max_read_bytes; untouched on
+ *                failure.
+ * caps: DDS_TRANSPORT_CAP_LOCAL_SELF always; DDS_TRANSPORT_CAP_THREAD_SAFE
+ * only when MPI_Query_thread() == MPI_THREAD_MULTIPLE (otherwise read() and
+ * the transport's collective calls are serialised on a process-wide mutex
+ * shared with the communicator, and a warning is logged once).
+ * max_read_bytes = DDSTORE_MPI_MAX_READ_BYTES (default 1 GiB).
+ *
+ * The ops (see transport.h for the contract):
+ *   region_create   collective: MPI_Win_create over the shard (base may be
+ *                   NULL when bytes == 0), info no_locks=false,
+ *                   same_disp_unit=true, MPI_ERRORS_RETURN,
+ *                   MPI_Win_lock_all(MPI_MODE_NOCHECK).  Host shards only:
+ *                   a GPU shard on any rank fails every rank with
+ *                   -DDS_ENOSYS.  Failure on one rank fails all ranks.
+ *   region_destroy  collective: MPI_Win_unlock_all + MPI_Win_free; after
+ *                   MPI_Finalize frees local memory only and returns 0.
+ *   read            local, no owner participation: ops are checked against
+ *                   the owners' shard sizes, then one MPI_Get per op (split
+ *                   at max_read_bytes; the own rank's rows are memcpy'd),
+ *                   then MPI_Win_flush_local once per run of ops with the
+ *                   same owner.  Host destinations only (-DDS_ENOSYS for
+ *                   GPU memory); dst_handle / staging_handle are ignored
+ *                   (MPI needs no registration).  Adds DDS_PROF_READS,
+ *                   DDS_PROF_NS_POST and DDS_PROF_NS_COMPLETE to `prof`.
+ *                   After MPI_Finalize: -DDS_EIO.
+ *   epoch_begin/end cheap no-ops returning 0: the passive-target epoch is
+ *                   opened once per window (lock_all at creation) and each
+ *                   read completes itself with flush_local, so there is no
+ *                   access epoch left to open or close; kept for API
+ *                   compatibility with the original collective epochs.
+ *   destroy         frees the communicator duplicate (unless finalized).
+ *   reader_open/close, recv_register/unregister, progress: NULL.
+ *
+ * Collective over `comm`; MPI must be initialised.  Returns 0, -DDS_EINVAL,
+ * -DDS_ENOMEM, -DDS_ECONFIG (bad DDSTORE_MPI_MAX_READ_BYTES on this rank;
+ * the check happens before any collective call and every rank reads the same
+ * environment under a launcher) or a translated MPI error. */
+int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p);
+
+/* Version of this library at run time (DDMPI_VERSION_STRING). */
+const char *ddmpi_version(void);
+
+/* Translate an MPI return code: MPI_SUCCESS -> 0; otherwise records
+ * "<what>: <MPI_Error_string> (MPI error class C)" in dds_last_error() and
+ * returns -DDS_ENOMEM for MPI_ERR_NO_MEM, -DDS_ERANGE for MPI_ERR_RMA_RANGE,
+ * else -DDS_EIO.  `what` names the call (may be NULL).  Safe after
+ * MPI_Finalize (the MPI message is then omitted).  Thread-safe. */
+int ddmpi_translate_error(int mpi_rc, const char *what);
+
+/* Register this library's DDSTORE_* variables with core's config registry
+ * (idempotent; done by the create functions, exposed for ddstore-info). */
+void ddmpi_config_register(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,308 @@
+/* ddstore-mpi: MPI lifetime helpers, error translation and the MPI
+ * communicator (core's comm.h over an MPI_Comm_dup). */
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "ddstore/errors.h"
+#include "ddstore/log.h"
+#include "ddstore/mpi.h"
+#include "ddmpi_internal.h"
+
+/* ---- lifetime ----------------------------------------------------------- */
+
+static pthread_mutex_t ddmpi_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static int ddmpi_inited_by_us;           /* guarded by ddmpi_init_lock */
+
+static pthread_mutex_t ddmpi_serial_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+int ddmpi_finalized(void)
+{
+    int fin = 0;
+    MPI_Finalized(&fin);
+    return fin;
+}
+
+static int ddmpi_initialized(void)
+{
+    int init = 0;
+    MPI_Initialized(&init);
+    return init;
+}
+
+int ddmpi_init(int *provided_p, int *initialized_by_us_p)
+{
+    int provided = MPI_THREAD_SINGLE;
+    int rc = 0;
+
+    pthread_mutex_lock(&ddmpi_init_lock);
+    if (ddmpi_finalized()) {
+        rc = dds_error(-DDS_EIO, "MPI is already finalized; it cannot be "
+                       "initialised again (create method-0 stores and MPI "
+                       "communicators before MPI_Finalize)");
+        goto out;
+    }
+    if (!ddmpi_initialized()) {
+        int mrc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+        if (mrc != MPI_SUCCESS) {
+            rc = ddmpi_translate_error(mrc, "MPI_Init_thread");
+            goto out;
+        }
+        ddmpi_inited_by_us = 1;
+        DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_MPI,
+                "MPI initialised by ddstore, thread level %d (MULTIPLE=%d)",
+                provided, MPI_THREAD_MULTIPLE);
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided_p)
+        *provided_p = provided;
+    if (initialized_by_us_p)
+        *initialized_by_us_p = ddmpi_inited_by_us;
+out:
+    pthread_mutex_unlock(&ddmpi_init_lock);
+    return rc;
+}
+
+int ddmpi_finalize_if_ours(void)
+{
+    int rc = 0;
+
+    pthread_mutex_lock(&ddmpi_init_lock);
+    if (ddmpi_inited_by_us && ddmpi_initialized() && !ddmpi_finalized()) {
+        int mrc = MPI_Finalize();
+        if (mrc != MPI_SUCCESS)
+            rc = ddmpi_translate_error(mrc, "MPI_Finalize");
+    }
+    pthread_mutex_unlock(&ddmpi_init_lock);
+    return rc;
+}
+
+const char *ddmpi_version(void)
+{
+    return DDMPI_VERSION_STRING;
+}
+
+int ddmpi_translate_error(int mpi_rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING + 1];
+    int len = 0, cls = mpi_rc, rc;
+
+    if (mpi_rc == MPI_SUCCESS)
+        return 0;
+    if (!what)
+        what = "MPI call";
+    msg[0] = '\0';
+    /* MPI_Error_class/_string are not guaranteed after MPI_Finalize. */
+    if (ddmpi_initialized() && !ddmpi_finalized()) {
+        if (MPI_Error_class(mpi_rc, &cls) != MPI_SUCCESS)
+            cls = mpi_rc;
+        if (MPI_Error_string(mpi_rc, msg, &len) != MPI_SUCCESS)
+            len = 0;
+        msg[len < 0 ? 0 : (len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len)] = '\0';
+    }
+    switch (cls) {
+    case MPI_ERR_NO_MEM:
+        rc = -DDS_ENOMEM;
+        break;
+    case MPI_ERR_RMA_RANGE:
+        rc = -DDS_ERANGE;
+        break;
+    default:
+        rc = -DDS_EIO;
+        break;
+    }
+    if (msg[0])
+        return dds_error(rc, "%s: %s (MPI error class %d)", what, msg, cls);
+    return dds_error(rc, "%s failed (MPI error code %d)", what, mpi_rc);
+}
+
+/* ---- serialisation below MPI_THREAD_MULTIPLE ----------------------------- */
+
+int ddmpi_need_serial(void)
+{
+    int provided = MPI_THREAD_SINGLE;
+
+    MPI_Query_thread(&provided);
+    if (provided >= MPI_THREAD_MULTIPLE)
+        return 0;
+    DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_MPI,
+                 "MPI provides thread level %d, not MPI_THREAD_MULTIPLE (%d): "
+                 "method-0 reads from several threads are serialised on a "
+                 "lock (initialise MPI with MPI_THREAD_MULTIPLE to read "
+                 "concurrently)", provided, MPI_THREAD_MULTIPLE);
+    return 1;
+}
+
+void ddmpi_serial_lock(int serial)
+{
+    if (serial)
+        pthread_mutex_lock(&ddmpi_serial_mutex);
+}
+
+void ddmpi_serial_unlock(int serial)
+{
+    if (serial)
+        pthread_mutex_unlock(&ddmpi_serial_mutex);
+}
+
+/* ---- the communicator ---------------------------------------------------- */
+
+typedef struct ddmpi_comm {
+    MPI_Comm comm;      /* our duplicate */
+    int serial;         /* MPI below THREAD_MULTIPLE: take the serial lock */
+} ddmpi_comm_t;
+
+static int ddmpi_comm_check_live(const char *what)
+{
+    if (ddmpi_finalized())
+        return dds_error(-DDS_EIO, "%s: MPI is already finalized", what);
+    return 0;
+}
+
+static int ddmpi_comm_allgather(void *ctx, const void *send, size_t bytes,
+                                void *recv)
+{
+    ddmpi_comm_t *c = ctx;
+    int rc, mrc;
+
+    if (!c || (bytes && (!send || !recv)))
+        return dds_error(-DDS_EINVAL, "mpi allgather: NULL argument");
+    if (bytes > (size_t)INT_MAX)
+        return dds_error(-DDS_EINVAL, "mpi allgather: %zu bytes per rank "
+                         "exceed INT_MAX", bytes);
+    if ((rc = ddmpi_comm_check_live("mpi allgather")) != 0)
+        return rc;
+    ddmpi_serial_lock(c->serial);
+    mrc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes,
+                        MPI_BYTE, c->comm);
+    ddmpi_serial_unlock(c->serial);
+    return ddmpi_translate_error(mrc, "MPI_Allgather");
+}
+
+static int ddmpi_comm_allreduce_i64(void *ctx, int64_t *inout, size_t n,
+                                    dds_reduce_op_t op)
+{
+    ddmpi_comm_t *c = ctx;
+    MPI_Op mop;
+    int rc, mrc;
+
+    if (!c || (n && !inout))
+        return dds_error(-DDS_EINVAL, "mpi allreduce: NULL argument");
+    if (n > (size_t)INT_MAX)
+        return dds_error(-DDS_EINVAL, "mpi allreduce: %zu elements exceed "
+                         "INT_MAX", n);
+    switch (op) {
+    case DDS_REDUCE_MIN: mop = MPI_MIN; break;
+    case DDS_REDUCE_MAX: mop = MPI_MAX; break;
+    case DDS_REDUCE_SUM: mop = MPI_SUM; break;
+    default:
+        return dds_error(-DDS_EINVAL, "mpi allreduce: unknown op %d", (int)op);
+    }
+    if ((rc = ddmpi_comm_check_live("mpi allreduce")) != 0)
+        return rc;
+    ddmpi_serial_lock(c->serial);
+    mrc = MPI_Allreduce(MPI_IN_PLACE, inout, (int)n, MPI_INT64_T, mop,
+                        c->comm);
+    ddmpi_serial_unlock(c->serial);
+    return ddmpi_translate_error(mrc, "MPI_Allreduce");
+}
+
+static int ddmpi_comm_barrier(void *ctx)
+{
+    ddmpi_comm_t *c = ctx;
+    int rc, mrc;
+
+    if (!c)
+        return dds_error(-DDS_EINVAL, "mpi barrier: NULL communicator");
+    if ((rc = ddmpi_comm_check_live("mpi barrier")) != 0)
+        return rc;
+    ddmpi_serial_lock(c->serial);
+    mrc = MPI_Barrier(c->comm);
+    ddmpi_serial_unlock(c->serial);
+    return ddmpi_translate_error(mrc, "MPI_Barrier");
+}
+
+static void ddmpi_comm_destroy(void *ctx)
+{
+    ddmpi_comm_t *c = ctx;
+
+    if (!c)
+        return;
+    /* MPI_Comm_free is local in effect (no synchronisation); after
+     * MPI_Finalize it is not allowed, so only our memory goes. */
+    if (c->comm != MPI_COMM_NULL && ddmpi_initialized() && !ddmpi_finalized()) {
+        ddmpi_serial_lock(c->serial);
+        MPI_Comm_free(&c->comm);
+        ddmpi_serial_unlock(c->serial);
+    }
+    free(c);
+}
+
+static const dds_comm_ops_t ddmpi_comm_ops = {
+    .size = sizeof(dds_comm_ops_t),
+    .name = "mpi",
+    .allgather = ddmpi_comm_allgather,
+    .allreduce_i64 = ddmpi_comm_allreduce_i64,
+    .barrier = ddmpi_comm_barrier,
+    .destroy = ddmpi_comm_destroy,
+};
+
+int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
+{
+    ddmpi_comm_t *c;
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rank = 0, size = 0, serial, mrc, ok;
+
+    if (!comm_p)
+        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: comm_p is NULL");
+    if (comm == MPI_COMM_NULL)
+        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI_COMM_NULL");
+    if (!ddmpi_initialized() || ddmpi_finalized())
+        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI is %s",
+                         ddmpi_finalized() ? "already finalized"
+                                           : "not initialised (ddmpi_init)");
+
+    serial = ddmpi_need_serial();
+    c = calloc(1, sizeof(*c));
+    ddmpi_serial_lock(serial);
+    mrc = MPI_Comm_dup(comm, &dup);
+    if (mrc != MPI_SUCCESS) {
+        /* MPI_Comm_dup fails on every rank or aborts; nothing to agree. */
+        ddmpi_serial_unlock(serial);
+        free(c);
+        return ddmpi_translate_error(mrc, "MPI_Comm_dup");
+    }
+    mrc = MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_rank(dup, &rank);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_size(dup, &size);
+    /* Agree so that a local failure (allocation) fails every rank. */
+    ok = (mrc == MPI_SUCCESS && c != NULL);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_LAND, dup);
+    if (mrc != MPI_SUCCESS || !ok) {
+        MPI_Comm_free(&dup);
+        ddmpi_serial_unlock(serial);
+        if (mrc != MPI_SUCCESS) {
+            free(c);
+            return ddmpi_translate_error(mrc, "ddmpi_comm_create");
+        }
+        if (!c)
+            return dds_error(-DDS_ENOMEM, "ddmpi_comm_create: out of memory");
+        free(c);
+        return dds_error(-DDS_ENOMEM, "ddmpi_comm_create: out of memory on "
+                         "another rank");
+    }
+    ddmpi_serial_unlock(serial);
+
+    c->comm = dup;
+    c->serial = serial;
+    comm_p->ops = &ddmpi_comm_ops;
+    comm_p->ctx = c;
+    comm_p->rank = rank;
+    comm_p->size = size;
+    return 0;
+}

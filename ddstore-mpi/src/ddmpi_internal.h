@@ -1,0 +1,18 @@
+/* ddstore-mpi: private helpers shared by ddmpi_comm.c and
+ * ddmpi_transport.c (not installed). */
+#ifndef DDMPI_INTERNAL_H
+#define DDMPI_INTERNAL_H
+
+#include <mpi.h>
+
+/* Non-zero if MPI provides less than MPI_THREAD_MULTIPLE: then every MPI call
+ * of this library (communicator ops, region create/destroy, reads) runs under
+ * one process-wide mutex so that threads never enter MPI at once.  Logs a
+ * warning once.  MPI must be initialised. */
+int ddmpi_need_serial(void);
+
+/* The process-wide mutex (no-ops when `serial` is 0). */
+void ddmpi_serial_lock(int serial);
+void ddmpi_serial_unlock(int serial);
+
+#endif

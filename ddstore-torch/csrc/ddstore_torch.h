@@ -1,0 +1,81 @@
+// ddstore-torch: internal declarations shared by the extension's sources.
+//
+// The extension does not link the C libraries: every store call goes through
+// the function table that pyddstore._core exports as a capsule
+// (python/pyddstore/csrc/pyddstore_api.h), so a store created by either
+// module is the same object.  Errors become Python exceptions in one place:
+// throw_rc() (errors.cpp).
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pyddstore_api.h"
+
+namespace ddstore_torch {
+
+namespace py = pybind11;
+
+// The capsule table; set once by load_api() at module import.
+const pyddstore_api_t *api();
+void load_api();
+
+// The ONE error helper: set the documented Python exception for a negative
+// DDS_E* code (pyddstore._core's mapping, message from dds_last_error()) and
+// throw py::error_already_set.  Needs the GIL; call it on the thread that
+// made the failing call (the detail is thread-local).
+[[noreturn]] void throw_rc(int rc);
+inline void check(int rc)
+{
+    if (rc < 0)
+        throw_rc(rc);
+}
+// A Python exception of `type` (PyExc_ValueError, ...) with `msg`.
+[[noreturn]] void throw_py(PyObject *type, const std::string &msg);
+
+// A store (or reader) object from pyddstore._core, unwrapped.
+struct Target {
+    dds_store_t *store = nullptr;
+    dds_reader_t *reader = nullptr;
+};
+Target unwrap(py::handle obj);
+
+// Where GPU tensors live, set from Python (torch.version.hip) at import.
+void set_gpu_kind(int kind);
+
+// A destination tensor checked against a variable and described for core.
+// Checks (before any read): dtype (equal to the variable's, any dtype for a
+// raw variable whose row bytes match), device (CPU, or CUDA/ROCm), C
+// contiguity, at least one dimension, row width (elements per row x element
+// size == the variable's row bytes).  `stream` is the cudaStream_t /
+// hipStream_t to order on (0 = default).
+dds_buf_t describe(const Target &t, const std::string &name,
+                   const at::Tensor &out, int64_t nrows, uintptr_t stream);
+
+// Global row indices as int64 (a 1-D int64/int32 CPU tensor, or a sequence).
+at::Tensor as_indices(py::handle obj);
+
+// Time stamps (CLOCK_MONOTONIC ns) of the calling thread's last read, taken
+// with the GIL released: used by the test that shows reads overlap.
+void note_read(uint64_t t0, uint64_t t1);
+std::pair<uint64_t, uint64_t> last_read_window();
+uint64_t now_ns();
+
+// read.cpp
+void get(py::handle obj, const std::string &name, at::Tensor out,
+         int64_t start, uintptr_t stream);
+void get_batch(py::handle obj, const std::string &name, at::Tensor out,
+               py::handle indices, uintptr_t stream);
+void read_fields(py::handle obj, const std::vector<std::string> &names,
+                 std::vector<at::Tensor> outs, py::handle indices,
+                 uintptr_t stream);
+
+// collate.cpp
+std::vector<at::Tensor> collate(py::handle obj, py::list specs,
+                                py::handle indices, py::object device,
+                                bool pin_memory, uintptr_t stream);
+
+}  // namespace ddstore_torch

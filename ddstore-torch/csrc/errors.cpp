@@ -1,0 +1,239 @@
+// ddstore-torch: the capsule table, object unwrapping and error translation.
+#include "ddstore_torch.h"
+
+#include <cstring>
+#include <time.h>
+
+namespace ddstore_torch {
+
+namespace {
+const pyddstore_api_t *g_api = nullptr;
+int g_gpu_kind = DDS_MEM_CUDA;
+thread_local uint64_t t_read_begin = 0;
+thread_local uint64_t t_read_end = 0;
+}  // namespace
+
+const pyddstore_api_t *api() { return g_api; }
+
+void load_api()
+{
+    const pyddstore_api_t *a = pyddstore_api_import();
+    if (a == nullptr)
+        throw py::error_already_set();
+    if (a->size < offsetof(pyddstore_api_t, log_enabled) + sizeof(a->log_enabled))
+        throw_py(PyExc_ImportError,
+                 "pyddstore._core exports a C API table smaller than "
+                 "_ddstore_torch was compiled for (" +
+                     std::to_string(a->size) + " < " +
+                     std::to_string(sizeof(pyddstore_api_t)) +
+                     " bytes); rebuild both extensions together");
+    g_api = a;
+}
+
+// The one place where C status codes become Python exceptions: _core's
+// raise_error() sets the documented exception (KeyError subclass, IndexError,
+// ValueError, TypeError, MemoryError, DDStoreError) with dds_last_error().
+void throw_rc(int rc)
+{
+    if (g_api == nullptr)
+        throw_py(PyExc_RuntimeError, "pyddstore._ddstore_torch: C API not loaded");
+    g_api->raise_error(rc);
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_RuntimeError, "ddstore error %d", rc);
+    throw py::error_already_set();
+}
+
+void throw_py(PyObject *type, const std::string &msg)
+{
+    PyErr_SetString(type, msg.c_str());
+    throw py::error_already_set();
+}
+
+Target unwrap(py::handle obj)
+{
+    Target t;
+    if (g_api->unwrap(obj.ptr(), &t.store, &t.reader) < 0)
+        throw py::error_already_set();
+    return t;
+}
+
+void set_gpu_kind(int kind)
+{
+    if (kind != DDS_MEM_CUDA && kind != DDS_MEM_ROCM)
+        throw_py(PyExc_ValueError, "gpu kind must be 1 (CUDA) or 2 (ROCm)");
+    g_gpu_kind = kind;
+}
+
+namespace {
+
+const char *dtype_name(dds_dtype_t dt)
+{
+    switch (dt) {
+    case DDS_DTYPE_RAW: return "raw";
+    case DDS_DTYPE_BOOL: return "bool";
+    case DDS_DTYPE_UINT8: return "uint8";
+    case DDS_DTYPE_INT32: return "int32";
+    case DDS_DTYPE_INT64: return "int64";
+    case DDS_DTYPE_FLOAT32: return "float32";
+    case DDS_DTYPE_FLOAT64: return "float64";
+    default: return "unknown";
+    }
+}
+
+bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt)
+{
+    switch (st) {
+    case at::kBool: *dt = DDS_DTYPE_BOOL; return true;
+    case at::kByte: *dt = DDS_DTYPE_UINT8; return true;
+    case at::kInt: *dt = DDS_DTYPE_INT32; return true;
+    case at::kLong: *dt = DDS_DTYPE_INT64; return true;
+    case at::kFloat: *dt = DDS_DTYPE_FLOAT32; return true;
+    case at::kDouble: *dt = DDS_DTYPE_FLOAT64; return true;
+    default: return false;
+    }
+}
+
+std::string shape_str(const at::Tensor &t)
+{
+    std::string s = "(";
+    for (int64_t d = 0; d < t.dim(); d++)
+        s += (d ? ", " : "") + std::to_string(t.size(d));
+    return s + (t.dim() == 1 ? ",)" : ")");
+}
+
+}  // namespace
+
+dds_buf_t describe(const Target &t, const std::string &name,
+                   const at::Tensor &out, int64_t nrows, uintptr_t stream)
+{
+    dds_var_info_t info;
+    check(g_api->var_info(t.store, name.c_str(), &info));
+
+    const std::string what = "variable '" + name + "': destination tensor";
+    if (out.layout() != at::kStrided)
+        throw_py(PyExc_TypeError, what + " must be a strided (dense) tensor");
+    dds_buf_t buf{};
+    if (out.device().is_cpu()) {
+        buf.mem.kind = DDS_MEM_HOST;
+    } else if (out.device().is_cuda()) {
+        buf.mem.kind = static_cast<dds_mem_kind_t>(g_gpu_kind);
+        buf.mem.device = out.device().index();
+        buf.mem.stream = reinterpret_cast<void *>(stream);
+    } else {
+        throw_py(PyExc_TypeError, what + " is on " + out.device().str() +
+                                      "; expected a CPU or CUDA/ROCm tensor");
+    }
+    if (!out.is_contiguous())
+        throw_py(PyExc_ValueError, what + " must be C-contiguous (got strides of a "
+                                          "non-contiguous view; call .contiguous())");
+    if (out.dim() < 1)
+        throw_py(PyExc_ValueError, what + " must have at least one dimension "
+                                          "(rows first); got a 0-d tensor");
+    if (out.size(0) != nrows)
+        throw_py(PyExc_ValueError, what + " has " + std::to_string(out.size(0)) +
+                                       " rows, expected " + std::to_string(nrows));
+
+    dds_dtype_t dt;
+    if (!to_dds_dtype(out.scalar_type(), &dt))
+        throw_py(PyExc_TypeError,
+                 what + " has dtype " + std::string(c10::toString(out.scalar_type())) +
+                     "; supported: bool, uint8, int32, int64, float32, float64");
+    if (info.dtype != DDS_DTYPE_RAW && dt != info.dtype)
+        throw_py(PyExc_TypeError, what + " has dtype " + dtype_name(dt) +
+                                      ", the variable holds " + dtype_name(info.dtype));
+
+    int64_t row_elems = 1;
+    for (int64_t d = 1; d < out.dim(); d++)
+        row_elems *= out.size(d);
+    const size_t row_bytes = static_cast<size_t>(row_elems) * out.element_size();
+    if (row_bytes != info.row_bytes)
+        throw_py(PyExc_ValueError,
+                 what + " of shape " + shape_str(out) + " and dtype " + dtype_name(dt) +
+                     " has rows of " + std::to_string(row_bytes) +
+                     " bytes; the variable's rows are " + std::to_string(info.row_bytes) +
+                     " bytes (" + std::to_string(info.disp) + " x " +
+                     std::to_string(info.itemsize) + ")");
+
+    buf.ptr = out.data_ptr();
+    buf.nrows = nrows;
+    buf.row_bytes = row_bytes;
+    if (info.dtype == DDS_DTYPE_RAW) {
+        buf.dtype = DDS_DTYPE_RAW;
+        buf.itemsize = info.itemsize;
+    } else {
+        buf.dtype = dt;
+        buf.itemsize = out.element_size();
+    }
+    return buf;
+}
+
+at::Tensor as_indices(py::handle obj)
+{
+    if (THPVariable_Check(obj.ptr())) {
+        at::Tensor t = THPVariable_Unpack(obj.ptr());
+        if (t.scalar_type() != at::kLong && t.scalar_type() != at::kInt)
+            throw_py(PyExc_TypeError, "indices must be an int64 or int32 tensor, got " +
+                                          std::string(c10::toString(t.scalar_type())));
+        if (t.dim() != 1)
+            throw_py(PyExc_ValueError, "indices must be 1-D, got " +
+                                           std::to_string(t.dim()) + " dimensions");
+        return t.to(at::kCPU, at::kLong).contiguous();
+    }
+    // int64 buffers (numpy arrays, array.array): one memcpy
+    if (PyObject_CheckBuffer(obj.ptr())) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
+            const std::string fmt = view.format ? view.format : "B";
+            const bool i64 = view.itemsize == 8 && view.ndim == 1 &&
+                             (fmt == "q" || fmt == "l" || fmt == "<q" || fmt == "<l" ||
+                              fmt == "=q" || fmt == "=l");
+            if (i64) {
+                at::Tensor idx = at::empty({static_cast<int64_t>(view.shape[0])}, at::kLong);
+                std::memcpy(idx.data_ptr<int64_t>(), view.buf, view.len);
+                PyBuffer_Release(&view);
+                return idx;
+            }
+            PyBuffer_Release(&view);
+        } else {
+            PyErr_Clear();
+        }
+    }
+    if (!PySequence_Check(obj.ptr()))
+        throw_py(PyExc_TypeError, "indices must be a 1-D integer tensor, array or sequence");
+    const Py_ssize_t n = PySequence_Size(obj.ptr());
+    if (n < 0)
+        throw py::error_already_set();
+    at::Tensor idx = at::empty({static_cast<int64_t>(n)}, at::kLong);
+    int64_t *p = idx.data_ptr<int64_t>();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        py::object item = py::reinterpret_steal<py::object>(PySequence_GetItem(obj.ptr(), i));
+        if (!item)
+            throw py::error_already_set();
+        // operator.index(): ints and numpy integers, not floats
+        py::object ix = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
+        if (!ix)
+            throw py::error_already_set();
+        long long v = PyLong_AsLongLong(ix.ptr());
+        if (v == -1 && PyErr_Occurred())
+            throw py::error_already_set();
+        p[i] = v;
+    }
+    return idx;
+}
+
+uint64_t now_ns()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+void note_read(uint64_t t0, uint64_t t1)
+{
+    t_read_begin = t0;
+    t_read_end = t1;
+}
+
+std::pair<uint64_t, uint64_t> last_read_window() { return {t_read_begin, t_read_end}; }
+
+}  // namespace ddstore_torch
