@@ -154,10 +154,13 @@ typedef struct ddmpi_comm {
     int serial;         /* MPI below THREAD_MULTIPLE: take the serial lock */
 } ddmpi_comm_t;
 
+/* After MPI_Finalize the communicator is gone with MPI: -DDS_EFREED, so that
+ * a caller cleaning up (the store's free() after MPI_Finalize) can tell "no
+ * more communication possible" from a failed exchange. */
 static int ddmpi_comm_check_live(const char *what)
 {
     if (ddmpi_finalized())
-        return dds_error(-DDS_EIO, "%s: MPI is already finalized", what);
+        return dds_error(-DDS_EFREED, "%s: MPI is already finalized", what);
     return 0;
 }
 

@@ -36,15 +36,31 @@ inline void check(int rc)
 // A Python exception of `type` (PyExc_ValueError, ...) with `msg`.
 [[noreturn]] void throw_py(PyObject *type, const std::string &msg);
 
-// A store (or reader) object from pyddstore._core, unwrapped.
-struct Target {
+// A store (or reader) object from pyddstore._core, unwrapped and pinned
+// against destruction (api->acquire, when _core has it) until the Target
+// goes out of scope, so a read with the GIL released never races with the
+// store being freed at exit or deallocated.
+class Target {
+public:
+    explicit Target(py::handle obj);
+    ~Target();
+    Target(const Target &) = delete;
+    Target &operator=(const Target &) = delete;
     dds_store_t *store = nullptr;
     dds_reader_t *reader = nullptr;
+
+private:
+    PyObject *obj_ = nullptr;
+    bool pinned_ = false;
 };
-Target unwrap(py::handle obj);
+
+// A capsule for a Python communicator object (comm.cpp): the value of its
+// `_dds_comm` attribute, which PyDDStore(comm) accepts.
+py::object comm_capsule(py::object obj);
 
 // Where GPU tensors live, set from Python (torch.version.hip) at import.
 void set_gpu_kind(int kind);
+int gpu_kind();
 
 // A destination tensor checked against a variable and described for core.
 // Checks (before any read): dtype (equal to the variable's, any dtype for a
@@ -72,6 +88,12 @@ void get_batch(py::handle obj, const std::string &name, at::Tensor out,
 void read_fields(py::handle obj, const std::vector<std::string> &names,
                  std::vector<at::Tensor> outs, py::handle indices,
                  uintptr_t stream);
+
+void register_recv(py::handle obj, at::Tensor buf, uintptr_t stream);
+void unregister_recv(py::handle obj, at::Tensor buf);
+
+// shard.cpp
+void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t stream);
 
 // collate.cpp
 std::vector<at::Tensor> collate(py::handle obj, py::list specs,

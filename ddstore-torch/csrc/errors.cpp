@@ -49,12 +49,29 @@ void throw_py(PyObject *type, const std::string &msg)
     throw py::error_already_set();
 }
 
-Target unwrap(py::handle obj)
+namespace {
+bool have_acquire()
 {
-    Target t;
-    if (g_api->unwrap(obj.ptr(), &t.store, &t.reader) < 0)
+    return g_api->size >= offsetof(pyddstore_api_t, release) + sizeof(g_api->release) &&
+           g_api->acquire != nullptr && g_api->release != nullptr;
+}
+}  // namespace
+
+Target::Target(py::handle obj) : obj_(obj.ptr())
+{
+    if (have_acquire()) {
+        if (g_api->acquire(obj_, &store, &reader) < 0)
+            throw py::error_already_set();
+        pinned_ = true;  // acquire holds a reference until release
+    } else if (g_api->unwrap(obj_, &store, &reader) < 0) {
         throw py::error_already_set();
-    return t;
+    }
+}
+
+Target::~Target()
+{
+    if (pinned_)
+        g_api->release(obj_);
 }
 
 void set_gpu_kind(int kind)
@@ -63,6 +80,8 @@ void set_gpu_kind(int kind)
         throw_py(PyExc_ValueError, "gpu kind must be 1 (CUDA) or 2 (ROCm)");
     g_gpu_kind = kind;
 }
+
+int gpu_kind() { return g_gpu_kind; }
 
 namespace {
 

@@ -78,7 +78,8 @@ int ddmpi_finalized(void);
  * (ddmpi_init).  Returns 0, -DDS_EINVAL (NULL argument, MPI_COMM_NULL, MPI
  * not initialised or finalized), -DDS_ENOMEM, or a translated MPI error.
  * The ops follow comm.h: one thread per rank at a time, every rank in the
- * same order; after MPI_Finalize they return -DDS_EIO. */
+ * same order; after MPI_Finalize they return -DDS_EFREED ("MPI is already
+ * finalized") without calling MPI. */
 int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
 
 /* The MPI RMA transport (ops->name "mpi") over MPI_Comm_dup(comm).
@@ -105,8 +106,9 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
  *                   then MPI_Win_flush_local once per run of ops with the
  *                   same owner.  Host destinations only (-DDS_ENOSYS for
  *                   GPU memory); dst_handle / staging_handle are ignored
- *                   (MPI needs no registration).  Adds DDS_PROF_READS,
- *                   DDS_PROF_NS_POST and DDS_PROF_NS_COMPLETE to `prof`.
+ *                   (MPI needs no registration).  Adds DDS_PROF_NS_POST
+ *                   (posting the gets) and DDS_PROF_NS_COMPLETE (the
+ *                   flushes) to `prof` (the store counts DDS_PROF_READS).
  *                   After MPI_Finalize: -DDS_EIO.
  *   epoch_begin/end cheap no-ops returning 0: the passive-target epoch is
  *                   opened once per window (lock_all at creation) and each

@@ -53,7 +53,52 @@ typedef struct pyddstore_api {
     const char *(*strerror)(int);
     void (*log_write)(dds_log_level_t, dds_log_subsys_t, const char *, ...);
     int (*log_enabled)(dds_log_level_t, dds_log_subsys_t);
+
+    /* ---- Added after version 1: check `size` before use, e.g.
+     *   if (api->size >= offsetof(pyddstore_api_t, release) +
+     *                    sizeof(api->release)) ...                       */
+
+    /* Local: overwrite rows [offset, offset+src->nrows) of this rank's
+     * shard (store.h dds_store_var_update). */
+    int (*var_update)(dds_store_t *, const char *, const dds_buf_t *, int64_t);
+
+    /* Like unwrap, and pins the store against destruction (a PyDDStore is
+     * destroyed at interpreter exit, or when it is deallocated) until
+     * release(obj).  Call with the GIL held (acquire drops it while it
+     * waits); then release the GIL for the read; call release(obj) after
+     * the read (with or without the GIL).  -1 + exception as unwrap. */
+    int (*acquire)(PyObject *obj, dds_store_t **store_p,
+                   dds_reader_t **reader_p);
+    void (*release)(PyObject *obj);
+
+    /* Keep `ref` alive until the store releases variable `name` (free(),
+     * destroy): for shards registered in place (DDS_ADD_IN_PLACE).  `obj`
+     * is a PyDDStore or reader.  GIL held.  0, or -1 + exception. */
+    int (*keep_alive)(PyObject *obj, const char *name, PyObject *ref);
 } pyddstore_api_t;
+
+/* Communicators implemented outside _core (pyddstore.FileComm, a
+ * torch.distributed group adapter) are passed to PyDDStore(comm) as any
+ * object with an attribute `_dds_comm`: a capsule named
+ * PYDDSTORE_COMM_CAPSULE whose pointer is a pyddstore_comm_provider_t that
+ * stays valid while the capsule lives.  _core calls create() once per store,
+ * with the GIL held; the communicator it fills belongs to the store from
+ * then on (dds_comm_destroy when the store is destroyed, possibly without
+ * the GIL: use PyGILState_Ensure in ops that touch Python objects).
+ * needs_gil != 0: the ops call back into Python, so _core keeps the GIL
+ * held around every call that may reach them (collectives, destroy)
+ * instead of releasing it. */
+#define PYDDSTORE_COMM_CAPSULE "pyddstore._dds_comm"
+
+typedef struct pyddstore_comm_provider {
+    size_t size;            /* sizeof(pyddstore_comm_provider_t)           */
+    const char *name;       /* "file", "torch", ...                        */
+    int needs_gil;
+    /* Collective over the communicator's ranks: fill *comm_p (rank, size,
+     * ops, ctx).  0, or a negative DDS_E* code with dds_error() detail. */
+    int (*create)(void *arg, dds_comm_t *comm_p);
+    void *arg;
+} pyddstore_comm_provider_t;
 
 static inline const pyddstore_api_t *pyddstore_api_import(void)
 {

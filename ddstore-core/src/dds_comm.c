@@ -1,0 +1,128 @@
+/* ddstore-core: the one-rank communicator and collective error agreement. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
+#endif
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ddstore/comm.h"
+#include "ddstore/errors.h"
+
+/* ---- self ------------------------------------------------------------- */
+
+static int self_allgather(void *ctx, const void *send, size_t bytes,
+                          void *recv)
+{
+    (void)ctx;
+    if (bytes > 0 && send != recv)
+        memmove(recv, send, bytes);
+    return 0;
+}
+
+static int self_allreduce_i64(void *ctx, int64_t *inout, size_t n,
+                              dds_reduce_op_t op)
+{
+    (void)ctx;
+    (void)inout;
+    (void)n;
+    (void)op;
+    return 0;
+}
+
+static int self_barrier(void *ctx)
+{
+    (void)ctx;
+    return 0;
+}
+
+static const dds_comm_ops_t self_ops = {
+    sizeof(dds_comm_ops_t), "self", self_allgather, self_allreduce_i64,
+    self_barrier, NULL};
+
+int dds_comm_self(dds_comm_t *comm_p)
+{
+    if (comm_p == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_self: NULL output");
+    comm_p->ops = &self_ops;
+    comm_p->ctx = NULL;
+    comm_p->rank = 0;
+    comm_p->size = 1;
+    return 0;
+}
+
+void dds_comm_destroy(dds_comm_t *comm)
+{
+    if (comm == NULL)
+        return;
+    if (comm->ops != NULL && comm->ops->destroy != NULL)
+        comm->ops->destroy(comm->ctx);
+    comm->ops = NULL;
+    comm->ctx = NULL;
+}
+
+/* ---- agreement -------------------------------------------------------- */
+
+#define AGREE_WORDS 64 /* detail carried: 64 x 8 bytes, NUL included */
+
+/* Success path: one allreduce(MIN) of one int64 encoding (rank, code) of
+ * every failing rank (INT64_MAX for success), so the lowest failing rank
+ * wins.  Failure path only: a second allreduce(MIN) of 64 int64 words where
+ * the winning rank contributes its detail text and every other rank
+ * INT64_MAX, which carries the text to every rank without any memory that
+ * grows with the number of ranks. */
+int dds_comm_agree(const dds_comm_t *comm, int rc)
+{
+    int64_t key, words[AGREE_WORDS];
+    int xrc, frank, fcode;
+
+    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if (rc > 0)
+        rc = -rc;
+    if (comm->size <= 1)
+        return rc;
+
+    key = rc == 0 ? INT64_MAX
+                  : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
+    xrc = comm->ops->allreduce_i64(comm->ctx, &key, 1, DDS_REDUCE_MIN);
+    if (xrc != 0)
+        goto exchange_failed;
+    if (key == INT64_MAX)
+        return 0;
+    frank = (int)(key >> 32);
+    fcode = -(int)(uint32_t)(key & 0xffffffffu);
+
+    if (comm->rank == frank) {
+        char text[AGREE_WORDS * 8];
+        memset(text, 0, sizeof(text));
+        snprintf(text, sizeof(text), "%s", dds_last_error());
+        memcpy(words, text, sizeof(words));
+    } else {
+        for (int i = 0; i < AGREE_WORDS; i++)
+            words[i] = INT64_MAX;
+    }
+    xrc = comm->ops->allreduce_i64(comm->ctx, words, AGREE_WORDS,
+                                   DDS_REDUCE_MIN);
+    if (comm->rank != frank) {
+        char text[AGREE_WORDS * 8];
+        if (xrc == 0) {
+            memcpy(text, words, sizeof(text));
+            text[sizeof(text) - 1] = '\0';
+        } else {
+            text[0] = '\0';
+        }
+        dds_error(fcode, "rank %d: %s", frank,
+                  text[0] != '\0' ? text : dds_strerror(fcode));
+    }
+    return fcode;
+
+exchange_failed:
+    if (xrc > 0)
+        xrc = -xrc;
+    dds_error(xrc, "error agreement: the exchange failed: %s",
+              dds_last_error()[0] != '\0' ? dds_last_error()
+                                          : dds_strerror(xrc));
+    return xrc;
+}

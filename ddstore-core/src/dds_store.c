@@ -1,0 +1,1604 @@
+/* ddstore-core: the store.
+ *
+ * Locks:
+ *   coll_mutex   serialises collective calls (create/init/add/free/...).
+ *   table_lock   rwlock over the variable table and the released-name
+ *                list; collective calls take it for writing only to insert
+ *                or detach variables, reads and local calls take it for
+ *                reading for their whole duration (so a variable cannot be
+ *                released under a read).  Writer-preferring on glibc, so a
+ *                collective call is not starved by busy reader threads.
+ *   reg_lock     rwlock over the registry of receive buffers.
+ *   tmutex       serialises transport calls when the transport is not
+ *                DDS_TRANSPORT_CAP_THREAD_SAFE.
+ *   readers_mutex  the list of open readers.
+ *
+ * Per-thread state (process-wide, not per store): a cached plan, a staging
+ * buffer and a scratch op array, reused by every read of that thread and
+ * freed at thread exit.  No allocation on the read path after warm-up.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dds_internal.h"
+#include "ddstore/config.h"
+#include "ddstore/errors.h"
+#include "ddstore/log.h"
+#include "ddstore/plan.h"
+#include "ddstore/store.h"
+
+/* ---- objects ---------------------------------------------------------- */
+
+typedef struct dds_var {
+    char name[DDS_NAME_MAX + 1];
+    uint64_t hash;
+    dds_dtype_t dtype;
+    size_t itemsize, disp, row_bytes;
+    int nranks;
+    int64_t *offsets;       /* nranks + 1 */
+    int64_t local_rows, local_first;
+    void *shard;
+    size_t shard_bytes;
+    int shard_owned;
+    dds_mem_t mem;
+    void *region;
+    dds_prof_t prof;
+} dds_var_t;
+
+enum { RELEASED_BY_FREE = 0, RELEASED_BY_VAR_FREE = 1 };
+
+typedef struct released {
+    char *name;
+    int how;
+} released_t;
+
+typedef struct reg_entry {
+    uintptr_t lo;
+    size_t bytes;
+    dds_mem_t mem;
+    void *handle;
+} reg_entry_t;
+
+struct dds_reader {
+    dds_store_t *store;
+    void *treader;        /* transport reader; NULL = the default one */
+    int flags;
+    struct dds_reader *prev, *next;
+};
+
+struct dds_store {
+    dds_comm_t comm;
+    dds_transport_t tr;
+    int serialize; /* transport calls need tmutex */
+    pthread_mutex_t tmutex;
+    pthread_mutex_t coll_mutex;
+    pthread_rwlock_t table_lock;
+    dds_var_t **vars;
+    size_t nvars, cap_vars;
+    released_t *released;
+    size_t nreleased, cap_released;
+    int freed;
+    size_t max_read_bytes;  /* effective: min of env and transport, 0 none */
+    size_t merge_row_bytes; /* 0 = planner default */
+    pthread_rwlock_t reg_lock;
+    reg_entry_t *regs;
+    size_t nregs, cap_regs, reg_max_bytes;
+    _Atomic size_t reg_count;
+    pthread_mutex_t readers_mutex;
+    dds_reader_t *readers;
+};
+
+/* ---- small helpers ---------------------------------------------------- */
+
+static uint64_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s != '\0'; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int grow_array(void **p, size_t *cap, size_t need, size_t elem)
+{
+    size_t c;
+    void *q;
+    if (need <= *cap)
+        return 0;
+    c = *cap > 0 ? 2 * *cap : 8;
+    while (c < need)
+        c *= 2;
+    q = realloc(*p, c * elem);
+    if (q == NULL)
+        return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static uint64_t lock_read_timed(pthread_rwlock_t *l)
+{
+    uint64_t t0, t1;
+    if (pthread_rwlock_tryrdlock(l) == 0)
+        return 0;
+    t0 = dds_prof_now();
+    pthread_rwlock_rdlock(l);
+    t1 = dds_prof_now();
+    return t1 - t0;
+}
+
+static uint64_t lock_mutex_timed(pthread_mutex_t *m)
+{
+    uint64_t t0, t1;
+    if (pthread_mutex_trylock(m) == 0)
+        return 0;
+    t0 = dds_prof_now();
+    pthread_mutex_lock(m);
+    t1 = dds_prof_now();
+    return t1 - t0;
+}
+
+static void init_rwlock(pthread_rwlock_t *l)
+{
+    pthread_rwlockattr_t a;
+    pthread_rwlockattr_init(&a);
+#if defined(__GLIBC__)
+    pthread_rwlockattr_setkind_np(&a,
+                                  PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+#endif
+    pthread_rwlock_init(l, &a);
+    pthread_rwlockattr_destroy(&a);
+}
+
+static int check_name(const char *name)
+{
+    size_t len;
+    if (name == NULL)
+        return dds_error(-DDS_EINVAL, "variable name is NULL");
+    len = strnlen(name, DDS_NAME_MAX + 1);
+    if (len == 0)
+        return dds_error(-DDS_EINVAL, "variable name is empty");
+    if (len > DDS_NAME_MAX)
+        return dds_error(-DDS_EINVAL,
+                         "variable name '%.40s...' is longer than %d bytes",
+                         name, DDS_NAME_MAX);
+    return 0;
+}
+
+/* Caller holds table_lock (read or write). */
+static dds_var_t *find_var(const dds_store_t *s, const char *name,
+                           size_t *index_p)
+{
+    uint64_t h = name_hash(name);
+    for (size_t i = 0; i < s->nvars; i++) {
+        dds_var_t *v = s->vars[i];
+        if (v->hash == h && strcmp(v->name, name) == 0) {
+            if (index_p != NULL)
+                *index_p = i;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+/* Caller holds table_lock. */
+static released_t *find_released(const dds_store_t *s, const char *name)
+{
+    for (size_t i = 0; i < s->nreleased; i++)
+        if (strcmp(s->released[i].name, name) == 0)
+            return &s->released[i];
+    return NULL;
+}
+
+/* Caller holds table_lock for writing. */
+static void note_released(dds_store_t *s, const char *name, int how)
+{
+    released_t *r = find_released(s, name);
+    char *copy;
+    if (r != NULL) {
+        r->how = how;
+        return;
+    }
+    if (grow_array((void **)&s->released, &s->cap_released, s->nreleased + 1,
+                   sizeof(released_t)) != 0)
+        return; /* only costs the nicer message */
+    copy = strdup(name);
+    if (copy == NULL)
+        return;
+    s->released[s->nreleased].name = copy;
+    s->released[s->nreleased].how = how;
+    s->nreleased++;
+}
+
+/* Caller holds table_lock for writing. */
+static void forget_released(dds_store_t *s, const char *name)
+{
+    for (size_t i = 0; i < s->nreleased; i++) {
+        if (strcmp(s->released[i].name, name) == 0) {
+            free(s->released[i].name);
+            s->released[i] = s->released[--s->nreleased];
+            return;
+        }
+    }
+}
+
+/* Caller holds table_lock.  The error for a name that is not live. */
+static int not_live(const dds_store_t *s, const char *name)
+{
+    const released_t *r = find_released(s, name);
+    if (r != NULL)
+        return dds_error(-DDS_EFREED,
+                         "variable '%s' was released by %s; add it again",
+                         name, r->how == RELEASED_BY_FREE ? "free()"
+                                                          : "var_free()");
+    if (s->freed)
+        return dds_error(-DDS_EFREED,
+                         "variable '%s' is not live: the store was released "
+                         "by free()",
+                         name);
+    return dds_error(-DDS_ENOENT, "no variable named '%s'", name);
+}
+
+static void var_release(dds_var_t *v)
+{
+    if (v == NULL)
+        return;
+    if (v->shard_owned)
+        free(v->shard);
+    free(v->offsets);
+    free(v);
+}
+
+static const char *mem_name(dds_mem_kind_t k)
+{
+    switch (k) {
+    case DDS_MEM_HOST: return "host";
+    case DDS_MEM_CUDA: return "CUDA";
+    case DDS_MEM_ROCM: return "ROCm";
+    default: return "unknown";
+    }
+}
+
+/* Can the transport read into / out of memory of kind `k`? */
+static int mem_supported(const dds_store_t *s, dds_mem_kind_t k)
+{
+    switch (k) {
+    case DDS_MEM_HOST: return 1;
+    case DDS_MEM_CUDA: return (s->tr.caps & DDS_TRANSPORT_CAP_HMEM_CUDA) != 0;
+    case DDS_MEM_ROCM: return (s->tr.caps & DDS_TRANSPORT_CAP_HMEM_ROCM) != 0;
+    default: return 0;
+    }
+}
+
+static int check_mem(const dds_store_t *s, const dds_mem_t *m,
+                     const char *what)
+{
+    if ((int)m->kind < DDS_MEM_HOST || (int)m->kind > DDS_MEM_ROCM)
+        return dds_error(-DDS_EINVAL, "%s: unknown memory kind %d", what,
+                         (int)m->kind);
+    if (!mem_supported(s, m->kind))
+        return dds_error(-DDS_ENOSYS,
+                         "%s: %s memory needs a transport that can read "
+                         "%s memory directly; transport '%s' cannot",
+                         what, mem_name(m->kind), mem_name(m->kind),
+                         s->tr.ops->name ? s->tr.ops->name : "?");
+    return 0;
+}
+
+/* dtype / itemsize of a caller's buffer against a variable. */
+static int check_dtype(const dds_var_t *v, const dds_buf_t *b)
+{
+    size_t bsize;
+    if ((int)b->dtype < 0 || (int)b->dtype >= DDS_DTYPE_COUNT)
+        return dds_error(-DDS_ETYPE, "variable '%s': buffer has unknown "
+                                     "dtype %d", v->name, (int)b->dtype);
+    bsize = b->itemsize != 0 ? b->itemsize : dds_dtype_size(b->dtype);
+    if (b->dtype != DDS_DTYPE_RAW && v->dtype != DDS_DTYPE_RAW) {
+        if (b->dtype != v->dtype || bsize != dds_dtype_size(b->dtype))
+            return dds_error(-DDS_ETYPE,
+                             "variable '%s' holds %s, the buffer is %s "
+                             "(itemsize %zu)",
+                             v->name, dds_dtype_name(v->dtype),
+                             dds_dtype_name(b->dtype), bsize);
+        return 0;
+    }
+    if (bsize != v->itemsize)
+        return dds_error(-DDS_ETYPE,
+                         "variable '%s' has itemsize %zu (%s), the buffer "
+                         "has itemsize %zu (%s)",
+                         v->name, v->itemsize, dds_dtype_name(v->dtype),
+                         bsize, dds_dtype_name(b->dtype));
+    return 0;
+}
+
+static int check_buf(const dds_var_t *v, const dds_buf_t *b)
+{
+    if (b->nrows < 0)
+        return dds_error(-DDS_EINVAL, "variable '%s': buffer has %lld rows",
+                         v->name, (long long)b->nrows);
+    if (b->nrows > 0 && b->ptr == NULL)
+        return dds_error(-DDS_EINVAL, "variable '%s': buffer pointer is NULL",
+                         v->name);
+    if (b->row_bytes != v->row_bytes)
+        return dds_error(-DDS_EINVAL,
+                         "variable '%s': expected %zu bytes per row (disp "
+                         "%zu x itemsize %zu), got %zu",
+                         v->name, v->row_bytes, v->disp, v->itemsize,
+                         b->row_bytes);
+    return check_dtype(v, b);
+}
+
+/* ---- per-thread read context ------------------------------------------ */
+
+typedef struct tctx {
+    dds_plan_t plan;
+    void *staging;
+    size_t staging_cap;
+    dds_read_op_t *xops;
+    size_t xops_cap;
+} tctx_t;
+
+static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
+static pthread_key_t g_tctx_key;
+static int g_tctx_key_ok;
+static _Thread_local tctx_t *t_ctx;
+
+static void tctx_free(void *p)
+{
+    tctx_t *c = p;
+    if (c == NULL)
+        return;
+    dds_plan_fini(&c->plan);
+    free(c->staging);
+    free(c->xops);
+    free(c);
+    t_ctx = NULL;
+}
+
+static void tctx_key_init(void)
+{
+    g_tctx_key_ok = pthread_key_create(&g_tctx_key, tctx_free) == 0;
+}
+
+static tctx_t *tctx_get(void)
+{
+    tctx_t *c = t_ctx;
+    if (DDS_LIKELY(c != NULL))
+        return c;
+    pthread_once(&g_tctx_once, tctx_key_init);
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return NULL;
+    dds_plan_init(&c->plan);
+    if (g_tctx_key_ok)
+        pthread_setspecific(g_tctx_key, c);
+    t_ctx = c;
+    return c;
+}
+
+static int tctx_staging(tctx_t *c, size_t bytes)
+{
+    size_t cap;
+    void *p;
+    if (bytes <= c->staging_cap)
+        return 0;
+    cap = 4096;
+    while (cap < bytes)
+        cap = cap > SIZE_MAX / 2 ? bytes : 2 * cap;
+    if (posix_memalign(&p, 64, cap) != 0)
+        return -1;
+    free(c->staging);
+    c->staging = p;
+    c->staging_cap = cap;
+    return 0;
+}
+
+/* ---- receive registry ------------------------------------------------- */
+
+/* Caller holds reg_lock.  Index of the first entry with lo > p. */
+static size_t reg_upper(const dds_store_t *s, uintptr_t p)
+{
+    size_t lo = 0, hi = s->nregs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->regs[mid].lo <= p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Caller holds reg_lock.  Exact (ptr, bytes) entry or -1. */
+static long reg_exact(const dds_store_t *s, uintptr_t p, size_t bytes)
+{
+    size_t i = reg_upper(s, p);
+    while (i > 0 && s->regs[i - 1].lo == p) {
+        if (s->regs[i - 1].bytes == bytes)
+            return (long)(i - 1);
+        i--;
+    }
+    return -1;
+}
+
+/* Handle of a registration containing [p, p+bytes), or NULL. */
+static void *reg_lookup(dds_store_t *s, const void *ptr, size_t bytes)
+{
+    uintptr_t p = (uintptr_t)ptr;
+    void *h = NULL;
+    size_t i;
+
+    if (atomic_load_explicit(&s->reg_count, memory_order_relaxed) == 0 ||
+        ptr == NULL)
+        return NULL;
+    pthread_rwlock_rdlock(&s->reg_lock);
+    i = reg_upper(s, p);
+    while (i > 0) {
+        const reg_entry_t *e = &s->regs[--i];
+        if (e->lo + s->reg_max_bytes < p + bytes)
+            break; /* no earlier entry can reach that far */
+        if (e->lo + e->bytes >= p + bytes) {
+            h = e->handle;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    return h;
+}
+
+/* ---- create / destroy ------------------------------------------------- */
+
+static void destroy_transport(dds_transport_t *t)
+{
+    if (t->ops != NULL && t->ops->destroy != NULL)
+        t->ops->destroy(t->ctx);
+    t->ops = NULL;
+    t->ctx = NULL;
+}
+
+static int read_store_config(size_t *max_read_p, size_t *merge_p)
+{
+    int64_t maxr = 0, merge = 0;
+    unsigned mask;
+    const char *subsys = NULL;
+    int rc;
+
+    dds_config_register_core();
+    rc = dds_config_validate_all();
+    if (rc != 0)
+        return rc;
+    if ((rc = dds_config_get_int("DDSTORE_MAX_READ_BYTES", &maxr)) != 0 ||
+        (rc = dds_config_get_int("DDSTORE_MERGE_ROW_BYTES", &merge)) != 0 ||
+        (rc = dds_config_get_string("DDSTORE_LOG_SUBSYS", &subsys)) != 0)
+        return rc;
+    if (maxr < 0)
+        return dds_error(-DDS_ECONFIG,
+                         "DDSTORE_MAX_READ_BYTES='%lld': expected a byte "
+                         "count >= 0 (0 = the transport's limit)",
+                         (long long)maxr);
+    if (merge < 0)
+        return dds_error(-DDS_ECONFIG,
+                         "DDSTORE_MERGE_ROW_BYTES='%lld': expected a byte "
+                         "count >= 0",
+                         (long long)merge);
+    rc = dds_log_parse_subsys(subsys, &mask);
+    if (rc != 0)
+        return rc;
+    *max_read_p = (size_t)maxr;
+    *merge_p = (size_t)merge;
+    return 0;
+}
+
+int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
+{
+    dds_comm_t comm = {0};
+    dds_transport_t tr = {0};
+    dds_store_t *s = NULL;
+    size_t maxr = 0, merge = 0;
+    int rc = 0;
+
+    if (store_p == NULL || params == NULL) {
+        if (params != NULL) {
+            /* ownership moved to us: release what we were given */
+            if (params->field_mask & DDS_STORE_PARAM_TRANSPORT) {
+                tr = params->transport;
+                destroy_transport(&tr);
+            }
+            if (params->field_mask & DDS_STORE_PARAM_COMM) {
+                comm = params->comm;
+                dds_comm_destroy(&comm);
+            }
+        }
+        return dds_error(-DDS_EINVAL, "dds_store_create: NULL %s",
+                         store_p == NULL ? "store_p" : "params");
+    }
+    *store_p = NULL;
+    if (params->field_mask & DDS_STORE_PARAM_COMM)
+        comm = params->comm;
+    if (params->field_mask & DDS_STORE_PARAM_TRANSPORT)
+        tr = params->transport;
+
+    /* Without a usable communicator nothing can be agreed: fail locally. */
+    if (!(params->field_mask & DDS_STORE_PARAM_COMM) || comm.ops == NULL ||
+        comm.ops->allgather == NULL || comm.ops->allreduce_i64 == NULL ||
+        comm.size < 1 || comm.rank < 0 || comm.rank >= comm.size) {
+        rc = dds_error(-DDS_EINVAL,
+                       "dds_store_create: a communicator with allgather and "
+                       "allreduce_i64 and 0 <= rank < size is required");
+        goto fail_local;
+    }
+
+    if (!(params->field_mask & DDS_STORE_PARAM_TRANSPORT) || tr.ops == NULL ||
+        tr.ops->read == NULL || tr.ops->region_create == NULL ||
+        tr.ops->region_destroy == NULL)
+        rc = dds_error(-DDS_EINVAL,
+                       "dds_store_create: a transport with region_create, "
+                       "region_destroy and read is required");
+    if (rc == 0)
+        rc = read_store_config(&maxr, &merge);
+    if (rc == 0) {
+        s = calloc(1, sizeof(*s));
+        if (s == NULL)
+            rc = dds_error(-DDS_ENOMEM, "dds_store_create: out of memory");
+    }
+    rc = dds_comm_agree(&comm, rc);
+    if (rc != 0)
+        goto fail_local;
+
+    s->comm = comm;
+    s->tr = tr;
+    s->serialize = (tr.caps & DDS_TRANSPORT_CAP_THREAD_SAFE) == 0;
+    if (tr.max_read_bytes != 0 && (maxr == 0 || tr.max_read_bytes < maxr))
+        maxr = tr.max_read_bytes;
+    s->max_read_bytes = maxr;
+    s->merge_row_bytes = merge;
+    pthread_mutex_init(&s->tmutex, NULL);
+    pthread_mutex_init(&s->coll_mutex, NULL);
+    pthread_mutex_init(&s->readers_mutex, NULL);
+    init_rwlock(&s->table_lock);
+    init_rwlock(&s->reg_lock);
+    atomic_init(&s->reg_count, 0);
+    if (!dds_log_rank_is_set())
+        dds_log_set_rank(comm.rank);
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+            "store created: %d ranks, comm '%s', transport '%s', caps 0x%llx, "
+            "max read %zu B, merge rows <= %zu B",
+            comm.size, comm.ops->name ? comm.ops->name : "?",
+            tr.ops->name ? tr.ops->name : "?", (unsigned long long)tr.caps,
+            maxr, merge ? merge : (size_t)DDS_PLAN_MERGE_ROW_BYTES_DEFAULT);
+    *store_p = s;
+    return 0;
+
+fail_local:
+    free(s);
+    destroy_transport(&tr);
+    dds_comm_destroy(&comm);
+    return rc;
+}
+
+void dds_store_destroy(dds_store_t *s)
+{
+    dds_reader_t *r;
+
+    if (s == NULL)
+        return;
+    if (s->nvars > 0)
+        (void)dds_store_free(s);
+    /* registrations left behind */
+    for (size_t i = 0; i < s->nregs; i++)
+        if (s->tr.ops->recv_unregister != NULL && s->regs[i].handle != NULL)
+            (void)s->tr.ops->recv_unregister(s->tr.ctx, s->regs[i].handle);
+    free(s->regs);
+    /* readers left open */
+    r = s->readers;
+    if (r != NULL)
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+                "store destroyed with readers still open; closing them");
+    while (r != NULL) {
+        dds_reader_t *next = r->next;
+        if (r->treader != NULL && s->tr.ops->reader_close != NULL)
+            s->tr.ops->reader_close(s->tr.ctx, r->treader);
+        free(r);
+        r = next;
+    }
+    destroy_transport(&s->tr);
+    dds_comm_destroy(&s->comm);
+    for (size_t i = 0; i < s->nreleased; i++)
+        free(s->released[i].name);
+    free(s->released);
+    free(s->vars);
+    pthread_mutex_destroy(&s->tmutex);
+    pthread_mutex_destroy(&s->coll_mutex);
+    pthread_mutex_destroy(&s->readers_mutex);
+    pthread_rwlock_destroy(&s->table_lock);
+    pthread_rwlock_destroy(&s->reg_lock);
+    free(s);
+}
+
+int dds_store_rank(const dds_store_t *s)
+{
+    return s != NULL ? s->comm.rank : -1;
+}
+
+int dds_store_size(const dds_store_t *s)
+{
+    return s != NULL ? s->comm.size : 0;
+}
+
+const dds_comm_t *dds_store_comm(const dds_store_t *s)
+{
+    return s != NULL ? &s->comm : NULL;
+}
+
+const dds_transport_t *dds_store_transport(const dds_store_t *s)
+{
+    return s != NULL ? &s->tr : NULL;
+}
+
+/* ---- variables: collective -------------------------------------------- */
+
+enum { MODE_INIT = 0, MODE_COPY = 1, MODE_IN_PLACE = 2 };
+
+typedef struct var_desc {
+    int64_t nrows;
+    uint64_t disp;
+    uint64_t itemsize;
+    uint64_t name_hash;
+    int32_t dtype;
+    int32_t pad;
+} var_desc_t;
+
+/* Local checks of init/add arguments. */
+static int check_var_args(dds_store_t *s, const char *name, const void *data,
+                          int64_t nrows, size_t disp, size_t itemsize,
+                          dds_dtype_t dtype, const dds_mem_t *mem, int mode,
+                          size_t *bytes_p)
+{
+    size_t row_bytes;
+    int rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    if (nrows < 0)
+        return dds_error(-DDS_EINVAL, "variable '%s': nrows %lld < 0", name,
+                         (long long)nrows);
+    if (disp == 0)
+        return dds_error(-DDS_EINVAL, "variable '%s': disp must be > 0",
+                         name);
+    if (itemsize == 0)
+        return dds_error(-DDS_EINVAL, "variable '%s': itemsize must be > 0",
+                         name);
+    if ((int)dtype < 0 || (int)dtype >= DDS_DTYPE_COUNT)
+        return dds_error(-DDS_ETYPE, "variable '%s': unknown dtype %d", name,
+                         (int)dtype);
+    if (dtype != DDS_DTYPE_RAW && dds_dtype_size(dtype) != itemsize)
+        return dds_error(-DDS_ETYPE,
+                         "variable '%s': dtype %s has itemsize %zu, got "
+                         "itemsize %zu",
+                         name, dds_dtype_name(dtype), dds_dtype_size(dtype),
+                         itemsize);
+    if (disp > SIZE_MAX / itemsize || disp * itemsize > (size_t)INT64_MAX)
+        return dds_error(-DDS_EINVAL,
+                         "variable '%s': disp %zu x itemsize %zu overflows",
+                         name, disp, itemsize);
+    row_bytes = disp * itemsize;
+    if ((uint64_t)nrows > SIZE_MAX / row_bytes ||
+        (uint64_t)nrows * row_bytes > (uint64_t)INT64_MAX)
+        return dds_error(-DDS_EINVAL,
+                         "variable '%s': %lld rows of %zu bytes overflow",
+                         name, (long long)nrows, row_bytes);
+    if (mode != MODE_INIT) {
+        if (data == NULL && nrows > 0)
+            return dds_error(-DDS_EINVAL, "variable '%s': data is NULL",
+                             name);
+        if (mem != NULL) {
+            char what[DDS_NAME_MAX + 32];
+            snprintf(what, sizeof(what), "variable '%s'", name);
+            rc = check_mem(s, mem, what);
+            if (rc != 0)
+                return rc;
+            if (mode == MODE_COPY && mem->kind != DDS_MEM_HOST)
+                return dds_error(-DDS_ENOSYS,
+                                 "variable '%s': copying %s memory into a "
+                                 "host shard is done by the GPU layer; add "
+                                 "it with DDS_ADD_IN_PLACE or copy it to "
+                                 "host memory first",
+                                 name, mem_name(mem->kind));
+        }
+    }
+    *bytes_p = (size_t)nrows * row_bytes;
+    return 0;
+}
+
+static int check_layout(const char *name, const var_desc_t *all, int n,
+                        int64_t *offsets)
+{
+    const var_desc_t *d0 = &all[0];
+    offsets[0] = 0;
+    for (int r = 0; r < n; r++) {
+        const var_desc_t *d = &all[r];
+        if (d->name_hash != d0->name_hash)
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': rank %d passed a different "
+                             "variable name than rank 0 (collective calls "
+                             "must be made in the same order on every rank)",
+                             name, r);
+        if (d->disp != d0->disp || d->itemsize != d0->itemsize ||
+            d->dtype != d0->dtype)
+            return dds_error(
+                -DDS_EINVAL,
+                "variable '%s': disp, itemsize and dtype must be equal on "
+                "every rank: rank %d gave disp %llu x itemsize %llu (%s), "
+                "expected disp %llu x itemsize %llu (%s) as on rank 0",
+                name, r, (unsigned long long)d->disp,
+                (unsigned long long)d->itemsize,
+                dds_dtype_name((dds_dtype_t)d->dtype),
+                (unsigned long long)d0->disp,
+                (unsigned long long)d0->itemsize,
+                dds_dtype_name((dds_dtype_t)d0->dtype));
+        if (d->nrows > INT64_MAX - offsets[r])
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': the total number of rows "
+                             "overflows int64 at rank %d", name, r);
+        offsets[r + 1] = offsets[r] + d->nrows;
+    }
+    if (offsets[n] > INT64_MAX / (int64_t)(d0->disp * d0->itemsize))
+        return dds_error(-DDS_EINVAL,
+                         "variable '%s': %lld rows of %llu bytes overflow "
+                         "64-bit byte offsets",
+                         name, (long long)offsets[n],
+                         (unsigned long long)(d0->disp * d0->itemsize));
+    return 0;
+}
+
+static int var_create(dds_store_t *s, const char *name, const void *data,
+                      int64_t nrows, size_t disp, size_t itemsize,
+                      dds_dtype_t dtype, const dds_mem_t *mem, int mode)
+{
+    const dds_comm_t *c = &s->comm;
+    dds_var_t *v = NULL;
+    var_desc_t mine, *all = NULL;
+    dds_region_desc_t rd;
+    size_t bytes = 0;
+    int rc, created = 0;
+
+    pthread_mutex_lock(&s->coll_mutex);
+
+    /* 1. local checks and allocation */
+    rc = check_var_args(s, name, data, nrows, disp, itemsize, dtype, mem,
+                        mode, &bytes);
+    if (rc == 0) {
+        /* room in the table now, so that publishing cannot fail later */
+        pthread_rwlock_wrlock(&s->table_lock);
+        if (find_var(s, name, NULL) != NULL)
+            rc = dds_error(-DDS_EEXIST, "variable '%s' already exists", name);
+        else if (grow_array((void **)&s->vars, &s->cap_vars, s->nvars + 1,
+                            sizeof(dds_var_t *)) != 0)
+            rc = dds_error(-DDS_ENOMEM, "variable '%s': out of memory", name);
+        pthread_rwlock_unlock(&s->table_lock);
+    }
+    if (rc == 0) {
+        v = calloc(1, sizeof(*v));
+        all = calloc((size_t)c->size, sizeof(*all));
+        if (v != NULL)
+            v->offsets = calloc((size_t)c->size + 1, sizeof(int64_t));
+        if (v == NULL || all == NULL || v->offsets == NULL)
+            rc = dds_error(-DDS_ENOMEM, "variable '%s': out of memory", name);
+    }
+    if (rc == 0) {
+        strcpy(v->name, name);
+        v->hash = name_hash(name);
+        v->dtype = dtype;
+        v->itemsize = itemsize;
+        v->disp = disp;
+        v->row_bytes = disp * itemsize;
+        v->nranks = c->size;
+        v->local_rows = nrows;
+        v->shard_bytes = bytes;
+        v->mem.kind = DDS_MEM_HOST;
+        if (mode == MODE_IN_PLACE) {
+            v->shard = (void *)data;
+            if (mem != NULL)
+                v->mem = *mem;
+        } else if (bytes > 0) {
+            v->shard = mode == MODE_INIT ? calloc(1, bytes) : malloc(bytes);
+            v->shard_owned = 1;
+            if (v->shard == NULL)
+                rc = dds_error(-DDS_ENOMEM,
+                               "variable '%s': cannot allocate a shard of "
+                               "%zu bytes",
+                               name, bytes);
+            else if (mode == MODE_COPY)
+                memcpy(v->shard, data, bytes);
+        }
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc != 0)
+        goto fail;
+
+    /* 2. everyone's description -> offsets, consistency */
+    memset(&mine, 0, sizeof(mine));
+    mine.nrows = nrows;
+    mine.disp = disp;
+    mine.itemsize = itemsize;
+    mine.name_hash = v->hash;
+    mine.dtype = (int32_t)dtype;
+    rc = c->ops->allgather(c->ctx, &mine, sizeof(mine), all);
+    if (rc != 0)
+        rc = dds_error(rc < 0 ? rc : -rc,
+                       "variable '%s': exchanging descriptions failed: %s",
+                       name, dds_last_error());
+    else
+        rc = check_layout(name, all, c->size, v->offsets);
+    rc = dds_comm_agree(c, rc);
+    if (rc != 0)
+        goto fail;
+    v->local_first = v->offsets[c->rank];
+
+    /* 3. the transport */
+    memset(&rd, 0, sizeof(rd));
+    rd.name = v->name;
+    rd.base = v->shard;
+    rd.bytes = bytes;
+    rd.row_bytes = v->row_bytes;
+    rd.nrows = nrows;
+    rd.dtype = dtype;
+    rd.itemsize = itemsize;
+    rd.mem = v->mem;
+    rc = s->tr.ops->region_create(s->tr.ctx, &rd, &v->region);
+    if (rc != 0) {
+        if (rc > 0)
+            rc = -rc;
+        if (dds_last_error()[0] == '\0')
+            dds_error(rc, "variable '%s': transport '%s' could not register "
+                          "the shard", name, s->tr.ops->name);
+        v->region = NULL;
+    } else {
+        created = 1;
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc != 0)
+        goto fail;
+
+    /* 4. publish (room was made in step 1) */
+    pthread_rwlock_wrlock(&s->table_lock);
+    s->vars[s->nvars++] = v;
+    forget_released(s, name);
+    pthread_rwlock_unlock(&s->table_lock);
+    free(all);
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
+            "variable '%s': %lld rows here (first %lld), %lld in all, %zu B "
+            "per row, %s",
+            name, (long long)nrows, (long long)v->local_first,
+            (long long)v->offsets[c->size], v->row_bytes,
+            dds_dtype_name(dtype));
+    pthread_mutex_unlock(&s->coll_mutex);
+    return 0;
+
+fail:
+    if (created) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", dds_last_error());
+        (void)s->tr.ops->region_destroy(s->tr.ctx, v->region);
+        dds_error(rc, "%s", saved);
+    }
+    free(all);
+    var_release(v);
+    pthread_mutex_unlock(&s->coll_mutex);
+    return rc;
+}
+
+int dds_store_var_init(dds_store_t *s, const char *name, int64_t nrows,
+                       size_t disp, size_t itemsize, dds_dtype_t dtype)
+{
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_init: NULL store");
+    return var_create(s, name, NULL, nrows, disp, itemsize, dtype, NULL,
+                      MODE_INIT);
+}
+
+int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
+                      int64_t nrows, size_t disp, size_t itemsize,
+                      dds_dtype_t dtype, const dds_mem_t *mem, int flags)
+{
+    int mode;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_add: NULL store");
+    if (flags == DDS_ADD_COPY) {
+        mode = MODE_COPY;
+    } else if (flags == DDS_ADD_IN_PLACE) {
+        mode = MODE_IN_PLACE;
+    } else {
+        /* still collective: agree so that nobody waits for us */
+        int rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
+                           name ? name : "(null)", flags);
+        pthread_mutex_lock(&s->coll_mutex);
+        rc = dds_comm_agree(&s->comm, rc);
+        pthread_mutex_unlock(&s->coll_mutex);
+        return rc;
+    }
+    return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode);
+}
+
+/* Release a detached variable's transport region and memory; returns the
+ * region_destroy status. */
+static int var_destroy(dds_store_t *s, dds_var_t *v)
+{
+    int rc = 0;
+    if (v->region != NULL) {
+        rc = s->tr.ops->region_destroy(s->tr.ctx, v->region);
+        if (rc > 0)
+            rc = -rc;
+        if (rc != 0 && dds_last_error()[0] == '\0')
+            dds_error(rc, "variable '%s': transport '%s' failed to release "
+                          "the region", v->name, s->tr.ops->name);
+    }
+    var_release(v);
+    return rc;
+}
+
+int dds_store_var_free(dds_store_t *s, const char *name)
+{
+    dds_var_t *v = NULL;
+    size_t idx = 0;
+    int rc;
+
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_free: NULL store");
+    pthread_mutex_lock(&s->coll_mutex);
+    rc = check_name(name);
+    if (rc == 0) {
+        pthread_rwlock_rdlock(&s->table_lock);
+        if (find_var(s, name, NULL) == NULL)
+            rc = not_live(s, name);
+        pthread_rwlock_unlock(&s->table_lock);
+    }
+    rc = dds_comm_agree(&s->comm, rc);
+    if (rc != 0)
+        goto out;
+    pthread_rwlock_wrlock(&s->table_lock);
+    v = find_var(s, name, &idx);
+    if (v != NULL) {
+        memmove(&s->vars[idx], &s->vars[idx + 1],
+                (s->nvars - idx - 1) * sizeof(dds_var_t *));
+        s->nvars--;
+        note_released(s, name, RELEASED_BY_VAR_FREE);
+    }
+    pthread_rwlock_unlock(&s->table_lock);
+    rc = v != NULL ? var_destroy(s, v) : 0;
+    rc = dds_comm_agree(&s->comm, rc);
+out:
+    pthread_mutex_unlock(&s->coll_mutex);
+    return rc;
+}
+
+int dds_store_free(dds_store_t *s)
+{
+    dds_var_t **vars;
+    size_t n;
+    int rc = 0;
+
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_free: NULL store");
+    pthread_mutex_lock(&s->coll_mutex);
+    pthread_rwlock_wrlock(&s->table_lock);
+    vars = s->vars;
+    n = s->nvars;
+    s->vars = NULL;
+    s->nvars = 0;
+    s->cap_vars = 0;
+    s->freed = 1;
+    for (size_t i = 0; i < n; i++)
+        note_released(s, vars[i]->name, RELEASED_BY_FREE);
+    pthread_rwlock_unlock(&s->table_lock);
+    if (n == 0) { /* idempotent, and nothing collective to do */
+        free(vars);
+        pthread_mutex_unlock(&s->coll_mutex);
+        return 0;
+    }
+    /* No rank may release its shard while a peer can still read it: every
+     * rank stops reading before it enters free() (one thread makes the
+     * collective calls), so one agreement here is the fence.  Its failure
+     * (e.g. a communicator already finalized) does not stop the local
+     * cleanup. */
+    rc = dds_comm_agree(&s->comm, 0);
+    /* Same order on every rank: the table keeps insertion order. */
+    for (size_t i = 0; i < n; i++) {
+        int r = var_destroy(s, vars[i]);
+        if (r != 0 && rc == 0)
+            rc = r;
+    }
+    free(vars);
+    {
+        int arc = dds_comm_agree(&s->comm, rc);
+        if (rc == 0)
+            rc = arc;
+    }
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE, "free(): released %zu variables",
+            n);
+    pthread_mutex_unlock(&s->coll_mutex);
+    return rc;
+}
+
+/* ---- variables: local ------------------------------------------------- */
+
+int dds_store_var_update(dds_store_t *s, const char *name,
+                         const dds_buf_t *src, int64_t offset)
+{
+    dds_var_t *v;
+    int rc;
+
+    if (s == NULL || src == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_update: NULL %s",
+                         s == NULL ? "store" : "source buffer");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    v = find_var(s, name, NULL);
+    if (v == NULL) {
+        rc = not_live(s, name);
+        goto out;
+    }
+    rc = check_buf(v, src);
+    if (rc != 0)
+        goto out;
+    if (offset < 0 || offset > v->local_rows ||
+        src->nrows > v->local_rows - offset) {
+        rc = dds_error(-DDS_ERANGE,
+                       "variable '%s': rows [%lld, %lld) are outside this "
+                       "rank's shard of %lld rows",
+                       name, (long long)offset,
+                       (long long)offset + (long long)src->nrows,
+                       (long long)v->local_rows);
+        goto out;
+    }
+    if (src->mem.kind != DDS_MEM_HOST || v->mem.kind != DDS_MEM_HOST) {
+        rc = dds_error(-DDS_ENOSYS,
+                       "variable '%s': update from %s memory into a %s shard "
+                       "is done by the GPU layer",
+                       name, mem_name(src->mem.kind), mem_name(v->mem.kind));
+        goto out;
+    }
+    if (src->nrows > 0)
+        memmove((char *)v->shard + (size_t)offset * v->row_bytes, src->ptr,
+                (size_t)src->nrows * v->row_bytes);
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_var_info(dds_store_t *s, const char *name,
+                       dds_var_info_t *info_p)
+{
+    dds_var_t *v;
+    int rc;
+    if (s == NULL || info_p == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_info: NULL argument");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    v = find_var(s, name, NULL);
+    if (v == NULL) {
+        rc = not_live(s, name);
+    } else {
+        info_p->total_rows = v->offsets[v->nranks];
+        info_p->local_rows = v->local_rows;
+        info_p->local_first = v->local_first;
+        info_p->disp = v->disp;
+        info_p->itemsize = v->itemsize;
+        info_p->row_bytes = v->row_bytes;
+        info_p->dtype = v->dtype;
+        info_p->mem = v->mem;
+        info_p->nranks = v->nranks;
+    }
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_var_offsets(dds_store_t *s, const char *name, int64_t *offsets)
+{
+    dds_var_t *v;
+    int rc;
+    if (s == NULL || offsets == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_offsets: NULL argument");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    v = find_var(s, name, NULL);
+    if (v == NULL)
+        rc = not_live(s, name);
+    else
+        memcpy(offsets, v->offsets, ((size_t)v->nranks + 1) * sizeof(int64_t));
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_var_foreach(dds_store_t *s,
+                          void (*fn)(void *arg, const char *name), void *arg)
+{
+    if (s == NULL || fn == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_foreach: NULL argument");
+    pthread_rwlock_rdlock(&s->table_lock);
+    for (size_t i = 0; i < s->nvars; i++)
+        fn(arg, s->vars[i]->name);
+    pthread_rwlock_unlock(&s->table_lock);
+    return 0;
+}
+
+/* ---- reads ------------------------------------------------------------ */
+
+/* For a destination the core cannot memcpy into (device memory), turn the
+ * plan into reads only: every direct read is kept, staged reads are
+ * dropped, and every row that a copy would have written is read straight
+ * into its slot. */
+static int device_ops(tctx_t *tc, const dds_var_t *v, const int64_t *rows,
+                      size_t maxr, dds_read_op_t **ops_p, size_t *nops_p)
+{
+    const dds_plan_t *pl = &tc->plan;
+    size_t rb = v->row_bytes, per_row = 1, need = 0, n = 0;
+
+    if (maxr != 0)
+        per_row = (rb + maxr - 1) / maxr;
+    for (size_t i = 0; i < pl->nops; i++)
+        need += !pl->ops[i].staged;
+    for (size_t i = 0; i < pl->ncopies; i++)
+        need += (pl->copies[i].len / rb) * per_row;
+    if (need > tc->xops_cap) {
+        size_t cap = need < 64 ? 64 : need;
+        dds_read_op_t *x = realloc(tc->xops, cap * sizeof(*x));
+        if (x == NULL)
+            return dds_error(-DDS_ENOMEM, "variable '%s': out of memory",
+                             v->name);
+        tc->xops = x;
+        tc->xops_cap = cap;
+    }
+    for (size_t i = 0; i < pl->nops; i++)
+        if (!pl->ops[i].staged)
+            tc->xops[n++] = pl->ops[i];
+    for (size_t i = 0; i < pl->ncopies; i++) {
+        const dds_copy_op_t *c = &pl->copies[i];
+        for (size_t q = c->dst_offset / rb; q < (c->dst_offset + c->len) / rb;
+             q++) {
+            int owner = 0;
+            int64_t local = 0;
+            size_t left = rb, done = 0;
+            (void)dds_layout_locate(v->offsets, v->nranks, rows[q], &owner,
+                                    &local);
+            while (left > 0) {
+                size_t piece = maxr != 0 && left > maxr ? maxr : left;
+                dds_read_op_t *op = &tc->xops[n++];
+                op->owner = owner;
+                op->staged = 0;
+                op->src_offset = local * (int64_t)rb + (int64_t)done;
+                op->len = piece;
+                op->dst_offset = q * rb + done;
+                done += piece;
+                left -= piece;
+            }
+        }
+    }
+    *ops_p = tc->xops;
+    *nops_p = n;
+    return 0;
+}
+
+static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
+                      const dds_buf_t *dst, const int64_t *rows, size_t n,
+                      int64_t start, int is_batch)
+{
+    uint64_t t0 = dds_prof_now(), wait_ns, t_xfer = 0, t1, t2;
+    dds_plan_params_t pp;
+    dds_read_op_t *ops;
+    size_t nops, local_bytes = 0;
+    dds_var_t *v;
+    tctx_t *tc;
+    int rc, me;
+
+    if (DDS_UNLIKELY(s == NULL || dst == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL %s",
+                         s == NULL ? "store" : "destination buffer");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    if (reader != NULL && reader->store != s)
+        return dds_error(-DDS_EINVAL,
+                         "read of '%s': the reader belongs to another store",
+                         name);
+    wait_ns = lock_read_timed(&s->table_lock);
+
+    /* validate everything before any byte moves */
+    v = find_var(s, name, NULL);
+    if (v == NULL) {
+        rc = not_live(s, name);
+        goto out;
+    }
+    rc = check_buf(v, dst);
+    if (rc != 0)
+        goto out;
+    if (is_batch && (n > (uint64_t)INT64_MAX || (int64_t)n != dst->nrows)) {
+        rc = dds_error(-DDS_EINVAL,
+                       "variable '%s': %zu indices for a buffer of %lld rows",
+                       name, n, (long long)dst->nrows);
+        goto out;
+    }
+    if (is_batch && n > 0 && rows == NULL) {
+        rc = dds_error(-DDS_EINVAL, "variable '%s': indices are NULL", name);
+        goto out;
+    }
+    if (dst->mem.kind != DDS_MEM_HOST) {
+        char what[DDS_NAME_MAX + 32];
+        snprintf(what, sizeof(what), "read of '%s'", name);
+        rc = check_mem(s, &dst->mem, what);
+        if (rc != 0)
+            goto out;
+    }
+    tc = tctx_get();
+    if (tc == NULL) {
+        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", name);
+        goto out;
+    }
+    pp.field_mask = 0;
+    pp.nranks = v->nranks;
+    pp.offsets = v->offsets;
+    pp.row_bytes = v->row_bytes;
+    pp.max_read_bytes = s->max_read_bytes;
+    pp.merge_row_bytes_max = s->merge_row_bytes;
+    rc = is_batch ? dds_plan_batch(&pp, rows, n, &tc->plan)
+                  : dds_plan_range(&pp, start, dst->nrows, &tc->plan);
+    if (rc != 0) {
+        rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
+        goto out;
+    }
+    ops = tc->plan.ops;
+    nops = tc->plan.nops;
+
+    if (dst->mem.kind == DDS_MEM_HOST) {
+        if (tc->plan.staging_bytes > 0 &&
+            tctx_staging(tc, tc->plan.staging_bytes) != 0) {
+            rc = dds_error(-DDS_ENOMEM,
+                           "read of '%s': cannot allocate %zu staging bytes",
+                           name, tc->plan.staging_bytes);
+            goto out;
+        }
+        /* rows of this rank straight from the local host shard */
+        me = s->comm.rank;
+        if ((s->tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF) &&
+            v->mem.kind == DDS_MEM_HOST && me < v->nranks) {
+            size_t a = tc->plan.owner_first[me], b = tc->plan.owner_first[me + 1];
+            if (b > a) {
+                for (size_t i = a; i < b; i++) {
+                    const dds_read_op_t *op = &ops[i];
+                    char *to = op->staged ? (char *)tc->staging
+                                          : (char *)dst->ptr;
+                    memcpy(to + op->dst_offset,
+                           (const char *)v->shard + op->src_offset, op->len);
+                    local_bytes += op->len;
+                }
+                memmove(&ops[a], &ops[b], (nops - b) * sizeof(*ops));
+                nops -= b - a;
+            }
+        }
+    } else if (tc->plan.ncopies > 0) {
+        rc = device_ops(tc, v, rows, s->max_read_bytes, &ops, &nops);
+        if (rc != 0)
+            goto out;
+    }
+
+    if (nops > 0) {
+        void *dh, *sh = NULL, *treader = reader != NULL ? reader->treader : NULL;
+        dh = reg_lookup(s, dst->ptr, (size_t)dst->nrows * v->row_bytes);
+        if (tc->plan.staging_bytes > 0 && dst->mem.kind == DDS_MEM_HOST)
+            sh = reg_lookup(s, tc->staging, tc->plan.staging_bytes);
+        if (s->serialize)
+            wait_ns += lock_mutex_timed(&s->tmutex);
+        t1 = dds_prof_now();
+        rc = s->tr.ops->read(s->tr.ctx, treader, v->region, ops, nops,
+                             dst->ptr, dh, &dst->mem,
+                             dst->mem.kind == DDS_MEM_HOST ? tc->staging : NULL,
+                             sh, &v->prof);
+        t2 = dds_prof_now();
+        t_xfer = t2 - t1;
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+        if (rc != 0) {
+            if (rc > 0)
+                rc = -rc;
+            rc = dds_error(rc, "read of '%s' through transport '%s': %s", name,
+                           s->tr.ops->name ? s->tr.ops->name : "?",
+                           dds_last_error()[0] ? dds_last_error()
+                                               : dds_strerror(rc));
+            goto out;
+        }
+    }
+
+    if (dst->mem.kind == DDS_MEM_HOST) {
+        const dds_copy_op_t *c = tc->plan.copies;
+        for (size_t i = 0; i < tc->plan.ncopies; i++) {
+            const char *from = c[i].from_staging ? (const char *)tc->staging
+                                                 : (const char *)dst->ptr;
+            memcpy((char *)dst->ptr + c[i].dst_offset, from + c[i].src_offset,
+                   c[i].len);
+        }
+    }
+
+    dds_prof_add(&v->prof, DDS_PROF_CALLS, 1);
+    dds_prof_add(&v->prof, DDS_PROF_ROWS, (uint64_t)dst->nrows);
+    dds_prof_add(&v->prof, DDS_PROF_BYTES,
+                 (uint64_t)dst->nrows * (uint64_t)v->row_bytes);
+    dds_prof_add(&v->prof, DDS_PROF_READS, (uint64_t)nops);
+    dds_prof_add(&v->prof, DDS_PROF_LOCAL_BYTES, local_bytes);
+    if (dst->mem.kind == DDS_MEM_HOST)
+        dds_prof_add(&v->prof, DDS_PROF_STAGED_BYTES, tc->plan.staging_bytes);
+    dds_prof_add(&v->prof, DDS_PROF_NS_LOCK_WAIT, wait_ns);
+    if (t0 != 0) {
+        uint64_t total = dds_prof_now() - t0;
+        uint64_t other = total > wait_ns + t_xfer ? total - wait_ns - t_xfer
+                                                  : 0;
+        dds_prof_add(&v->prof, DDS_PROF_NS_OTHER, other);
+        dds_prof_add(&v->prof, DDS_PROF_NS_TOTAL, total);
+    }
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_get(dds_store_t *s, dds_reader_t *reader, const char *name,
+                  const dds_buf_t *dst, int64_t start)
+{
+    return store_read(s, reader, name, dst, NULL, 0, start, 0);
+}
+
+int dds_store_get_batch(dds_store_t *s, dds_reader_t *reader,
+                        const char *name, const dds_buf_t *dst,
+                        const int64_t *rows, size_t n)
+{
+    return store_read(s, reader, name, dst, rows, n, 0, 1);
+}
+
+/* ---- receive buffers -------------------------------------------------- */
+
+int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
+                            const dds_mem_t *mem)
+{
+    dds_mem_t m = {DDS_MEM_HOST, 0, NULL};
+    void *handle = NULL;
+    size_t pos;
+    int rc;
+
+    if (s == NULL || ptr == NULL || bytes == 0)
+        return dds_error(-DDS_EINVAL, "recv_register: NULL store, NULL "
+                                      "pointer or zero bytes");
+    if ((uintptr_t)ptr > UINTPTR_MAX - bytes)
+        return dds_error(-DDS_EINVAL, "recv_register: range wraps around");
+    if (mem != NULL) {
+        m = *mem;
+        rc = check_mem(s, &m, "recv_register");
+        if (rc != 0)
+            return rc;
+    }
+    pthread_rwlock_rdlock(&s->reg_lock);
+    rc = reg_exact(s, (uintptr_t)ptr, bytes) >= 0;
+    pthread_rwlock_unlock(&s->reg_lock);
+    if (rc)
+        return dds_error(-DDS_EEXIST,
+                         "recv_register: %zu bytes at %p are already "
+                         "registered", bytes, ptr);
+    if (s->tr.ops->recv_register != NULL) {
+        if (s->serialize)
+            pthread_mutex_lock(&s->tmutex);
+        rc = s->tr.ops->recv_register(s->tr.ctx, ptr, bytes, &m, &handle);
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+        if (rc != 0)
+            return rc > 0 ? -rc : rc;
+    }
+    pthread_rwlock_wrlock(&s->reg_lock);
+    if (reg_exact(s, (uintptr_t)ptr, bytes) >= 0) {
+        rc = dds_error(-DDS_EEXIST, "recv_register: %zu bytes at %p are "
+                                    "already registered", bytes, ptr);
+    } else if (grow_array((void **)&s->regs, &s->cap_regs, s->nregs + 1,
+                          sizeof(reg_entry_t)) != 0) {
+        rc = dds_error(-DDS_ENOMEM, "recv_register: out of memory");
+    } else {
+        pos = reg_upper(s, (uintptr_t)ptr);
+        memmove(&s->regs[pos + 1], &s->regs[pos],
+                (s->nregs - pos) * sizeof(reg_entry_t));
+        s->regs[pos].lo = (uintptr_t)ptr;
+        s->regs[pos].bytes = bytes;
+        s->regs[pos].mem = m;
+        s->regs[pos].handle = handle;
+        s->nregs++;
+        if (bytes > s->reg_max_bytes)
+            s->reg_max_bytes = bytes;
+        atomic_store_explicit(&s->reg_count, s->nregs, memory_order_relaxed);
+    }
+    pthread_rwlock_unlock(&s->reg_lock);
+    if (rc != 0 && handle != NULL && s->tr.ops->recv_unregister != NULL) {
+        if (s->serialize)
+            pthread_mutex_lock(&s->tmutex);
+        (void)s->tr.ops->recv_unregister(s->tr.ctx, handle);
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+    }
+    return rc;
+}
+
+int dds_store_recv_unregister(dds_store_t *s, void *ptr, size_t bytes)
+{
+    void *handle;
+    long i;
+    int rc = 0;
+
+    if (s == NULL || ptr == NULL)
+        return dds_error(-DDS_EINVAL, "recv_unregister: NULL argument");
+    pthread_rwlock_wrlock(&s->reg_lock);
+    i = reg_exact(s, (uintptr_t)ptr, bytes);
+    if (i < 0) {
+        pthread_rwlock_unlock(&s->reg_lock);
+        return dds_error(-DDS_ENOENT,
+                         "recv_unregister: %zu bytes at %p were not "
+                         "registered", bytes, ptr);
+    }
+    handle = s->regs[i].handle;
+    memmove(&s->regs[i], &s->regs[i + 1],
+            (s->nregs - (size_t)i - 1) * sizeof(reg_entry_t));
+    s->nregs--;
+    s->reg_max_bytes = 0;
+    for (size_t k = 0; k < s->nregs; k++)
+        if (s->regs[k].bytes > s->reg_max_bytes)
+            s->reg_max_bytes = s->regs[k].bytes;
+    atomic_store_explicit(&s->reg_count, s->nregs, memory_order_relaxed);
+    pthread_rwlock_unlock(&s->reg_lock);
+    if (handle != NULL && s->tr.ops->recv_unregister != NULL) {
+        if (s->serialize)
+            pthread_mutex_lock(&s->tmutex);
+        rc = s->tr.ops->recv_unregister(s->tr.ctx, handle);
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+        if (rc > 0)
+            rc = -rc;
+    }
+    return rc;
+}
+
+/* ---- readers ---------------------------------------------------------- */
+
+int dds_store_reader_open(dds_store_t *s, int flags, dds_reader_t **reader_p)
+{
+    dds_reader_t *r;
+    int rc = 0;
+
+    if (s == NULL || reader_p == NULL)
+        return dds_error(-DDS_EINVAL, "reader_open: NULL argument");
+    *reader_p = NULL;
+    if (flags != DDS_READER_THREAD && flags != DDS_READER_FORKED)
+        return dds_error(-DDS_EINVAL, "reader_open: unknown flags %d", flags);
+    if (flags == DDS_READER_FORKED &&
+        !(s->tr.caps & DDS_TRANSPORT_CAP_FORK))
+        return dds_error(-DDS_ENOSYS,
+                         "reader_open: transport '%s' has no readers for "
+                         "forked processes",
+                         s->tr.ops->name ? s->tr.ops->name : "?");
+    r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return dds_error(-DDS_ENOMEM, "reader_open: out of memory");
+    r->store = s;
+    r->flags = flags;
+    if (s->tr.ops->reader_open != NULL) {
+        if (s->serialize)
+            pthread_mutex_lock(&s->tmutex);
+        rc = s->tr.ops->reader_open(s->tr.ctx, flags, &r->treader);
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+        if (rc != 0) {
+            free(r);
+            return rc > 0 ? -rc : rc;
+        }
+    }
+    pthread_mutex_lock(&s->readers_mutex);
+    r->next = s->readers;
+    if (s->readers != NULL)
+        s->readers->prev = r;
+    s->readers = r;
+    pthread_mutex_unlock(&s->readers_mutex);
+    *reader_p = r;
+    return 0;
+}
+
+void dds_store_reader_close(dds_store_t *s, dds_reader_t *r)
+{
+    if (s == NULL || r == NULL || r->store != s)
+        return;
+    pthread_mutex_lock(&s->readers_mutex);
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        s->readers = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    pthread_mutex_unlock(&s->readers_mutex);
+    if (r->treader != NULL && s->tr.ops->reader_close != NULL) {
+        if (s->serialize)
+            pthread_mutex_lock(&s->tmutex);
+        s->tr.ops->reader_close(s->tr.ctx, r->treader);
+        if (s->serialize)
+            pthread_mutex_unlock(&s->tmutex);
+    }
+    free(r);
+}
+
+/* ---- profile, epochs -------------------------------------------------- */
+
+int dds_store_profile(dds_store_t *s, const char *name,
+                      dds_profile_t *profile_p)
+{
+    dds_var_t *v;
+    int rc;
+    if (s == NULL || profile_p == NULL)
+        return dds_error(-DDS_EINVAL, "profile: NULL argument");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    v = find_var(s, name, NULL);
+    if (v == NULL)
+        rc = not_live(s, name);
+    else
+        dds_prof_snapshot(&v->prof, profile_p);
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_profile_reset(dds_store_t *s, const char *name)
+{
+    dds_var_t *v;
+    int rc;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "profile_reset: NULL store");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    v = find_var(s, name, NULL);
+    if (v == NULL)
+        rc = not_live(s, name);
+    else
+        dds_prof_clear(&v->prof);
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+static int epoch_call(dds_store_t *s, int begin)
+{
+    int (*fn)(void *);
+    int rc;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "epoch: NULL store");
+    fn = begin ? s->tr.ops->epoch_begin : s->tr.ops->epoch_end;
+    if (fn == NULL)
+        return 0;
+    pthread_mutex_lock(&s->coll_mutex);
+    rc = fn(s->tr.ctx);
+    pthread_mutex_unlock(&s->coll_mutex);
+    return rc > 0 ? -rc : rc;
+}
+
+int dds_store_epoch_begin(dds_store_t *s)
+{
+    return epoch_call(s, 1);
+}
+
+int dds_store_epoch_end(dds_store_t *s)
+{
+    return epoch_call(s, 0);
+}

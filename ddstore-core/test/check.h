@@ -1,0 +1,120 @@
+/* ddstore-core tests: a tiny assertion header.
+ *
+ *   CHECK(cond)              CHECK_EQ(a, b)  (as long long)
+ *   CHECK_EQ_U(a, b)         (as unsigned long long)
+ *   CHECK_STREQ(a, b)        CHECK_CONTAINS(haystack, needle)
+ *   CHECK_MEMEQ(a, b, n)     CHECK_RC(expr, want)  CHECK_OK(expr)
+ *   RUN_TEST(fn)             return CHECK_SUMMARY();
+ *
+ * Every failed check prints both sides (and, for return codes, the error
+ * names and dds_last_error()), counts a failure and carries on.  Checks are
+ * safe from several threads.  A test program prints one line
+ * "N passed, M failed" and exits non-zero if anything failed.
+ */
+#ifndef DDSTORE_TEST_CHECK_H
+#define DDSTORE_TEST_CHECK_H
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ddstore/errors.h"
+
+static _Atomic int check_failures_;
+static int check_passed_, check_failed_;
+
+#define CHECK_FAIL_(...)                                                       \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                        \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fputc('\n', stderr);                                                   \
+        atomic_fetch_add(&check_failures_, 1);                                 \
+    } while (0)
+
+#define CHECK(c)                                                               \
+    do {                                                                       \
+        if (!(c))                                                              \
+            CHECK_FAIL_("CHECK(%s) failed", #c);                               \
+    } while (0)
+
+#define CHECK_EQ(a, b)                                                         \
+    do {                                                                       \
+        long long a_ = (long long)(a), b_ = (long long)(b);                    \
+        if (a_ != b_)                                                          \
+            CHECK_FAIL_("CHECK_EQ(%s, %s) failed: %lld != %lld", #a, #b, a_,   \
+                        b_);                                                   \
+    } while (0)
+
+#define CHECK_EQ_U(a, b)                                                       \
+    do {                                                                       \
+        unsigned long long a_ = (unsigned long long)(a),                       \
+                           b_ = (unsigned long long)(b);                       \
+        if (a_ != b_)                                                          \
+            CHECK_FAIL_("CHECK_EQ_U(%s, %s) failed: %llu != %llu", #a, #b,     \
+                        a_, b_);                                               \
+    } while (0)
+
+#define CHECK_STREQ(a, b)                                                      \
+    do {                                                                       \
+        const char *a_ = (a), *b_ = (b);                                       \
+        if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                   \
+            CHECK_FAIL_("CHECK_STREQ(%s, %s) failed: \"%s\" != \"%s\"", #a,    \
+                        #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");           \
+    } while (0)
+
+#define CHECK_CONTAINS(h, n)                                                   \
+    do {                                                                       \
+        const char *h_ = (h), *n_ = (n);                                       \
+        if (h_ == NULL || n_ == NULL || strstr(h_, n_) == NULL)                \
+            CHECK_FAIL_("CHECK_CONTAINS(%s, %s) failed: \"%s\" does not "      \
+                        "contain \"%s\"",                                      \
+                        #h, #n, h_ ? h_ : "(null)", n_ ? n_ : "(null)");       \
+    } while (0)
+
+#define CHECK_MEMEQ(a, b, n)                                                   \
+    do {                                                                       \
+        const unsigned char *a_ = (const unsigned char *)(a),                  \
+                            *b_ = (const unsigned char *)(b);                  \
+        size_t n_ = (size_t)(n);                                               \
+        for (size_t i_ = 0; i_ < n_; i_++) {                                   \
+            if (a_[i_] != b_[i_]) {                                            \
+                CHECK_FAIL_("CHECK_MEMEQ(%s, %s, %zu) failed at byte %zu: "    \
+                            "0x%02x != 0x%02x",                                \
+                            #a, #b, n_, i_, a_[i_], b_[i_]);                   \
+                break;                                                         \
+            }                                                                  \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                   \
+    do {                                                                       \
+        int rc_ = (expr), w_ = (want);                                         \
+        if (rc_ != w_)                                                         \
+            CHECK_FAIL_("%s returned %d (%s), expected %d (%s); last error: "  \
+                        "%s",                                                  \
+                        #expr, rc_, dds_strerror(rc_), w_, dds_strerror(w_),   \
+                        dds_last_error());                                     \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_RC(expr, 0)
+
+/* Number of failed checks so far (e.g. to stop a loop early). */
+#define CHECK_FAILURES() atomic_load(&check_failures_)
+
+#define RUN_TEST(fn)                                                           \
+    do {                                                                       \
+        int before_ = atomic_load(&check_failures_);                           \
+        fn();                                                                  \
+        if (atomic_load(&check_failures_) == before_) {                        \
+            check_passed_++;                                                   \
+        } else {                                                               \
+            check_failed_++;                                                   \
+            fprintf(stderr, "FAILED: %s\n", #fn);                              \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_SUMMARY()                                                        \
+    (printf("%d passed, %d failed\n", check_passed_, check_failed_),           \
+     fflush(stdout), check_failed_ != 0 ? 1 : 0)
+
+#endif

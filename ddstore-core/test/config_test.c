@@ -1,0 +1,220 @@
+/* config.h: registry, typed getters, bad values, core's table. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
+#endif
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "ddstore/config.h"
+
+static const dds_config_entry_t table[] = {
+    {"DDSTEST_FLAG", DDS_CONFIG_BOOL, "0", NULL, "test", "a flag"},
+    {"DDSTEST_SIZE", DDS_CONFIG_INT, "4K", NULL, "test", "a size"},
+    {"DDSTEST_RATIO", DDS_CONFIG_DOUBLE, "0.5", NULL, "test", "a ratio"},
+    {"DDSTEST_WORD", DDS_CONFIG_STRING, NULL, NULL, "test", "a word"},
+    {"DDSTEST_MODE", DDS_CONFIG_ENUM, "auto", "auto|cxi|verbs", "test",
+     "a mode"},
+    {"DDSTEST_BADDEF", DDS_CONFIG_INT, "lots", NULL, "test", "bad default"},
+};
+#define NT (sizeof(table) / sizeof(table[0]))
+
+static void test_register_and_iterate(void)
+{
+    size_t before = dds_config_count();
+    CHECK_OK(dds_config_register(table, NT));
+    CHECK_EQ(dds_config_count(), before + NT);
+    CHECK_OK(dds_config_register(table, NT)); /* idempotent */
+    CHECK_EQ(dds_config_count(), before + NT);
+    CHECK(dds_config_find("DDSTEST_SIZE") == &table[1]);
+    CHECK(dds_config_find("DDSTEST_NOPE") == NULL);
+    CHECK(dds_config_find(NULL) == NULL);
+    CHECK(dds_config_at(before) == &table[0]);
+    CHECK(dds_config_at(before + NT - 1) == &table[NT - 1]);
+    CHECK(dds_config_at(before + NT) == NULL);
+}
+
+static void test_bool(void)
+{
+    static const char *const yes[] = {"1", "true", "TRUE", "yes", "On", " y "};
+    static const char *const no[] = {"0", "false", "No", "off", "F"};
+    int v = -1;
+    unsetenv("DDSTEST_FLAG");
+    CHECK_OK(dds_config_get_bool("DDSTEST_FLAG", &v));
+    CHECK_EQ(v, 0);
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        setenv("DDSTEST_FLAG", yes[i], 1);
+        v = -1;
+        CHECK_OK(dds_config_get_bool("DDSTEST_FLAG", &v));
+        CHECK_EQ(v, 1);
+    }
+    for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+        setenv("DDSTEST_FLAG", no[i], 1);
+        v = -1;
+        CHECK_OK(dds_config_get_bool("DDSTEST_FLAG", &v));
+        CHECK_EQ(v, 0);
+    }
+    setenv("DDSTEST_FLAG", "maybe", 1);
+    CHECK_RC(dds_config_get_bool("DDSTEST_FLAG", &v), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_FLAG='maybe'");
+    setenv("DDSTEST_FLAG", "", 1); /* empty = unset */
+    CHECK_OK(dds_config_get_bool("DDSTEST_FLAG", &v));
+    CHECK_EQ(v, 0);
+    unsetenv("DDSTEST_FLAG");
+}
+
+static void test_int(void)
+{
+    static const struct {
+        const char *text;
+        long long value;
+    } good[] = {{"0", 0},         {"123", 123},        {"-7", -7},
+                {"2k", 2048},     {"3M", 3145728},     {"1G", 1073741824},
+                {" 16 ", 16},     {"8G", 8589934592LL},
+                {"9223372036854775807", 9223372036854775807LL}};
+    static const char *const bad[] = {"abc", "12x", "1.5", "K", "1T",
+                                      "99999999999999999999",
+                                      "9000000000G", "0x10", "1 2"};
+    int64_t v = -1;
+    unsetenv("DDSTEST_SIZE");
+    CHECK_OK(dds_config_get_int("DDSTEST_SIZE", &v));
+    CHECK_EQ(v, 4096);
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        setenv("DDSTEST_SIZE", good[i].text, 1);
+        v = -1;
+        CHECK_OK(dds_config_get_int("DDSTEST_SIZE", &v));
+        CHECK_EQ(v, good[i].value);
+    }
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        char want[64];
+        setenv("DDSTEST_SIZE", bad[i], 1);
+        CHECK_RC(dds_config_get_int("DDSTEST_SIZE", &v), -DDS_ECONFIG);
+        snprintf(want, sizeof(want), "DDSTEST_SIZE='%s'", bad[i]);
+        CHECK_CONTAINS(dds_last_error(), want);
+    }
+    unsetenv("DDSTEST_SIZE");
+    /* a bad default is reported too, marked as the default */
+    CHECK_RC(dds_config_get_int("DDSTEST_BADDEF", &v), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_BADDEF (default)='lots'");
+}
+
+static void test_double(void)
+{
+    double v = 0;
+    unsetenv("DDSTEST_RATIO");
+    CHECK_OK(dds_config_get_double("DDSTEST_RATIO", &v));
+    CHECK(v == 0.5);
+    setenv("DDSTEST_RATIO", "2.5e1", 1);
+    CHECK_OK(dds_config_get_double("DDSTEST_RATIO", &v));
+    CHECK(v == 25.0);
+    setenv("DDSTEST_RATIO", "nan", 1);
+    CHECK_RC(dds_config_get_double("DDSTEST_RATIO", &v), -DDS_ECONFIG);
+    setenv("DDSTEST_RATIO", "1.0s", 1);
+    CHECK_RC(dds_config_get_double("DDSTEST_RATIO", &v), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_RATIO='1.0s'");
+    unsetenv("DDSTEST_RATIO");
+}
+
+static void test_string_and_enum(void)
+{
+    const char *s = "unchanged";
+    unsetenv("DDSTEST_WORD");
+    CHECK_OK(dds_config_get_string("DDSTEST_WORD", &s));
+    CHECK(s == NULL);
+    setenv("DDSTEST_WORD", "hello world", 1);
+    CHECK_OK(dds_config_get_string("DDSTEST_WORD", &s));
+    CHECK_STREQ(s, "hello world");
+    unsetenv("DDSTEST_WORD");
+
+    unsetenv("DDSTEST_MODE");
+    CHECK_OK(dds_config_get_string("DDSTEST_MODE", &s));
+    CHECK_STREQ(s, "auto");
+    setenv("DDSTEST_MODE", "CXI", 1); /* canonical spelling returned */
+    CHECK_OK(dds_config_get_string("DDSTEST_MODE", &s));
+    CHECK_STREQ(s, "cxi");
+    setenv("DDSTEST_MODE", "tcp", 1);
+    CHECK_RC(dds_config_get_string("DDSTEST_MODE", &s), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_MODE='tcp'");
+    CHECK_CONTAINS(dds_last_error(), "auto|cxi|verbs");
+    unsetenv("DDSTEST_MODE");
+}
+
+static void test_wrong_type_and_unknown(void)
+{
+    int b;
+    int64_t i;
+    CHECK_RC(dds_config_get_int("DDSTEST_NOT_REGISTERED", &i), -DDS_ENOENT);
+    CHECK_RC(dds_config_get_bool("DDSTEST_SIZE", &b), -DDS_EINVAL);
+    CHECK_RC(dds_config_get_int(NULL, &i), -DDS_EINVAL);
+}
+
+static void test_validate_all(void)
+{
+    /* the bad default above is not validated (only variables that are set) */
+    unsetenv("DDSTEST_BADDEF");
+    CHECK_OK(dds_config_validate_all());
+    setenv("DDSTEST_SIZE", "12q", 1);
+    CHECK_RC(dds_config_validate_all(), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_SIZE='12q'");
+    unsetenv("DDSTEST_SIZE");
+    CHECK_OK(dds_config_validate_all());
+}
+
+static void test_core_table(void)
+{
+    static const char *const names[] = {
+        "DDSTORE_LOG_LEVEL",      "DDSTORE_LOG_SUBSYS",
+        "DDSTORE_PROFILE",        "DDSTORE_MAX_READ_BYTES",
+        "DDSTORE_MERGE_ROW_BYTES", "DDSTORE_READ_TIMEOUT_S",
+        "DDSTORE_METHOD",         "DDSTORE_TEST_STRICT"};
+    int64_t v;
+    double d;
+    const char *s;
+    size_t n1;
+    dds_config_register_core();
+    n1 = dds_config_count();
+    dds_config_register_core();
+    CHECK_EQ(dds_config_count(), n1);
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const dds_config_entry_t *e = dds_config_find(names[i]);
+        CHECK(e != NULL);
+        if (e != NULL) {
+            CHECK_STREQ(e->library, "core");
+            CHECK(e->help != NULL && e->help[0] != '\0');
+        }
+    }
+    unsetenv("DDSTORE_MERGE_ROW_BYTES");
+    CHECK_OK(dds_config_get_int("DDSTORE_MERGE_ROW_BYTES", &v));
+    CHECK_EQ(v, 65536);
+    setenv("DDSTORE_MAX_READ_BYTES", "abc", 1);
+    CHECK_RC(dds_config_get_int("DDSTORE_MAX_READ_BYTES", &v), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_MAX_READ_BYTES");
+    CHECK_CONTAINS(dds_last_error(), "abc");
+    CHECK_RC(dds_config_validate_all(), -DDS_ECONFIG);
+    unsetenv("DDSTORE_MAX_READ_BYTES");
+    CHECK_OK(dds_config_get_double("DDSTORE_READ_TIMEOUT_S", &d));
+    CHECK(d > 0);
+    setenv("DDSTORE_METHOD", "3", 1);
+    CHECK_RC(dds_config_get_string("DDSTORE_METHOD", &s), -DDS_ECONFIG);
+    setenv("DDSTORE_METHOD", "1", 1);
+    CHECK_OK(dds_config_get_string("DDSTORE_METHOD", &s));
+    CHECK_STREQ(s, "1");
+    unsetenv("DDSTORE_METHOD");
+    setenv("DDSTORE_LOG_LEVEL", "DEBUG", 1);
+    CHECK_OK(dds_config_get_string("DDSTORE_LOG_LEVEL", &s));
+    CHECK_STREQ(s, "debug");
+    unsetenv("DDSTORE_LOG_LEVEL");
+}
+
+int main(void)
+{
+    RUN_TEST(test_register_and_iterate);
+    RUN_TEST(test_bool);
+    RUN_TEST(test_int);
+    RUN_TEST(test_double);
+    RUN_TEST(test_string_and_enum);
+    RUN_TEST(test_wrong_type_and_unknown);
+    RUN_TEST(test_validate_all);
+    RUN_TEST(test_core_table);
+    return CHECK_SUMMARY();
+}

@@ -1,0 +1,71 @@
+/* ddstore-ofi: core's transport interface (ddstore/transport.h) over the
+ * standalone ddstore-ofi library (method 1).
+ *
+ * One fabric per process; one server endpoint per process that is the
+ * target of every variable's reads (with a progress thread where the
+ * provider needs target progress); one reader endpoint per reader (the
+ * default reader, one per reader_open: per thread, or per forked process
+ * with a fabric of its own).  Server addresses are exchanged once at
+ * creation with an allgather over core's communicator; each variable's
+ * registration (base, key, size) with one allgather in region_create.
+ *
+ * Caps: THREAD_SAFE | READERS | FORK | LOCAL_SELF, plus HMEM_CUDA /
+ * HMEM_ROCM when the provider was opened with FI_HMEM.
+ */
+#ifndef DDSTORE_OFI_TRANSPORT_H
+#define DDSTORE_OFI_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ddstore/comm.h"
+#include "ddstore/transport.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+    DDOFI_TRANSPORT_FIELD_NIC_MAP = 1u << 0,
+    DDOFI_TRANSPORT_FIELD_PROVIDER = 1u << 1
+};
+
+typedef struct ddofi_transport_params {
+    uint64_t field_mask;
+    /* Local rank -> domain map (see ddstore/ofi.h); "" or unset:
+     * DDSTORE_NIC_MAP.  The local rank is this rank's index among the
+     * communicator's ranks on the same host. */
+    const char *nic_map;
+    /* DDSTORE_FABRIC value; unset: the environment (default auto). */
+    const char *provider;
+} ddofi_transport_params_t;
+
+/* Create the method-1 transport.  Collective over `comm`: every rank opens
+ * the same provider (a rank that cannot fails every rank with its reason).
+ * `comm` is copied (its ops and ctx pointers, not its state): it must stay
+ * valid until the transport is destroyed (a store owns both and destroys
+ * the transport first).  params may be NULL.
+ *
+ * Environment (core's registry, listed by ddstore-info --env):
+ * DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP, DDSTORE_OFI_PROGRESS,
+ * DDSTORE_OFI_MAX_OUTSTANDING, DDSTORE_OFI_HMEM, DDSTORE_FABRIC_LOCAL_ONLY,
+ * and core's DDSTORE_READ_TIMEOUT_S / DDSTORE_MAX_READ_BYTES.
+ *
+ * Returns 0 or -DDS_E*: -DDS_ECONFIG (bad value, or no provider/domain
+ * fits: the detail lists what exists), -DDS_ETRANSPORT (provider failure),
+ * -DDS_ENOMEM, -DDS_EINVAL.  On failure *transport_p is untouched. */
+int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *params,
+                           dds_transport_t *transport_p);
+
+/* Register the adapter's environment variables with core's registry
+ * (idempotent; ddofi_transport_create calls it). */
+void ddofi_transport_register_config(void);
+
+/* Translate a ddstore-ofi return code to a core code (0 stays 0), copying
+ * ddofi_last_error() into dds_last_error() with `what` as a prefix. */
+int ddofi_transport_error(int ddofi_rc, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

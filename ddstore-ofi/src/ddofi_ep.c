@@ -1,0 +1,421 @@
+/* ddstore-ofi: endpoints, address blobs, peers and the target-side
+ * progress thread. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddofi_internal.h"
+
+/* ---------------- address blob ----------------
+ *  0 u32 magic "DDOA"      4 u16 version    6 u16 addr_len
+ *  8 u32 provider tag     12 u32 addr_format
+ * 16 u32 checksum (FNV-1a of bytes 0..15, 20..end)
+ * 20 u32 pid (informational)
+ * 24 char[24] provider name (truncated, NUL-padded)
+ * 48 raw provider address (addr_len bytes)
+ */
+#define ADDR_MAGIC 0x414f4444u /* "DDOA" little-endian */
+#define ADDR_VERSION 1u
+#define ADDR_HDR 48u
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put16(unsigned char *p, uint16_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+static uint32_t get32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+static uint16_t get16(const unsigned char *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
+
+static uint32_t addr_checksum(const unsigned char *b, size_t total)
+{
+    uint32_t h1 = ddofi_fnv1a32(b, 16);
+    uint32_t h2 = ddofi_fnv1a32(b + 20, total - 20);
+    return h1 ^ (h2 * 16777619u);
+}
+
+int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p)
+{
+    if (!ep || !len_p)
+        return ddofi_error(-EINVAL, "ddofi_ep_address: NULL argument");
+    size_t need = ADDR_HDR + ep->addr_len;
+    if (!buf || *len_p < need) {
+        *len_p = need;
+        return ddofi_error(-ENOSPC, "ddofi_ep_address: need %zu bytes", need);
+    }
+    unsigned char *b = buf;
+    memset(b, 0, ADDR_HDR);
+    put32(b, ADDR_MAGIC);
+    put16(b + 4, ADDR_VERSION);
+    put16(b + 6, (uint16_t)ep->addr_len);
+    put32(b + 8, ep->fab->prov_tag);
+    put32(b + 12, ep->fab->info->addr_format);
+    put32(b + 20, (uint32_t)ep->pid);
+    {
+        size_t pl = strlen(ep->fab->prov_name);
+        memcpy(b + 24, ep->fab->prov_name, pl > 23 ? 23 : pl);
+    }
+    memcpy(b + ADDR_HDR, ep->addr, ep->addr_len);
+    put32(b + 16, addr_checksum(b, need));
+    *len_p = need;
+    return 0;
+}
+
+int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t *peer_p)
+{
+    if (!ep || !blob || !peer_p)
+        return ddofi_error(-EINVAL, "ddofi_peer_insert: NULL argument");
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    const unsigned char *b = blob;
+    if (len < ADDR_HDR)
+        return ddofi_error(-DDOFI_EBLOB, "address blob truncated: %zu bytes, header is %u",
+                           len, ADDR_HDR);
+    if (get32(b) != ADDR_MAGIC)
+        return ddofi_error(-DDOFI_EBLOB, "address blob: bad magic 0x%08x (not a ddstore-ofi "
+                           "address)", get32(b));
+    if (get16(b + 4) != ADDR_VERSION)
+        return ddofi_error(-DDOFI_EBLOB, "address blob: format version %u, this library "
+                           "reads %u", get16(b + 4), ADDR_VERSION);
+    size_t alen = get16(b + 6);
+    if (alen == 0 || alen > DDOFI_ADDR_BLOB_MAX - ADDR_HDR || len < ADDR_HDR + alen)
+        return ddofi_error(-DDOFI_EBLOB, "address blob: address length %zu does not fit "
+                           "the %zu-byte blob", alen, len);
+    if (get32(b + 16) != addr_checksum(b, ADDR_HDR + alen))
+        return ddofi_error(-DDOFI_EBLOB, "address blob: checksum mismatch (corrupted)");
+    if (get32(b + 8) != ep->fab->prov_tag) {
+        char other[25];
+        memcpy(other, b + 24, 24);
+        other[24] = '\0';
+        return ddofi_error(-DDOFI_EBLOB,
+                           "address blob from provider \"%s\", this endpoint uses \"%s\" "
+                           "(every process must select the same DDSTORE_FABRIC)",
+                           other, ep->fab->prov_name);
+    }
+    if (get32(b + 12) != ep->fab->info->addr_format)
+        return ddofi_error(-DDOFI_EBLOB, "address blob: address format %u, endpoint uses %u",
+                           get32(b + 12), (unsigned)ep->fab->info->addr_format);
+    fi_addr_t fa = FI_ADDR_NOTAVAIL;
+    int n = fi_av_insert(ep->av, b + ADDR_HDR, 1, &fa, 0, NULL);
+    if (n != 1)
+        return ddofi_error_fi(n < 0 ? n : -FI_EADDRNOTAVAIL,
+                              "fi_av_insert (peer pid %u, provider %s)", get32(b + 20),
+                              ep->fab->prov_name);
+    *peer_p = (ddofi_peer_t)fa;
+    if (ep->fab->quirk->flags & DDOFI_Q_SINGLE_NODE) {
+        pthread_mutex_lock(&ep->peer_lock);
+        if (ep->npeer_pids == ep->cap_peer_pids) {
+            size_t cap = ep->cap_peer_pids ? 2 * ep->cap_peer_pids : 16;
+            void *np = realloc(ep->peer_pids, cap * sizeof ep->peer_pids[0]);
+            if (np) {
+                ep->peer_pids = np;
+                ep->cap_peer_pids = cap;
+            }
+        }
+        if (ep->npeer_pids < ep->cap_peer_pids) {
+            ep->peer_pids[ep->npeer_pids].addr = (uint64_t)fa;
+            ep->peer_pids[ep->npeer_pids].pid = (int)get32(b + 20);
+            ep->npeer_pids++;
+        }
+        pthread_mutex_unlock(&ep->peer_lock);
+    }
+    return 0;
+}
+
+int ddofi_peer_pid(ddofi_ep_t *ep, ddofi_peer_t peer)
+{
+    int pid = 0;
+    pthread_mutex_lock(&ep->peer_lock);
+    for (size_t i = ep->npeer_pids; i-- > 0;)
+        if (ep->peer_pids[i].addr == (uint64_t)peer) {
+            pid = ep->peer_pids[i].pid;
+            break;
+        }
+    pthread_mutex_unlock(&ep->peer_lock);
+    return pid;
+}
+
+int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer)
+{
+    if (!ep)
+        return ddofi_error(-EINVAL, "ddofi_peer_remove: NULL endpoint");
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    fi_addr_t fa = (fi_addr_t)peer;
+    rc = fi_av_remove(ep->av, &fa, 1, 0);
+    if (rc)
+        return ddofi_error_fi(rc, "fi_av_remove");
+    pthread_mutex_lock(&ep->peer_lock);
+    for (size_t i = 0; i < ep->npeer_pids; i++)
+        if (ep->peer_pids[i].addr == (uint64_t)peer) {
+            ep->peer_pids[i] = ep->peer_pids[--ep->npeer_pids];
+            break;
+        }
+    pthread_mutex_unlock(&ep->peer_lock);
+    return 0;
+}
+
+/* ---------------- progress thread ---------------- */
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    nanosleep(&ts, NULL);
+}
+
+static void *progress_main(void *arg)
+{
+    ddofi_ep_t *ep = arg;
+    const ddofi_quirk_t *q = ep->fab->quirk;
+    /* Fine-grained sleeps for the backoff (default slack is 50 us). */
+    prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+    uint64_t max_us = q->backoff_max_us ? q->backoff_max_us : 1000;
+    const char *env = getenv("DDSTORE_OFI_BACKOFF_MAX_US");
+    if (env && *env) {
+        size_t v;
+        if (ddofi_parse_size(env, &v) == 0)
+            max_us = v;
+    }
+    const uint64_t max_ns = max_us * 1000, min_ns = max_ns < 2000 ? max_ns : 2000;
+    uint64_t backoff = min_ns;
+    uint64_t idle_cost = UINT64_MAX; /* cheapest empty progress call seen */
+    int warned = 0;
+    while (!atomic_load_explicit(&ep->stop, memory_order_acquire)) {
+        atomic_fetch_add_explicit(&ep->progress_loops, 1, memory_order_relaxed);
+        if (ep->cq_wait_fd) {
+            struct fi_cq_entry ent[16];
+            ssize_t n = fi_cq_sread(ep->cq, ent, 16, NULL, 100);
+            if (n > 0 || n == -FI_EAGAIN || n == -FI_ETIMEDOUT || n == -FI_EINTR)
+                ddofi_cq_dispatch(ep, ent, n > 0 ? (size_t)n : 0);
+            else if (n == -FI_EAVAIL)
+                ddofi_cq_error(ep);
+            else if (n < 0) {
+                if (!warned++)
+                    DDOFI_LOG(DDOFI_LOG_WARN, "progress thread: fi_cq_sread: %s",
+                              fi_strerror((int)-n));
+                sleep_ns(1000000);
+            }
+            continue;
+        }
+        /* Backoff mode.  Activity cannot be observed directly (a target
+         * gets no completion for a remote read), so a progress call that
+         * took clearly longer than an empty one counts as work done. */
+        uint64_t t0 = ddofi_now_ns();
+        int n = ddofi_cq_reap(ep);
+        uint64_t dt = ddofi_now_ns() - t0;
+        if (dt < idle_cost)
+            idle_cost = dt;
+        if (n > 0 || dt > 2 * idle_cost + 1000) {
+            backoff = min_ns;
+            continue;
+        }
+        if (n < 0 && !warned++)
+            DDOFI_LOG(DDOFI_LOG_WARN, "progress thread: fi_cq_read: %s", fi_strerror(-n));
+        if (backoff)
+            sleep_ns(backoff);
+        backoff = backoff * 2 > max_ns ? max_ns : backoff * 2;
+    }
+    return NULL;
+}
+
+/* ---------------- open / close ---------------- */
+
+int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t **ep_p)
+{
+    if (!f || !ep_p)
+        return ddofi_error(-EINVAL, "ddofi_ep_open: NULL argument");
+    *ep_p = NULL;
+    int rc = ddofi_check_pid(f->pid, "fabric");
+    if (rc)
+        return rc;
+    unsigned flags = (params && (params->field_mask & DDOFI_EP_FIELD_FLAGS)) ? params->flags : 0;
+    ddofi_ep_t *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return ddofi_error(-ENOMEM, "out of memory");
+    ep->fab = f;
+    ep->pid = f->pid;
+    ep->flags = flags;
+    pthread_mutex_init(&ep->ab_lock, NULL);
+    pthread_mutex_init(&ep->peer_lock, NULL);
+    int want_thread = (flags & DDOFI_EP_SERVE) && f->progress_thread;
+
+    struct fi_av_attr av_attr = {0};
+    av_attr.type = f->info->domain_attr->av_type != FI_AV_UNSPEC ? f->info->domain_attr->av_type
+                                                                 : FI_AV_TABLE;
+    rc = fi_av_open(f->domain, &av_attr, &ep->av, NULL);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_av_open(%s)", f->prov_name);
+        goto fail;
+    }
+
+    struct fi_cq_attr cq_attr = {0};
+    cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+    cq_attr.size = f->info->tx_attr && f->info->tx_attr->size ? f->info->tx_attr->size : 1024;
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    const char *wenv = getenv("DDSTORE_OFI_PROGRESS_WAIT");
+    int use_fd = f->quirk->wait == DDOFI_QW_FD;
+    if (wenv && !strcmp(wenv, "backoff"))
+        use_fd = 0;
+    else if (wenv && !strcmp(wenv, "fd"))
+        use_fd = 1;
+    if (want_thread && use_fd) {
+        cq_attr.wait_obj = FI_WAIT_FD;
+        rc = fi_cq_open(f->domain, &cq_attr, &ep->cq, NULL);
+        if (rc == 0) {
+            ep->cq_wait_fd = 1;
+        } else {
+            DDOFI_LOG(DDOFI_LOG_INFO, "%s: CQ with FI_WAIT_FD not available (%s); progress "
+                      "thread uses a backoff sleep", f->prov_name, fi_strerror(-rc));
+            cq_attr.wait_obj = FI_WAIT_NONE;
+            ep->cq = NULL;
+        }
+    }
+    if (!ep->cq) {
+        rc = fi_cq_open(f->domain, &cq_attr, &ep->cq, NULL);
+        if (rc) {
+            rc = ddofi_error_fi(rc, "fi_cq_open(%s)", f->prov_name);
+            goto fail;
+        }
+    }
+
+    rc = fi_endpoint(f->domain, f->info, &ep->ep, NULL);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_endpoint(%s, %s)", f->prov_name, f->domain_name);
+        goto fail;
+    }
+    rc = fi_ep_bind(ep->ep, &ep->av->fid, 0);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_ep_bind(av)");
+        goto fail;
+    }
+    rc = fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_ep_bind(cq)");
+        goto fail;
+    }
+    rc = fi_enable(ep->ep);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_enable(endpoint)");
+        goto fail;
+    }
+    size_t alen = sizeof ep->addr - 48;
+    rc = fi_getname(&ep->ep->fid, ep->addr, &alen);
+    if (rc) {
+        rc = ddofi_error_fi(rc, "fi_getname (address of %zu bytes)", alen);
+        goto fail;
+    }
+    ep->addr_len = alen;
+
+    if (want_thread) {
+        rc = pthread_create(&ep->thread, NULL, progress_main, ep);
+        if (rc) {
+            rc = ddofi_error(-rc, "pthread_create(progress thread): error %d", rc);
+            goto fail;
+        }
+        ep->thread_running = 1;
+    }
+    atomic_fetch_add(&f->refs, 1);
+    DDOFI_LOG(DDOFI_LOG_DEBUG, "endpoint open (%s%s, cq wait %s)",
+              (flags & DDOFI_EP_SERVE) ? "serve" : "read",
+              want_thread ? ", progress thread" : "", ep->cq_wait_fd ? "fd" : "none");
+    *ep_p = ep;
+    return 0;
+
+fail:
+    if (ep->ep)
+        fi_close(&ep->ep->fid);
+    if (ep->cq)
+        fi_close(&ep->cq->fid);
+    if (ep->av)
+        fi_close(&ep->av->fid);
+    pthread_mutex_destroy(&ep->ab_lock);
+    pthread_mutex_destroy(&ep->peer_lock);
+    free(ep->peer_pids);
+    free(ep);
+    return rc;
+}
+
+int ddofi_ep_close(ddofi_ep_t *ep)
+{
+    if (!ep)
+        return 0;
+    if (ep->pid != getpid()) {
+        /* Inherited: no thread exists here, the provider objects are the
+         * parent's. */
+        free(ep->peer_pids);
+        free(ep);
+        return 0;
+    }
+    long mrs = atomic_load(&ep->mr_refs);
+    if (mrs)
+        return ddofi_error(-EBUSY, "ddofi_ep_close: %ld MR(s) still bound to the endpoint",
+                           mrs);
+    if (ep->thread_running) {
+        atomic_store_explicit(&ep->stop, 1, memory_order_release);
+        if (ep->cq_wait_fd)
+            fi_cq_signal(ep->cq);
+        pthread_join(ep->thread, NULL);
+        ep->thread_running = 0;
+    }
+    pthread_mutex_lock(&ep->ab_lock);
+    int park = ep->abandoned != NULL;
+    pthread_mutex_unlock(&ep->ab_lock);
+    atomic_fetch_sub(&ep->fab->refs, 1);
+    if (park) {
+        ddofi_fabric_t *f = ep->fab;
+        DDOFI_LOG(DDOFI_LOG_INFO, "endpoint closed with abandoned reads: kept open until "
+                  "the fabric is closed");
+        pthread_mutex_lock(&f->zlock);
+        ep->znext = f->zombies;
+        f->zombies = ep;
+        pthread_mutex_unlock(&f->zlock);
+        return 0;
+    }
+    return ddofi_ep_destroy_now(ep);
+}
+
+int ddofi_ep_destroy_now(ddofi_ep_t *ep)
+{
+    int rc = 0, r;
+    if ((r = fi_close(&ep->ep->fid)) && !rc)
+        rc = ddofi_error_fi(r, "fi_close(endpoint)");
+    /* Completions of abandoned reads (timeouts) can no longer arrive. */
+    ddofi_abandoned_free(ep);
+    if ((r = fi_close(&ep->cq->fid)) && !rc)
+        rc = ddofi_error_fi(r, "fi_close(cq)");
+    if ((r = fi_close(&ep->av->fid)) && !rc)
+        rc = ddofi_error_fi(r, "fi_close(av)");
+    pthread_mutex_destroy(&ep->ab_lock);
+    pthread_mutex_destroy(&ep->peer_lock);
+    free(ep->peer_pids);
+    free(ep);
+    return rc;
+}
+
+int ddofi_ep_progress(ddofi_ep_t *ep)
+{
+    if (!ep)
+        return ddofi_error(-EINVAL, "ddofi_ep_progress: NULL endpoint");
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    int n = ddofi_cq_reap(ep);
+    return n < 0 ? n : 0;
+}

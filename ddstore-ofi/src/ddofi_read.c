@@ -1,0 +1,425 @@
+/* ddstore-ofi: batched one-sided reads and completion handling.
+ *
+ * One ddofi_read call is a "batch": a heap block holding a reference count
+ * (1 for the caller + one per read in flight), the first completion error,
+ * and one context per posted fi_read.  Whoever reaps a completion (this
+ * caller, another thread reading on the same endpoint, or the endpoint's
+ * progress thread) records an error into the batch the context points to
+ * and then drops one reference: the decrement is its last access, so the
+ * caller may free the batch as soon as the count is back to 1.  No lock is
+ * taken on this path.
+ *
+ * Timeouts: the caller gives up after read_timeout_s; reads still in flight
+ * may complete later, so the batch is parked on the endpoint's abandoned
+ * list (their completions keep decrementing it harmlessly) and freed when
+ * the endpoint is closed.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddofi_internal.h"
+
+typedef struct ddofi_ctx {
+    struct fi_context2 fictx;  /* provider scratch (FI_CONTEXT/FI_CONTEXT2) */
+    struct ddofi_batch *batch;
+    size_t op;                 /* index of the caller's op                 */
+} ddofi_ctx_t;
+
+typedef struct ddofi_batch {
+    _Atomic long refs;
+    _Atomic int err_set;
+    int fi_err;
+    int prov_errno;
+    size_t err_op;
+    char msg[384];
+    struct ddofi_batch *next;  /* abandoned list                           */
+    ddofi_ctx_t ctx[];
+} ddofi_batch_t;
+
+size_t ddofi_split_count(size_t len, size_t max)
+{
+    if (len == 0)
+        return 0;
+    if (max == 0 || max >= len)
+        return 1;
+    return len / max + (len % max ? 1 : 0);
+}
+
+/* ---------------- completions ---------------- */
+
+static inline void batch_release(ddofi_batch_t *b)
+{
+    atomic_fetch_sub_explicit(&b->refs, 1, memory_order_release);
+}
+
+void ddofi_cq_dispatch(ddofi_ep_t *ep, const struct fi_cq_entry *ent, size_t n)
+{
+    (void)ep;
+    for (size_t i = 0; i < n; i++) {
+        ddofi_ctx_t *c = ent[i].op_context;
+        if (c)
+            batch_release(c->batch);
+    }
+}
+
+void ddofi_cq_error(ddofi_ep_t *ep)
+{
+    struct fi_cq_err_entry e;
+    memset(&e, 0, sizeof e);
+    ssize_t r = fi_cq_readerr(ep->cq, &e, 0);
+    if (r < 0)
+        return; /* another thread took it */
+    ddofi_ctx_t *c = e.op_context;
+    if (!c) {
+        /* e.g. a connection to a peer that went away, reported on a
+         * server endpoint: nothing of ours is waiting for it. */
+        DDOFI_LOG(DDOFI_LOG_INFO, "completion error without context: %s",
+                  fi_strerror(e.err));
+        return;
+    }
+    ddofi_batch_t *b = c->batch;
+    if (!atomic_exchange_explicit(&b->err_set, 1, memory_order_acq_rel)) {
+        b->fi_err = e.err ? e.err : FI_EOTHER;
+        b->prov_errno = e.prov_errno;
+        b->err_op = c->op;
+        char buf[256];
+        const char *pm = fi_cq_strerror(ep->cq, e.prov_errno, e.err_data, buf, sizeof buf);
+        snprintf(b->msg, sizeof b->msg, "%s (provider errno %d: %s)", fi_strerror(b->fi_err),
+                 e.prov_errno, pm ? pm : "?");
+    }
+    batch_release(b);
+}
+
+int ddofi_cq_reap(ddofi_ep_t *ep)
+{
+    struct fi_cq_entry ent[16];
+    ssize_t n = fi_cq_read(ep->cq, ent, 16);
+    if (n > 0) {
+        ddofi_cq_dispatch(ep, ent, (size_t)n);
+        return (int)n;
+    }
+    if (n == -FI_EAGAIN)
+        return 0;
+    if (n == -FI_EAVAIL) {
+        ddofi_cq_error(ep);
+        return 1;
+    }
+    return ddofi_error_fi((int)n, "fi_cq_read(%s)", ep->fab->prov_name);
+}
+
+void ddofi_abandoned_free(ddofi_ep_t *ep)
+{
+    pthread_mutex_lock(&ep->ab_lock);
+    ddofi_batch_t *b = ep->abandoned;
+    ep->abandoned = NULL;
+    pthread_mutex_unlock(&ep->ab_lock);
+    while (b) {
+        ddofi_batch_t *next = b->next;
+        free(b);
+        b = next;
+    }
+}
+
+/* ---------------- waiting ---------------- */
+
+typedef struct waiter {
+    uint64_t idle_since;   /* 0: not idle */
+} waiter_t;
+
+/* One step of waiting for completions: reap, and if nothing came, spin
+ * briefly, then yield the CPU, then sleep in short naps (a loaded 2-core
+ * node must still run the targets' progress threads).  Returns 0 or a CQ
+ * error. */
+static int wait_step(ddofi_ep_t *ep, waiter_t *w, uint64_t now)
+{
+    int n = ddofi_cq_reap(ep);
+    if (n != 0) {
+        w->idle_since = 0;
+        return n < 0 ? n : 0;
+    }
+    if (!w->idle_since) {
+        w->idle_since = now;
+        return 0;
+    }
+    uint64_t idle = now - w->idle_since;
+    if (idle < 20000) {
+        /* spin */
+    } else if (idle < 2000000) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+/* Peers that are processes of this node (shm): is any peer of the ops
+ * gone?  Returns the index of an op whose peer exited, or (size_t)-1. */
+static size_t dead_peer_op(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, int *pid_p)
+{
+    int last_pid = -1;
+    for (size_t i = 0; i < nops; i++) {
+        if (!ops[i].len)
+            continue;
+        int pid = ddofi_peer_pid(ep, ops[i].peer);
+        if (pid <= 0 || pid == last_pid)
+            continue;
+        last_pid = pid;
+        if (kill(pid, 0) != 0 && errno == ESRCH) {
+            *pid_p = pid;
+            return i;
+        }
+    }
+    return (size_t)-1;
+}
+
+/* ---------------- reads ---------------- */
+
+static int validate(const ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
+                    size_t *posts_p)
+{
+    const ddofi_fabric_t *f = ep->fab;
+    int need_local = (f->mr_mode & FI_MR_LOCAL) != 0;
+    size_t posts = 0;
+    for (size_t i = 0; i < nops; i++) {
+        const ddofi_read_op_t *o = &ops[i];
+        if (o->len == 0)
+            continue;
+        if (!o->remote)
+            return ddofi_error(-EINVAL, "read op %zu: remote is NULL", i);
+        if (!o->dst)
+            return ddofi_error(-EINVAL, "read op %zu: dst is NULL", i);
+        if (o->remote->prov_tag != f->prov_tag)
+            return ddofi_error(-DDOFI_EBLOB, "read op %zu: the remote region was exported "
+                               "by another provider than this endpoint's (%s)", i,
+                               f->prov_name);
+        if (o->offset > o->remote->size || o->len > o->remote->size - o->offset)
+            return ddofi_error(-EINVAL, "read op %zu: bytes [%llu, %llu) are outside the "
+                               "remote region of %llu bytes", i,
+                               (unsigned long long)o->offset,
+                               (unsigned long long)(o->offset + o->len),
+                               (unsigned long long)o->remote->size);
+        if (o->dst_mr) {
+            const ddofi_mr_t *m = o->dst_mr;
+            if (m->pid != ep->pid || m->fab != f)
+                return ddofi_error(-EINVAL, "read op %zu: dst_mr belongs to another "
+                                   "fabric or process", i);
+            uintptr_t d = (uintptr_t)o->dst, mb = (uintptr_t)m->buf;
+            if (d < mb || d - mb > m->len || o->len > m->len - (d - mb))
+                return ddofi_error(-EINVAL, "read op %zu: destination %p + %zu bytes is not "
+                                   "inside dst_mr (%p + %zu)", i, o->dst, o->len, m->buf,
+                                   m->len);
+            if (!(m->access & DDOFI_ACCESS_LOCAL) && need_local)
+                return ddofi_error(-EINVAL, "read op %zu: dst_mr was registered without "
+                                   "DDOFI_ACCESS_LOCAL", i);
+        } else if (need_local) {
+            return ddofi_error(-EINVAL, "read op %zu: provider %s requires registered "
+                               "destinations (FI_MR_LOCAL): pass dst_mr", i, f->prov_name);
+        }
+        posts += ddofi_split_count(o->len, f->max_read);
+    }
+    *posts_p = posts;
+    return 0;
+}
+
+int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
+               ddofi_read_stats_t *stats)
+{
+    if (!ep || (nops && !ops))
+        return ddofi_error(-EINVAL, "ddofi_read: NULL argument");
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    size_t posts = 0;
+    rc = validate(ep, ops, nops, &posts);
+    if (rc || posts == 0)
+        return rc;
+
+    const ddofi_fabric_t *f = ep->fab;
+    ddofi_batch_t *b = malloc(sizeof *b + posts * sizeof(ddofi_ctx_t));
+    if (!b)
+        return ddofi_error(-ENOMEM, "ddofi_read: out of memory for %zu contexts", posts);
+    atomic_init(&b->refs, 1);
+    atomic_init(&b->err_set, 0);
+    b->fi_err = 0;
+    b->msg[0] = '\0';
+    b->next = NULL;
+
+    const uint64_t t_start = ddofi_now_ns();
+    const double tmo = f->set.read_timeout_s;
+    /* The timeout bounds time without progress (no read accepted, none
+     * completed), so a large batch on a loaded node is not cut short while a
+     * dead or silent peer still fails within the bound. */
+    const uint64_t tmo_ns = tmo > 0 ? (uint64_t)(tmo * 1e9) : UINT64_MAX;
+    uint64_t last_progress = t_start;
+    long last_refs = 1;
+#define STALLED(now)                                                           \
+    (__extension__({                                                           \
+        long cur_ = atomic_load_explicit(&b->refs, memory_order_relaxed);      \
+        if (cur_ != last_refs) {                                               \
+            last_refs = cur_;                                                  \
+            last_progress = (now);                                             \
+        }                                                                      \
+        tmo_ns != UINT64_MAX && (now) - last_progress > tmo_ns;                \
+    }))
+    const long max_out = (long)(f->max_outstanding ? f->max_outstanding : 1);
+    const size_t chunk = f->max_read;
+    uint64_t ns_post = 0, reads = 0, bytes = 0, eagain = 0;
+    size_t posted = 0;
+    waiter_t w = {0};
+    int timed_out = 0;
+    uint64_t t_wait = 0;
+    /* shm: check every 100 ms of silence whether a peer process exited
+     * (the provider may never complete a read to a dead peer). */
+    const int check_pids = (f->quirk->flags & DDOFI_Q_SINGLE_NODE) != 0;
+    uint64_t next_pid_check = 0;
+    size_t dead_op = (size_t)-1;
+    int dead_pid = 0;
+#define DEAD_PEER_CHECK(now)                                                   \
+    do {                                                                       \
+        if (check_pids && w.idle_since && (now) - w.idle_since > 100000000ull && \
+            (now) > next_pid_check) {                                          \
+            next_pid_check = (now) + 100000000ull;                             \
+            dead_op = dead_peer_op(ep, ops, nops, &dead_pid);                  \
+            if (dead_op != (size_t)-1) {                                       \
+                timed_out = 1;                                                 \
+                goto drain_done;                                               \
+            }                                                                  \
+        }                                                                      \
+    } while (0)
+
+    for (size_t i = 0; i < nops && !rc; i++) {
+        const ddofi_read_op_t *o = &ops[i];
+        void *desc = o->dst_mr ? o->dst_mr->desc : NULL;
+        for (size_t off = 0; off < o->len && !rc;) {
+            size_t n = o->len - off < chunk ? o->len - off : chunk;
+            for (;;) {
+                if (atomic_load_explicit(&b->err_set, memory_order_acquire))
+                    goto drain; /* a completion failed: post nothing more */
+                uint64_t now = ddofi_now_ns();
+                if (STALLED(now)) {
+                    timed_out = 1;
+                    goto drain;
+                }
+                DEAD_PEER_CHECK(now);
+                if (atomic_load_explicit(&b->refs, memory_order_acquire) - 1 >= max_out) {
+                    rc = wait_step(ep, &w, now);
+                    if (rc)
+                        goto drain;
+                    continue;
+                }
+                ddofi_ctx_t *c = &b->ctx[posted];
+                c->batch = b;
+                c->op = i;
+                atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
+                uint64_t t0 = ddofi_now_ns();
+                ssize_t r = fi_read(ep->ep, (char *)o->dst + off, n, desc, (fi_addr_t)o->peer,
+                                    o->remote->addr0 + o->offset + off, o->remote->key, c);
+                ns_post += ddofi_now_ns() - t0;
+                if (r == 0) {
+                    posted++;
+                    reads++;
+                    last_progress = t0;
+                    bytes += n;
+                    w.idle_since = 0;
+                    break;
+                }
+                atomic_fetch_sub_explicit(&b->refs, 1, memory_order_relaxed);
+                if (r == -FI_EAGAIN) {
+                    eagain++;
+                    rc = wait_step(ep, &w, ddofi_now_ns());
+                    if (rc)
+                        goto drain;
+                    continue;
+                }
+                rc = ddofi_error_fi((int)r, "fi_read(op %zu: %zu bytes at offset %llu of peer "
+                                    "%llu, provider %s)", i, n,
+                                    (unsigned long long)(o->offset + off),
+                                    (unsigned long long)o->peer, f->prov_name);
+                goto drain;
+            }
+            off += n;
+        }
+    }
+
+drain:
+    t_wait = ddofi_now_ns();
+    while (atomic_load_explicit(&b->refs, memory_order_acquire) > 1) {
+        uint64_t now = ddofi_now_ns();
+        if (STALLED(now)) {
+            timed_out = 1;
+            break;
+        }
+        DEAD_PEER_CHECK(now);
+        int r = wait_step(ep, &w, now);
+        if (r && !rc)
+            rc = r;
+    }
+drain_done:;
+#undef DEAD_PEER_CHECK
+#undef STALLED
+    uint64_t t_end = ddofi_now_ns();
+    if (!t_wait)
+        t_wait = t_end;
+    if (stats) {
+        stats->reads += reads;
+        stats->bytes += bytes;
+        stats->eagain += eagain;
+        stats->ns_post += ns_post;
+        stats->ns_wait += t_end - t_wait;
+    }
+
+    if (timed_out && atomic_load_explicit(&b->refs, memory_order_acquire) > 1) {
+        long left = atomic_load(&b->refs) - 1;
+        pthread_mutex_lock(&ep->ab_lock);
+        b->next = ep->abandoned;
+        ep->abandoned = b;
+        pthread_mutex_unlock(&ep->ab_lock);
+        if (dead_op != (size_t)-1)
+            return ddofi_error(-DDOFI_EPEER,
+                               "peer process %d (op %zu, peer %llu) has exited; %ld of %zu "
+                               "reads abandoned (provider %s)", dead_pid, dead_op,
+                               (unsigned long long)ops[dead_op].peer, left, posted,
+                               f->prov_name);
+        return ddofi_error(-ETIMEDOUT,
+                           "%ld of %zu reads still in flight, none completed for %.3g s "
+                           "(DDSTORE_READ_TIMEOUT_S) on provider %s: the peer may be gone "
+                           "or not driving progress", left, posted, tmo, f->prov_name);
+    }
+    if (timed_out && !rc) {
+        free(b);
+        if (dead_op != (size_t)-1)
+            return ddofi_error(-DDOFI_EPEER,
+                               "peer process %d (op %zu, peer %llu) has exited (provider %s)",
+                               dead_pid, dead_op, (unsigned long long)ops[dead_op].peer,
+                               f->prov_name);
+        return ddofi_error(-ETIMEDOUT,
+                           "could not post reads for %.3g s (DDSTORE_READ_TIMEOUT_S) on "
+                           "provider %s: %zu of %zu posted; fi_read kept returning FI_EAGAIN "
+                           "(transmit queue full, or no connection to the peer: is it alive "
+                           "and driving progress?)",
+                           tmo, f->prov_name, posted, posts);
+    }
+    if (atomic_load_explicit(&b->err_set, memory_order_acquire) && !rc) {
+        const ddofi_read_op_t *o = &ops[b->err_op];
+        rc = ddofi_rc_from_fi(-b->fi_err);
+        /* Socket providers report the socket's errno as prov_errno: a
+         * reset/unconnected socket means the peer is gone. */
+        if (rc != -DDOFI_EPEER && (f->quirk->flags & DDOFI_Q_SOCKETS) && b->prov_errno > 0 &&
+            ddofi_rc_from_fi(-b->prov_errno) == -DDOFI_EPEER && b->prov_errno != ESRCH)
+            rc = -DDOFI_EPEER;
+        if (rc == -EAGAIN || rc == -EINVAL || rc == -ENOSYS)
+            rc = -DDOFI_EPROVIDER;
+        ddofi_error(rc, "read failed on provider %s (op %zu: peer %llu, %zu bytes at offset "
+                    "%llu): %s", f->prov_name, b->err_op, (unsigned long long)o->peer, o->len,
+                    (unsigned long long)o->offset, b->msg);
+    }
+    free(b);
+    return rc;
+}

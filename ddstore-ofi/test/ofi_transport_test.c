@@ -1,0 +1,438 @@
+/* Method 1 end to end: ddstore-core's store over the ddstore-ofi adapter,
+ * 2 and 4 ranks as forked processes (communicator over shared memory, see
+ * forkcomm.h), with shm and tcp;ofi_rxm (or the providers named on the
+ * command line).
+ *
+ * Every rank: add variables of 3136-byte rows (float32) and of 1 MiB rows,
+ * a zero-row shard, batched reads of random rows with repeats from every
+ * owner, ranges crossing owner boundaries, registered destinations and
+ * slices of them, 8 threads with their own readers and 4 on the default
+ * reader with every value checked, the profile, an index out of range, a
+ * variable freed and added again, a forked reader in a child process (the
+ * inherited default reader refused), and - at the end - a rank that dies
+ * while another reads from it (an error within the read timeout).  Also:
+ * a provider that does not exist fails creation on every rank with a clear
+ * message.
+ *
+ * Prints "N passed, M failed" (summed over ranks). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddstore/errors.h"
+#include "ddstore/ofi.h"
+#include "ddstore/ofi_transport.h"
+#include "ddstore/store.h"
+#include "forkcomm.h"
+
+static forkcomm_world_t *g_w;
+static int g_rank;
+
+#define T(cond)                                                                \
+    do {                                                                       \
+        if (cond) {                                                            \
+            atomic_fetch_add(&g_w->passed, 1);                                 \
+        } else {                                                               \
+            atomic_fetch_add(&g_w->failed, 1);                                 \
+            fprintf(stderr, "rank %d: FAIL %s:%d: %s (last error: %s)\n", g_rank, \
+                    __FILE__, __LINE__, #cond, dds_last_error());              \
+        }                                                                      \
+    } while (0)
+#define T_RC(expr, want)                                                       \
+    do {                                                                       \
+        int rc_ = (expr);                                                      \
+        if (rc_ == (want)) {                                                   \
+            atomic_fetch_add(&g_w->passed, 1);                                 \
+        } else {                                                               \
+            atomic_fetch_add(&g_w->failed, 1);                                 \
+            fprintf(stderr, "rank %d: FAIL %s:%d: %s = %d (%s), want %d: %s\n", g_rank, \
+                    __FILE__, __LINE__, #expr, rc_, dds_strerror(rc_), (int)(want), \
+                    dds_last_error());                                         \
+        }                                                                      \
+    } while (0)
+
+#define DISP 784 /* 784 float32 = 3136 bytes */
+#define BIG (1u << 20)
+
+static int64_t rows_of(int r) { return 100 + 37 * r; }
+
+static float val(int64_t g, int64_t c)
+{
+    return (float)(((uint64_t)g * 1315423911u + (uint64_t)c * 2654435761u) % 1000003u);
+}
+static unsigned char bigval(int64_t g, size_t i)
+{
+    return (unsigned char)(g * 31 + (int64_t)(i * 7) + (int64_t)(i >> 10));
+}
+
+static size_t check_rows(const float *buf, const int64_t *rows, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < DISP; c++)
+            bad += buf[i * DISP + (size_t)c] != val(rows[i], c);
+    return bad;
+}
+
+static dds_buf_t fbuf(void *p, int64_t n)
+{
+    dds_buf_t b = {p, n, DISP * sizeof(float), DDS_DTYPE_FLOAT32, 4, {DDS_MEM_HOST, 0, NULL}};
+    return b;
+}
+
+typedef struct targ {
+    dds_store_t *s;
+    int own_reader;
+    unsigned seed;
+    int64_t total;
+    size_t bad, fails;
+} targ_t;
+
+static void *reader_thread(void *arg)
+{
+    targ_t *a = arg;
+    dds_reader_t *rd = NULL;
+    if (a->own_reader && dds_store_reader_open(a->s, DDS_READER_THREAD, &rd)) {
+        a->fails++;
+        return NULL;
+    }
+    enum { N = 64 };
+    float *buf = malloc(N * DISP * sizeof(float));
+    int64_t rows[N];
+    for (int it = 0; it < 40; it++) {
+        for (int i = 0; i < N; i++)
+            rows[i] = (int64_t)(rand_r(&a->seed) % (unsigned)a->total);
+        dds_buf_t b = fbuf(buf, N);
+        if (dds_store_get_batch(a->s, rd, "x", &b, rows, N)) {
+            a->fails++;
+            fprintf(stderr, "thread: %s\n", dds_last_error());
+            break;
+        }
+        a->bad += check_rows(buf, rows, N);
+    }
+    free(buf);
+    if (rd)
+        dds_store_reader_close(a->s, rd);
+    return NULL;
+}
+
+typedef struct cfg {
+    const char *provider;
+    int dead_peer;  /* end with a rank dying */
+} cfg_t;
+
+static int rank_main(dds_comm_t *comm, void *arg)
+{
+    const cfg_t *cfg = arg;
+    g_rank = comm->rank;
+    alarm(150);
+    int n = comm->size, me = comm->rank;
+    ddofi_transport_params_t tp = {DDOFI_TRANSPORT_FIELD_PROVIDER, NULL, cfg->provider};
+    dds_transport_t tr;
+    int rc = ddofi_transport_create(comm, &tp, &tr);
+    T_RC(rc, 0);
+    if (rc) {
+        dds_comm_destroy(comm);
+        return 1;
+    }
+    T(tr.caps & DDS_TRANSPORT_CAP_THREAD_SAFE);
+    T(tr.caps & DDS_TRANSPORT_CAP_READERS);
+    T(tr.caps & DDS_TRANSPORT_CAP_FORK);
+    T(tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF);
+    dds_store_params_t sp = {DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT, *comm, tr};
+    dds_store_t *s = NULL;
+    rc = dds_store_create(&sp, &s);
+    T_RC(rc, 0);
+    if (rc)
+        return 1;
+
+    /* shards */
+    int64_t first = 0, total = 0;
+    for (int r = 0; r < n; r++) {
+        if (r < me)
+            first += rows_of(r);
+        total += rows_of(r);
+    }
+    int64_t mine = rows_of(me);
+    float *shard = malloc((size_t)mine * DISP * sizeof(float));
+    for (int64_t i = 0; i < mine; i++)
+        for (int64_t c = 0; c < DISP; c++)
+            shard[i * DISP + c] = val(first + i, c);
+    T_RC(dds_store_var_add(s, "x", shard, mine, DISP, 4, DDS_DTYPE_FLOAT32, NULL, DDS_ADD_COPY), 0);
+    memset(shard, 0, (size_t)mine * DISP * sizeof(float)); /* the store copied it */
+
+    /* big rows: 2 per rank, rank 1 none (zero-row shard) */
+    int64_t bmine = me == 1 ? 0 : 2, bfirst = 0, btotal = 0;
+    for (int r = 0; r < n; r++) {
+        int64_t k = r == 1 ? 0 : 2;
+        if (r < me)
+            bfirst += k;
+        btotal += k;
+    }
+    unsigned char *bshard = malloc(2 * BIG);
+    for (int64_t i = 0; i < bmine; i++)
+        for (size_t j = 0; j < BIG; j++)
+            bshard[(size_t)i * BIG + j] = bigval(bfirst + i, j);
+    T_RC(dds_store_var_add(s, "big", bshard, bmine, BIG, 1, DDS_DTYPE_UINT8, NULL, DDS_ADD_COPY), 0);
+
+    /* batched reads: random rows with repeats, every owner */
+    enum { NB = 512 };
+    float *buf = malloc((size_t)NB * DISP * sizeof(float));
+    int64_t rows[NB];
+    unsigned seed = 1234 + (unsigned)me;
+    for (int i = 0; i < NB; i++)
+        rows[i] = (int64_t)(rand_r(&seed) % (unsigned)total);
+    rows[5] = rows[4];
+    rows[NB - 1] = total - 1;
+    rows[0] = 0;
+    dds_buf_t b = fbuf(buf, NB);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, NB), 0);
+    T(check_rows(buf, rows, NB) == 0);
+
+    /* consecutive rows (merged reads) and a range across every owner */
+    int64_t seq[200];
+    for (int i = 0; i < 200; i++)
+        seq[i] = (50 + i) % total;
+    b = fbuf(buf, 200);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, seq, 200), 0);
+    T(check_rows(buf, seq, 200) == 0);
+    b = fbuf(buf, total > NB ? NB : total);
+    memset(buf, 0, (size_t)NB * DISP * sizeof(float));
+    T_RC(dds_store_get(s, NULL, "x", &b, 0), 0);
+    int64_t rr[NB];
+    for (int i = 0; i < b.nrows; i++)
+        rr[i] = i;
+    T(check_rows(buf, rr, (size_t)b.nrows) == 0);
+
+    /* registered destination, reads into slices of it */
+    T_RC(dds_store_recv_register(s, buf, (size_t)NB * DISP * sizeof(float), NULL), 0);
+    b = fbuf(buf + 10 * DISP, 100);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, 100), 0);
+    T(check_rows(buf + 10 * DISP, rows, 100) == 0);
+    T_RC(dds_store_recv_register(s, buf, (size_t)NB * DISP * sizeof(float), NULL), -DDS_EEXIST);
+    T_RC(dds_store_recv_unregister(s, buf, (size_t)NB * DISP * sizeof(float)), 0);
+
+    /* big rows (1 MiB): every one, from every owner */
+    unsigned char *bb = malloc((size_t)btotal * BIG);
+    dds_buf_t bbuf = {bb, btotal, BIG, DDS_DTYPE_UINT8, 1, {DDS_MEM_HOST, 0, NULL}};
+    int64_t ball[FORKCOMM_MAX * 2];
+    for (int64_t i = 0; i < btotal; i++)
+        ball[i] = btotal - 1 - i;
+    T_RC(dds_store_get_batch(s, NULL, "big", &bbuf, ball, (size_t)btotal), 0);
+    size_t bad = 0;
+    for (int64_t i = 0; i < btotal; i++)
+        for (size_t j = 0; j < BIG; j++)
+            bad += bb[(size_t)i * BIG + j] != bigval(ball[i], j);
+    T(bad == 0);
+
+    /* errors: out of range, unknown name; the store stays usable */
+    int64_t badrow = total;
+    b = fbuf(buf, 1);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, &badrow, 1), -DDS_ERANGE);
+    T_RC(dds_store_get_batch(s, NULL, "nope", &b, rows, 1), -DDS_ENOENT);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, 1), 0);
+
+    /* threads: 8 with their own readers, 4 on the default one */
+    {
+        targ_t ta[12];
+        pthread_t th[12];
+        for (int i = 0; i < 12; i++) {
+            ta[i] = (targ_t){s, i < 8, (unsigned)(77 * me + i), total, 0, 0};
+            pthread_create(&th[i], NULL, reader_thread, &ta[i]);
+        }
+        size_t tb = 0, tf = 0;
+        for (int i = 0; i < 12; i++) {
+            pthread_join(th[i], NULL);
+            tb += ta[i].bad;
+            tf += ta[i].fails;
+        }
+        T(tf == 0);
+        T(tb == 0);
+    }
+
+    /* profile */
+    dds_profile_t prof;
+    T_RC(dds_store_profile(s, "x", &prof), 0);
+    T(prof.v[DDS_PROF_CALLS] > 0);
+    T(prof.v[DDS_PROF_READS] > 0);
+    T(prof.v[DDS_PROF_ROWS] > 0);
+    if (me == 0)
+        printf("   rank 0 profile of x: calls %llu rows %llu reads %llu local %llu B, "
+               "registrations %llu, post %.1f ms, complete %.1f ms\n",
+               (unsigned long long)prof.v[DDS_PROF_CALLS],
+               (unsigned long long)prof.v[DDS_PROF_ROWS],
+               (unsigned long long)prof.v[DDS_PROF_READS],
+               (unsigned long long)prof.v[DDS_PROF_LOCAL_BYTES],
+               (unsigned long long)prof.v[DDS_PROF_REGISTRATIONS],
+               (double)prof.v[DDS_PROF_NS_POST] / 1e6,
+               (double)prof.v[DDS_PROF_NS_COMPLETE] / 1e6);
+
+    /* forked child: inherited default reader refused, a forked reader works */
+    if (me == 0) {
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int fails = 0;
+            dds_buf_t cb = fbuf(buf, 64);
+            int64_t crow[64];
+            for (int i = 0; i < 64; i++)
+                crow[i] = (i * 7919) % total;
+            int r1 = dds_store_get_batch(s, NULL, "x", &cb, crow, 64);
+            /* rows of rank 0 are local (memcpy) and would work; ask for a
+             * remote one */
+            int64_t remote_row = total - 1;
+            dds_buf_t cb1 = fbuf(buf, 1);
+            r1 = dds_store_get_batch(s, NULL, "x", &cb1, &remote_row, 1);
+            fails += r1 != -DDS_EINVAL;
+            fails += strstr(dds_last_error(), "fork") == NULL;
+            dds_reader_t *fr = NULL;
+            fails += dds_store_reader_open(s, DDS_READER_FORKED, &fr) != 0;
+            if (fr) {
+                memset(buf, 0, 64 * DISP * sizeof(float));
+                fails += dds_store_get_batch(s, fr, "x", &cb, crow, 64) != 0;
+                fails += check_rows(buf, crow, 64) != 0;
+                dds_store_reader_close(s, fr);
+            }
+            if (fails)
+                fprintf(stderr, "fork child: %d failures: %s\n", fails, dds_last_error());
+            _exit(fails ? 1 : 0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        T(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+
+    /* free one variable and add it again */
+    T_RC(dds_store_var_free(s, "big"), 0);
+    T_RC(dds_store_var_add(s, "big", bshard, bmine, BIG, 1, DDS_DTYPE_UINT8, NULL, DDS_ADD_COPY), 0);
+    if (btotal > 0) {
+        int64_t one = btotal - 1;
+        dds_buf_t b1 = {bb, 1, BIG, DDS_DTYPE_UINT8, 1, {DDS_MEM_HOST, 0, NULL}};
+        T_RC(dds_store_get_batch(s, NULL, "big", &b1, &one, 1), 0);
+        size_t bad1 = 0;
+        for (size_t j = 0; j < BIG; j++)
+            bad1 += bb[j] != bigval(one, j);
+        T(bad1 == 0);
+    }
+
+    if (cfg->dead_peer && n >= 2) {
+        /* The last rank dies; rank 0 reads from it: an error, in bounded
+         * time, no hang.  Nobody can free collectively afterwards. */
+        comm->ops->barrier(comm->ctx);
+        if (me == n - 1)
+            _exit(0);
+        if (me == 0) {
+            usleep(200000);
+            int64_t lr = total - 1;
+            b = fbuf(buf, 1);
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            rc = dds_store_get_batch(s, NULL, "x", &b, &lr, 1);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+            T(rc != 0);
+            T(dt < 6.0);
+            printf("   dead rank: %s after %.2f s: %s\n", dds_strerror(rc), dt, dds_last_error());
+        }
+        fflush(stdout);
+        _exit(0);
+    }
+
+    T_RC(dds_store_free(s), 0);
+    T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, 1), -DDS_EFREED);
+    dds_store_destroy(s);
+    free(buf);
+    free(bb);
+    free(shard);
+    free(bshard);
+    return 0;
+}
+
+static int bad_provider_main(dds_comm_t *comm, void *arg)
+{
+    (void)arg;
+    g_rank = comm->rank;
+    alarm(60);
+    ddofi_transport_params_t tp = {DDOFI_TRANSPORT_FIELD_PROVIDER, NULL, "no-such-provider"};
+    dds_transport_t tr;
+    int rc = ddofi_transport_create(comm, &tp, &tr);
+    T_RC(rc, -DDS_ECONFIG);
+    T(strstr(dds_last_error(), "no-such-provider") != NULL);
+    T(strstr(dds_last_error(), "found") != NULL);
+    if (comm->rank == 0)
+        printf("   bad provider: %s\n", dds_last_error());
+    dds_comm_destroy(comm);
+    return 0;
+}
+
+static int run(int n, int (*fn)(dds_comm_t *, void *), void *arg, double timeout)
+{
+    g_w = forkcomm_world(n);
+    pid_t pids[FORKCOMM_MAX];
+    for (int r = 0; r < n; r++)
+        pids[r] = forkcomm_spawn(g_w, r, fn, arg);
+    int bad = forkcomm_wait(pids, n, timeout);
+    return bad;
+}
+
+int main(int argc, char **argv)
+{
+    const char *defaults[] = {"shm", "tcp"};
+    const char **provs = defaults;
+    int np = 2;
+    if (argc > 1) {
+        provs = (const char **)(argv + 1);
+        np = argc - 1;
+    }
+    setenv("DDSTORE_READ_TIMEOUT_S", "4", 0);
+    ddofi_env_prepare(-1); /* before this process starts libfabric */
+    int passed = 0, failed = 0, skipped = 0;
+    for (int p = 0; p < np; p++) {
+        /* Is the provider here at all? */
+        ddofi_fabric_params_t fp = {0};
+        fp.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_LOCAL_ONLY |
+                        DDOFI_FABRIC_FIELD_SINGLE_NODE;
+        fp.provider = provs[p];
+        fp.local_only = 1;
+        fp.single_node = 1;
+        ddofi_fabric_t *f = NULL;
+        if (ddofi_fabric_open(&fp, &f) == -DDOFI_ENOPROV) {
+            fprintf(stderr, "SKIP: provider %s not available here: %s\n", provs[p],
+                    ddofi_last_error());
+            skipped++;
+            continue;
+        }
+        ddofi_fabric_close(f);
+        for (int n = 2; n <= 4; n += 2) {
+            for (int dead = 0; dead <= 1; dead++) {
+                if (dead && n != 2)
+                    continue;
+                printf("== %s, %d ranks%s\n", provs[p], n, dead ? ", a rank dies" : "");
+                fflush(stdout);
+                cfg_t cfg = {provs[p], dead};
+                int bad = run(n, rank_main, &cfg, 140);
+                passed += g_w->passed;
+                failed += g_w->failed + bad;
+                forkcomm_world_free(g_w);
+            }
+        }
+    }
+    printf("== unknown provider, 2 ranks\n");
+    fflush(stdout);
+    int bad = run(2, bad_provider_main, NULL, 60);
+    passed += g_w->passed;
+    failed += g_w->failed + bad;
+    forkcomm_world_free(g_w);
+
+    const char *strict = getenv("DDSTORE_TEST_STRICT");
+    if (skipped && strict && strict[0] == '1')
+        failed += skipped;
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

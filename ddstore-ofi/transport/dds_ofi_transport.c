@@ -1,0 +1,852 @@
+/* ddstore-ofi adapter: core's transport interface (method 1) over the
+ * standalone ddstore-ofi library.
+ *
+ * Objects:
+ *   ofi_tr_t      one per store: the fabric, the server endpoint (target of
+ *                 every variable; progress thread where the provider needs
+ *                 one), every rank's server address, the default reader.
+ *   ofi_reader_t  an endpoint with every rank inserted as a peer.  Thread
+ *                 readers share the store's fabric; a forked reader opens a
+ *                 fabric of its own, lazily, in the process that first reads
+ *                 with it (the inherited fabric is unusable after fork).
+ *   ofi_region_t  one per variable: the local registration and every rank's
+ *                 imported region (base, key, size).
+ *   ofi_recv_t    a registered destination (recv_register).
+ *
+ * Threading: read / recv_* / reader_* are safe from many threads (caps
+ * THREAD_SAFE); no lock is taken on the read path except the forked
+ * reader's one-time open.  Per-thread scratch (the op array handed to
+ * ddofi_read) is thread-local.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ddstore/config.h"
+#include "ddstore/errors.h"
+#include "ddstore/log.h"
+#include "ddstore/ofi.h"
+#include "ddstore/ofi_transport.h"
+#include "ddstore/profile.h"
+
+#define HOST_MAX 64
+
+static const dds_config_entry_t ofi_config_table[] = {
+    {"DDSTORE_FABRIC", DDS_CONFIG_STRING, "auto", NULL, "ofi",
+     "libfabric provider for methods 1/2: auto, cxi, verbs, efa, shm, tcp, hsn "
+     "(tcp;ofi_rxm on a Slingshot interface) or any provider string"},
+    {"FABRIC_IFACE", DDS_CONFIG_STRING, NULL, NULL, "ofi",
+     "libfabric domain (interface) to use, e.g. cxi0, hsn0, mlx5_0, eth0, lo"},
+    {"DDSTORE_NIC_MAP", DDS_CONFIG_STRING, NULL, NULL, "ofi",
+     "local rank -> domain: \"0:cxi0,1:cxi1\" (\"*:dom\" for the rest) or a "
+     "list of names used round-robin"},
+    {"DDSTORE_FABRIC_LOCAL_ONLY", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
+     "socket providers use 127.0.0.1 only; auto: when every rank is on this "
+     "host and no interface is named"},
+    {"DDSTORE_OFI_PROGRESS", DDS_CONFIG_ENUM, "auto", "auto|thread|none", "ofi",
+     "target-side progress thread: auto (where the provider needs one), "
+     "thread (always), none"},
+    {"DDSTORE_OFI_PROGRESS_WAIT", DDS_CONFIG_ENUM, "auto", "auto|fd|backoff", "ofi",
+     "how the progress thread sleeps: wait fd (tcp) or backoff sleep (shm); "
+     "auto = the provider's quirk entry"},
+    {"DDSTORE_OFI_BACKOFF_MAX_US", DDS_CONFIG_INT, "0", NULL, "ofi",
+     "longest backoff sleep of a polling progress thread in microseconds "
+     "(0 = the provider's default, 1000 for shm)"},
+    {"DDSTORE_OFI_MAX_OUTSTANDING", DDS_CONFIG_INT, "0", NULL, "ofi",
+     "reads in flight per read call (0 = the endpoint's transmit queue size)"},
+    {"DDSTORE_OFI_HMEM", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
+     "open the provider with FI_HMEM (GPU memory): auto = where a NIC provider "
+     "(cxi, verbs, efa) offers it, 1 = required"},
+    {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
+     "forked DataLoader workers read with methods 1/2: sets "
+     "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
+     "starts"},
+};
+
+static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
+static void cfg_once(void)
+{
+    (void)dds_config_register(ofi_config_table,
+                              sizeof ofi_config_table / sizeof ofi_config_table[0]);
+}
+void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once); }
+
+/* ---------------- errors ---------------- */
+
+int ddofi_transport_error(int rc, const char *what)
+{
+    if (rc == 0)
+        return 0;
+    int code;
+    switch (-rc) {
+    case DDOFI_ENOPROV:
+    case DDOFI_ECONFIG: code = -DDS_ECONFIG; break;
+    case DDOFI_EPEER: code = -DDS_EIO; break;
+    case DDOFI_ENOHMEM:
+    case ENOSYS: code = -DDS_ENOSYS; break;
+    case DDOFI_EFORKED:
+    case EINVAL: code = -DDS_EINVAL; break;
+    case ETIMEDOUT: code = -DDS_ETIMEDOUT; break;
+    case ENOMEM: code = -DDS_ENOMEM; break;
+    case EBUSY: code = -DDS_EBUSY; break;
+    default: code = -DDS_ETRANSPORT; break;
+    }
+    const char *d = ddofi_last_error();
+    return dds_error(code, "%s%s%s", what ? what : "", what ? ": " : "",
+                     d[0] ? d : ddofi_strerror(rc));
+}
+
+/* ---------------- objects ---------------- */
+
+typedef struct ofi_tr ofi_tr_t;
+
+typedef struct ofi_reader {
+    ofi_tr_t *tr;
+    int flags;                 /* DDS_READER_*                               */
+    pid_t pid;                 /* process whose endpoint this is (0: none)   */
+    ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
+    ddofi_ep_t *ep;
+    ddofi_peer_t *peers;       /* nranks                                     */
+    pthread_mutex_t open_lock; /* forked readers: lazy (re)open              */
+} ofi_reader_t;
+
+typedef struct ofi_region {
+    ddofi_mr_t *mr;            /* NULL when the shard is empty               */
+    ddofi_remote_t *remotes;   /* nranks                                     */
+    size_t bytes;
+    struct ofi_region *prev, *next;
+    char name[64];
+} ofi_region_t;
+
+typedef struct ofi_recv {
+    ddofi_mr_t *mr;            /* NULL: the provider needs no registration  */
+    ddofi_fabric_t *fab;
+    pid_t pid;
+} ofi_recv_t;
+
+struct ofi_tr {
+    dds_comm_t comm;           /* copy; the store owns the communicator     */
+    int rank, nranks;
+    pid_t pid;
+    ddofi_fabric_params_t fparams; /* as opened (forked readers reopen them) */
+    char prov[64], domain[64];
+    ddofi_fabric_t *fab;
+    ddofi_fabric_attr_t attr;
+    ddofi_ep_t *server;
+    unsigned char *addrs;      /* nranks x DDOFI_ADDR_BLOB_MAX               */
+    ofi_reader_t *dflt;
+    int need_local_mr;         /* FI_MR_LOCAL                                */
+    pthread_mutex_t lock;      /* regions list                               */
+    ofi_region_t *regions;
+};
+
+static int mem_iface(const dds_mem_t *m)
+{
+    if (!m)
+        return DDOFI_HMEM_SYSTEM;
+    switch (m->kind) {
+    case DDS_MEM_CUDA: return DDOFI_HMEM_CUDA;
+    case DDS_MEM_ROCM: return DDOFI_HMEM_ROCR;
+    default: return DDOFI_HMEM_SYSTEM;
+    }
+}
+
+/* ---------------- thread-local scratch ---------------- */
+
+typedef struct scratch {
+    ddofi_read_op_t *ops;
+    size_t cap;
+} scratch_t;
+
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *p)
+{
+    scratch_t *s = p;
+    if (s) {
+        free(s->ops);
+        free(s);
+    }
+}
+static void scratch_key_make(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
+
+static ddofi_read_op_t *scratch_ops(size_t n)
+{
+    pthread_once(&g_scratch_once, scratch_key_make);
+    scratch_t *s = pthread_getspecific(g_scratch_key);
+    if (!s) {
+        s = calloc(1, sizeof *s);
+        if (!s || pthread_setspecific(g_scratch_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (n > s->cap) {
+        size_t cap = n < 64 ? 64 : n;
+        ddofi_read_op_t *o = realloc(s->ops, cap * sizeof *o);
+        if (!o)
+            return NULL;
+        s->ops = o;
+        s->cap = cap;
+    }
+    return s->ops;
+}
+
+/* ---------------- readers ---------------- */
+
+/* Open the reader's endpoint (and, for forked readers, its fabric) in this
+ * process, inserting every rank's server address. */
+static int reader_connect(ofi_reader_t *r)
+{
+    ofi_tr_t *t = r->tr;
+    int rc;
+    if (r->flags == DDS_READER_FORKED) {
+        ddofi_fabric_params_t p = t->fparams;
+        /* The same provider and domain as the store's fabric. */
+        p.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_IFACE;
+        p.provider = t->prov;
+        p.iface = t->domain;
+        p.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_NIC_MAP;
+        rc = ddofi_fabric_open(&p, &r->fab);
+        if (rc)
+            return ddofi_transport_error(rc, "forked reader: opening the fabric");
+    } else {
+        r->fab = t->fab;
+    }
+    rc = ddofi_ep_open(r->fab, NULL, &r->ep);
+    if (rc) {
+        rc = ddofi_transport_error(rc, "reader: opening an endpoint");
+        goto fail;
+    }
+    for (int i = 0; i < t->nranks; i++) {
+        rc = ddofi_peer_insert(r->ep, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX,
+                               DDOFI_ADDR_BLOB_MAX, &r->peers[i]);
+        if (rc) {
+            char what[64];
+            snprintf(what, sizeof what, "reader: address of rank %d", i);
+            rc = ddofi_transport_error(rc, what);
+            goto fail;
+        }
+    }
+    __atomic_store_n(&r->pid, getpid(), __ATOMIC_RELEASE);
+    return 0;
+fail:
+    ddofi_ep_close(r->ep);
+    r->ep = NULL;
+    if (r->flags == DDS_READER_FORKED)
+        ddofi_fabric_close(r->fab);
+    r->fab = NULL;
+    return rc;
+}
+
+static void reader_disconnect(ofi_reader_t *r)
+{
+    /* In a process that did not open them, these only free memory. */
+    if (r->ep)
+        ddofi_ep_close(r->ep);
+    if (r->flags == DDS_READER_FORKED && r->fab)
+        ddofi_fabric_close(r->fab);
+    r->ep = NULL;
+    r->fab = NULL;
+    r->pid = 0;
+}
+
+static int reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p)
+{
+    ofi_reader_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return dds_error(-DDS_ENOMEM, "reader: out of memory");
+    r->peers = calloc((size_t)t->nranks, sizeof *r->peers);
+    if (!r->peers) {
+        free(r);
+        return dds_error(-DDS_ENOMEM, "reader: out of memory");
+    }
+    r->tr = t;
+    r->flags = flags;
+    pthread_mutex_init(&r->open_lock, NULL);
+    if (connect_now) {
+        int rc = reader_connect(r);
+        if (rc) {
+            pthread_mutex_destroy(&r->open_lock);
+            free(r->peers);
+            free(r);
+            return rc;
+        }
+    }
+    *r_p = r;
+    return 0;
+}
+
+static void reader_free(ofi_reader_t *r)
+{
+    if (!r)
+        return;
+    reader_disconnect(r);
+    pthread_mutex_destroy(&r->open_lock);
+    free(r->peers);
+    free(r);
+}
+
+/* The reader to use in this process, connected. */
+static int reader_ready(ofi_reader_t *r)
+{
+    pid_t me = getpid();
+    if (__atomic_load_n(&r->pid, __ATOMIC_ACQUIRE) == me)
+        return 0;
+    if (r->flags != DDS_READER_FORKED) {
+        return dds_error(-DDS_EINVAL,
+                         "this reader was opened in process %d and cannot be used in "
+                         "process %d (after fork): open a reader for forked processes "
+                         "(PyDDStore.fork_reader(), DDS_READER_FORKED) in the child",
+                         (int)r->pid, (int)me);
+    }
+    pthread_mutex_lock(&r->open_lock);
+    int rc = 0;
+    if (r->pid != me) {
+        if (r->pid != 0)
+            reader_disconnect(r); /* inherited: frees the copy only */
+        rc = reader_connect(r);
+    }
+    pthread_mutex_unlock(&r->open_lock);
+    return rc;
+}
+
+/* ---------------- ops ---------------- */
+
+static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_p)
+{
+    ofi_tr_t *t = ctx;
+    const dds_comm_t *c = &t->comm;
+    ofi_region_t *g = calloc(1, sizeof *g);
+    unsigned char *all = NULL;
+    unsigned char blob[DDOFI_MR_BLOB_SIZE];
+    int rc = 0;
+
+    if (!g)
+        rc = dds_error(-DDS_ENOMEM, "region: out of memory");
+    if (!rc) {
+        snprintf(g->name, sizeof g->name, "%s", d->name ? d->name : "?");
+        g->bytes = d->bytes;
+        g->remotes = calloc((size_t)t->nranks, sizeof *g->remotes);
+        all = malloc((size_t)t->nranks * DDOFI_MR_BLOB_SIZE);
+        if (!g->remotes || !all)
+            rc = dds_error(-DDS_ENOMEM, "region: out of memory");
+    }
+    if (!rc && getpid() != t->pid)
+        rc = dds_error(-DDS_EINVAL, "variable '%s': a store cannot add variables in a "
+                       "forked process", g->name);
+    if (!rc) {
+        ddofi_mr_params_t mp = {0};
+        mp.field_mask = DDOFI_MR_FIELD_IFACE | DDOFI_MR_FIELD_DEVICE | DDOFI_MR_FIELD_EP;
+        mp.buf = d->bytes ? d->base : NULL;
+        mp.len = d->bytes;
+        mp.access = DDOFI_ACCESS_REMOTE_READ;
+        mp.iface = mem_iface(&d->mem);
+        mp.device = d->mem.device;
+        mp.ep = t->server;
+        int r = ddofi_mr_register(t->fab, &mp, &g->mr);
+        if (r) {
+            char what[128];
+            snprintf(what, sizeof what, "variable '%s': registering %zu bytes", g->name,
+                     d->bytes);
+            rc = ddofi_transport_error(r, what);
+        } else if ((r = ddofi_mr_export(g->mr, blob)) != 0) {
+            rc = ddofi_transport_error(r, "region export");
+        }
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc)
+        goto fail;
+    rc = c->ops->allgather(c->ctx, blob, sizeof blob, all);
+    if (rc) {
+        rc = dds_error(rc < 0 ? rc : -rc, "variable '%s': exchanging registrations: %s",
+                       g->name, dds_last_error());
+    } else {
+        for (int i = 0; i < t->nranks && !rc; i++) {
+            int r = ddofi_remote_import(all + (size_t)i * DDOFI_MR_BLOB_SIZE,
+                                        DDOFI_MR_BLOB_SIZE, &g->remotes[i]);
+            if (r) {
+                char what[128];
+                snprintf(what, sizeof what, "variable '%s': registration of rank %d",
+                         g->name, i);
+                rc = ddofi_transport_error(r, what);
+            }
+        }
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc)
+        goto fail;
+    free(all);
+    pthread_mutex_lock(&t->lock);
+    g->next = t->regions;
+    if (t->regions)
+        t->regions->prev = g;
+    t->regions = g;
+    pthread_mutex_unlock(&t->lock);
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_OFI, "variable '%s': %zu bytes registered (key 0x%llx)",
+            g->name, d->bytes, (unsigned long long)g->remotes[t->rank].key);
+    *region_p = g;
+    return 0;
+fail:
+    free(all);
+    if (g) {
+        ddofi_mr_deregister(g->mr);
+        free(g->remotes);
+        free(g);
+    }
+    return rc;
+}
+
+static int t_region_destroy(void *ctx, void *region)
+{
+    ofi_tr_t *t = ctx;
+    ofi_region_t *g = region;
+    if (!g)
+        return 0;
+    pthread_mutex_lock(&t->lock);
+    if (g->prev)
+        g->prev->next = g->next;
+    else if (t->regions == g)
+        t->regions = g->next;
+    if (g->next)
+        g->next->prev = g->prev;
+    pthread_mutex_unlock(&t->lock);
+    /* Every rank has detached the variable before anyone deregisters, so no
+     * read of it is in flight anywhere.  A failing barrier (after
+     * MPI_Finalize, a dead peer) still releases the local registration. */
+    if (getpid() == t->pid && t->nranks > 1 && t->comm.ops->barrier)
+        (void)t->comm.ops->barrier(t->comm.ctx);
+    int rc = ddofi_mr_deregister(g->mr);
+    if (rc)
+        rc = ddofi_transport_error(rc, "deregistering a variable");
+    free(g->remotes);
+    free(g);
+    return rc;
+}
+
+static int t_reader_open(void *ctx, int flags, void **reader_p)
+{
+    ofi_tr_t *t = ctx;
+    ofi_reader_t *r = NULL;
+    if (flags != DDS_READER_THREAD && flags != DDS_READER_FORKED)
+        return dds_error(-DDS_EINVAL, "reader_open: unknown flags %d", flags);
+    /* A thread reader connects now; a forked reader connects in the process
+     * that first reads with it. */
+    int rc = reader_new(t, flags, flags == DDS_READER_THREAD, &r);
+    if (rc)
+        return rc;
+    *reader_p = r;
+    return 0;
+}
+
+static void t_reader_close(void *ctx, void *reader)
+{
+    (void)ctx;
+    reader_free(reader);
+}
+
+/* Register [buf, buf+len) for this read only. */
+static int reg_temp(ofi_reader_t *r, void *buf, size_t len, const dds_mem_t *mem,
+                    ddofi_mr_t **mr_p, dds_prof_t *prof)
+{
+    uint64_t t0 = dds_prof_now();
+    ddofi_mr_params_t mp = {0};
+    mp.field_mask = DDOFI_MR_FIELD_IFACE | DDOFI_MR_FIELD_DEVICE;
+    mp.buf = buf;
+    mp.len = len;
+    mp.access = DDOFI_ACCESS_LOCAL;
+    mp.iface = mem_iface(mem);
+    mp.device = mem ? mem->device : 0;
+    int rc = ddofi_mr_register(r->fab, &mp, mr_p);
+    if (rc)
+        return ddofi_transport_error(rc, "registering a destination");
+    dds_prof_add(prof, DDS_PROF_REGISTRATIONS, 1);
+    if (t0)
+        dds_prof_add(prof, DDS_PROF_NS_REGISTER, dds_prof_now() - t0);
+    return 0;
+}
+
+static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *ops, size_t nops,
+                  void *dst, void *dst_handle, const dds_mem_t *dst_mem, void *staging,
+                  void *staging_handle, dds_prof_t *prof)
+{
+    ofi_tr_t *t = ctx;
+    ofi_region_t *g = region;
+    ofi_reader_t *r = reader ? reader : t->dflt;
+    int rc = reader_ready(r);
+    if (rc)
+        return rc;
+    if (nops == 0)
+        return 0;
+    ddofi_read_op_t *o = scratch_ops(nops);
+    if (!o)
+        return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
+
+    /* Registrations of the destinations: the caller's (recv_register) when
+     * made on this reader's fabric, else on the fly where the provider
+     * needs them (FI_MR_LOCAL, or device memory with FI_MR_HMEM). */
+    int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
+    int need = t->need_local_mr || (dev && t->attr.mr_hmem);
+    ofi_recv_t *dh = dst_handle, *sh = staging_handle;
+    ddofi_mr_t *dmr = (dh && dh->fab == r->fab && dh->pid == r->pid) ? dh->mr : NULL;
+    ddofi_mr_t *smr = (sh && sh->fab == r->fab && sh->pid == r->pid) ? sh->mr : NULL;
+    ddofi_mr_t *tmp_d = NULL, *tmp_s = NULL;
+    size_t dmax = 0, smax = 0;
+    for (size_t i = 0; i < nops; i++) {
+        size_t end = ops[i].dst_offset + ops[i].len;
+        if (ops[i].staged) {
+            if (end > smax)
+                smax = end;
+        } else if (end > dmax) {
+            dmax = end;
+        }
+    }
+    if (need && !dmr && dmax) {
+        rc = reg_temp(r, dst, dmax, dst_mem, &tmp_d, prof);
+        if (rc)
+            return rc;
+        dmr = tmp_d;
+    }
+    if (t->need_local_mr && !smr && smax) {
+        rc = reg_temp(r, staging, smax, NULL, &tmp_s, prof);
+        if (rc)
+            goto out;
+        smr = tmp_s;
+    }
+
+    for (size_t i = 0; i < nops; i++) {
+        const dds_read_op_t *p = &ops[i];
+        if ((unsigned)p->owner >= (unsigned)t->nranks) {
+            rc = dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
+            goto out;
+        }
+        o[i].peer = r->peers[p->owner];
+        o[i].remote = &g->remotes[p->owner];
+        o[i].offset = (uint64_t)p->src_offset;
+        o[i].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
+        o[i].len = p->len;
+        o[i].dst_mr = p->staged ? smr : dmr;
+    }
+    ddofi_read_stats_t st = {0};
+    rc = ddofi_read(r->ep, o, nops, &st);
+    dds_prof_add(prof, DDS_PROF_NS_POST, st.ns_post);
+    dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
+    if (rc) {
+        char what[96];
+        snprintf(what, sizeof what, "variable '%s'", g->name);
+        rc = ddofi_transport_error(rc, what);
+    }
+out:
+    if (tmp_d || tmp_s) {
+        uint64_t t0 = dds_prof_now();
+        ddofi_mr_deregister(tmp_d);
+        ddofi_mr_deregister(tmp_s);
+        if (t0)
+            dds_prof_add(prof, DDS_PROF_NS_REGISTER, dds_prof_now() - t0);
+    }
+    return rc;
+}
+
+static int t_recv_register(void *ctx, void *buf, size_t bytes, const dds_mem_t *mem,
+                           void **handle_p)
+{
+    ofi_tr_t *t = ctx;
+    ofi_recv_t *h = calloc(1, sizeof *h);
+    if (!h)
+        return dds_error(-DDS_ENOMEM, "recv_register: out of memory");
+    h->fab = t->fab;
+    h->pid = getpid();
+    int dev = mem && mem->kind != DDS_MEM_HOST;
+    if (h->pid != t->pid) {
+        /* A forked process: its readers have fabrics of their own, and a
+         * registration on the inherited fabric is impossible.  Reads
+         * register on the fly where needed. */
+        h->fab = NULL;
+    } else if (t->need_local_mr || (dev && t->attr.mr_hmem)) {
+        ddofi_mr_params_t mp = {0};
+        mp.field_mask = DDOFI_MR_FIELD_IFACE | DDOFI_MR_FIELD_DEVICE;
+        mp.buf = buf;
+        mp.len = bytes;
+        mp.access = DDOFI_ACCESS_LOCAL;
+        mp.iface = mem_iface(mem);
+        mp.device = mem ? mem->device : 0;
+        int rc = ddofi_mr_register(t->fab, &mp, &h->mr);
+        if (rc) {
+            free(h);
+            return ddofi_transport_error(rc, "recv_register");
+        }
+    }
+    *handle_p = h;
+    return 0;
+}
+
+static int t_recv_unregister(void *ctx, void *handle)
+{
+    (void)ctx;
+    ofi_recv_t *h = handle;
+    if (!h)
+        return 0;
+    int rc = ddofi_mr_deregister(h->mr);
+    free(h);
+    return rc ? ddofi_transport_error(rc, "recv_unregister") : 0;
+}
+
+static int t_progress(void *ctx)
+{
+    ofi_tr_t *t = ctx;
+    if (getpid() != t->pid)
+        return 0;
+    int rc = ddofi_ep_progress(t->server);
+    return rc ? ddofi_transport_error(rc, "progress") : 0;
+}
+
+static void t_destroy(void *ctx)
+{
+    ofi_tr_t *t = ctx;
+    if (!t)
+        return;
+    reader_free(t->dflt);
+    /* Variables the store did not release (it normally does). */
+    ofi_region_t *g = t->regions;
+    while (g) {
+        ofi_region_t *next = g->next;
+        ddofi_mr_deregister(g->mr);
+        free(g->remotes);
+        free(g);
+        g = next;
+    }
+    int rc = ddofi_ep_close(t->server);
+    if (rc)
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the server endpoint: %s",
+                ddofi_last_error());
+    rc = ddofi_fabric_close(t->fab);
+    if (rc)
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the fabric: %s", ddofi_last_error());
+    pthread_mutex_destroy(&t->lock);
+    free(t->addrs);
+    free(t);
+}
+
+static const dds_transport_ops_t ofi_ops = {
+    .size = sizeof(dds_transport_ops_t),
+    .name = "ofi",
+    .region_create = t_region_create,
+    .region_destroy = t_region_destroy,
+    .reader_open = t_reader_open,
+    .reader_close = t_reader_close,
+    .read = t_read,
+    .recv_register = t_recv_register,
+    .recv_unregister = t_recv_unregister,
+    .progress = t_progress,
+    .epoch_begin = NULL,
+    .epoch_end = NULL,
+    .destroy = t_destroy,
+};
+
+/* ---------------- create ---------------- */
+
+static void ddofi_log_to_core(void *arg, ddofi_log_level_t level, const char *msg)
+{
+    (void)arg;
+    dds_log_level_t l = level == DDOFI_LOG_ERROR  ? DDS_LOG_ERROR
+                        : level == DDOFI_LOG_WARN ? DDS_LOG_WARN
+                        : level == DDOFI_LOG_INFO ? DDS_LOG_INFO
+                        : level == DDOFI_LOG_DEBUG ? DDS_LOG_DEBUG
+                                                   : DDS_LOG_TRACE;
+    DDS_LOG(l, DDS_SUBSYS_OFI, "%s", msg);
+}
+
+static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
+static void log_once(void)
+{
+    ddofi_log_level_t max = DDOFI_LOG_TRACE;
+    while ((int)max > 0 && !dds_log_enabled((dds_log_level_t)max, DDS_SUBSYS_OFI))
+        max = (ddofi_log_level_t)((int)max - 1);
+    if (dds_log_enabled((dds_log_level_t)max, DDS_SUBSYS_OFI))
+        ddofi_log_set_sink(ddofi_log_to_core, NULL, max);
+}
+
+/* Settings from core's registry (validated there) into the library's params. */
+static int read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
+                         ddofi_fabric_params_t *p)
+{
+    const char *s = NULL;
+    double tmo = 0;
+    int64_t maxr = 0;
+    int rc;
+    memset(p, 0, sizeof *p);
+    if ((rc = dds_config_get_double("DDSTORE_READ_TIMEOUT_S", &tmo)) ||
+        (rc = dds_config_get_int("DDSTORE_MAX_READ_BYTES", &maxr)))
+        return rc;
+    if (maxr < 0)
+        return dds_error(-DDS_ECONFIG, "DDSTORE_MAX_READ_BYTES=%lld: expected >= 0",
+                         (long long)maxr);
+    p->field_mask = DDOFI_FABRIC_FIELD_READ_TIMEOUT | DDOFI_FABRIC_FIELD_MAX_READ_BYTES |
+                    DDOFI_FABRIC_FIELD_SINGLE_NODE | DDOFI_FABRIC_FIELD_LOCAL_RANK |
+                    DDOFI_FABRIC_FIELD_HMEM;
+    p->read_timeout_s = tmo;
+    p->max_read_bytes = (size_t)maxr;
+    p->single_node = single_node;
+    p->local_rank = local_rank;
+    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_PROVIDER) && tp->provider &&
+        tp->provider[0]) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
+        p->provider = tp->provider;
+    }
+    int named_iface = 0;
+    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
+        tp->nic_map[0]) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
+        p->nic_map = tp->nic_map;
+        named_iface = 1;
+    }
+    const char *e;
+    if (((e = getenv("FABRIC_IFACE")) && *e) || ((e = getenv("DDSTORE_NIC_MAP")) && *e))
+        named_iface = 1;
+    if ((rc = dds_config_get_string("DDSTORE_FABRIC_LOCAL_ONLY", &s)))
+        return rc;
+    p->field_mask |= DDOFI_FABRIC_FIELD_LOCAL_ONLY;
+    if (s && !strcmp(s, "1"))
+        p->local_only = 1;
+    else if (s && !strcmp(s, "0"))
+        p->local_only = 0;
+    else
+        p->local_only = single_node && !named_iface;
+    if ((rc = dds_config_get_string("DDSTORE_OFI_HMEM", &s)))
+        return rc;
+    p->hmem = (s && !strcmp(s, "1"))   ? DDOFI_FABRIC_HMEM_REQUIRE
+              : (s && !strcmp(s, "0")) ? DDOFI_FABRIC_HMEM_OFF
+                                       : DDOFI_FABRIC_HMEM_PREFER;
+    return 0;
+}
+
+int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+                           dds_transport_t *transport_p)
+{
+    if (!comm || !comm->ops || !comm->ops->allgather || !transport_p || comm->size < 1 ||
+        comm->rank < 0 || comm->rank >= comm->size)
+        return dds_error(-DDS_EINVAL, "ddofi_transport_create: a communicator with "
+                         "allgather and 0 <= rank < size, and transport_p, are required");
+    ddofi_transport_register_config();
+    dds_config_register_core();
+    pthread_once(&g_log_once, log_once);
+
+    ofi_tr_t *t = calloc(1, sizeof *t);
+    char *hosts = NULL;
+    int rc = 0;
+    if (!t)
+        rc = dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
+    if (!rc) {
+        t->comm = *comm;
+        t->rank = comm->rank;
+        t->nranks = comm->size;
+        t->pid = getpid();
+        pthread_mutex_init(&t->lock, NULL);
+        t->addrs = calloc((size_t)comm->size, DDOFI_ADDR_BLOB_MAX);
+        hosts = calloc((size_t)comm->size, HOST_MAX);
+        if (!t->addrs || !hosts)
+            rc = dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
+    }
+    /* Validate the environment on every rank before any collective. */
+    if (!rc) {
+        int r2 = ddofi_env_prepare(-1);
+        if (r2 < 0)
+            rc = ddofi_transport_error(r2, NULL);
+    }
+    rc = dds_comm_agree(comm, rc);
+    if (rc)
+        goto fail;
+
+    /* Which ranks share this host: single_node and the local rank. */
+    char me[HOST_MAX];
+    memset(me, 0, sizeof me);
+    if (gethostname(me, sizeof me - 1))
+        strcpy(me, "?");
+    rc = comm->ops->allgather(comm->ctx, me, HOST_MAX, hosts);
+    if (rc) {
+        rc = dds_error(rc < 0 ? rc : -rc, "exchanging host names: %s", dds_last_error());
+        goto fail;
+    }
+    int single = 1, local_rank = 0;
+    for (int i = 0; i < comm->size; i++) {
+        int same = !strncmp(hosts + (size_t)i * HOST_MAX, me, HOST_MAX);
+        single &= same;
+        if (same && i < comm->rank)
+            local_rank++;
+    }
+
+    rc = read_settings(tp, single, local_rank, &t->fparams);
+    if (!rc) {
+        int r = ddofi_fabric_open(&t->fparams, &t->fab);
+        if (r)
+            rc = ddofi_transport_error(r, "method 1");
+    }
+    if (!rc) {
+        ddofi_fabric_query(t->fab, &t->attr);
+        snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
+        snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
+        t->need_local_mr = t->attr.mr_local;
+        int r = ddofi_ep_open(t->fab, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
+                              &t->server);
+        size_t len = DDOFI_ADDR_BLOB_MAX;
+        if (!r)
+            r = ddofi_ep_address(t->server, t->addrs + (size_t)t->rank * DDOFI_ADDR_BLOB_MAX,
+                                 &len);
+        if (r)
+            rc = ddofi_transport_error(r, "method 1: server endpoint");
+    }
+    rc = dds_comm_agree(comm, rc);
+    if (rc)
+        goto fail;
+
+    /* Every rank's server address. */
+    unsigned char mine[DDOFI_ADDR_BLOB_MAX];
+    memcpy(mine, t->addrs + (size_t)t->rank * DDOFI_ADDR_BLOB_MAX, sizeof mine);
+    rc = comm->ops->allgather(comm->ctx, mine, sizeof mine, t->addrs);
+    if (rc) {
+        rc = dds_error(rc < 0 ? rc : -rc, "exchanging endpoint addresses: %s",
+                       dds_last_error());
+        goto fail;
+    }
+    rc = reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    rc = dds_comm_agree(comm, rc);
+    if (rc)
+        goto fail;
+    free(hosts);
+
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+            "method 1: provider %s, domain %s, %d ranks (%s), progress thread %s, max read "
+            "%zu B, FI_MR_LOCAL %d, FI_HMEM %d",
+            t->attr.provider, t->attr.domain, t->nranks, single ? "one host" : "several hosts",
+            t->attr.progress_thread ? "yes" : "no", t->attr.max_read_bytes, t->attr.mr_local,
+            t->attr.hmem);
+    memset(transport_p, 0, sizeof *transport_p);
+    transport_p->ops = &ofi_ops;
+    transport_p->ctx = t;
+    transport_p->caps = DDS_TRANSPORT_CAP_THREAD_SAFE | DDS_TRANSPORT_CAP_READERS |
+                        DDS_TRANSPORT_CAP_FORK | DDS_TRANSPORT_CAP_LOCAL_SELF |
+                        (t->attr.hmem ? DDS_TRANSPORT_CAP_HMEM_CUDA | DDS_TRANSPORT_CAP_HMEM_ROCM
+                                      : 0);
+    transport_p->max_read_bytes = t->attr.max_read_bytes == SIZE_MAX ? 0 : t->attr.max_read_bytes;
+    return 0;
+
+fail:
+    free(hosts);
+    if (t) {
+        char saved[1024];
+        snprintf(saved, sizeof saved, "%s", dds_last_error());
+        reader_free(t->dflt);
+        t->dflt = NULL;
+        ddofi_ep_close(t->server);
+        ddofi_fabric_close(t->fab);
+        pthread_mutex_destroy(&t->lock);
+        free(t->addrs);
+        free(t);
+        dds_error(rc, "%s", saved);
+    }
+    return rc;
+}

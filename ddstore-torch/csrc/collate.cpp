@@ -1,0 +1,80 @@
+// ddstore-torch: the direct-collate path.
+//
+// Given a dataset's field schema and a batch's indices, allocate each
+// field's batch tensor once, (len(indices), *field_shape) with the dtype
+// default_collate would produce, and read every sample's row into its slot:
+// one get_batch per field, no per-sample work, the GIL released for all the
+// reads.  Python (pyddstore.torch) arranges the tensors into the sample's
+// structure (value / list / dict), which is what default_collate returns.
+#include "ddstore_torch.h"
+
+namespace ddstore_torch {
+
+namespace {
+
+at::ScalarType scalar_type_of(const std::string &name)
+{
+    if (name == "bool") return at::kBool;
+    if (name == "uint8" || name == "raw") return at::kByte;
+    if (name == "int32") return at::kInt;
+    if (name == "int64") return at::kLong;
+    if (name == "float32") return at::kFloat;
+    if (name == "float64") return at::kDouble;
+    throw_py(PyExc_TypeError, "unsupported field dtype '" + name +
+                                  "' (bool, uint8, int32, int64, float32, float64, raw)");
+}
+
+}  // namespace
+
+// specs: [(variable, shape tuple, dtype name, on_device bool), ...]; fields
+// with on_device True are allocated on `device` (a torch device string or
+// None = CPU), the others on the CPU (pinned when pin_memory).
+std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indices,
+                                py::object device, bool pin_memory, uintptr_t stream)
+{
+    const Target t(obj);
+    const at::Tensor idx = as_indices(indices);
+    const int64_t n = idx.numel();
+    c10::optional<at::Device> dev;
+    if (!device.is_none())
+        dev = at::Device(py::str(device).cast<std::string>());
+
+    std::vector<std::string> names;
+    std::vector<at::Tensor> outs;
+    std::vector<dds_buf_t> bufs;
+    names.reserve(specs.size());
+    outs.reserve(specs.size());
+    bufs.reserve(specs.size());
+    for (py::handle h : specs) {
+        py::tuple spec = py::reinterpret_borrow<py::tuple>(h);
+        if (spec.size() != 4)
+            throw_py(PyExc_ValueError, "collate spec must be (name, shape, dtype, on_device)");
+        names.push_back(spec[0].cast<std::string>());
+        std::vector<int64_t> shape{n};
+        for (py::handle d : py::reinterpret_borrow<py::tuple>(spec[1]))
+            shape.push_back(d.cast<int64_t>());
+        const bool on_device = spec[3].cast<bool>() && dev.has_value();
+        auto opts = at::TensorOptions().dtype(scalar_type_of(spec[2].cast<std::string>()));
+        if (on_device)
+            opts = opts.device(*dev);
+        else if (pin_memory)
+            opts = opts.pinned_memory(true);
+        outs.push_back(at::empty(shape, opts));
+    }
+    for (size_t k = 0; k < outs.size(); k++)
+        bufs.push_back(describe(t, names[k], outs[k], n, stream));
+
+    int rc = 0;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        for (size_t k = 0; k < bufs.size() && rc == 0; k++)
+            rc = api()->get_batch(t.store, t.reader, names[k].c_str(), &bufs[k],
+                                  idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+        note_read(t0, now_ns());
+    }
+    check(rc);
+    return outs;
+}
+
+}  // namespace ddstore_torch

@@ -1,0 +1,59 @@
+// ddstore-torch: the Python module pyddstore._ddstore_torch.
+#include "ddstore_torch.h"
+
+#ifndef TORCH_EXTENSION_NAME
+#define TORCH_EXTENSION_NAME _ddstore_torch
+#endif
+#ifndef DDSTORE_TORCH_VERSION
+#define DDSTORE_TORCH_VERSION "0.1.0"
+#endif
+
+namespace dt = ddstore_torch;
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
+{
+    m.doc() = "ddstore reads into tensor storage (the torch side of pyddstore)";
+    dt::load_api();
+    m.attr("__version__") = DDSTORE_TORCH_VERSION;
+
+    m.def("get", &dt::get, py::arg("store"), py::arg("name"), py::arg("out"),
+          py::arg("start") = 0, py::arg("stream") = 0,
+          "out[i] <- global row start+i of `name` for i < len(out).  `store` is a "
+          "PyDDStore or a reader; `out` a C-contiguous CPU/GPU tensor whose dtype is "
+          "the variable's and whose rows match its row width.  Releases the GIL.");
+    m.def("get_batch", &dt::get_batch, py::arg("store"), py::arg("name"), py::arg("out"),
+          py::arg("indices"), py::arg("stream") = 0,
+          "out[i] <- global row indices[i] (any order, repeats allowed); "
+          "len(out) == len(indices).  Releases the GIL.");
+    m.def("read_fields", &dt::read_fields, py::arg("store"), py::arg("names"),
+          py::arg("outs"), py::arg("indices"), py::arg("stream") = 0,
+          "outs[k][:len(indices)] <- rows `indices` of names[k]: one get_batch per "
+          "variable under one GIL release.");
+    m.def("collate", &dt::collate, py::arg("store"), py::arg("specs"),
+          py::arg("indices"), py::arg("device") = py::none(),
+          py::arg("pin_memory") = false, py::arg("stream") = 0,
+          "Direct collate: allocate (len(indices), *shape) per spec "
+          "(name, shape, dtype name, on_device) and read every field with one "
+          "get_batch; returns the tensors in spec order.");
+    m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
+          "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
+          "Python object with rank, size, allgather_bytes(bytes) -> bytes and "
+          "barrier(); used for torch.distributed groups.");
+    m.def("register_recv", &dt::register_recv, py::arg("store"), py::arg("buf"),
+          py::arg("stream") = 0,
+          "Register a tensor as a read destination (reads into it or any slice of "
+          "it then skip registration).");
+    m.def("unregister_recv", &dt::unregister_recv, py::arg("store"), py::arg("buf"),
+          "Undo register_recv for exactly this tensor's storage range.");
+    m.def("add_tensor", &dt::add_tensor, py::arg("store"), py::arg("name"), py::arg("shard"),
+          py::arg("stream") = 0,
+          "Collective: this rank's shard of `name` = a C-contiguous tensor (rows first). "
+          "Host tensors are copied; GPU tensors are registered in place and kept alive "
+          "by the store until the variable is freed.");
+    m.def("set_gpu_kind", &dt::set_gpu_kind, py::arg("kind"),
+          "1 = CUDA, 2 = ROCm: how GPU tensors are described to the store.");
+    m.def("last_read_window", &dt::last_read_window,
+          "(begin_ns, end_ns) CLOCK_MONOTONIC of this thread's last read, taken with "
+          "the GIL released (for tests of concurrency).");
+    m.def("now_ns", &dt::now_ns, "CLOCK_MONOTONIC in ns (same clock as last_read_window).");
+}

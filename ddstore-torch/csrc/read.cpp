@@ -1,0 +1,133 @@
+// ddstore-torch: reads straight into tensor storage.
+//
+// Every read checks its destination (describe()) with the GIL held, then
+// releases the GIL for the whole transfer, so loader threads read in
+// parallel and the training thread keeps running.
+#include "ddstore_torch.h"
+
+namespace ddstore_torch {
+
+void get(py::handle obj, const std::string &name, at::Tensor out,
+         int64_t start, uintptr_t stream)
+{
+    const Target t(obj);
+    const dds_buf_t buf = describe(t, name, out, out.dim() ? out.size(0) : -1, stream);
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        rc = api()->get(t.store, t.reader, name.c_str(), &buf, start);
+        note_read(t0, now_ns());
+    }
+    check(rc);
+}
+
+void get_batch(py::handle obj, const std::string &name, at::Tensor out,
+               py::handle indices, uintptr_t stream)
+{
+    const Target t(obj);
+    const at::Tensor idx = as_indices(indices);
+    const int64_t n = idx.numel();
+    if (out.dim() >= 1 && out.size(0) != n)
+        throw_py(PyExc_ValueError, "variable '" + name + "': destination tensor has " +
+                                       std::to_string(out.size(0)) + " rows but " +
+                                       std::to_string(n) + " indices were given");
+    const dds_buf_t buf = describe(t, name, out, n, stream);
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        rc = api()->get_batch(t.store, t.reader, name.c_str(), &buf,
+                              idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+        note_read(t0, now_ns());
+    }
+    check(rc);
+}
+
+// Several variables, the same rows: outs[k][:len(indices)] <- rows of
+// names[k], one get_batch per variable, all under one GIL release.  Output
+// tensors may have more rows than indices (reused buffers); the first
+// len(indices) rows are written.
+void read_fields(py::handle obj, const std::vector<std::string> &names,
+                 std::vector<at::Tensor> outs, py::handle indices, uintptr_t stream)
+{
+    if (names.size() != outs.size())
+        throw_py(PyExc_ValueError, std::to_string(names.size()) + " names but " +
+                                       std::to_string(outs.size()) + " output tensors");
+    const Target t(obj);
+    const at::Tensor idx = as_indices(indices);
+    const int64_t n = idx.numel();
+    std::vector<dds_buf_t> bufs;
+    bufs.reserve(outs.size());
+    for (size_t k = 0; k < outs.size(); k++) {
+        at::Tensor o = outs[k];
+        if (o.dim() >= 1 && o.size(0) > n)
+            o = o.narrow(0, 0, n);
+        else if (o.dim() >= 1 && o.size(0) < n)
+            throw_py(PyExc_ValueError, "variable '" + names[k] + "': output buffer has " +
+                                           std::to_string(o.size(0)) + " rows, " +
+                                           std::to_string(n) + " are read");
+        bufs.push_back(describe(t, names[k], o, n, stream));
+    }
+    int rc = 0;
+    size_t failed = 0;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        for (size_t k = 0; k < bufs.size() && rc == 0; k++) {
+            rc = api()->get_batch(t.store, t.reader, names[k].c_str(), &bufs[k],
+                                  idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+            failed = k;
+        }
+        note_read(t0, now_ns());
+    }
+    (void)failed;
+    check(rc);
+}
+
+namespace {
+dds_mem_t mem_of(const at::Tensor &buf, uintptr_t stream)
+{
+    dds_mem_t mem{};
+    if (buf.device().is_cpu()) {
+        mem.kind = DDS_MEM_HOST;
+    } else if (buf.device().is_cuda()) {
+        mem.kind = static_cast<dds_mem_kind_t>(gpu_kind());
+        mem.device = buf.device().index();
+        mem.stream = reinterpret_cast<void *>(stream);
+    } else {
+        throw_py(PyExc_TypeError, "buffer is on " + buf.device().str() +
+                                      "; expected a CPU or CUDA/ROCm tensor");
+    }
+    if (!buf.is_contiguous())
+        throw_py(PyExc_ValueError, "buffer must be C-contiguous");
+    return mem;
+}
+}  // namespace
+
+void register_recv(py::handle obj, at::Tensor buf, uintptr_t stream)
+{
+    const Target t(obj);
+    const dds_mem_t mem = mem_of(buf, stream);
+    const size_t bytes = static_cast<size_t>(buf.numel()) * buf.element_size();
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        rc = api()->recv_register(t.store, buf.data_ptr(), bytes, &mem);
+    }
+    check(rc);
+}
+
+void unregister_recv(py::handle obj, at::Tensor buf)
+{
+    const Target t(obj);
+    const size_t bytes = static_cast<size_t>(buf.numel()) * buf.element_size();
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        rc = api()->recv_unregister(t.store, buf.data_ptr(), bytes);
+    }
+    check(rc);
+}
+
+}  // namespace ddstore_torch

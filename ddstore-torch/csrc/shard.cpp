@@ -1,0 +1,66 @@
+// ddstore-torch: a tensor as a rank's shard (DistDataset's add_device=).
+//
+// Host tensors are copied into a store-owned shard.  GPU tensors are
+// registered in place (DDS_ADD_IN_PLACE, GPUDirect: peers read GPU memory
+// through the NIC) and kept alive by the store until the variable is freed
+// (api->keep_alive).  Collective, like PyDDStore.add.
+#include "ddstore_torch.h"
+
+namespace ddstore_torch {
+
+void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t stream)
+{
+    const pyddstore_api_t *a = api();
+    const bool have_keep = a->size >= offsetof(pyddstore_api_t, keep_alive) + sizeof(a->keep_alive) &&
+                           a->keep_alive != nullptr;
+    // Argument errors are raised before the collective: callers (DistDataset)
+    // validate on every rank and agree first, so a bad tensor here is a
+    // programming error on all ranks alike.
+    if (t.layout() != at::kStrided || !t.is_contiguous() || t.dim() < 1)
+        throw_py(PyExc_ValueError, "add_tensor('" + name +
+                                       "'): expected a C-contiguous tensor with rows first");
+    dds_dtype_t dt = DDS_DTYPE_RAW;
+    switch (t.scalar_type()) {
+    case at::kBool: dt = DDS_DTYPE_BOOL; break;
+    case at::kByte: dt = DDS_DTYPE_UINT8; break;
+    case at::kInt: dt = DDS_DTYPE_INT32; break;
+    case at::kLong: dt = DDS_DTYPE_INT64; break;
+    case at::kFloat: dt = DDS_DTYPE_FLOAT32; break;
+    case at::kDouble: dt = DDS_DTYPE_FLOAT64; break;
+    default:
+        throw_py(PyExc_TypeError, "add_tensor('" + name + "'): unsupported dtype " +
+                                      std::string(c10::toString(t.scalar_type())));
+    }
+    dds_mem_t mem{};
+    int flags = DDS_ADD_COPY;
+    if (t.device().is_cuda()) {
+        if (!have_keep)
+            throw_py(PyExc_RuntimeError, "add_tensor: pyddstore._core is too old to keep GPU "
+                                         "shards alive (C API without keep_alive)");
+        mem.kind = static_cast<dds_mem_kind_t>(gpu_kind());
+        mem.device = t.device().index();
+        mem.stream = reinterpret_cast<void *>(stream);
+        flags = DDS_ADD_IN_PLACE;
+    } else if (!t.device().is_cpu()) {
+        throw_py(PyExc_TypeError, "add_tensor('" + name + "'): tensor on " + t.device().str() +
+                                      "; expected CPU or CUDA/ROCm");
+    }
+    const int64_t nrows = t.size(0);
+    int64_t disp = 1;
+    for (int64_t d = 1; d < t.dim(); d++)
+        disp *= t.size(d);
+    const Target tg(obj);
+    // The GIL stays held: the store's communicator may call into Python
+    // (torch.distributed, FileComm).
+    const int rc = a->var_add(tg.store, name.c_str(), t.data_ptr(), nrows,
+                              static_cast<size_t>(disp), t.element_size(), dt,
+                              flags == DDS_ADD_IN_PLACE ? &mem : nullptr, flags);
+    check(rc);
+    if (flags == DDS_ADD_IN_PLACE) {
+        py::object ref = py::cast(t);
+        if (a->keep_alive(obj.ptr(), name.c_str(), ref.ptr()) < 0)
+            throw py::error_already_set();
+    }
+}
+
+}  // namespace ddstore_torch

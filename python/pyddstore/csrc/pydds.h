@@ -1,0 +1,223 @@
+/* pyddstore._core: declarations shared by the extension's sources (private).
+ *
+ * Files:
+ *   pydds_module.c    module init, exceptions, error mapping, atexit, fork
+ *   pydds_store.c     the PyDDStore type
+ *   pydds_reader.c    the Reader type (fork_reader / open_reader)
+ *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion
+ *   pydds_comm.c      communicator resolution (None / mpi4py / _dds_comm)
+ *   transports.c      the transport factory (method 0, 1, 2)
+ *   pydds_capi.c      the C API capsule (pyddstore_api.h)
+ *
+ * Locking (see pydds_store.c): every PyDDStore has a "life lock", a
+ * pthread rwlock protecting its dds_store_t pointer and its readers'
+ * dds_reader_t pointers.  Calls that use the store hold it for reading,
+ * destroy / reader close / free() hold it for writing.  The life lock is
+ * only ever ACQUIRED with the GIL released (it may be held while the GIL is
+ * re-acquired), so a thread holding the GIL never waits for it and no
+ * deadlock with the GIL is possible.
+ */
+#ifndef PYDDS_H
+#define PYDDS_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ddstore/errors.h"
+#include "ddstore/store.h"
+#include "pyddstore_api.h"
+
+#ifdef HAVE_MPI
+#include "ddstore/mpi.h"
+#endif
+
+#if PY_VERSION_HEX < 0x030A0000
+static inline PyObject *Py_NewRef(PyObject *o)
+{
+    Py_INCREF(o);
+    return o;
+}
+#endif
+
+#ifndef PYDDSTORE_VERSION
+#define PYDDSTORE_VERSION "0.1.0"
+#endif
+
+/* ---- exceptions and error mapping (pydds_module.c) ---------------------- */
+
+extern PyObject *pydds_Error;     /* pyddstore.DDStoreError(RuntimeError)    */
+extern PyObject *pydds_KeyError;  /* pyddstore.DDStoreKeyError(KeyError,
+                                     IndexError)                             */
+
+/* The exception class documented for a DDS_E* code (docs/design.md). */
+PyObject *pydds_exc_class(int rc);
+/* Set the documented exception for `rc` with dds_last_error() (or
+ * dds_strerror(rc) when the detail is empty); returns NULL. */
+PyObject *pydds_raise(int rc);
+/* Same class, own message. */
+PyObject *pydds_raise_fmt(int rc, const char *fmt, ...);
+/* The DDS code matching the pending Python exception (TypeError -> ETYPE,
+ * IndexError -> ERANGE, ...); records "str(exc)" as this thread's
+ * dds_error detail.  The exception stays set. */
+int pydds_rc_from_pyerr(void);
+
+/* ---- objects ------------------------------------------------------------ */
+
+typedef struct pydds_reader_obj pydds_reader_obj;
+
+typedef struct pydds_store_obj {
+    PyObject_HEAD
+    dds_store_t *store;          /* NULL once destroyed (life lock, write)   */
+    int method;
+    int rank;
+    int size;
+    int comm_needs_gil;          /* collectives call back into Python        */
+    pid_t pid;                   /* process that created the store           */
+    int life_init;               /* life lock initialised                    */
+    pthread_rwlock_t life;
+    pydds_reader_obj *readers;   /* open readers (list changed under the GIL)*/
+    PyObject *recv_bufs;         /* {(ptr, nbytes): exporter} registered     */
+    PyObject *keep;              /* {name: [objects kept alive]} (C API)     */
+    PyObject *weakreflist;
+    struct pydds_store_obj *live_prev, *live_next;  /* live stores (GIL)     */
+} pydds_store_obj;
+
+struct pydds_reader_obj {
+    PyObject_HEAD
+    pydds_store_obj *owner;      /* strong reference                          */
+    dds_reader_t *reader;        /* NULL once closed (owner's life lock)      */
+    int flags;                   /* DDS_READER_THREAD / DDS_READER_FORKED     */
+    pid_t pid;
+    PyObject *weakreflist;
+    pydds_reader_obj *prev, *next;  /* in owner->readers (GIL)               */
+};
+
+extern PyTypeObject pydds_StoreType;
+extern PyTypeObject pydds_ReaderType;
+
+int pydds_store_type_ready(PyObject *module);
+int pydds_reader_type_ready(PyObject *module);
+
+/* Life lock helpers: acquire with the GIL released (they release it
+ * themselves).  Return 0, or -1 with DDStoreError set when the store is
+ * destroyed (then the lock is not held). */
+int pydds_store_enter(pydds_store_obj *s);       /* read lock + alive check */
+void pydds_store_leave(pydds_store_obj *s);      /* no GIL needed            */
+void pydds_lock_write(pydds_store_obj *s);       /* GIL released inside      */
+
+/* Create a reader object over `owner` (flags DDS_READER_*). */
+PyObject *pydds_reader_new(pydds_store_obj *owner, int flags);
+/* Close one reader; the caller holds the owner's life lock for writing. */
+void pydds_reader_close_locked(pydds_reader_obj *r);
+
+/* Method bodies shared by PyDDStore and Reader (r NULL = the store's
+ * default reader). */
+PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
+                       PyObject *args, PyObject *kw);
+PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
+                             PyObject *args, PyObject *kw);
+PyObject *pydds_do_info(pydds_store_obj *s, PyObject *name);
+PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name);
+PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name);
+PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name);
+
+/* Live-store registry (GIL held). */
+void pydds_live_add(pydds_store_obj *s);
+void pydds_live_remove(pydds_store_obj *s);
+/* Destroy the C store of `s` (readers closed first).  GIL held on entry;
+ * collective when variables are live.  Idempotent. */
+void pydds_store_destroy(pydds_store_obj *s);
+
+/* MPI lifetime: set when ddmpi_init started MPI for us (pydds_comm.c). */
+extern int pydds_mpi_started_by_us;
+
+/* ---- buffers (pydds_buffer.c) ------------------------------------------- */
+
+typedef struct pydds_buffer {
+    Py_buffer view;
+    int have_view;
+    dds_buf_t buf;               /* described for core                        */
+} pydds_buffer_t;
+
+/* Describe `obj` (any object with the buffer protocol) as a dds_buf_t:
+ * C-contiguous required (else ValueError), format -> dtype (else TypeError
+ * naming it), 1-D = rows of one element, N-D = shape[0] rows of
+ * prod(shape[1:]) elements.  `writable`: a destination (read-only -> ValueError).
+ * `what` names the argument in messages.  Returns 0 or -1 with an exception. */
+int pydds_buffer_get(PyObject *obj, const char *what, int writable,
+                     pydds_buffer_t *b);
+void pydds_buffer_release(pydds_buffer_t *b);
+
+typedef struct pydds_indices {
+    const int64_t *rows;
+    size_t n;
+    int64_t *owned;              /* malloc'd conversion, or NULL              */
+    Py_buffer view;
+    int have_view;
+} pydds_indices_t;
+
+/* Global row indices from any integer buffer (no Python loop) or a Python
+ * sequence of integers.  Returns 0 or -1 with an exception. */
+int pydds_indices_get(PyObject *obj, pydds_indices_t *ix);
+void pydds_indices_release(pydds_indices_t *ix);
+
+/* ---- communicators (pydds_comm.c) --------------------------------------- */
+
+enum { PYDDS_COMM_NONE = 0, PYDDS_COMM_MPI = 1, PYDDS_COMM_PROVIDER = 2,
+       PYDDS_COMM_SELF = 3 };
+
+typedef struct pydds_comm_res {
+    int kind;                    /* PYDDS_COMM_*                              */
+    int have_comm;               /* comm is ours to hand over or destroy      */
+    dds_comm_t comm;
+    int needs_gil;               /* its collectives call into Python          */
+    const char *kind_name;       /* "mpi", provider's name, "self"            */
+#ifdef HAVE_MPI
+    MPI_Comm mpi_comm;           /* the user's communicator (not owned)       */
+#endif
+} pydds_comm_res_t;
+
+/* Resolve comm_or_none (None, mpi4py communicator, object with a `_dds_comm`
+ * capsule).  rank / size: the constructor's hints (rank -1 / size 0 = none);
+ * when given they must match the communicator.  Returns 0 or -1 with an
+ * exception.  May initialise MPI (comm None or mpi4py). */
+int pydds_comm_resolve(PyObject *obj, int rank, int size,
+                       pydds_comm_res_t *res);
+/* Destroy the communicator if it was not handed to a store. */
+void pydds_comm_res_cleanup(pydds_comm_res_t *res);
+
+/* ---- transports (transports.c) ------------------------------------------ */
+
+typedef struct pydds_transport_args {
+    size_t size;                 /* sizeof(pydds_transport_args_t)            */
+    const dds_comm_t *comm;      /* the store's communicator, borrowed for the
+                                    duration of the call (collectives only)   */
+    const void *mpi_comm;        /* (const MPI_Comm *) when the communicator
+                                    is MPI, else NULL                         */
+    const char *comm_kind;       /* "mpi", "file", "torch", "self"            */
+    const char *handshake_dir;   /* "" = none                                 */
+    int n_core;                  /* method 2: ranks of the core job (0 = all) */
+    const char *nic_map;         /* "" = none; comma-separated interfaces     */
+    const char *exchange_ns;     /* "" = none                                 */
+    int rank;                    /* this rank in `comm`                       */
+    int nranks;                  /* ranks in `comm`                          */
+} pydds_transport_args_t;
+
+/* Create the transport for `method` (0 MPI RMA, 1 libfabric, 2 libfabric with
+ * a file handshake).  Returns 0 or a negative DDS_E* code with the detail in
+ * dds_last_error(); no Python calls (runs with the GIL released).
+ * Collective over args->comm. */
+int pydds_make_transport(int method, const pydds_transport_args_t *args,
+                         dds_transport_t *transport_p);
+
+/* ---- C API capsule (pydds_capi.c) --------------------------------------- */
+
+PyObject *pydds_capi_capsule(void);
+/* Keep `ref` alive until variable `name` is freed (free(), destroy). */
+int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref);
+
+#endif

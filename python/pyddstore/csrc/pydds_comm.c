@@ -1,0 +1,280 @@
+/* pyddstore._core: communicator resolution for PyDDStore(comm_or_none).
+ *
+ *   None                     MPI_COMM_WORLD (HAVE_MPI; MPI is started here,
+ *                            never at import), else a one-rank "self"
+ *                            communicator when size <= 1
+ *   object with `_dds_comm`  a capsule PYDDSTORE_COMM_CAPSULE holding a
+ *                            pyddstore_comm_provider_t (FileComm, torch
+ *                            groups: pyddstore_api.h)
+ *   mpi4py communicator      its MPI_Comm through mpi4py.MPI._addressof
+ *                            (mpi4py is imported only for such an object)
+ */
+#include "pydds.h"
+
+#include <string.h>
+
+int pydds_mpi_started_by_us = 0;
+
+static int raise_rc(int rc)
+{
+    pydds_raise(rc);
+    return -1;
+}
+
+#ifdef HAVE_MPI
+static int resolve_mpi(MPI_Comm comm, pydds_comm_res_t *res)
+{
+    int rc, ours = 0, provided = 0;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ddmpi_init(&provided, &ours);
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_rc(rc);
+    if (ours)
+        pydds_mpi_started_by_us = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = ddmpi_comm_create(comm, &res->comm);   /* collective: dup */
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return raise_rc(rc);
+    res->kind = PYDDS_COMM_MPI;
+    res->have_comm = 1;
+    res->mpi_comm = comm;
+    res->kind_name = "mpi";
+    return 0;
+}
+
+/* mpi4py must use the MPI library we link (mpi4py 4 can load several). */
+static int check_same_mpi(PyObject *MPI)
+{
+    char ours[MPI_MAX_LIBRARY_VERSION_STRING + 1];
+    int len = 0;
+    PyObject *v;
+    const char *theirs;
+    int same;
+    MPI_Get_library_version(ours, &len);
+    ours[len < 0 ? 0 : len] = '\0';
+    v = PyObject_CallMethod(MPI, "Get_library_version", NULL);
+    if (v == NULL)
+        return -1;
+    theirs = PyUnicode_Check(v) ? PyUnicode_AsUTF8(v) : NULL;
+    if (theirs == NULL) {
+        Py_DECREF(v);
+        PyErr_Clear();
+        return 0;   /* cannot tell: trust it */
+    }
+    {
+        /* compare the first line (name + version) */
+        size_t a = strcspn(ours, "\n,"), b = strcspn(theirs, "\n,");
+        same = a == b && strncmp(ours, theirs, a) == 0;
+    }
+    if (!same)
+        PyErr_Format(PyExc_TypeError,
+                     "comm_or_none: mpi4py uses a different MPI library "
+                     "(%.*s) than pyddstore (%.*s); use the same MPI for both",
+                     (int)strcspn(theirs, "\n,"), theirs,
+                     (int)strcspn(ours, "\n,"), ours);
+    Py_DECREF(v);
+    return same ? 0 : -1;
+}
+#endif
+
+static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
+{
+#ifdef HAVE_MPI
+    PyObject *MPI = NULL, *cls = NULL, *null = NULL, *addr = NULL;
+    void *p;
+    int r, rc = -1;
+    MPI = PyImport_ImportModule("mpi4py.MPI");
+    if (MPI == NULL)
+        return -1;
+    null = PyObject_GetAttrString(MPI, "COMM_NULL");
+    if (null == NULL)
+        goto out;
+    r = PyObject_RichCompareBool(obj, null, Py_EQ);
+    if (r < 0) {
+        PyErr_Clear();   /* not comparable: not COMM_NULL */
+        r = 0;
+    }
+    if (r) {
+        PyErr_SetString(PyExc_ValueError,
+                        "comm_or_none: got MPI.COMM_NULL");
+        goto out;
+    }
+    cls = PyObject_GetAttrString(MPI, "Intracomm");
+    if (cls == NULL)
+        goto out;
+    r = PyObject_IsInstance(obj, cls);
+    if (r < 0)
+        goto out;
+    if (r == 0) {
+        PyErr_Format(PyExc_TypeError,
+                     "comm_or_none: expected an mpi4py intracommunicator, "
+                     "got %s",
+                     Py_TYPE(obj)->tp_name);
+        goto out;
+    }
+    if (check_same_mpi(MPI) < 0)
+        goto out;
+    addr = PyObject_CallMethod(MPI, "_addressof", "O", obj);
+    if (addr == NULL)
+        goto out;
+    p = PyLong_AsVoidPtr(addr);
+    if (p == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError,
+                            "comm_or_none: mpi4py returned a NULL address");
+        goto out;
+    }
+    rc = resolve_mpi(*(MPI_Comm *)p, res);
+out:
+    Py_XDECREF(MPI);
+    Py_XDECREF(cls);
+    Py_XDECREF(null);
+    Py_XDECREF(addr);
+    return rc;
+#else
+    (void)res;
+    PyErr_Format(PyExc_ValueError,
+                 "comm_or_none: got an mpi4py communicator (%s), but this "
+                 "build of pyddstore has no MPI (pyddstore.HAVE_MPI is "
+                 "False); pass a FileComm or a torch.distributed group",
+                 Py_TYPE(obj)->tp_name);
+    return -1;
+#endif
+}
+
+static int resolve_provider(PyObject *cap, pydds_comm_res_t *res)
+{
+    const pyddstore_comm_provider_t *pv;
+    int rc;
+    if (!PyCapsule_IsValid(cap, PYDDSTORE_COMM_CAPSULE)) {
+        PyErr_Format(PyExc_TypeError,
+                     "comm_or_none._dds_comm: expected a capsule named '%s'",
+                     PYDDSTORE_COMM_CAPSULE);
+        return -1;
+    }
+    pv = (const pyddstore_comm_provider_t *)PyCapsule_GetPointer(
+        cap, PYDDSTORE_COMM_CAPSULE);
+    if (pv == NULL)
+        return -1;
+    if (pv->size < offsetof(pyddstore_comm_provider_t, arg) + sizeof(pv->arg) ||
+        pv->create == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "comm_or_none._dds_comm: incomplete communicator "
+                        "provider");
+        return -1;
+    }
+    /* With the GIL: create() may call into Python. */
+    memset(&res->comm, 0, sizeof res->comm);
+    rc = pv->create(pv->arg, &res->comm);
+    if (rc < 0) {
+        if (!PyErr_Occurred())
+            pydds_raise(rc);
+        return -1;
+    }
+    if (res->comm.ops == NULL || res->comm.size < 1 || res->comm.rank < 0 ||
+        res->comm.rank >= res->comm.size) {
+        dds_comm_destroy(&res->comm);
+        PyErr_SetString(PyExc_ValueError,
+                        "comm_or_none._dds_comm: the provider returned an "
+                        "invalid communicator");
+        return -1;
+    }
+    res->kind = PYDDS_COMM_PROVIDER;
+    res->have_comm = 1;
+    res->needs_gil = pv->needs_gil != 0;
+    res->kind_name = pv->name ? pv->name : "provider";
+    return 0;
+}
+
+static int is_mpi4py_object(PyObject *obj)
+{
+    PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(obj),
+                                           "__module__");
+    int r = 0;
+    if (mod == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (PyUnicode_Check(mod)) {
+        const char *s = PyUnicode_AsUTF8(mod);
+        r = s != NULL && strncmp(s, "mpi4py", 6) == 0;
+        if (s == NULL)
+            PyErr_Clear();
+    }
+    Py_DECREF(mod);
+    return r;
+}
+
+int pydds_comm_resolve(PyObject *obj, int rank, int size,
+                       pydds_comm_res_t *res)
+{
+    int rc;
+    memset(res, 0, sizeof *res);
+    if (obj == NULL || obj == Py_None) {
+#ifdef HAVE_MPI
+        (void)rank;
+        rc = resolve_mpi(MPI_COMM_WORLD, res);
+#else
+        if (size > 1) {
+            PyErr_SetString(PyExc_ValueError,
+                            "comm_or_none=None: this build of pyddstore has "
+                            "no MPI (HAVE_MPI is False); pass a communicator "
+                            "(pyddstore.FileComm or a torch.distributed "
+                            "group)");
+            return -1;
+        }
+        rc = dds_comm_self(&res->comm);
+        if (rc < 0)
+            return raise_rc(rc);
+        res->kind = PYDDS_COMM_SELF;
+        res->have_comm = 1;
+        res->kind_name = "self";
+        rc = 0;
+#endif
+    } else {
+        PyObject *cap = PyObject_GetAttrString(obj, "_dds_comm");
+        if (cap != NULL) {
+            rc = resolve_provider(cap, res);
+            Py_DECREF(cap);
+        } else if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            return -1;
+        } else {
+            PyErr_Clear();
+            if (is_mpi4py_object(obj)) {
+                rc = resolve_mpi4py(obj, res);
+            } else {
+                PyErr_Format(PyExc_TypeError,
+                             "comm_or_none: expected None, an mpi4py "
+                             "communicator or a ddstore communicator "
+                             "(pyddstore.FileComm, torch.distributed group), "
+                             "got %s",
+                             Py_TYPE(obj)->tp_name);
+                return -1;
+            }
+        }
+    }
+    if (rc < 0)
+        return -1;
+    /* The constructor's hints must agree with the communicator. */
+    if ((rank >= 0 && rank != res->comm.rank) ||
+        (size > 0 && size != res->comm.size)) {
+        PyErr_Format(PyExc_ValueError,
+                     "rank/size: given rank %d, size %d, but the %s "
+                     "communicator has rank %d of %d",
+                     rank, size, res->kind_name, res->comm.rank,
+                     res->comm.size);
+        pydds_comm_res_cleanup(res);
+        return -1;
+    }
+    return 0;
+}
+
+void pydds_comm_res_cleanup(pydds_comm_res_t *res)
+{
+    if (res->have_comm) {
+        dds_comm_destroy(&res->comm);
+        res->have_comm = 0;
+    }
+}

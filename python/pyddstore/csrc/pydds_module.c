@@ -1,0 +1,376 @@
+/* pyddstore._core: module init, exceptions, error mapping, interpreter exit
+ * and fork handling. */
+#include "pydds.h"
+
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddstore/config.h"
+#include "ddstore/log.h"
+
+PyObject *pydds_Error = NULL;
+PyObject *pydds_KeyError = NULL;
+
+/* ---- error mapping (docs/design.md, "Errors -> Python") ----------------- */
+
+PyObject *pydds_exc_class(int rc)
+{
+    switch (rc < 0 ? -rc : rc) {
+    case DDS_ENOENT:
+        return pydds_KeyError;
+    case DDS_ERANGE:
+        return PyExc_IndexError;
+    case DDS_EINVAL:
+    case DDS_EEXIST:
+    case DDS_ECONFIG:
+        return PyExc_ValueError;
+    case DDS_ETYPE:
+        return PyExc_TypeError;
+    case DDS_ENOMEM:
+        return PyExc_MemoryError;
+    default: /* EIO ETIMEDOUT EFREED ETRANSPORT ENOGPU ESTALE ECORRUPT ENOSYS
+                EBUSY EPEER ... */
+        return pydds_Error;
+    }
+}
+
+PyObject *pydds_raise(int rc)
+{
+    const char *msg = dds_last_error();
+    if (msg == NULL || msg[0] == '\0')
+        msg = dds_strerror(rc);
+    PyErr_SetString(pydds_exc_class(rc), msg);
+    return NULL;
+}
+
+PyObject *pydds_raise_fmt(int rc, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    PyErr_SetString(pydds_exc_class(rc), buf);
+    return NULL;
+}
+
+int pydds_rc_from_pyerr(void)
+{
+    int rc;
+    PyObject *type, *value, *tb;
+    if (!PyErr_Occurred())
+        return dds_error(-DDS_EINVAL, "unknown error");
+    if (PyErr_ExceptionMatches(PyExc_KeyError))
+        rc = -DDS_ENOENT;
+    else if (PyErr_ExceptionMatches(PyExc_IndexError))
+        rc = -DDS_ERANGE;
+    else if (PyErr_ExceptionMatches(PyExc_TypeError))
+        rc = -DDS_ETYPE;
+    else if (PyErr_ExceptionMatches(PyExc_ValueError) ||
+             PyErr_ExceptionMatches(PyExc_OverflowError))
+        rc = -DDS_EINVAL;
+    else if (PyErr_ExceptionMatches(PyExc_MemoryError))
+        rc = -DDS_ENOMEM;
+    else
+        rc = -DDS_EIO;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    {
+        PyObject *s = value ? PyObject_Str(value) : NULL;
+        const char *txt = s ? PyUnicode_AsUTF8(s) : NULL;
+        if (txt == NULL) {
+            PyErr_Clear();
+            txt = ((PyTypeObject *)type)->tp_name;
+        }
+        /* KeyError's str() quotes its message; ours do not. */
+        dds_error(rc, "%s", txt);
+        Py_XDECREF(s);
+    }
+    PyErr_Restore(type, value, tb);
+    return rc;
+}
+
+/* ---- live stores, interpreter exit, fork -------------------------------- */
+
+static pydds_store_obj *g_live_head = NULL, *g_live_tail = NULL;
+static pid_t g_mpi_pid = 0;
+
+void pydds_live_add(pydds_store_obj *s)
+{
+    s->live_prev = g_live_tail;
+    s->live_next = NULL;
+    if (g_live_tail)
+        g_live_tail->live_next = s;
+    else
+        g_live_head = s;
+    g_live_tail = s;
+    if (pydds_mpi_started_by_us && g_mpi_pid == 0)
+        g_mpi_pid = getpid();
+}
+
+void pydds_live_remove(pydds_store_obj *s)
+{
+    if (s->live_prev)
+        s->live_prev->live_next = s->live_next;
+    else if (g_live_head == s)
+        g_live_head = s->live_next;
+    else
+        return; /* not linked */
+    if (s->live_next)
+        s->live_next->live_prev = s->live_prev;
+    else
+        g_live_tail = s->live_prev;
+    s->live_prev = s->live_next = NULL;
+}
+
+/* Registered with Python's atexit (which runs before mpi4py's Py_AtExit
+ * finalisation): destroy this process's stores in creation order (the same
+ * order on every rank), then finalise MPI if we started it. */
+static PyObject *mod_atexit(PyObject *m, PyObject *unused)
+{
+    pid_t me = getpid();
+    (void)m;
+    (void)unused;
+    for (;;) {
+        pydds_store_obj *s;
+        for (s = g_live_head; s; s = s->live_next)
+            if (s->store != NULL && s->pid == me)
+                break;
+        if (s == NULL)
+            break;
+        Py_INCREF(s);
+        pydds_store_destroy(s);
+        Py_DECREF(s);
+    }
+    if (pydds_mpi_started_by_us && (g_mpi_pid == 0 || g_mpi_pid == me)) {
+#ifdef HAVE_MPI
+        int rc;
+        Py_BEGIN_ALLOW_THREADS
+        rc = ddmpi_finalize_if_ours();
+        Py_END_ALLOW_THREADS
+        if (rc < 0)
+            DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_PY, "MPI_Finalize at exit: %s",
+                    dds_last_error());
+#endif
+        pydds_mpi_started_by_us = 0;
+    }
+    Py_RETURN_NONE;
+}
+
+/* In a forked child the life locks may have been held by threads that do
+ * not exist there: start them afresh.  (The child never destroys the
+ * parent's stores: their pid differs.) */
+static void after_fork_child(void)
+{
+    pydds_store_obj *s;
+    for (s = g_live_head; s; s = s->live_next)
+        if (s->life_init)
+            pthread_rwlock_init(&s->life, NULL);
+}
+
+/* ---- module functions --------------------------------------------------- */
+
+static PyObject *mod_core_version(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyUnicode_FromString(dds_core_version());
+}
+
+static PyObject *mod_strerror(PyObject *m, PyObject *arg)
+{
+    long rc = PyLong_AsLong(arg);
+    (void)m;
+    if (rc == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(dds_strerror((int)rc));
+}
+
+/* Test hooks (underscored): raise the documented exception for a code;
+ * the calling thread's last read window; the monotonic clock. */
+static PyObject *mod_raise(PyObject *m, PyObject *args)
+{
+    int rc;
+    const char *msg = "";
+    (void)m;
+    if (!PyArg_ParseTuple(args, "i|s", &rc, &msg))
+        return NULL;
+    dds_error(rc, "%s", msg);
+    return pydds_raise(rc);
+}
+
+extern PyObject *pydds_last_read_window(PyObject *m, PyObject *unused);
+
+static PyObject *mod_now_ns(PyObject *m, PyObject *unused)
+{
+    struct timespec ts;
+    (void)m;
+    (void)unused;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return PyLong_FromUnsignedLongLong((unsigned long long)ts.tv_sec *
+                                           1000000000ull +
+                                       (unsigned long long)ts.tv_nsec);
+}
+
+static PyObject *mod_mpi_state(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+#ifdef HAVE_MPI
+    {
+        int init = 0, fin = 0;
+        MPI_Initialized(&init);
+        MPI_Finalized(&fin);
+        return Py_BuildValue("{s:O,s:O,s:O}", "initialized",
+                             init ? Py_True : Py_False, "finalized",
+                             fin ? Py_True : Py_False, "started_by_pyddstore",
+                             pydds_mpi_started_by_us ? Py_True : Py_False);
+    }
+#else
+    return Py_BuildValue("{s:O,s:O,s:O}", "initialized", Py_False,
+                         "finalized", Py_False, "started_by_pyddstore",
+                         Py_False);
+#endif
+}
+
+static PyMethodDef mod_methods[] = {
+    {"core_version", mod_core_version, METH_NOARGS,
+     "core_version() -> str: version of ddstore-core linked into _core."},
+    {"strerror", mod_strerror, METH_O,
+     "strerror(code) -> str: static description of a DDS_E* code."},
+    {"_atexit", mod_atexit, METH_NOARGS,
+     "Destroy every store of this process (creation order), then finalise MPI "
+     "if pyddstore started it.  Registered with atexit at import."},
+    {"_raise", mod_raise, METH_VARARGS,
+     "_raise(code, msg='') raises the exception documented for a DDS_E* code "
+     "(tests of the error mapping)."},
+    {"_last_read_window", pydds_last_read_window, METH_NOARGS,
+     "(t0_ns, t1_ns) of the calling thread's last get/get_batch, taken with "
+     "the GIL released (CLOCK_MONOTONIC)."},
+    {"_now_ns", mod_now_ns, METH_NOARGS, "CLOCK_MONOTONIC in ns."},
+    {"_mpi_state", mod_mpi_state, METH_NOARGS,
+     "{'initialized', 'finalized', 'started_by_pyddstore'} without "
+     "initialising MPI."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "pyddstore._core",
+    "pyddstore's CPython extension: PyDDStore over the buffer protocol, the "
+    "exceptions, and the C API capsule _C_API used by the torch extension.",
+    -1, mod_methods, NULL, NULL, NULL, NULL};
+
+static int add_exceptions(PyObject *m)
+{
+    PyObject *bases = NULL, *dict = NULL, *str = NULL;
+
+    pydds_Error = PyErr_NewExceptionWithDoc(
+        "pyddstore.DDStoreError",
+        "ddstore failure: transport or provider error, timeout, dead peer, "
+        "freed or destroyed store, feature not built (RuntimeError).",
+        PyExc_RuntimeError, NULL);
+    if (pydds_Error == NULL)
+        return -1;
+
+    /* DDStoreKeyError(KeyError, IndexError) with BaseException's __str__, so
+     * the message is not quoted like a plain KeyError's. */
+    bases = PyTuple_Pack(2, PyExc_KeyError, PyExc_IndexError);
+    dict = PyDict_New();
+    if (bases == NULL || dict == NULL)
+        goto fail;
+    str = PyObject_GetAttrString(PyExc_BaseException, "__str__");
+    if (str == NULL || PyDict_SetItemString(dict, "__str__", str) < 0)
+        goto fail;
+    pydds_KeyError = PyErr_NewExceptionWithDoc(
+        "pyddstore.DDStoreKeyError",
+        "Unknown variable name.  A KeyError and, for older code, an "
+        "IndexError.",
+        bases, dict);
+    if (pydds_KeyError == NULL)
+        goto fail;
+    Py_DECREF(bases);
+    Py_DECREF(dict);
+    Py_DECREF(str);
+
+    Py_INCREF(pydds_Error);
+    if (PyModule_AddObject(m, "DDStoreError", pydds_Error) < 0) {
+        Py_DECREF(pydds_Error);
+        return -1;
+    }
+    Py_INCREF(pydds_KeyError);
+    if (PyModule_AddObject(m, "DDStoreKeyError", pydds_KeyError) < 0) {
+        Py_DECREF(pydds_KeyError);
+        return -1;
+    }
+    return 0;
+fail:
+    Py_XDECREF(bases);
+    Py_XDECREF(dict);
+    Py_XDECREF(str);
+    return -1;
+}
+
+static int register_atexit(PyObject *m)
+{
+    PyObject *atexit = NULL, *fn = NULL, *res = NULL;
+    atexit = PyImport_ImportModule("atexit");
+    if (atexit == NULL)
+        return -1;
+    fn = PyObject_GetAttrString(m, "_atexit");
+    if (fn != NULL)
+        res = PyObject_CallMethod(atexit, "register", "O", fn);
+    Py_DECREF(atexit);
+    Py_XDECREF(fn);
+    if (res == NULL)
+        return -1;
+    Py_DECREF(res);
+    return 0;
+}
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    static int forked_registered = 0;
+    PyObject *m = PyModule_Create(&core_module);
+    PyObject *capsule;
+    if (m == NULL)
+        return NULL;
+    if (add_exceptions(m) < 0)
+        goto fail;
+    if (pydds_store_type_ready(m) < 0 || pydds_reader_type_ready(m) < 0)
+        goto fail;
+#ifdef HAVE_MPI
+    if (PyModule_AddObject(m, "HAVE_MPI", Py_NewRef(Py_True)) < 0)
+        goto fail;
+#else
+    if (PyModule_AddObject(m, "HAVE_MPI", Py_NewRef(Py_False)) < 0)
+        goto fail;
+#endif
+#ifdef DDSTORE_HAVE_OFI
+    if (PyModule_AddObject(m, "HAVE_OFI", Py_NewRef(Py_True)) < 0)
+        goto fail;
+#else
+    if (PyModule_AddObject(m, "HAVE_OFI", Py_NewRef(Py_False)) < 0)
+        goto fail;
+#endif
+    if (PyModule_AddStringConstant(m, "__version__", PYDDSTORE_VERSION) < 0)
+        goto fail;
+    if (PyModule_AddIntConstant(m, "API_VERSION", PYDDSTORE_API_VERSION) < 0)
+        goto fail;
+    capsule = pydds_capi_capsule();
+    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        goto fail;
+    }
+    if (register_atexit(m) < 0)
+        goto fail;
+    dds_config_register_core();   /* DDSTORE_METHOD & co. (idempotent) */
+    if (!forked_registered) {
+        pthread_atfork(NULL, NULL, after_fork_child);
+        forked_registered = 1;
+    }
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -1,0 +1,1301 @@
+/* pyddstore._core: the PyDDStore type.
+ *
+ * Threading.  Reads (get, get_batch, update, recv_*) release the GIL and
+ * hold the object's life lock for reading; collective calls (init, add,
+ * epoch_*) too, unless the communicator calls back into Python
+ * (comm_needs_gil), in which case they keep the GIL.  free() and the
+ * destruction of the C store (deallocation, interpreter exit) hold the life
+ * lock for writing, so they wait for reads in flight, and reads started
+ * later see the released names (DDStoreError) or the destroyed store
+ * (DDStoreError).  Cheap queries (info, get_profile, ...) run under the GIL
+ * alone: s->store only becomes NULL while the GIL is held.
+ *
+ * Collective calls agree on failure: a local failure (bad argument, bad
+ * buffer) on one rank is sent through dds_comm_agree, which the other
+ * ranks' collective call performs as its first step, so every rank raises
+ * (the same class, with "rank R: <detail>"), none hangs.
+ */
+#include "pydds.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddstore/config.h"
+#include "ddstore/log.h"
+
+/* ---- read windows (proof that reads run without the GIL) ---------------- */
+
+static __thread uint64_t t_read_t0, t_read_t1;
+
+static inline uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+PyObject *pydds_last_read_window(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return Py_BuildValue("(KK)", (unsigned long long)t_read_t0,
+                         (unsigned long long)t_read_t1);
+}
+
+/* ---- life lock ---------------------------------------------------------- */
+
+static int gone(void)
+{
+    return dds_error(-DDS_EFREED,
+                     "this PyDDStore was destroyed (interpreter exit or "
+                     "deallocation); create a new store");
+}
+
+/* With the GIL released: read lock; 0, or -DDS_EFREED (lock not held). */
+static int enter_nogil(pydds_store_obj *s)
+{
+    pthread_rwlock_rdlock(&s->life);
+    if (s->store == NULL) {
+        pthread_rwlock_unlock(&s->life);
+        return gone();
+    }
+    return 0;
+}
+
+int pydds_store_enter(pydds_store_obj *s)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        pydds_raise(rc);
+        return -1;
+    }
+    return 0;
+}
+
+void pydds_store_leave(pydds_store_obj *s)
+{
+    pthread_rwlock_unlock(&s->life);
+}
+
+void pydds_lock_write(pydds_store_obj *s)
+{
+    Py_BEGIN_ALLOW_THREADS
+    pthread_rwlock_wrlock(&s->life);
+    Py_END_ALLOW_THREADS
+}
+
+/* Collective section: take the life lock (GIL released while waiting), then
+ * keep the GIL released for the call unless the communicator needs it.
+ * Returns 0 (lock held; *ts_p to pass to coll_leave) or -DDS_EFREED (lock
+ * not held, GIL held). */
+static int coll_enter(pydds_store_obj *s, int write, PyThreadState **ts_p)
+{
+    PyThreadState *ts = PyEval_SaveThread();
+    if (write)
+        pthread_rwlock_wrlock(&s->life);
+    else
+        pthread_rwlock_rdlock(&s->life);
+    if (s->store == NULL) {
+        pthread_rwlock_unlock(&s->life);
+        PyEval_RestoreThread(ts);
+        *ts_p = NULL;
+        return gone();
+    }
+    if (s->comm_needs_gil) {
+        PyEval_RestoreThread(ts);
+        ts = NULL;
+    }
+    *ts_p = ts;
+    return 0;
+}
+
+static void coll_leave(pydds_store_obj *s, PyThreadState *ts)
+{
+    pthread_rwlock_unlock(&s->life);
+    if (ts != NULL)
+        PyEval_RestoreThread(ts);
+}
+
+/* A local failure before a collective call (Python exception set): let the
+ * other ranks' collective call fail too, then raise it here. */
+static PyObject *collective_fail(pydds_store_obj *s)
+{
+    PyObject *t, *v, *tb;
+    PyThreadState *ts;
+    int rc = pydds_rc_from_pyerr();
+    PyErr_Fetch(&t, &v, &tb);
+    if (coll_enter(s, 0, &ts) == 0) {
+        (void)dds_comm_agree(dds_store_comm(s->store), rc);
+        coll_leave(s, ts);
+    }
+    PyErr_Restore(t, v, tb);
+    return NULL;
+}
+
+/* ---- argument helpers --------------------------------------------------- */
+
+/* UTF-8 name of a variable: str without NUL.  NULL + exception. */
+static const char *var_name(PyObject *o)
+{
+    Py_ssize_t n;
+    const char *s;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "name: expected str, got %s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s == NULL)
+        return NULL;
+    if ((size_t)n != strlen(s)) {
+        PyErr_SetString(PyExc_ValueError, "name: contains a NUL character");
+        return NULL;
+    }
+    return s;
+}
+
+/* A Python int as int64 with a name for messages; -1 + exception. */
+static int as_i64(PyObject *o, const char *what, int64_t *v_p)
+{
+    long long v;
+    if (PyFloat_Check(o) || !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an integer, got %s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: does not fit in int64", what);
+        }
+        return -1;
+    }
+    *v_p = (int64_t)v;
+    return 0;
+}
+
+static int dtype_from_name(const char *s, dds_dtype_t *dt_p)
+{
+    int i;
+    for (i = 0; i < DDS_DTYPE_COUNT; i++) {
+        const char *n = dds_dtype_name((dds_dtype_t)i);
+        if (n != NULL && strcmp(n, s) == 0) {
+            *dt_p = (dds_dtype_t)i;
+            return 0;
+        }
+    }
+    if (strcmp(s, "bool_") == 0) {
+        *dt_p = DDS_DTYPE_BOOL;
+        return 0;
+    }
+    return -1;
+}
+
+static const char *mem_name(dds_mem_kind_t k)
+{
+    switch (k) {
+    case DDS_MEM_HOST: return "host";
+    case DDS_MEM_CUDA: return "cuda";
+    case DDS_MEM_ROCM: return "rocm";
+    default: return "unknown";
+    }
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+/* nic_map: None, a str, or a sequence of str (joined with ','). */
+static PyObject *nic_map_str(PyObject *o)
+{
+    PyObject *sep, *seq, *res;
+    if (o == NULL || o == Py_None)
+        return PyUnicode_FromString("");
+    if (PyUnicode_Check(o))
+        return Py_NewRef(o);
+    if (PyDict_Check(o) || !PySequence_Check(o)) {
+        PyErr_Format(PyExc_TypeError,
+                     "nic_map: expected None, a str or a sequence of str, "
+                     "got %s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    seq = PySequence_Fast(o, "nic_map");
+    if (seq == NULL)
+        return NULL;
+    {
+        Py_ssize_t i, n = PySequence_Fast_GET_SIZE(seq);
+        for (i = 0; i < n; i++)
+            if (!PyUnicode_Check(PySequence_Fast_GET_ITEM(seq, i))) {
+                PyErr_Format(PyExc_TypeError,
+                             "nic_map[%zd]: expected str, got %s", i,
+                             Py_TYPE(PySequence_Fast_GET_ITEM(seq, i))
+                                 ->tp_name);
+                Py_DECREF(seq);
+                return NULL;
+            }
+    }
+    sep = PyUnicode_FromString(",");
+    res = sep ? PyUnicode_Join(sep, seq) : NULL;
+    Py_XDECREF(sep);
+    Py_DECREF(seq);
+    return res;
+}
+
+/* str, os.PathLike or None -> str ("" for None). */
+static PyObject *path_str(PyObject *o, const char *what)
+{
+    PyObject *p;
+    if (o == NULL || o == Py_None)
+        return PyUnicode_FromString("");
+    if (PyUnicode_Check(o))
+        return Py_NewRef(o);
+    p = PyOS_FSPath(o);
+    if (p == NULL) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s: expected str or None, got %s",
+                     what, Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    if (!PyUnicode_Check(p)) {
+        PyObject *d = PyUnicode_DecodeFSDefaultAndSize(PyBytes_AsString(p),
+                                                       PyBytes_Size(p));
+        Py_DECREF(p);
+        return d;
+    }
+    return p;
+}
+
+static int resolve_method(PyObject *o, int *method_p)
+{
+    int64_t m;
+    if (o == NULL || o == Py_None) {
+        /* core's registry: DDSTORE_METHOD, enum 0|1|2, default 0 */
+        const char *v = NULL;
+        char *end = NULL;
+        int rc = dds_config_get_string("DDSTORE_METHOD", &v);
+        if (rc == -DDS_ENOENT)
+            v = getenv("DDSTORE_METHOD");
+        else if (rc < 0) {
+            pydds_raise(rc);
+            return -1;
+        }
+        if (v == NULL || *v == '\0')
+            v = "0";
+        m = strtoll(v, &end, 10);
+        if (end == v || *end != '\0' || m < 0 || m > 2) {
+            PyErr_Format(PyExc_ValueError,
+                         "DDSTORE_METHOD='%s': expected 0, 1 or 2", v);
+            return -1;
+        }
+    } else {
+        if (as_i64(o, "method", &m) < 0)
+            return -1;
+        if (m < 0 || m > 2) {
+            PyErr_Format(PyExc_ValueError,
+                         "method: expected 0 (MPI RMA), 1 (libfabric) or 2 "
+                         "(libfabric, split jobs), got %lld",
+                         (long long)m);
+            return -1;
+        }
+    }
+    *method_p = (int)m;
+    return 0;
+}
+
+static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"comm_or_none", "method", "handshake_dir",
+                             "n_core", "nic_map", "rank", "size",
+                             "exchange_ns", NULL};
+    PyObject *comm_o = Py_None, *method_o = NULL, *hs_o = NULL,
+             *ncore_o = NULL, *nic_o = NULL, *rank_o = Py_None,
+             *size_o = NULL, *ns_o = NULL;
+    PyObject *hs = NULL, *nic = NULL, *ns = NULL;
+    pydds_store_obj *s = NULL;
+    pydds_comm_res_t cres;
+    pydds_transport_args_t targs;
+    dds_store_params_t params;
+    dds_transport_t tr;
+    dds_store_t *store = NULL;
+    int method = 0, rc, have_tr = 0;
+    int64_t n_core = 0, rank = -1, size = 0;
+
+    memset(&cres, 0, sizeof cres);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOO:PyDDStore", kwlist,
+                                     &comm_o, &method_o, &hs_o, &ncore_o,
+                                     &nic_o, &rank_o, &size_o, &ns_o))
+        return NULL;
+    if (resolve_method(method_o, &method) < 0)
+        return NULL;
+    if (ncore_o != NULL && ncore_o != Py_None &&
+        as_i64(ncore_o, "n_core", &n_core) < 0)
+        return NULL;
+    if (rank_o != Py_None && as_i64(rank_o, "rank", &rank) < 0)
+        return NULL;
+    if (size_o != NULL && size_o != Py_None && as_i64(size_o, "size", &size) < 0)
+        return NULL;
+    if (n_core < 0 || rank < -1 || size < 0 || rank > INT32_MAX ||
+        size > INT32_MAX || n_core > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError,
+                     "n_core, rank, size: expected n_core >= 0, rank None "
+                     "or >= 0, size >= 0; got %lld, %lld, %lld",
+                     (long long)n_core, (long long)rank, (long long)size);
+        return NULL;
+    }
+    hs = path_str(hs_o, "handshake_dir");
+    ns = path_str(ns_o, "exchange_ns");
+    nic = hs && ns ? nic_map_str(nic_o) : NULL;
+    if (hs == NULL || ns == NULL || nic == NULL)
+        goto fail;
+
+    if (pydds_comm_resolve(comm_o, (int)rank, (int)size, &cres) < 0)
+        goto fail;
+
+    memset(&targs, 0, sizeof targs);
+    targs.size = sizeof targs;
+    targs.comm = &cres.comm;
+#ifdef HAVE_MPI
+    targs.mpi_comm = cres.kind == PYDDS_COMM_MPI ? (const void *)&cres.mpi_comm
+                                                 : NULL;
+#endif
+    targs.comm_kind = cres.kind_name;
+    targs.handshake_dir = PyUnicode_AsUTF8(hs);
+    targs.n_core = (int)n_core;
+    targs.nic_map = PyUnicode_AsUTF8(nic);
+    targs.exchange_ns = PyUnicode_AsUTF8(ns);
+    targs.rank = cres.comm.rank;
+    targs.nranks = cres.comm.size;
+    if (targs.handshake_dir == NULL || targs.nic_map == NULL ||
+        targs.exchange_ns == NULL)
+        goto fail;
+
+    memset(&tr, 0, sizeof tr);
+    if (cres.needs_gil) {
+        rc = pydds_make_transport(method, &targs, &tr);
+        have_tr = rc == 0;
+        rc = dds_comm_agree(&cres.comm, rc);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = pydds_make_transport(method, &targs, &tr);
+        have_tr = rc == 0;
+        rc = dds_comm_agree(&cres.comm, rc);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        if (have_tr && tr.ops && tr.ops->destroy)
+            tr.ops->destroy(tr.ctx);
+        pydds_raise(rc);
+        goto fail;
+    }
+
+    memset(&params, 0, sizeof params);
+    params.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
+    params.comm = cres.comm;
+    params.transport = tr;
+    cres.have_comm = 0;   /* ownership moves to the store, even on failure */
+    if (cres.needs_gil) {
+        rc = dds_store_create(&params, &store);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = dds_store_create(&params, &store);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        pydds_raise(rc);
+        goto fail;
+    }
+
+    s = (pydds_store_obj *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        goto fail;
+    if (pthread_rwlock_init(&s->life, NULL) != 0) {
+        PyErr_SetString(PyExc_MemoryError, "PyDDStore: rwlock init failed");
+        goto fail;
+    }
+    s->life_init = 1;
+    s->recv_bufs = PyDict_New();
+    s->keep = PyDict_New();
+    if (s->recv_bufs == NULL || s->keep == NULL)
+        goto fail;
+    s->store = store;
+    store = NULL;
+    s->method = method;
+    s->rank = dds_store_rank(s->store);
+    s->size = dds_store_size(s->store);
+    s->comm_needs_gil = cres.needs_gil;
+    s->pid = getpid();
+    pydds_live_add(s);
+    Py_DECREF(hs);
+    Py_DECREF(ns);
+    Py_DECREF(nic);
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_PY, "PyDDStore: rank %d of %d, method %d",
+            s->rank, s->size, s->method);
+    return (PyObject *)s;
+
+fail:
+    if (store != NULL) {
+        /* Only reached when the object could not be allocated (local). */
+        Py_BEGIN_ALLOW_THREADS
+        dds_store_destroy(store);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(s);
+    pydds_comm_res_cleanup(&cres);
+    Py_XDECREF(hs);
+    Py_XDECREF(ns);
+    Py_XDECREF(nic);
+    return NULL;
+}
+
+/* ---- destruction -------------------------------------------------------- */
+
+void pydds_store_destroy(pydds_store_obj *s)
+{
+    dds_store_t *st;
+    PyObject *bufs, *keep;
+    pydds_reader_obj *r, *next;
+
+    if (!s->life_init || s->store == NULL)
+        return;
+    if (s->pid != getpid()) {
+        /* A forked child: the store is the parent's (its destruction is
+         * collective over the parent's ranks).  Close the readers this
+         * process opened and abandon the rest. */
+        pydds_lock_write(s);
+        for (r = s->readers; r; r = r->next)
+            if (r->pid == getpid())
+                pydds_reader_close_locked(r);
+        s->store = NULL;
+        pthread_rwlock_unlock(&s->life);
+        return;
+    }
+    pydds_lock_write(s);
+    if (s->store == NULL) {
+        pthread_rwlock_unlock(&s->life);
+        return;
+    }
+    for (r = s->readers; r; r = next) {
+        next = r->next;
+        pydds_reader_close_locked(r);
+        r->prev = r->next = NULL;
+    }
+    s->readers = NULL;
+    if (s->recv_bufs != NULL) {
+        Py_ssize_t pos = 0;
+        PyObject *key, *val;
+        while (PyDict_Next(s->recv_bufs, &pos, &key, &val)) {
+            void *p = PyLong_AsVoidPtr(PyTuple_GET_ITEM(key, 0));
+            size_t n = PyLong_AsSize_t(PyTuple_GET_ITEM(key, 1));
+            if (PyErr_Occurred())
+                PyErr_Clear();
+            else
+                (void)dds_store_recv_unregister(s->store, p, n);
+        }
+    }
+    bufs = s->recv_bufs;
+    keep = s->keep;
+    s->recv_bufs = NULL;
+    s->keep = NULL;
+    st = s->store;
+    s->store = NULL;
+    pthread_rwlock_unlock(&s->life);
+    if (s->comm_needs_gil) {
+        dds_store_destroy(st);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        dds_store_destroy(st);
+        Py_END_ALLOW_THREADS
+    }
+    Py_XDECREF(bufs);
+    Py_XDECREF(keep);
+}
+
+static int store_traverse(pydds_store_obj *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->recv_bufs);
+    Py_VISIT(s->keep);
+    return 0;
+}
+
+static int store_clear(pydds_store_obj *s)
+{
+    /* Registered buffers and kept objects must outlive the C store: only
+     * drop them once it is gone. */
+    if (s->store == NULL) {
+        Py_CLEAR(s->recv_bufs);
+        Py_CLEAR(s->keep);
+    }
+    return 0;
+}
+
+static void store_dealloc(pydds_store_obj *s)
+{
+    PyObject_GC_UnTrack(s);
+    if (s->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)s);
+    if (s->store != NULL) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        pydds_store_destroy(s);
+        PyErr_Restore(t, v, tb);
+    }
+    pydds_live_remove(s);
+    Py_CLEAR(s->recv_bufs);
+    Py_CLEAR(s->keep);
+    if (s->life_init)
+        pthread_rwlock_destroy(&s->life);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+/* ---- reads (shared with readers) --------------------------------------- */
+
+/* GIL released: read lock, pick the reader, run the read. */
+static int read_nogil(pydds_store_obj *s, pydds_reader_obj *r, const char *name,
+                      const dds_buf_t *dst, int64_t start, const int64_t *rows,
+                      size_t n, int batch)
+{
+    int rc = enter_nogil(s);
+    dds_reader_t *rd = NULL;
+    if (rc < 0)
+        return rc;
+    if (r != NULL) {
+        rd = r->reader;
+        if (rd == NULL) {
+            pthread_rwlock_unlock(&s->life);
+            return dds_error(-DDS_EFREED, "this reader was closed");
+        }
+    }
+    t_read_t0 = mono_ns();
+    if (batch)
+        rc = dds_store_get_batch(s->store, rd, name, dst, rows, n);
+    else
+        rc = dds_store_get(s->store, rd, name, dst, start);
+    t_read_t1 = mono_ns();
+    pthread_rwlock_unlock(&s->life);
+    return rc;
+}
+
+PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
+                       PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", "start", NULL};
+    PyObject *name_o, *arr, *start_o = NULL;
+    const char *name;
+    int64_t start = 0;
+    pydds_buffer_t b;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:get", kwlist, &name_o,
+                                     &arr, &start_o))
+        return NULL;
+    if ((name = var_name(name_o)) == NULL)
+        return NULL;
+    if (start_o != NULL && as_i64(start_o, "start", &start) < 0)
+        return NULL;
+    if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = read_nogil(s, r, name, &b.buf, start, NULL, 0, 0);
+    Py_END_ALLOW_THREADS
+    pydds_buffer_release(&b);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
+                             PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", "indices", NULL};
+    PyObject *name_o, *arr, *idx_o;
+    const char *name;
+    pydds_buffer_t b;
+    pydds_indices_t ix;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:get_batch", kwlist,
+                                     &name_o, &arr, &idx_o))
+        return NULL;
+    if ((name = var_name(name_o)) == NULL)
+        return NULL;
+    if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
+        return NULL;
+    if (pydds_indices_get(idx_o, &ix) < 0) {
+        pydds_buffer_release(&b);
+        return NULL;
+    }
+    if ((int64_t)ix.n != b.buf.nrows) {
+        PyErr_Format(PyExc_ValueError,
+                     "get_batch('%s'): len(arr) = %lld rows but "
+                     "len(indices) = %zu; they must be equal",
+                     name, (long long)b.buf.nrows, ix.n);
+        pydds_indices_release(&ix);
+        pydds_buffer_release(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = read_nogil(s, r, name, &b.buf, 0, ix.rows, ix.n, 1);
+    Py_END_ALLOW_THREADS
+    pydds_indices_release(&ix);
+    pydds_buffer_release(&b);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+/* ---- queries (GIL only) ------------------------------------------------- */
+
+static dds_store_t *alive(pydds_store_obj *s)
+{
+    if (s->store == NULL) {
+        pydds_raise(gone());
+        return NULL;
+    }
+    return s->store;
+}
+
+PyObject *pydds_do_info(pydds_store_obj *s, PyObject *name_o)
+{
+    dds_var_info_t vi;
+    const char *name;
+    dds_store_t *st;
+    int rc;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_var_info(st, name, &vi);
+    if (rc < 0)
+        return pydds_raise(rc);
+    return Py_BuildValue("(Lnn)", (long long)vi.total_rows,
+                         (Py_ssize_t)vi.disp, (Py_ssize_t)vi.itemsize);
+}
+
+PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name_o)
+{
+    dds_var_info_t vi;
+    const char *name, *dt;
+    dds_store_t *st;
+    int rc;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_var_info(st, name, &vi);
+    if (rc < 0)
+        return pydds_raise(rc);
+    dt = dds_dtype_name(vi.dtype);
+    return Py_BuildValue(
+        "{s:L,s:L,s:L,s:n,s:n,s:n,s:s,s:s,s:i,s:i}", "total_rows",
+        (long long)vi.total_rows, "local_rows", (long long)vi.local_rows,
+        "local_first", (long long)vi.local_first, "disp", (Py_ssize_t)vi.disp,
+        "itemsize", (Py_ssize_t)vi.itemsize, "row_bytes",
+        (Py_ssize_t)vi.row_bytes, "dtype", dt ? dt : "unknown", "mem",
+        mem_name(vi.mem.kind), "device", vi.mem.device, "nranks", vi.nranks);
+}
+
+PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name_o)
+{
+    dds_var_info_t vi;
+    const char *name;
+    dds_store_t *st;
+    int64_t *off;
+    PyObject *t;
+    int rc, i;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_var_info(st, name, &vi);
+    if (rc < 0)
+        return pydds_raise(rc);
+    off = (int64_t *)calloc((size_t)vi.nranks + 1, sizeof *off);
+    if (off == NULL)
+        return PyErr_NoMemory();
+    rc = dds_store_var_offsets(st, name, off);
+    if (rc < 0) {
+        free(off);
+        return pydds_raise(rc);
+    }
+    t = PyTuple_New(vi.nranks + 1);
+    for (i = 0; t != NULL && i <= vi.nranks; i++) {
+        PyObject *v = PyLong_FromLongLong((long long)off[i]);
+        if (v == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    free(off);
+    return t;
+}
+
+PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
+{
+    dds_profile_t p;
+    const char *name;
+    dds_store_t *st;
+    PyObject *d;
+    int rc, i;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_profile(st, name, &p);
+    if (rc < 0)
+        return pydds_raise(rc);
+    d = PyDict_New();
+    for (i = 0; d != NULL && i < DDS_PROF_COUNT; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(p.v[i]);
+        if (v == NULL ||
+            PyDict_SetItemString(d, dds_prof_counter_name((dds_prof_counter_t)i),
+                                 v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    return d;
+}
+
+/* ---- PyDDStore methods -------------------------------------------------- */
+
+static PyObject *store_get(pydds_store_obj *s, PyObject *args, PyObject *kw)
+{
+    return pydds_do_get(s, NULL, args, kw);
+}
+
+static PyObject *store_get_batch(pydds_store_obj *s, PyObject *args,
+                                 PyObject *kw)
+{
+    return pydds_do_get_batch(s, NULL, args, kw);
+}
+
+static PyObject *store_info(pydds_store_obj *s, PyObject *name)
+{
+    return pydds_do_info(s, name);
+}
+
+static PyObject *store_info_full(pydds_store_obj *s, PyObject *name)
+{
+    return pydds_do_info_full(s, name);
+}
+
+static PyObject *store_offsets(pydds_store_obj *s, PyObject *name)
+{
+    return pydds_do_offsets(s, name);
+}
+
+static PyObject *store_get_profile(pydds_store_obj *s, PyObject *name)
+{
+    return pydds_do_profile(s, name);
+}
+
+static PyObject *store_reset_profile(pydds_store_obj *s, PyObject *name_o)
+{
+    const char *name;
+    dds_store_t *st;
+    int rc;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_profile_reset(st, name);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static void collect_name(void *arg, const char *name)
+{
+    PyObject *list = (PyObject *)arg, *v = PyUnicode_FromString(name);
+    if (v == NULL || PyList_Append(list, v) < 0)
+        PyErr_Clear();
+    Py_XDECREF(v);
+}
+
+static PyObject *store_names(pydds_store_obj *s, PyObject *unused)
+{
+    dds_store_t *st;
+    PyObject *list;
+    int rc;
+    (void)unused;
+    if ((st = alive(s)) == NULL)
+        return NULL;
+    list = PyList_New(0);
+    if (list == NULL)
+        return NULL;
+    rc = dds_store_var_foreach(st, collect_name, list);
+    if (rc < 0) {
+        Py_DECREF(list);
+        return pydds_raise(rc);
+    }
+    return list;
+}
+
+static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "nrows", "disp", "itemsize", "dtype",
+                             NULL};
+    PyObject *name_o, *nrows_o, *disp_o, *itemsize_o = NULL, *dtype_o = NULL;
+    const char *name;
+    int64_t nrows, disp, itemsize = 1;
+    dds_dtype_t dt = DDS_DTYPE_RAW;
+    PyThreadState *ts;
+    int rc;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO:init", kwlist, &name_o,
+                                     &nrows_o, &disp_o, &itemsize_o, &dtype_o))
+        return collective_fail(s);
+    if ((name = var_name(name_o)) == NULL ||
+        as_i64(nrows_o, "nrows", &nrows) < 0 ||
+        as_i64(disp_o, "disp", &disp) < 0 ||
+        (itemsize_o != NULL && itemsize_o != Py_None &&
+         as_i64(itemsize_o, "itemsize", &itemsize) < 0))
+        return collective_fail(s);
+    if (dtype_o != NULL && dtype_o != Py_None) {
+        PyObject *str = PyObject_Str(dtype_o);
+        const char *dn = str ? PyUnicode_AsUTF8(str) : NULL;
+        if (dn == NULL) {
+            Py_XDECREF(str);
+            return collective_fail(s);
+        }
+        if (dtype_from_name(dn, &dt) < 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "init: unsupported dtype '%s'; expected raw, bool, "
+                         "uint8, int32, int64, float32 or float64",
+                         dn);
+            Py_DECREF(str);
+            return collective_fail(s);
+        }
+        Py_DECREF(str);
+        if (dt != DDS_DTYPE_RAW) {
+            size_t es = dds_dtype_size(dt);
+            if (itemsize_o == NULL || itemsize_o == Py_None)
+                itemsize = (int64_t)es;
+            else if ((size_t)itemsize != es) {
+                PyErr_Format(PyExc_ValueError,
+                             "init: itemsize %lld does not match dtype %s "
+                             "(%zu bytes)",
+                             (long long)itemsize, dds_dtype_name(dt), es);
+                return collective_fail(s);
+            }
+        }
+    }
+    if (nrows < 0 || disp < 1 || itemsize < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "init('%s'): expected nrows >= 0, disp >= 1, itemsize "
+                     ">= 1; got nrows %lld, disp %lld, itemsize %lld",
+                     name, (long long)nrows, (long long)disp,
+                     (long long)itemsize);
+        return collective_fail(s);
+    }
+    if ((rc = coll_enter(s, 0, &ts)) < 0)
+        return pydds_raise(rc);
+    rc = dds_store_var_init(s->store, name, nrows, (size_t)disp,
+                            (size_t)itemsize, dt);
+    coll_leave(s, ts);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", NULL};
+    PyObject *name_o, *arr;
+    const char *name;
+    pydds_buffer_t b;
+    PyThreadState *ts;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:add", kwlist, &name_o,
+                                     &arr))
+        return collective_fail(s);
+    if ((name = var_name(name_o)) == NULL)
+        return collective_fail(s);
+    if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
+        return collective_fail(s);
+    if ((rc = coll_enter(s, 0, &ts)) < 0) {
+        pydds_buffer_release(&b);
+        return pydds_raise(rc);
+    }
+    rc = dds_store_var_add(s->store, name, b.buf.ptr, b.buf.nrows,
+                           b.buf.row_bytes / b.buf.itemsize, b.buf.itemsize,
+                           b.buf.dtype, NULL, DDS_ADD_COPY);
+    coll_leave(s, ts);
+    pydds_buffer_release(&b);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_update(pydds_store_obj *s, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", "offset", NULL};
+    PyObject *name_o, *arr, *off_o = NULL;
+    const char *name;
+    int64_t offset = 0;
+    pydds_buffer_t b;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:update", kwlist, &name_o,
+                                     &arr, &off_o))
+        return NULL;
+    if ((name = var_name(name_o)) == NULL)
+        return NULL;
+    if (off_o != NULL && as_i64(off_o, "offset", &offset) < 0)
+        return NULL;
+    if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    if (rc == 0) {
+        rc = dds_store_var_update(s->store, name, &b.buf, offset);
+        pthread_rwlock_unlock(&s->life);
+    }
+    Py_END_ALLOW_THREADS
+    pydds_buffer_release(&b);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_free(pydds_store_obj *s, PyObject *unused)
+{
+    PyThreadState *ts;
+    PyObject *keep = NULL;
+    int rc;
+    (void)unused;
+    if (coll_enter(s, 1, &ts) < 0) {
+        /* destroyed: nothing left to release */
+        dds_error_clear();
+        Py_RETURN_NONE;
+    }
+    rc = dds_store_free(s->store);
+    coll_leave(s, ts);
+    if (s->keep != NULL && PyDict_Size(s->keep) > 0) {
+        keep = s->keep;
+        s->keep = PyDict_New();
+    }
+    Py_XDECREF(keep);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_epoch(pydds_store_obj *s, int begin)
+{
+    PyThreadState *ts;
+    int rc;
+    if ((rc = coll_enter(s, 0, &ts)) < 0)
+        return pydds_raise(rc);
+    rc = begin ? dds_store_epoch_begin(s->store) : dds_store_epoch_end(s->store);
+    coll_leave(s, ts);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_epoch_begin(pydds_store_obj *s, PyObject *unused)
+{
+    (void)unused;
+    return store_epoch(s, 1);
+}
+
+static PyObject *store_epoch_end(pydds_store_obj *s, PyObject *unused)
+{
+    (void)unused;
+    return store_epoch(s, 0);
+}
+
+static PyObject *store_register_recv(pydds_store_obj *s, PyObject *args,
+                                     PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", NULL};
+    PyObject *name_o, *arr, *key = NULL;
+    const char *name;
+    dds_var_info_t vi;
+    pydds_buffer_t b;
+    dds_store_t *st;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:register_recv", kwlist,
+                                     &name_o, &arr))
+        return NULL;
+    if ((name = var_name(name_o)) == NULL || (st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_var_info(st, name, &vi);
+    if (rc < 0)
+        return pydds_raise(rc);
+    if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
+        return NULL;
+    key = Py_BuildValue("(Nn)", PyLong_FromVoidPtr(b.buf.ptr),
+                        b.view.len);
+    if (key == NULL) {
+        pydds_buffer_release(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    if (rc == 0) {
+        rc = dds_store_recv_register(s->store, b.buf.ptr, (size_t)b.view.len,
+                                     &b.buf.mem);
+        pthread_rwlock_unlock(&s->life);
+    }
+    Py_END_ALLOW_THREADS
+    pydds_buffer_release(&b);
+    if (rc < 0) {
+        Py_DECREF(key);
+        if (rc == -DDS_EEXIST)
+            return pydds_raise_fmt(rc,
+                                   "register_recv('%s'): this buffer is "
+                                   "already registered",
+                                   name);
+        return pydds_raise(rc);
+    }
+    if (s->recv_bufs != NULL && PyDict_SetItem(s->recv_bufs, key, arr) < 0) {
+        Py_DECREF(key);
+        return NULL;
+    }
+    Py_DECREF(key);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_unregister_recv(pydds_store_obj *s, PyObject *args,
+                                       PyObject *kw)
+{
+    static char *kwlist[] = {"name", "arr", NULL};
+    PyObject *name_o, *arr, *key = NULL;
+    const char *name;
+    pydds_buffer_t b;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:unregister_recv", kwlist,
+                                     &name_o, &arr))
+        return NULL;
+    if ((name = var_name(name_o)) == NULL)
+        return NULL;
+    if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
+        return NULL;
+    key = Py_BuildValue("(Nn)", PyLong_FromVoidPtr(b.buf.ptr), b.view.len);
+    if (key == NULL) {
+        pydds_buffer_release(&b);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    if (rc == 0) {
+        rc = dds_store_recv_unregister(s->store, b.buf.ptr, (size_t)b.view.len);
+        pthread_rwlock_unlock(&s->life);
+    }
+    Py_END_ALLOW_THREADS
+    pydds_buffer_release(&b);
+    if (rc == 0 && s->recv_bufs != NULL &&
+        PyDict_DelItem(s->recv_bufs, key) < 0)
+        PyErr_Clear();
+    Py_DECREF(key);
+    if (rc == -DDS_ENOENT)
+        return pydds_raise_fmt(-DDS_EINVAL,
+                               "unregister_recv('%s'): this buffer was not "
+                               "registered with register_recv",
+                               name);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *store_fork_reader(pydds_store_obj *s, PyObject *unused)
+{
+    (void)unused;
+    return pydds_reader_new(s, DDS_READER_FORKED);
+}
+
+static PyObject *store_open_reader(pydds_store_obj *s, PyObject *unused)
+{
+    (void)unused;
+    return pydds_reader_new(s, DDS_READER_THREAD);
+}
+
+static PyObject *store_join(pydds_store_obj *s, PyObject *name_o)
+{
+    const char *name;
+    if ((name = var_name(name_o)) == NULL || alive(s) == NULL)
+        return NULL;
+    if (s->method != 2)
+        return pydds_raise_fmt(-DDS_EINVAL,
+                               "join('%s'): only method=2 readers join a "
+                               "core job's variables; this store uses "
+                               "method %d",
+                               name, s->method);
+    return pydds_raise_fmt(-DDS_ENOSYS,
+                           "join('%s'): method 2 requires the libfabric "
+                           "transport (not built yet)",
+                           name);
+}
+
+static PyObject *store_enter(pydds_store_obj *s, PyObject *unused)
+{
+    (void)unused;
+    return Py_NewRef((PyObject *)s);
+}
+
+static PyObject *store_exit(pydds_store_obj *s, PyObject *args)
+{
+    PyObject *r;
+    (void)args;
+    r = store_free(s, NULL);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    Py_RETURN_FALSE;
+}
+
+static PyObject *store_get_rank(pydds_store_obj *s, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(s->rank);
+}
+
+static PyObject *store_get_size(pydds_store_obj *s, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(s->size);
+}
+
+static PyObject *store_get_method(pydds_store_obj *s, void *c)
+{
+    (void)c;
+    return PyLong_FromLong(s->method);
+}
+
+static PyObject *store_get_destroyed(pydds_store_obj *s, void *c)
+{
+    (void)c;
+    return PyBool_FromLong(s->store == NULL);
+}
+
+static PyObject *store_repr(pydds_store_obj *s)
+{
+    return PyUnicode_FromFormat("<%s rank %d of %d, method %d%s>",
+                                Py_TYPE(s)->tp_name, s->rank, s->size,
+                                s->method, s->store ? "" : ", destroyed");
+}
+
+static PyMethodDef store_methods[] = {
+    {"init", (PyCFunction)(void (*)(void))store_init,
+     METH_VARARGS | METH_KEYWORDS,
+     "init(name, nrows, disp, itemsize=1, dtype=None)\n\n"
+     "Collective.  This rank's shard of `name`: `nrows` zeroed rows of "
+     "`disp` elements of `itemsize` bytes.  Untyped ('raw') unless `dtype` "
+     "(beyond: 'bool', 'uint8', 'int32', 'int64', 'float32', 'float64' or a "
+     "numpy dtype) is given; raw variables accept any buffer whose element "
+     "size is `itemsize`."},
+    {"add", (PyCFunction)(void (*)(void))store_add,
+     METH_VARARGS | METH_KEYWORDS,
+     "add(name, arr)\n\n"
+     "Collective.  This rank's shard of `name` = a copy of the C-contiguous "
+     "buffer `arr` (1-D: rows of one element; N-D: shape[0] rows).  Global "
+     "rows are the shards in rank order; zero-row shards are allowed."},
+    {"update", (PyCFunction)(void (*)(void))store_update,
+     METH_VARARGS | METH_KEYWORDS,
+     "update(name, arr, offset)\n\n"
+     "Local.  Overwrite rows [offset, offset+len(arr)) of this rank's shard."},
+    {"get", (PyCFunction)(void (*)(void))store_get,
+     METH_VARARGS | METH_KEYWORDS,
+     "get(name, arr, start=0)\n\n"
+     "Read len(arr) consecutive global rows from `start` into `arr` (across "
+     "owners if needed).  Releases the GIL."},
+    {"get_batch", (PyCFunction)(void (*)(void))store_get_batch,
+     METH_VARARGS | METH_KEYWORDS,
+     "get_batch(name, arr, indices)\n\n"
+     "Row i of `arr` <- global row indices[i] (any order, repeats allowed; "
+     "every index is checked before anything is read).  `indices`: any "
+     "integer buffer or sequence.  Releases the GIL."},
+    {"register_recv", (PyCFunction)(void (*)(void))store_register_recv,
+     METH_VARARGS | METH_KEYWORDS,
+     "register_recv(name, arr)\n\n"
+     "Register `arr` once so reads into it or any slice of it skip "
+     "registration.  The store keeps `arr` alive until unregister_recv."},
+    {"unregister_recv", (PyCFunction)(void (*)(void))store_unregister_recv,
+     METH_VARARGS | METH_KEYWORDS,
+     "unregister_recv(name, arr)\n\nUndo register_recv(name, arr)."},
+    {"get_profile", (PyCFunction)store_get_profile, METH_O,
+     "get_profile(name) -> dict of read counters (calls, rows, bytes, reads, "
+     "local_bytes, staged_bytes, registrations, and *_ns times), summed over "
+     "every reader and thread."},
+    {"reset_profile", (PyCFunction)store_reset_profile, METH_O,
+     "reset_profile(name): zero the counters of `name` (beyond)."},
+    {"info", (PyCFunction)store_info, METH_O,
+     "info(name) -> (total_rows, disp, itemsize)"},
+    {"info_full", (PyCFunction)store_info_full, METH_O,
+     "info_full(name) -> dict (beyond): total_rows, local_rows, local_first, "
+     "disp, itemsize, row_bytes, dtype ('raw', 'bool', 'uint8', 'int32', "
+     "'int64', 'float32', 'float64'), mem ('host', 'cuda', 'rocm'), device, "
+     "nranks."},
+    {"offsets", (PyCFunction)store_offsets, METH_O,
+     "offsets(name) -> tuple of nranks+1 ints (beyond): rank r owns global "
+     "rows [offsets[r], offsets[r+1])."},
+    {"names", (PyCFunction)store_names, METH_NOARGS,
+     "names() -> list of live variable names (beyond)."},
+    {"epoch_begin", (PyCFunction)store_epoch_begin, METH_NOARGS,
+     "epoch_begin(): collective for method 0 (kept for compatibility)."},
+    {"epoch_end", (PyCFunction)store_epoch_end, METH_NOARGS,
+     "epoch_end(): collective for method 0 (kept for compatibility)."},
+    {"free", (PyCFunction)store_free, METH_NOARGS,
+     "free()\n\nCollective.  Release every variable; idempotent.  Reads of a "
+     "released name raise DDStoreError until it is added again."},
+    {"fork_reader", (PyCFunction)store_fork_reader, METH_NOARGS,
+     "fork_reader() -> Reader with its own endpoints, for a process forked "
+     "after the store was created (DataLoader workers)."},
+    {"open_reader", (PyCFunction)store_open_reader, METH_NOARGS,
+     "open_reader() -> Reader with its own endpoints for one thread "
+     "(beyond)."},
+    {"join", (PyCFunction)store_join, METH_O,
+     "join(name): method 2 readers: wait for the core job's records."},
+    {"__enter__", (PyCFunction)store_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)store_exit, METH_VARARGS,
+     "free() on leaving a with-block."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef store_getset[] = {
+    {"rank", (getter)store_get_rank, NULL, "this rank in the store", NULL},
+    {"size", (getter)store_get_size, NULL, "number of ranks", NULL},
+    {"method", (getter)store_get_method, NULL,
+     "0 MPI RMA, 1 libfabric, 2 libfabric split jobs", NULL},
+    {"destroyed", (getter)store_get_destroyed, NULL,
+     "True once the C store is gone (interpreter exit)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+PyTypeObject pydds_StoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pyddstore.PyDDStore",
+    .tp_basicsize = sizeof(pydds_store_obj),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc =
+        "PyDDStore(comm_or_none=None, method=0, handshake_dir='', n_core=0, "
+        "nic_map=None, rank=None, size=0, exchange_ns='')\n\n"
+        "A distributed in-memory store: each rank holds a shard of every "
+        "variable and reads any global row with one-sided reads.\n"
+        "comm_or_none: None (MPI_COMM_WORLD; MPI starts here, not at import), "
+        "an mpi4py communicator, or a ddstore communicator (FileComm, "
+        "torch group).  method: 0 MPI RMA, 1 libfabric, 2 libfabric split "
+        "jobs; None = DDSTORE_METHOD (default 0).  nic_map: None, a str or a "
+        "sequence of interface names.  rank/size: when given, checked "
+        "against the communicator.\n"
+        "Collective calls (constructor, init, add, free, epoch_*) must be "
+        "made by every rank in the same order; they fail on every rank "
+        "together.  Use free() (or a with-block) before dropping a store: "
+        "destroying a store with live variables is collective.",
+    .tp_new = store_new,
+    .tp_dealloc = (destructor)store_dealloc,
+    .tp_traverse = (traverseproc)store_traverse,
+    .tp_clear = (inquiry)store_clear,
+    .tp_methods = store_methods,
+    .tp_getset = store_getset,
+    .tp_repr = (reprfunc)store_repr,
+    .tp_weaklistoffset = offsetof(pydds_store_obj, weakreflist),
+};
+
+int pydds_store_type_ready(PyObject *module)
+{
+    if (PyType_Ready(&pydds_StoreType) < 0)
+        return -1;
+    Py_INCREF(&pydds_StoreType);
+    if (PyModule_AddObject(module, "PyDDStore",
+                           (PyObject *)&pydds_StoreType) < 0) {
+        Py_DECREF(&pydds_StoreType);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,88 @@
+"""ddstore-info: versions, compiled features and every DDSTORE_* variable.
+
+    python -m pyddstore.info            # summary + environment variables
+    python -m pyddstore.info --env      # only the variables (name, default, current value)
+    python -m pyddstore.info --markdown # docs/environment.md, generated from the registries
+"""
+import argparse
+import os
+import sys
+
+
+def _core():
+    from pyddstore import _core
+    return _core
+
+
+def entries():
+    """Every registered DDSTORE_* variable: dicts with name, type, default, choices,
+    library, help, value (the current environment value or None)."""
+    return _core().config_entries()
+
+
+def summary():
+    import pyddstore
+    c = _core()
+    lines = [f"pyddstore {pyddstore.__version__}"]
+    for k, v in sorted(c.build_info().items()):
+        lines.append(f"  {k}: {v}")
+    try:
+        import torch
+        lines.append(f"  torch: {torch.__version__}")
+        try:
+            from pyddstore import _ddstore_torch  # noqa: F401
+            lines.append("  torch extension: loaded")
+        except ImportError as e:
+            lines.append(f"  torch extension: not available ({e})")
+    except ImportError:
+        lines.append("  torch: not installed")
+    return "\n".join(lines)
+
+
+def env_table():
+    out = []
+    for e in entries():
+        cur = os.environ.get(e["name"])
+        out.append(f"{e['name']:32s} default={e['default'] or '(unset)'!s:12s} "
+                   f"current={cur if cur is not None else '(unset)'}  [{e['library']}] {e['help']}")
+    return "\n".join(out)
+
+
+def markdown():
+    out = ["# Environment variables", "",
+           "Generated from the libraries' registries by `python -m pyddstore.info --markdown`;",
+           "do not edit by hand. Every value is validated when a store is created: a bad value",
+           "fails with an error naming the variable. `./ddstore info` shows the current values.",
+           ""]
+    by_lib = {}
+    for e in entries():
+        by_lib.setdefault(e["library"], []).append(e)
+    for lib in sorted(by_lib):
+        out += [f"## {lib}", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
+        for e in by_lib[lib]:
+            t = e["type"] + (f" ({e['choices']})" if e.get("choices") else "")
+            d = f"`{e['default']}`" if e["default"] not in (None, "") else "unset"
+            out.append(f"| `{e['name']}` | {t} | {d} | {e['help']} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="ddstore-info", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--env", action="store_true")
+    ap.add_argument("--markdown", action="store_true")
+    a = ap.parse_args(argv)
+    if a.markdown:
+        print(markdown())
+    elif a.env:
+        print(env_table())
+    else:
+        print(summary())
+        print("\nenvironment variables:")
+        print(env_table())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

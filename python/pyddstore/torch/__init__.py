@@ -1,0 +1,35 @@
+"""pyddstore.torch: distributed datasets and thread loaders for PyTorch.
+
+    import torch                                   # import torch before MPI starts
+    from mpi4py import MPI
+    from pyddstore.torch import DistDataset, ThreadDataLoader
+
+    trainset = DistDataset(my_dataset, "train", MPI.COMM_WORLD)   # each rank loads its share
+    sampler = torch.utils.data.distributed.DistributedSampler(trainset)
+    loader = ThreadDataLoader(trainset, batch_size=128, sampler=sampler, num_workers=1)
+
+See docs/pytorch.md (guide) and docs/reference-torch.md (reference).
+"""
+import os as _os
+
+from . import env as _env
+
+_env.apply_fork_settings()   # before pyddstore (and libfabric) start; no-op if already set
+
+import torch as _torch  # noqa: E402,F401
+
+from ._ext import ext as _ext  # noqa: E402
+from .comm import Comm, TorchComm  # noqa: E402
+from .dataset import DistDataset, DistDatasetReader, WindowedDataset, row_of  # noqa: E402
+from .loader import ThreadDataLoader  # noqa: E402
+
+try:
+    with open(_os.path.join(_os.path.dirname(__file__), "..", "..", "..", "ddstore-torch",
+                            "VERSION")) as _fh:
+        _src_version = _fh.read().strip()
+except OSError:
+    _src_version = None
+__version__ = getattr(_ext, "__version__", None) or _src_version or "0.1.0"
+
+__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
+           "ThreadDataLoader", "TorchComm", "Comm", "__version__"]

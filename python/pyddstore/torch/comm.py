@@ -1,0 +1,300 @@
+"""Communicator resolution for pyddstore.torch.
+
+``DistDataset(comm=...)`` accepts
+
+* an mpi4py communicator,
+* a ``torch.distributed`` process group (its collectives carry the address
+  exchange: no MPI needed),
+* a ``pyddstore.FileComm``,
+* ``None``: ``MPI.COMM_WORLD`` when pyddstore has MPI (and ``DDSTORE_MPI`` is
+  not 0), else the default ``torch.distributed`` group when it is
+  initialized, else a ``FileComm`` in ``handshake_dir`` with rank and size
+  from Slurm (``SLURM_PROCID`` / ``SLURM_NTASKS``).
+
+``DDSTORE_COMM=mpi|torch|file`` forces the kind for ``comm=None``.
+
+Everything is wrapped in :class:`Comm`, which gives the Python layer the
+object collectives it needs (``allgather``, ``barrier``, ``split``) and the
+object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
+of the Python layer fails on every rank together.
+"""
+
+import builtins
+import os
+import pickle
+
+import pyddstore
+
+from . import env
+
+__all__ = ["Comm", "resolve", "agree", "TorchComm"]
+
+
+def _is_mpi4py(obj):
+    return type(obj).__module__.startswith("mpi4py")
+
+
+def _is_torch_group(obj):
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return False
+    return dist.is_available() and isinstance(obj, dist.ProcessGroup)
+
+
+def _is_filecomm(obj):
+    fc = getattr(pyddstore, "FileComm", None)
+    return fc is not None and isinstance(obj, fc)
+
+
+class TorchComm:
+    """A torch.distributed group as a ddstore communicator.
+
+    ``PyDDStore(TorchComm(group))`` runs the store's collectives (address
+    exchange, error agreement) through the group's ``all_gather_object`` /
+    ``barrier`` via the ``_dds_comm`` capsule of the torch extension.  With
+    NCCL/RCCL call ``torch.cuda.set_device()`` first.
+    """
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("comm: torch.distributed is not initialized "
+                             "(call torch.distributed.init_process_group first)")
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        if self.rank < 0:
+            raise ValueError("comm: this process is not a member of the given "
+                             "torch.distributed group")
+
+    @property
+    def _dds_comm(self):
+        # A fresh capsule per access: it references self, and self must not
+        # hold it (capsules are not garbage-collected).
+        from ._ext import ext
+        return ext.comm_capsule(self)
+
+    def allgather(self, obj):
+        import torch.distributed as dist
+        out = [None] * self.size
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def allgather_bytes(self, data):
+        parts = self.allgather(bytes(data))
+        return b"".join(parts)
+
+    def barrier(self):
+        import torch.distributed as dist
+        dist.barrier(group=self.group)
+
+    def global_ranks(self):
+        import torch.distributed as dist
+        if self.group is None:
+            return list(range(self.size))
+        return list(dist.get_process_group_ranks(self.group))
+
+
+class Comm:
+    """What the Python layer needs from a communicator."""
+
+    def __init__(self, kind, obj, rank, size, store_comm, handshake_dir=None, ns=""):
+        self.kind = kind            # "mpi" | "torch" | "file"
+        self.obj = obj              # mpi4py comm / TorchComm / FileComm
+        self.rank = rank
+        self.size = size
+        self.store_comm = store_comm  # what PyDDStore(comm_or_none) gets
+        self.handshake_dir = handshake_dir
+        self.ns = ns
+
+    def __repr__(self):
+        return f"Comm({self.kind}, rank {self.rank} of {self.size})"
+
+    # -- collectives ---------------------------------------------------------
+    def allgather(self, obj):
+        """Every rank's `obj` (picklable), in rank order."""
+        if self.size == 1:
+            return [obj]
+        if self.kind == "mpi":
+            return self.obj.allgather(obj)
+        if self.kind == "torch":
+            return self.obj.allgather(obj)
+        return _file_allgather(self.obj, obj, self.size)
+
+    def barrier(self):
+        if self.size == 1:
+            return
+        if self.kind == "mpi":
+            self.obj.Barrier()
+        elif self.kind == "torch":
+            self.obj.barrier()
+        elif hasattr(self.obj, "barrier"):
+            self.obj.barrier()
+        else:
+            self.allgather(None)
+
+    def split(self, width):
+        """Groups of `width` consecutive ranks (the last may be smaller)."""
+        color, key = self.rank // width, self.rank % width
+        if self.kind == "mpi":
+            sub = self.obj.Split(color, key)
+            return Comm("mpi", sub, sub.Get_rank(), sub.Get_size(), sub)
+        if self.kind == "torch":
+            import torch.distributed as dist
+            ranks = self.obj.global_ranks()
+            mine = None
+            for c in range((self.size + width - 1) // width):
+                g = dist.new_group(ranks[c * width:(c + 1) * width])  # collective: every rank, every group
+                if c == color:
+                    mine = g
+            tc = TorchComm(mine)
+            return Comm("torch", tc, tc.rank, tc.size, tc)
+        size = min(width, self.size - color * width)
+        fc = _make_filecomm(self.handshake_dir, key, size, f"{self.ns}.g{color}")
+        return Comm("file", fc, key, size, fc, self.handshake_dir, f"{self.ns}.g{color}")
+
+
+def _file_allgather(fc, obj, size):
+    """allgather of a picklable object over a pyddstore.FileComm."""
+    data = pickle.dumps(obj)
+    if hasattr(fc, "allgather"):
+        # FileComm.allgather takes bytes (any length per rank) and returns a
+        # list of every rank's bytes.
+        parts = fc.allgather(data)
+        return [pickle.loads(p) for p in parts]
+    raise TypeError(f"{type(fc).__name__} has no allgather(); cannot run Python "
+                    "collectives over it")
+
+
+def _make_filecomm(handshake_dir, rank, size, ns):
+    fc = getattr(pyddstore, "FileComm", None)
+    if fc is None:
+        raise ValueError("comm: pyddstore.FileComm is not available in this build")
+    if not handshake_dir:
+        raise ValueError("comm: a FileComm (no MPI, no torch.distributed) needs "
+                         "handshake_dir= (or DDSTORE_HANDSHAKE_DIR) on a shared "
+                         "filesystem")
+    return fc(handshake_dir, rank, size, ns)
+
+
+def _default_ns(name):
+    job = os.environ.get("SLURM_JOB_ID", "")
+    step = os.environ.get("SLURM_STEP_ID", "")
+    parts = [p for p in (job, step, name) if p]
+    return ".".join(parts) if parts else name
+
+
+def _mpi_comm(comm):
+    return Comm("mpi", comm, comm.Get_rank(), comm.Get_size(), comm)
+
+
+def _torch_comm(group):
+    import torch.distributed as dist
+    if group is not None and group == dist.group.WORLD:
+        group = None
+    tc = TorchComm(group)
+    return Comm("torch", tc, tc.rank, tc.size, tc)
+
+
+def _file_comm(handshake_dir, name, fc=None):
+    if fc is None:
+        rs = env.slurm_rank_size()
+        rank, size = rs if rs is not None else (0, 1)
+        ns = _default_ns(name)
+        fc = _make_filecomm(handshake_dir, rank, size, ns)
+    else:
+        ns = getattr(fc, "ns", "")
+        handshake_dir = handshake_dir or getattr(fc, "dir", None)
+    return Comm("file", fc, fc.rank, fc.size, fc, handshake_dir, ns)
+
+
+def resolve(comm=None, handshake_dir=None, name=""):
+    """A :class:`Comm` for DistDataset's `comm` argument (see module doc)."""
+    if isinstance(comm, Comm):
+        return comm
+    if comm is not None:
+        if _is_mpi4py(comm):
+            return _mpi_comm(comm)
+        if _is_torch_group(comm):
+            return _torch_comm(comm)
+        if isinstance(comm, TorchComm):
+            return Comm("torch", comm, comm.rank, comm.size, comm)
+        if _is_filecomm(comm):
+            return _file_comm(handshake_dir, name, comm)
+        raise TypeError(f"comm: expected None, an mpi4py communicator, a "
+                        f"torch.distributed group or a pyddstore.FileComm, got "
+                        f"{type(comm).__name__}")
+    kind = env.comm_kind()
+    have_mpi = bool(getattr(pyddstore, "HAVE_MPI", False)) and env.use_mpi()
+    if kind is None:
+        if have_mpi:
+            kind = "mpi"
+        else:
+            try:
+                import torch.distributed as dist
+                kind = "torch" if dist.is_available() and dist.is_initialized() else "file"
+            except ImportError:  # pragma: no cover
+                kind = "file"
+    if kind == "mpi":
+        if not getattr(pyddstore, "HAVE_MPI", False):
+            raise ValueError("DDSTORE_COMM=mpi, but this build of pyddstore has no MPI "
+                             "(pyddstore.HAVE_MPI is False)")
+        from mpi4py import MPI
+        return _mpi_comm(MPI.COMM_WORLD)
+    if kind == "torch":
+        return _torch_comm(None)
+    return _file_comm(handshake_dir, name)
+
+
+# -- error agreement ----------------------------------------------------------
+
+def _exception_class(module, qualname):
+    if module == "builtins":
+        cls = getattr(builtins, qualname, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls
+    if module.startswith("pyddstore"):
+        cls = getattr(pyddstore, qualname, None)
+        if isinstance(cls, type) and issubclass(cls, Exception):
+            return cls
+    return None
+
+
+def agree(comm, exc, what=""):
+    """Collective: raise on every rank if `exc` (an exception or None) is set
+    on any rank.  The failing rank re-raises its own exception; the others
+    raise the same built-in/pyddstore type (else RuntimeError) whose message
+    names the rank.  Returns normally when every rank passed None."""
+    if exc is not None:
+        cls = type(exc)
+        info = (cls.__module__, cls.__qualname__, str(exc))
+    else:
+        info = None
+    infos = comm.allgather(info)
+    failed = [(r, i) for r, i in enumerate(infos) if i is not None]
+    if not failed:
+        return
+    if exc is not None:
+        raise exc
+    r, (module, qualname, msg) = failed[0]
+    cls = _exception_class(module, qualname)
+    where = f"rank {r}" + (f" ({what})" if what else "")
+    if cls is None:
+        raise RuntimeError(f"{where}: {qualname}: {msg}")
+    try:
+        err = cls(f"{where}: {msg}")
+    except Exception:  # noqa: BLE001 - a constructor with another signature
+        err = RuntimeError(f"{where}: {qualname}: {msg}")
+    raise err
+
+
+def run_agreed(comm, fn, what=""):
+    """fn() on every rank; if it raises on any rank, raise on every rank."""
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - reported on every rank
+        agree(comm, e, what)
+        raise  # pragma: no cover - agree re-raises
+    agree(comm, None, what)
+    return result

@@ -1,0 +1,764 @@
+"""DistDataset, DistDatasetReader, WindowedDataset and row_of.
+
+A DistDataset stores each field of a map-style dataset's samples as one
+ddstore variable (one row per sample): each rank loads only its share of the
+source, in one pass, and every rank reads every sample with one-sided reads.
+"""
+
+import json
+import math
+import operator
+import os
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+
+import pyddstore
+
+from . import env
+from . import comm as _comm
+from ._ext import as_index_tensor, ext, stream_of
+from .schema import Schema
+
+__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of"]
+
+_META_FORMAT = "pyddstore.torch.meta"
+_META_VERSION = 1
+
+
+def _device(d):
+    """None for host memory, else a torch.device (cpu → None)."""
+    if d is None:
+        return None
+    d = torch.device(d)
+    if d.type == "cpu":
+        return None
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+def _share(n, rank, size):
+    """[lo, hi) of a balanced split of n rows over size ranks."""
+    base, extra = divmod(n, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def _progress(total, name, rank):
+    on = rank == 0 and total > 0 and env.progress()
+    if on:
+        try:
+            on = sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            on = False
+    if not on:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, desc=f"ddstore {name}", unit="sample", leave=False,
+                dynamic_ncols=True, mininterval=0.5)
+
+
+class _Stored(torch.utils.data.Dataset):
+    """Reading side shared by DistDataset and DistDatasetReader.
+
+    Subclasses set: ddstore, name, schema (the fields read back), total,
+    device, decode, method."""
+
+    def _init_reading(self):
+        self._pid = os.getpid()
+        self._tls = threading.local()
+        self._fork = None            # (pid, reader) in a forked worker
+        self._allocs = {}            # id(bufs) -> list of registered tensors
+        self._freed = False
+        self._update_specs()
+
+    def _update_specs(self):
+        dev = self.device
+        self._names = [f.var for f in self.schema.fields]
+        self._specs = [(f.var, f.row_shape, f.dtype, f.kind == "tensor" and dev is not None)
+                       for f in self.schema.fields]
+
+    # -- which store object reads (thread readers, forked workers) ----------
+    def _reader(self):
+        if os.getpid() != self._pid:
+            return self._forked_reader()
+        r = getattr(self._tls, "reader", None)
+        return self.ddstore if r is None else r
+
+    def _bind_reader(self, reader):
+        """Reads from the calling thread go through `reader` (None: the store)."""
+        self._tls.reader = reader
+
+    def _forked_reader(self):
+        pid = os.getpid()
+        if self._fork is not None and self._fork[0] == pid:
+            return self._fork[1]
+        if self.method == 0:
+            raise RuntimeError(
+                f"DistDataset '{self.name}': method=0 (MPI) cannot be read from a forked "
+                "DataLoader worker (no MPI after fork); use ThreadDataLoader, or method 1/2")
+        if not env.fork_workers():
+            raise RuntimeError(
+                f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
+                "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
+                "os.environ before importing pyddstore) so that each worker opens its own "
+                "reader")
+        reader = self.ddstore.fork_reader()
+        self._fork = (pid, reader)
+        return reader
+
+    def _read_device(self):
+        return None if os.getpid() != self._pid else self.device
+
+    # -- size and schema ----------------------------------------------------
+    def __len__(self):
+        return self.total
+
+    @property
+    def shapes(self):
+        """{key: shape of the field} (keys: dict keys, tuple/list positions, or 0)."""
+        return {f.key: f.shape for f in self.schema.fields}
+
+    @property
+    def dtypes(self):
+        """{key: dtype}: torch dtypes for tensors, numpy dtypes for arrays, numpy
+        scalars and records, int / float / bool for Python numbers."""
+        return {f.key: f.user_dtype() for f in self.schema.fields}
+
+    @property
+    def fields(self):
+        """The keys of the stored fields, in order."""
+        return list(self.schema.keys)
+
+    # -- reads --------------------------------------------------------------
+    def _index(self, i):
+        i = operator.index(i)
+        if i < 0:
+            i += self.total
+        if not 0 <= i < self.total:
+            raise IndexError(f"{type(self).__name__} '{self.name}': index {i} out of range "
+                             f"[0, {self.total})")
+        return i
+
+    def _fresh(self, fields, n, device):
+        return [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
+                            device=device if (device is not None and f.kind == "tensor") else "cpu")
+                for f in fields]
+
+    def _read(self, fields, idx, out=None):
+        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx."""
+        dev = self._read_device()
+        n = int(idx.numel())
+        if out is None:
+            outs = self._fresh(fields, n, dev)
+        else:
+            outs = []
+            for f in fields:
+                try:
+                    b = out[f.key]
+                except KeyError:
+                    raise ValueError(f"out=: no buffer for field {f.key!r} (alloc() them "
+                                     "with the same fields)") from None
+                if b.shape[0] < n:
+                    raise ValueError(f"out=: buffer for field {f.key!r} has {b.shape[0]} "
+                                     f"rows, {n} are read")
+                outs.append(b[:n] if b.shape[0] != n else b)
+        ext.read_fields(self._reader(), [f.var for f in fields], outs, idx,
+                        stream_of(dev) if dev is not None else 0)
+        return outs
+
+    def __getitem__(self, i):
+        i = self._index(i)
+        fields = self.schema.fields
+        ts = self._read(fields, torch.tensor([i], dtype=torch.int64))
+        sample = self.schema.build([f.single(t) for f, t in zip(fields, ts)])
+        if self.decode is not None:
+            sample = self.decode(sample, i)
+        return sample
+
+    def __getitems__(self, indices, out=None):
+        """Samples for `indices` (a list, as DataLoader's fetcher calls it): one
+        batched read per field (DDSTORE_BATCH_GET=0: one read per sample).  With
+        out= (from alloc()) the samples are views into those buffers."""
+        if not env.batch_get():
+            return [self[i] for i in indices]
+        idx = as_index_tensor(indices)
+        fields = self.schema.fields
+        ts = self._read(fields, idx, out)
+        cols = [f.split(t) for f, t in zip(fields, ts)]
+        build = self.schema.build
+        samples = [build(vals) for vals in zip(*cols)] if cols else []
+        if self.decode is not None:
+            dec = self.decode
+            samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]
+        return samples
+
+    def read_rows(self, rows, fields=None, out=None):
+        """Stored rows (any order, repeats allowed) as {key: (len(rows), *shape)}:
+        tensors (records: numpy structured arrays).  Skips decode.  With out=
+        (from alloc()) the values are views into those buffers."""
+        sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        idx = as_index_tensor(rows)
+        ts = self._read(sel, idx, out)
+        return {f.key: f.batch_value(t) for f, t in zip(sel, ts)}
+
+    def alloc(self, n, fields=None):
+        """Per-field buffers for n rows, registered with the store once: pass as
+        out= to read_rows() / __getitems__() to skip registration per read.
+        Returns {key: tensor}; release(bufs) (or free()) unregisters."""
+        n = operator.index(n)
+        if n < 1:
+            raise ValueError(f"alloc: n must be >= 1, got {n}")
+        sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        dev = self._read_device()
+        ts = self._fresh(sel, n, dev)
+        done = []
+        try:
+            for t in ts:
+                ext.register_recv(self.ddstore, t, stream_of(t.device) if t.is_cuda else 0)
+                done.append(t)
+        except BaseException:
+            for t in done:
+                try:
+                    ext.unregister_recv(self.ddstore, t)
+                except Exception:  # noqa: BLE001
+                    pass
+            raise
+        bufs = {f.key: t for f, t in zip(sel, ts)}
+        self._allocs[id(bufs)] = ts
+        return bufs
+
+    def release(self, bufs):
+        """Unregister buffers from alloc().  Idempotent."""
+        ts = self._allocs.pop(id(bufs), None)
+        if ts is None:
+            return
+        if self._freed:
+            return
+        err = None
+        for t in ts:
+            try:
+                ext.unregister_recv(self.ddstore, t)
+            except Exception as e:  # noqa: BLE001 - keep unregistering the rest
+                err = err or e
+        if err is not None and not isinstance(err, pyddstore.DDStoreError):
+            raise err
+
+    def get_profile(self, field=None):
+        """Read counters of one field (key), or summed over every field (None).
+        Sums over the store and the threads' readers."""
+        fields = [self.schema.field(field)] if field is not None else self.schema.fields
+        total = {}
+        for f in fields:
+            for k, v in self.ddstore.get_profile(f.var).items():
+                if isinstance(v, (int, float)):
+                    total[k] = total.get(k, 0) + v
+        return total
+
+    # -- direct collate (ThreadDataLoader) ----------------------------------
+    def _fast_collate_ok(self):
+        return self.decode is None and not self.schema.has_records
+
+    def _collate(self, indices, pin_memory=False, out=None):
+        """default_collate(self.__getitems__(indices)), read straight into the
+        batch tensors: one get_batch per field."""
+        idx = as_index_tensor(indices)
+        if out is None:
+            dev = self._read_device()
+            specs = self._specs if dev is self.device else \
+                [(s[0], s[1], s[2], False) for s in self._specs]
+            ts = ext.collate(self._reader(), specs, idx,
+                             None if dev is None else str(dev), bool(pin_memory),
+                             stream_of(dev) if dev is not None else 0)
+        else:
+            ts = self._read(self.schema.fields, idx, out)
+        return self.schema.build_batch(ts)
+
+    def _store_datasets(self):
+        return [self]
+
+    def _release_all(self):
+        for key in list(self._allocs):
+            ts = self._allocs.pop(key)
+            for t in ts:
+                try:
+                    ext.unregister_recv(self.ddstore, t)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def __repr__(self):
+        return (f"{type(self).__name__}('{self.name}', {self.total} samples, "
+                f"fields {self.schema.fields}, method {self.method})")
+
+
+class DistDataset(_Stored):
+    """A map-style dataset whose samples live in the aggregate memory of the job.
+
+    DistDataset(source, name, comm=None, ddstore_width=None, device=None,
+    add_device=None, method=None, handshake_dir=None, chunk_size=None,
+    encode=None, decode=None, fields=None)
+
+    Collective over `comm`: every rank loads rows [lo, hi) of `source` (its
+    balanced share, one pass) and every rank reads every sample.  Errors
+    (including an exception raised by ``source[i]`` on one rank) are raised on
+    every rank.  See docs/reference-torch.md.
+    """
+
+    def __init__(self, source, name, comm=None, ddstore_width=None, device=None,
+                 add_device=None, method=None, handshake_dir=None, chunk_size=None,
+                 encode=None, decode=None, fields=None):
+        if not isinstance(name, str) or not name or "/" in name or len(name) > 200:
+            raise ValueError(f"name must be a non-empty string without '/' (at most 200 "
+                             f"characters), got {name!r}")
+        self.name = name
+        hs = env.handshake_dir(handshake_dir)
+        self.comm = _comm.resolve(comm, hs, name)      # may raise (no comm to agree over)
+        self.handshake_dir = hs
+        self.decode = decode
+        self.encode = encode
+        self.ddstore = None
+        self._pid = os.getpid()
+
+        # 1. arguments (agreed: a bad argument on one rank fails every rank)
+        def check_args():
+            m = method
+            if m is None:
+                m = env.method(0) if env.method_is_set() else (0 if self.comm.kind == "mpi" else 1)
+            if m not in (0, 1, 2):
+                raise ValueError(f"method must be 0, 1 or 2, got {m!r}")
+            if m == 0 and self.comm.kind != "mpi":
+                raise ValueError(f"method=0 (MPI RMA) needs an MPI communicator; comm is "
+                                 f"{self.comm.kind} (use method=1 or 2)")
+            if m == 2 and not hs:
+                raise ValueError("method=2 needs handshake_dir= (or DDSTORE_HANDSHAKE_DIR)")
+            if fields is not None and encode is not None:
+                raise ValueError("fields= cannot be combined with encode= (select the "
+                                 "fields in encode instead)")
+            if chunk_size is not None:
+                c = operator.index(chunk_size)
+                if c < 1:
+                    raise ValueError(f"chunk_size must be >= 1, got {c}")
+            w = None
+            if ddstore_width is not None:
+                w = operator.index(ddstore_width)
+                if w < 1:
+                    raise ValueError(f"ddstore_width must be >= 1, got {w}")
+                w = min(w, self.comm.size)
+                if m == 2 and w < self.comm.size:
+                    raise ValueError("method=2 needs one group: ddstore_width must be at "
+                                     "least the number of ranks")
+            for d in (device, add_device):
+                if d is not None:
+                    torch.device(d)  # raises on a bad device string
+            return m, w
+
+        self.method, width = _comm.run_agreed(self.comm, check_args, "arguments")
+        self.device = _device(device)
+        self.add_device = _device(add_device)
+        self.chunk_size = None if chunk_size is None else operator.index(chunk_size)
+
+        # 2. the store communicator (ddstore_width: independent groups)
+        self.store_comm = self.comm if width is None or width >= self.comm.size else \
+            self.comm.split(width)
+
+        # 3. length and share
+        n = _comm.run_agreed(self.comm, lambda: operator.index(len(source)), "len(source)")
+        lens = self.comm.allgather(n)
+        if any(x != n for x in lens):   # every rank sees the same list: all raise
+            raise ValueError(f"DistDataset '{name}': len(source) differs across ranks: "
+                             f"{lens}")
+        self.total = n
+        sr, ss = self.store_comm.rank, self.store_comm.size
+        self.lo, self.hi = _share(n, sr, ss)
+
+        def check_share():
+            if n < ss:
+                raise ValueError(f"DistDataset '{name}': {n} samples for {ss} ranks; every "
+                                 "rank must own at least one sample")
+        _comm.run_agreed(self.comm, check_share, "share")
+
+        # 4. the first sample: schema (checked across ranks)
+        def first():
+            s = source[self.lo]
+            st = encode(s) if encode is not None else s
+            full = Schema.of(st, f"source[{self.lo}]" + (" (encoded)" if encode else ""))
+            if self.chunk_size is not None and self.add_device is not None and \
+                    any(f.kind == "tensor" for f in full.fields):
+                raise ValueError("chunk_size cannot be used with tensor fields on add_device "
+                                 "(chunked loading fills host storage only)")
+            return st, full
+
+        first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
+        descs = self.comm.allgather(full.describe())
+        bad = [r for r, d in enumerate(descs) if d != descs[0]]
+        if bad:   # every rank sees the same list: all raise
+            raise ValueError(
+                f"DistDataset '{name}': the samples of rank {bad[0]} differ from rank 0's: "
+                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed")
+        # variable names: one per field of the full sample, by position
+        for i, f in enumerate(full.fields):
+            f.var = f"{name}/{i}"
+        self.full_schema = full
+        self.schema = _comm.run_agreed(
+            self.comm, lambda: full.select(fields) if fields is not None else full, "fields")
+
+        # 5. the store and the shard
+        self.ddstore = _comm.run_agreed(self.comm, self._make_store, "creating the store")
+        try:
+            self._load(source, encode, first_stored)
+        except BaseException:
+            self.ddstore = None
+            raise
+        if self.method == 2 and self.store_comm.rank == 0:
+            _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
+        elif self.method == 2:
+            _comm.run_agreed(self.comm, lambda: None, "writing meta.json")
+        self._init_reading()
+
+    # -- construction helpers ----------------------------------------------
+    def _make_store(self):
+        kw = dict(method=self.method)
+        if self.handshake_dir:
+            kw["handshake_dir"] = self.handshake_dir
+        if self.store_comm.kind == "file" and self.store_comm.ns:
+            kw["exchange_ns"] = self.store_comm.ns
+        return pyddstore.PyDDStore(self.store_comm.store_comm, **kw)
+
+    def _load(self, source, encode, first_stored):
+        lo, hi = self.lo, self.hi
+        share = hi - lo
+        fields = self.schema.fields
+        full = self.full_schema
+        pos = [full.fields.index(f) for f in fields]
+        bar = _progress(share, self.name, self.comm.rank)
+        try:
+            if self.chunk_size is None:
+                self._load_whole(source, encode, first_stored, fields, pos, share, bar)
+            else:
+                self._load_chunked(source, encode, first_stored, fields, pos, share, bar)
+        except BaseException:
+            try:
+                self.ddstore.free()
+            except Exception:  # noqa: BLE001 - the original error matters
+                pass
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _sample_values(self, source, encode, first_stored, j, pos):
+        if j == 0:
+            s = first_stored
+        else:
+            s = source[self.lo + j]
+            if encode is not None:
+                s = encode(s)
+        where = f"source[{self.lo + j}]" + (" (encoded)" if encode is not None else "")
+        vals = self.full_schema.values(s, where)
+        return [vals[p] for p in pos]
+
+    def _fill(self, source, encode, first_stored, fields, pos, arrays, j0, j1, bar):
+        for j in range(j0, j1):
+            vals = self._sample_values(source, encode, first_stored, j, pos)
+            r = j - j0
+            for f, a, v in zip(fields, arrays, vals):
+                f.store_into(a, r, v)
+            if bar is not None and (j & 255) == 255:
+                bar.update(256)
+
+    def _load_whole(self, source, encode, first_stored, fields, pos, share, bar):
+        def fill():
+            arrays = [np.empty((share,) + f.row_shape, dtype=f.np_dtype) for f in fields]
+            self._fill(source, encode, first_stored, fields, pos, arrays, 0, share, bar)
+            return arrays
+
+        arrays = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
+        if bar is not None:
+            bar.n = share
+            bar.refresh()
+
+        def add():
+            for k, (f, a) in enumerate(zip(fields, arrays)):
+                flat = a.reshape(share, -1)
+                if f.kind == "tensor" and self.add_device is not None:
+                    t = torch.from_numpy(flat).to(self.add_device)
+                    ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
+                else:
+                    self.ddstore.add(f.var, flat)
+                arrays[k] = None   # the store has its copy: drop ours now
+        _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
+
+    def _load_chunked(self, source, encode, first_stored, fields, pos, share, bar):
+        def init():
+            for f in fields:
+                self.ddstore.init(f.var, share, f.disp, f.np_dtype.itemsize, f.dtype)
+        _comm.run_agreed(self.comm, init, f"storing '{self.name}'")
+
+        chunk = min(self.chunk_size, share)
+
+        def fill_all():
+            arrays = [np.empty((chunk,) + f.row_shape, dtype=f.np_dtype) for f in fields]
+            for j0 in range(0, share, chunk):
+                j1 = min(j0 + chunk, share)
+                self._fill(source, encode, first_stored, fields, pos, arrays, j0, j1, bar)
+                for f, a in zip(fields, arrays):
+                    self.ddstore.update(f.var, a[:j1 - j0].reshape(j1 - j0, -1), j0)
+        # no collective inside: a failing rank stops, the others finish, then all agree
+        _comm.run_agreed(self.comm, fill_all, f"loading '{self.name}'")
+
+    def _write_meta(self):
+        meta = {
+            "format": _META_FORMAT, "version": _META_VERSION, "name": self.name,
+            "n_core": self.store_comm.size, "total": self.total,
+            "created": time.time(),
+            "schema": self.schema.describe(),
+            "vars": [f.var for f in self.schema.fields],
+        }
+        _write_json_atomic(os.path.join(self.handshake_dir, f"{self.name}.meta.json"), meta)
+
+    # -- lifetime -----------------------------------------------------------
+    def free(self):
+        """Collective (method 0): unregister alloc()'d buffers and release the
+        store.  Idempotent; reads afterwards raise DDStoreError."""
+        if self.ddstore is None or self._freed:
+            return
+        self._release_all()
+        self._freed = True
+        self.ddstore.free()
+
+
+class DistDatasetReader(_Stored):
+    """The same dataset, read from a separate (method 2) extra job.
+
+    DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
+    decode=None): fields come from the core job's ``{name}.meta.json`` in
+    handshake_dir (written by its DistDataset(method=2)).  Local: no
+    collective calls.
+    """
+
+    def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None):
+        hs = env.handshake_dir(handshake_dir)
+        if not hs:
+            raise ValueError("DistDatasetReader needs handshake_dir= (or "
+                             "DDSTORE_HANDSHAKE_DIR): where the core job published")
+        self.name = name
+        self.handshake_dir = hs
+        self.method = 2
+        self.decode = decode
+        self.device = _device(device)
+        meta = _read_meta(hs, name)
+        self.meta = meta
+        self.schema = Schema.from_description(meta["schema"], lambda i: meta["vars"][i])
+        self.total = int(meta["total"])
+        self.n_core = int(n_core) if n_core else int(meta["n_core"])
+        self.ddstore = pyddstore.PyDDStore(None, method=2, handshake_dir=hs,
+                                           n_core=self.n_core)
+        for var in meta["vars"]:
+            self.ddstore.join(var)
+        info = self.ddstore.info(meta["vars"][0])
+        if int(info[0]) != self.total:
+            raise ValueError(f"DistDatasetReader '{name}': {name}.meta.json says "
+                             f"{self.total} rows, the core job's records {info[0]}")
+        self._init_reading()
+
+    def free(self):
+        """Release the reader's store.  Idempotent."""
+        if self._freed:
+            return
+        self._release_all()
+        self._freed = True
+        self.ddstore.free()
+
+
+def _write_json_atomic(path, obj):
+    d = os.path.dirname(path) or "."
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".meta.", dir=d)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(obj, fh, indent=1, default=_json_default)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, tuple):
+        return list(o)
+    raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
+
+
+def _read_meta(hs, name):
+    path = os.path.join(hs, f"{name}.meta.json")
+    timeout = float(os.environ.get("DDSTORE_HANDSHAKE_TIMEOUT_S", "300") or 300)
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        if time.monotonic() - t0 > timeout:
+            raise pyddstore.DDStoreError(
+                f"DistDatasetReader '{name}': {path} did not appear within {timeout:g} s "
+                "(DDSTORE_HANDSHAKE_TIMEOUT_S); is the core job running with method=2 and "
+                "the same handshake_dir?")
+        time.sleep(0.2)
+    with open(path) as fh:
+        meta = json.load(fh)
+    if meta.get("format") != _META_FORMAT or meta.get("version") != _META_VERSION:
+        raise ValueError(f"{path}: not a pyddstore.torch meta file of version {_META_VERSION}")
+    # JSON turns int dict keys into ... ints stay ints in lists; keys are values here
+    return meta
+
+
+def _diff(a, b):
+    if a.get("structure") != b.get("structure"):
+        return f"structure {a.get('structure')} vs {b.get('structure')}"
+    fa, fb = a["fields"], b["fields"]
+    if len(fa) != len(fb):
+        return f"{len(fa)} vs {len(fb)} fields"
+    for x, y in zip(fa, fb):
+        if x != y:
+            return f"field {x['key']!r}: {x} vs {y}"
+    return "different descriptions"
+
+
+class WindowedDataset(torch.utils.data.Dataset):
+    """Samples made of several stored rows (time windows, clips).
+
+    WindowedDataset(ds, window, stride=1, dilation=1, starts=None, fields=None):
+    sample i is rows s, s+dilation, ..., s+(window-1)*dilation with
+    s = i*stride or starts[i]; every field stacked (window, *shape) (tensors;
+    records as numpy structured arrays).  A batch is one read_rows().
+    """
+
+    def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
+        if not hasattr(ds, "read_rows") or not hasattr(ds, "schema"):
+            raise TypeError("WindowedDataset needs a DistDataset or DistDatasetReader, got "
+                            f"{type(ds).__name__}")
+        for what, v in (("window", window), ("stride", stride), ("dilation", dilation)):
+            v = operator.index(v)
+            if v < 1:
+                raise ValueError(f"WindowedDataset: {what} must be >= 1, got {v}")
+        self.ds = ds
+        self.window = operator.index(window)
+        self.stride = operator.index(stride)
+        self.dilation = operator.index(dilation)
+        self.schema = ds.schema.select(fields) if fields is not None else ds.schema
+        self._keys = self.schema.keys
+        n = len(ds)
+        span = (self.window - 1) * self.dilation + 1
+        self.span = span
+        if starts is None:
+            self._starts = None
+            self._len = 0 if n < span else (n - span) // self.stride + 1
+        else:
+            s = np.asarray(starts)
+            if s.ndim != 1 or (s.size and s.dtype.kind not in "iu"):
+                raise ValueError("WindowedDataset: starts must be a 1-D sequence of integers")
+            s = s.astype(np.int64)
+            bad = np.nonzero((s < 0) | (s + span > n))[0]
+            if bad.size:
+                k = int(bad[0])
+                raise ValueError(f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
+                                 f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
+            self._starts = torch.from_numpy(s)
+            self._len = int(s.size)
+        self._offsets = torch.arange(self.window, dtype=torch.int64) * self.dilation
+
+    def __len__(self):
+        return self._len
+
+    @property
+    def ddstore(self):
+        return self.ds.ddstore
+
+    @property
+    def shapes(self):
+        return {f.key: (self.window,) + f.shape for f in self.schema.fields}
+
+    @property
+    def dtypes(self):
+        return {f.key: f.user_dtype() for f in self.schema.fields}
+
+    def _rows(self, idx):
+        idx = as_index_tensor(idx)
+        if idx.numel():
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= self._len:
+                raise IndexError(f"WindowedDataset: index {lo if lo < 0 else hi} out of range "
+                                 f"[0, {self._len})")
+        s = self._starts[idx] if self._starts is not None else idx * self.stride
+        return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
+
+    def _windows(self, indices):
+        rows, n = self._rows(indices)
+        got = self.ds.read_rows(rows, fields=self._keys)
+        out = []
+        for f in self.schema.fields:
+            v = got[f.key]
+            out.append(v.reshape((n, self.window) + tuple(v.shape[1:])))
+        return out
+
+    def __getitem__(self, i):
+        i = operator.index(i)
+        if i < 0:
+            i += self._len
+        vals = self._windows([i])
+        return self.schema.build([v[0] for v in vals])
+
+    def __getitems__(self, indices):
+        vals = self._windows(indices)
+        cols = [list(v.unbind(0)) if isinstance(v, torch.Tensor) else list(v) for v in vals]
+        return [self.schema.build(list(z)) for z in zip(*cols)]
+
+    def read_rows(self, rows, fields=None, out=None):
+        return self.ds.read_rows(rows, fields=fields, out=out)
+
+    def get_profile(self, field=None):
+        return self.ds.get_profile(field)
+
+    # direct collate: one read_rows per batch, already in batch form
+    def _fast_collate_ok(self):
+        return not self.schema.has_records
+
+    def _collate(self, indices, pin_memory=False, out=None):
+        vals = self._windows(indices)
+        if pin_memory:
+            vals = [v.pin_memory() if isinstance(v, torch.Tensor) and v.device.type == "cpu"
+                    else v for v in vals]
+        return self.schema.build_batch(vals)
+
+    def _store_datasets(self):
+        return self.ds._store_datasets()
+
+
+def row_of(concat, source, index):
+    """In a DistDataset over the ConcatDataset `concat`, the row of sample
+    `index` of `concat.datasets[source]`."""
+    datasets = concat.datasets
+    source = operator.index(source)
+    if not 0 <= source < len(datasets):
+        raise IndexError(f"row_of: source {source} out of range [0, {len(datasets)})")
+    n = len(datasets[source])
+    index = operator.index(index)
+    if index < 0:
+        index += n
+    if not 0 <= index < n:
+        raise IndexError(f"row_of: index {index} out of range for source {source} "
+                         f"({n} samples)")
+    start = concat.cumulative_sizes[source - 1] if source > 0 else 0
+    return start + index

@@ -1,0 +1,167 @@
+"""Environment variables read by pyddstore.torch — the one place they are read.
+
+Every variable is read at the moment it is needed (not at import), so a job
+script, ``os.environ`` before the call, or a test's ``monkeypatch`` all work.
+``ENTRIES`` lists them for ``ddstore-info`` and docs/environment.md.
+"""
+
+import os
+
+__all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
+           "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
+           "use_mpi", "local_rank"]
+
+# (name, type, default, help) — same shape as core's config registry.
+ENTRIES = (
+    ("DDSTORE_METHOD", "int", "0",
+     "backend when DistDataset(method=None): 0 MPI RMA, 1 libfabric, 2 split jobs "
+     "(default 1 without MPI)"),
+    ("DDSTORE_BATCH_GET", "bool", "1",
+     "DistDataset.__getitems__ reads one batch per field (0: one read per sample)"),
+    ("DDSTORE_FAST_COLLATE", "bool", "1",
+     "ThreadDataLoader reads batches straight into the collated tensors "
+     "(0: per-sample path + collate_fn)"),
+    ("DDSTORE_THREAD_READERS", "bool", "1",
+     "ThreadDataLoader opens one reader (endpoint) per worker thread for methods "
+     "1/2 (0: threads share the store's reader)"),
+    ("DDSTORE_FORK_WORKERS", "bool", "0",
+     "allow reads from forked DataLoader workers (methods 1/2): each worker opens "
+     "its own reader; sets FI_MR_CACHE_MONITOR=memhooks"),
+    ("DDSTORE_COMM", "enum", "",
+     "force the communicator kind for comm=None: mpi | torch | file"),
+    ("DDSTORE_AFFINITY_WIDTH", "int", "0",
+     "pin ThreadDataLoader workers: CPUs per local rank (0 = no pinning)"),
+    ("DDSTORE_AFFINITY_OFFSET", "int", "0",
+     "first CPU used for worker pinning"),
+    ("DDSTORE_PROGRESS", "bool", "1",
+     "progress bar on rank 0 while a DistDataset loads (only on a terminal)"),
+    ("DDSTORE_HANDSHAKE_DIR", "string", "",
+     "default handshake_dir (methods 1/2 without MPI, method 2, FileComm)"),
+    ("DDSTORE_MPI", "bool", "1",
+     "0: do not use MPI for comm=None even when pyddstore has it"),
+)
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _raw(name):
+    return os.environ.get(name)
+
+
+def _bool(name, default):
+    v = _raw(name)
+    if v is None:
+        return default
+    s = v.strip().lower()
+    if s in _TRUE:
+        return True
+    if s in _FALSE:
+        return False
+    raise ValueError(f"{name}={v!r}: expected 0/1, true/false, yes/no or on/off")
+
+
+def _int(name, default):
+    v = _raw(name)
+    if v is None or v.strip() == "":
+        return default
+    try:
+        return int(v.strip(), 10)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected an integer") from None
+
+
+def method(default=0):
+    """DDSTORE_METHOD, else `default`; must be 0, 1 or 2."""
+    m = _int("DDSTORE_METHOD", default)
+    if m not in (0, 1, 2):
+        raise ValueError(f"DDSTORE_METHOD={m}: expected 0, 1 or 2")
+    return m
+
+
+def method_is_set():
+    v = _raw("DDSTORE_METHOD")
+    return v is not None and v.strip() != ""
+
+
+def batch_get():
+    return _bool("DDSTORE_BATCH_GET", True)
+
+
+def fast_collate():
+    return _bool("DDSTORE_FAST_COLLATE", True)
+
+
+def thread_readers():
+    return _bool("DDSTORE_THREAD_READERS", True)
+
+
+def fork_workers():
+    return _bool("DDSTORE_FORK_WORKERS", False)
+
+
+def comm_kind():
+    """DDSTORE_COMM: None (auto) or 'mpi' / 'torch' / 'file'."""
+    v = (_raw("DDSTORE_COMM") or "").strip().lower()
+    if v in ("", "auto"):
+        return None
+    if v not in ("mpi", "torch", "file"):
+        raise ValueError(f"DDSTORE_COMM={v!r}: expected mpi, torch or file")
+    return v
+
+
+def use_mpi():
+    return _bool("DDSTORE_MPI", True)
+
+
+def affinity():
+    """(width, offset): width 0 = no pinning."""
+    w = _int("DDSTORE_AFFINITY_WIDTH", 0)
+    o = _int("DDSTORE_AFFINITY_OFFSET", 0)
+    if w < 0 or o < 0:
+        raise ValueError(f"DDSTORE_AFFINITY_WIDTH={w} / DDSTORE_AFFINITY_OFFSET={o}: "
+                         "expected non-negative integers")
+    return w, o
+
+
+def progress():
+    return _bool("DDSTORE_PROGRESS", True)
+
+
+def handshake_dir(given=None):
+    if given:
+        return os.fspath(given)
+    return _raw("DDSTORE_HANDSHAKE_DIR") or None
+
+
+def local_rank():
+    """This process's rank on its node (Slurm, Open MPI, MPICH, torchrun), or 0."""
+    for name in ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                 "PMI_LOCAL_RANK", "LOCAL_RANK"):
+        v = _raw(name)
+        if v is not None and v.strip().isdigit():
+            return int(v)
+    return 0
+
+
+def slurm_rank_size():
+    """(rank, size) from SLURM_PROCID / SLURM_NTASKS (or RANK / WORLD_SIZE), or None."""
+    for r, s in (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"),
+                 ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+                 ("PMI_RANK", "PMI_SIZE")):
+        rv, sv = _raw(r), _raw(s)
+        if rv is not None and sv is not None and rv.strip().isdigit() and sv.strip().isdigit():
+            return int(rv), int(sv)
+    return None
+
+
+def apply_fork_settings():
+    """Libfabric settings for forked DataLoader workers (seed: 'Set by
+    DDSTORE_FORK_WORKERS=1, when the variable is unset or kdreg2').  Must run
+    before libfabric starts; idempotent."""
+    try:
+        enabled = fork_workers()
+    except ValueError:
+        return
+    if enabled and os.environ.get("FI_MR_CACHE_MONITOR", "") in ("", "kdreg2"):
+        os.environ["FI_MR_CACHE_MONITOR"] = "memhooks"

@@ -1,0 +1,522 @@
+"""ThreadDataLoader: a DataLoader whose workers are threads.
+
+Threads share the process's MPI and GPU context, so they read with any
+method (0, 1, 2) and into GPU memory.  The sampler is consumed in the
+calling thread exactly as DataLoader does (same random draws, same order);
+worker threads fetch, collate and pin; ``num_workers * prefetch_factor``
+batches are in flight.  With the default collate_fn and a DistDataset (or
+DistDatasetReader / WindowedDataset) the batch tensors are allocated once and
+every field is read straight into them (direct collate).
+"""
+
+import inspect
+import os
+import queue
+import threading
+import time
+import weakref
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import _utils as _tud_utils
+
+from . import env
+
+__all__ = ["ThreadDataLoader"]
+
+_DEFAULT_COLLATES = {_tud_utils.collate.default_collate}
+try:  # the public alias is the same function; keep both just in case
+    _DEFAULT_COLLATES.add(torch.utils.data.default_collate)
+except AttributeError:  # pragma: no cover
+    pass
+
+_HAS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
+_END = object()      # a worker's "sampler exhausted" result (iterable datasets)
+
+
+def _store_datasets(ds):
+    """DistDataset-like objects reachable from `ds` (through .dataset / .datasets
+    of Subset, ConcatDataset, WindowedDataset ...)."""
+    out, seen, todo = [], set(), [ds]
+    while todo:
+        d = todo.pop()
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        if hasattr(d, "_store_datasets") and hasattr(d, "_bind_reader"):
+            out.append(d)
+            continue
+        if hasattr(d, "_store_datasets"):
+            todo.extend(d._store_datasets())
+            continue
+        inner = getattr(d, "dataset", None)
+        if inner is not None:
+            todo.append(inner)
+        for inner in getattr(d, "datasets", None) or ():
+            todo.append(inner)
+    return out
+
+
+class _Slot:
+    """Per-worker resources, reused across epochs: thread readers, buffers."""
+
+    def __init__(self, wid):
+        self.wid = wid
+        self.readers = []    # [(dataset, reader)]
+        self.bufs = None     # from dataset.alloc(batch_size), reuse_buffers
+
+
+class _State:
+    """What worker threads share with their iterator (not the iterator itself,
+    so that dropping the iterator stops them)."""
+
+    def __init__(self):
+        self.tasks = queue.Queue()
+        self.cond = threading.Condition()
+        self.results = {}
+        self.stop = False
+
+
+class ThreadDataLoader(DataLoader):
+    """ThreadDataLoader(dataset, reuse_buffers=False, collate_copies=False,
+    **DataLoader args)
+
+    A DataLoader with worker threads instead of processes (safe with MPI and
+    GPU buffers).  ``num_workers`` threads fetch, collate and pin;
+    ``num_workers * prefetch_factor`` batches are prefetched; ``iter(loader)``
+    gives an independent per-epoch iterator; random draws match DataLoader's.
+
+    - Parallel reads (methods 1, 2): each worker thread has its own reader;
+      ``DDSTORE_THREAD_READERS=0`` shares the store.
+    - Direct batch reads: with the default collate_fn, a DistDataset's fields
+      are read straight into the batch tensors (``DDSTORE_FAST_COLLATE=0``
+      turns it off).
+    - ``reuse_buffers=True``: one ``dataset.alloc(batch_size)`` buffer set per
+      worker, registered once; requires ``batch_size`` with the default
+      collate_fn (which copies), or ``collate_copies=True`` for a custom
+      collate_fn that copies.
+    - ``close()`` waits for fetches in flight and unregisters buffers.
+    - ``DDSTORE_AFFINITY_WIDTH`` / ``DDSTORE_AFFINITY_OFFSET`` pin workers.
+    """
+
+    def __init__(self, dataset, batch_size=1, shuffle=None, sampler=None,
+                 batch_sampler=None, num_workers=0, collate_fn=None, pin_memory=False,
+                 drop_last=False, timeout=0, worker_init_fn=None,
+                 multiprocessing_context=None, generator=None, *, prefetch_factor=None,
+                 persistent_workers=False, pin_memory_device="", in_order=True,
+                 reuse_buffers=False, collate_copies=False):
+        if num_workers < 0:
+            raise ValueError("num_workers option should be non-negative; use num_workers=0 "
+                             "to read in the calling thread")
+        if num_workers == 0 and prefetch_factor is not None:
+            raise ValueError("prefetch_factor needs num_workers > 0")
+        if num_workers > 0 and prefetch_factor is None:
+            prefetch_factor = 2
+        if prefetch_factor is not None and prefetch_factor < 1:
+            raise ValueError("prefetch_factor must be >= 1 with worker threads")
+        if persistent_workers and num_workers == 0:
+            raise ValueError("persistent_workers option needs num_workers > 0")
+        if multiprocessing_context is not None:
+            raise ValueError("ThreadDataLoader uses threads: multiprocessing_context does "
+                             "not apply")
+        if isinstance(dataset, IterableDataset) and num_workers > 1:
+            raise ValueError("ThreadDataLoader: an IterableDataset can use at most one "
+                             "worker thread")
+        kw = {"in_order": in_order} if _HAS_IN_ORDER else {}
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+                         batch_sampler=batch_sampler, num_workers=0, collate_fn=collate_fn,
+                         pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+                         worker_init_fn=worker_init_fn, generator=generator,
+                         pin_memory_device=pin_memory_device, **kw)
+        self._in_order = bool(in_order)
+        # DataLoader's own attributes, set after its __init__ (which needs
+        # num_workers=0 to accept our threads' settings)
+        object.__setattr__(self, "num_workers", num_workers)
+        object.__setattr__(self, "prefetch_factor", prefetch_factor)
+        self._persistent = bool(persistent_workers)
+        self.reuse_buffers = bool(reuse_buffers)
+        self.collate_copies = bool(collate_copies)
+        self._default_collate = self.collate_fn in _DEFAULT_COLLATES
+        self._stores = _store_datasets(dataset)
+        if self.reuse_buffers:
+            if self.batch_size is None:
+                raise ValueError("reuse_buffers=True needs batch_size (buffers of batch_size "
+                                 "rows are allocated once per worker)")
+            if not (self._default_collate or self.collate_copies):
+                raise ValueError("reuse_buffers=True reuses each worker's buffers, so the "
+                                 "collate_fn must copy: use the default collate_fn, or pass "
+                                 "collate_copies=True if yours copies")
+            if not hasattr(dataset, "alloc"):
+                raise ValueError(f"reuse_buffers=True needs a dataset with alloc() "
+                                 f"(DistDataset, DistDatasetReader), got "
+                                 f"{type(dataset).__name__}")
+        self._slots = []                 # free _Slot objects
+        self._all_slots = []
+        self._slots_lock = threading.Lock()
+        self._iters = weakref.WeakSet()
+        self._seed_drawn = False
+        self._closed = False
+
+    # DataLoader.__iter__ builds processes for num_workers > 0; ours threads.
+    def __iter__(self):
+        if self._closed:
+            raise RuntimeError("ThreadDataLoader: iter() after close()")
+        it = _ThreadIter(self)
+        self._iters.add(it)
+        return it
+
+    def _get_iterator(self):
+        return self.__iter__()
+
+    @property
+    def persistent_workers(self):
+        return getattr(self, "_persistent", False)
+
+    @persistent_workers.setter
+    def persistent_workers(self, v):
+        # DataLoader.__init__ assigns it (False, num_workers=0); keep ours
+        pass
+
+    def check_worker_number_rationality(self):
+        return   # threads: no process-count warning
+
+    # -- worker slots (readers, buffers) ------------------------------------
+    def _take_slot(self, wid, readers=True):
+        with self._slots_lock:
+            for k, slot in enumerate(self._slots):
+                if bool(slot.readers) == (readers and bool(self._reader_stores())):
+                    return self._slots.pop(k)
+        slot = _Slot(wid)
+        if readers:
+            for d in self._reader_stores():
+                slot.readers.append((d, d.ddstore.open_reader()))
+        if self.reuse_buffers:
+            slot.bufs = self.dataset.alloc(self.batch_size)
+        with self._slots_lock:
+            self._all_slots.append(slot)
+        return slot
+
+    def _reader_stores(self):
+        if not env.thread_readers():
+            return []
+        return [d for d in self._stores
+                if getattr(d, "ddstore", None) is not None and getattr(d, "method", 0) in (1, 2)
+                and hasattr(d.ddstore, "open_reader")]
+
+    def _give_slot(self, slot):
+        with self._slots_lock:
+            self._slots.append(slot)
+
+    def close(self):
+        """Stop every iterator, wait for fetches in flight, close thread readers
+        and unregister reuse_buffers buffers.  Idempotent."""
+        for it in list(self._iters):
+            it._shutdown(join=True)
+        with self._slots_lock:
+            slots, self._all_slots, self._slots = self._all_slots, [], []
+        for slot in slots:
+            if slot.bufs is not None:
+                try:
+                    self.dataset.release(slot.bufs)
+                except Exception:  # noqa: BLE001 - store already freed
+                    pass
+                slot.bufs = None
+            for _, r in slot.readers:
+                try:
+                    r.close()
+                except Exception:  # noqa: BLE001
+                    pass
+            slot.readers = []
+        self._closed = True
+
+    def get_profile(self, name=None):
+        """The dataset's read counters (summed over the store and every reader)."""
+        return self.dataset.get_profile(name)
+
+    def __del__(self):
+        try:
+            if not self._closed:
+                for it in list(self._iters):
+                    it._shutdown(join=False)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _pin_settings(pin_memory):
+    """(pin?, device type) as DataLoader decides: only with an accelerator."""
+    if not pin_memory:
+        return False, None
+    acc_mod = getattr(torch, "accelerator", None)
+    if acc_mod is not None:
+        if not acc_mod.is_available():
+            return False, None
+        acc = acc_mod.current_accelerator()
+        return True, (acc.type if acc is not None else None)
+    return (torch.cuda.is_available(), "cuda")  # pragma: no cover - older torch
+
+
+def _affinity_cpus(wid):
+    width, offset = env.affinity()
+    if width <= 0:
+        return None
+    base = offset + env.local_rank() * width
+    return {base + (wid % width)}
+
+
+def _copy_batch(data):
+    if isinstance(data, torch.Tensor):
+        return data.clone()
+    if isinstance(data, dict):
+        return {k: _copy_batch(v) for k, v in data.items()}
+    if isinstance(data, tuple) and hasattr(data, "_fields"):
+        return type(data)(*(_copy_batch(v) for v in data))
+    if isinstance(data, (list, tuple)):
+        return type(data)(_copy_batch(v) for v in data)
+    if hasattr(data, "copy"):
+        return data.copy()
+    return data
+
+
+class _ThreadIter:
+    """One epoch of a ThreadDataLoader."""
+
+    def __init__(self, loader):
+        self._loader = loader
+        self._dataset = loader.dataset
+        self._auto_collation = loader._auto_collation
+        self._index_sampler = loader._index_sampler
+        self._collate_fn = loader.collate_fn
+        self._drop_last = loader.drop_last
+        self._timeout = loader.timeout
+        self._num_workers = loader.num_workers
+        self._in_order = loader._in_order
+        self._pin, self._pin_device = _pin_settings(loader.pin_memory)
+        # The same draws as DataLoader's _BaseDataLoaderIter.__init__: the
+        # sampler iterator first, then the base seed (once per iterator, or
+        # once per loader with persistent workers).
+        self._sampler_iter = iter(self._index_sampler)
+        if not (loader.persistent_workers and loader._seed_drawn):
+            self._base_seed = torch.empty((), dtype=torch.int64).random_(
+                generator=loader.generator).item()
+            loader._seed_drawn = True
+        self._num_yielded = 0
+        self._fast = (self._auto_collation and loader._default_collate and
+                      env.fast_collate() and hasattr(self._dataset, "_collate") and
+                      self._dataset._fast_collate_ok())
+        self._reuse = loader.reuse_buffers
+        self._is_iterable = isinstance(self._dataset, IterableDataset)
+        self._fetcher = None
+        self._state = _State()
+        self._threads = []
+        self._send_idx = 0
+        self._rcvd_idx = 0
+        self._exhausted = False
+        self._ended = False
+        self._outstanding = 0
+        self._slot = None
+        if self._num_workers == 0:
+            if self._reuse:
+                self._slot = loader._take_slot(0, readers=False)
+            self._main_fetch = self._make_fetch()
+            return
+        for wid in range(self._num_workers):
+            t = threading.Thread(target=_worker_loop, name=f"ddstore-loader-{wid}",
+                                 args=(weakref.ref(loader), self._state, wid,
+                                       self._make_fetch()), daemon=True)
+            t.start()
+            self._threads.append(t)
+        for _ in range(self._num_workers * loader.prefetch_factor):
+            self._try_put_index()
+
+    # -- fetching -----------------------------------------------------------
+    def _make_fetch(self):
+        """fetch(index, slot) -> batch, run by a worker (or the calling thread)."""
+        ds = self._dataset
+        collate = self._collate_fn
+        pin = self._pin
+        pin_device = self._pin_device
+        fast = self._fast
+        reuse = self._reuse
+        auto = self._auto_collation
+        fetcher_box = {}
+
+        def fetch(index, slot):
+            bufs = slot.bufs if (slot is not None and reuse) else None
+            if fast:
+                if bufs is not None:
+                    data = _copy_batch(ds._collate(index, out=bufs))
+                    if pin:
+                        data = _tud_utils.pin_memory.pin_memory(data, pin_device)
+                    return data
+                return ds._collate(index, pin_memory=pin)
+            if self._is_iterable:
+                f = fetcher_box.get("f")
+                if f is None:
+                    f = fetcher_box["f"] = torch.utils.data.dataloader._DatasetKind.create_fetcher(
+                        torch.utils.data.dataloader._DatasetKind.Iterable, ds, auto, collate,
+                        self._drop_last)
+                data = f.fetch(index)
+            elif auto:
+                if bufs is not None:
+                    data = collate(ds.__getitems__(index, out=bufs))
+                elif hasattr(ds, "__getitems__") and ds.__getitems__:
+                    data = collate(ds.__getitems__(index))
+                else:
+                    data = collate([ds[i] for i in index])
+            else:
+                data = collate(ds[index])
+            if pin:
+                data = _tud_utils.pin_memory.pin_memory(data, pin_device)
+            return data
+        return fetch
+
+    def _try_put_index(self):
+        if self._exhausted:
+            return
+        try:
+            index = next(self._sampler_iter)
+        except StopIteration:
+            self._exhausted = True
+            return
+        self._state.tasks.put((self._send_idx, index))
+        self._send_idx += 1
+        self._outstanding += 1
+
+    def _get_result(self):
+        st = self._state
+        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        with st.cond:
+            while True:
+                if self._in_order:
+                    if self._rcvd_idx in st.results:
+                        key = self._rcvd_idx
+                        break
+                elif st.results:
+                    key = min(st.results)
+                    break
+                if self._outstanding == 0:
+                    return None
+                alive = any(t.is_alive() for t in self._threads)
+                if not alive:
+                    raise RuntimeError("ThreadDataLoader: worker threads exited unexpectedly")
+                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                if deadline is not None and wait == 0.0:
+                    raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+                st.cond.wait(wait)
+            ok, data = st.results.pop(key)
+        if self._in_order:
+            self._rcvd_idx += 1
+        self._outstanding -= 1
+        return ok, data
+
+    def __next__(self):
+        if self._ended:
+            raise StopIteration
+        if self._num_workers == 0:
+            try:
+                index = next(self._sampler_iter)
+                data = self._main_fetch(index, self._slot)
+            except StopIteration:
+                self._ended = True
+                self._shutdown()
+                raise
+            self._num_yielded += 1
+            return data
+        res = self._get_result()
+        if res is None:
+            self._ended = True
+            self._shutdown(join=False)
+            raise StopIteration
+        ok, data = res
+        if ok and data is _END:
+            self._exhausted = True
+            self._ended = True
+            self._shutdown(join=False)
+            raise StopIteration
+        if not ok:
+            self._ended = True
+            self._shutdown(join=False)
+            raise data
+        self._try_put_index()
+        self._num_yielded += 1
+        return data
+
+    def __iter__(self):
+        return self
+
+    def __len__(self):
+        return len(self._index_sampler)
+
+    def _shutdown(self, join=False):
+        st = self._state
+        if not st.stop:
+            st.stop = True
+            for _ in self._threads:
+                st.tasks.put(None)
+            with st.cond:
+                st.cond.notify_all()
+        if join:
+            for t in self._threads:
+                t.join()
+        if getattr(self, "_slot", None) is not None:
+            self._loader._give_slot(self._slot)
+            self._slot = None
+
+    def __del__(self):
+        try:
+            self._shutdown(join=False)
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _worker_loop(loader_ref, st, wid, fetch):
+    loader = loader_ref()
+    if loader is None:
+        return
+    cpus = _affinity_cpus(wid)
+    if cpus is not None:
+        try:
+            os.sched_setaffinity(0, cpus)   # 0 = this thread on Linux
+        except (AttributeError, OSError):
+            pass
+    try:
+        slot = loader._take_slot(wid)
+    except BaseException as e:  # noqa: BLE001 - reported with the first batch
+        slot = None
+        err = e
+    else:
+        err = None
+    try:
+        for d, r in (slot.readers if slot is not None else ()):
+            d._bind_reader(r)
+        if loader.worker_init_fn is not None and err is None:
+            try:
+                loader.worker_init_fn(wid)
+            except BaseException as e:  # noqa: BLE001
+                err = e
+        del loader
+        while True:
+            task = st.tasks.get()
+            if task is None or st.stop:
+                break
+            seq, index = task
+            if err is not None:
+                ok, data = False, err
+            else:
+                try:
+                    data, ok = fetch(index, slot), True
+                except StopIteration:
+                    data, ok = _END, True
+                except BaseException as e:  # noqa: BLE001 - re-raised by the iterator
+                    data, ok = e, False
+            with st.cond:
+                st.results[seq] = (ok, data)
+                st.cond.notify_all()
+    finally:
+        if slot is not None:
+            for d, _ in slot.readers:
+                d._bind_reader(None)
+            lo = loader_ref()
+            if lo is not None:
+                lo._give_slot(slot)
+

@@ -1,0 +1,368 @@
+"""Sample schemas: how a dataset's samples map onto store variables.
+
+A sample is a value, a tuple / list / namedtuple of values, or a dict of
+values.  Each value is a *field*, stored as one variable with one row per
+sample.  A field's kind, shape and dtype come from the first sample and must
+not change:
+
+======== ================================ ======================= ==============
+kind     source value                     stored as               read back as
+======== ================================ ======================= ==============
+tensor   torch.Tensor                     its dtype, prod(shape)  torch.Tensor
+ndarray  np.ndarray (not structured)      its dtype, prod(shape)  np.ndarray
+npscalar np.bool_ / np.int32 / ...        its dtype, 1            numpy scalar
+bool     bool                             bool, 1                 bool
+int      int                              int64, 1                int
+float    float                            float64, 1              float
+record   np.void / structured ndarray /   uint8, nbytes           same class and
+         np.recarray                                              layout
+======== ================================ ======================= ==============
+
+Dtypes: bool, uint8, int32, int64, float32, float64.  float16, other integer
+widths, complex, objects, strings and nested containers raise TypeError.
+"""
+
+import collections.abc
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["Field", "Schema", "SUPPORTED", "classify"]
+
+SUPPORTED = ("bool", "uint8", "int32", "int64", "float32", "float64")
+_NP = {name: np.dtype(name) for name in SUPPORTED}
+_TORCH = {"bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32,
+          "int64": torch.int64, "float32": torch.float32, "float64": torch.float64}
+_FROM_TORCH = {v: k for k, v in _TORCH.items()}
+_FROM_NP = {v: k for k, v in _NP.items()}
+_PY = {"bool": bool, "int": int, "float": float}
+_SUPPORTED_MSG = "supported: bool, uint8, int32, int64, float32, float64"
+
+
+def _unsupported(where, what):
+    return TypeError(f"{where}: {what} is not supported ({_SUPPORTED_MSG}; numpy "
+                     "structured records; convert other values with encode=)")
+
+
+def classify(value, where):
+    """(kind, shape, dtype name, record dtype, record class) of one value."""
+    if isinstance(value, torch.Tensor):
+        if value.layout != torch.strided:
+            raise _unsupported(where, f"a {value.layout} tensor")
+        name = _FROM_TORCH.get(value.dtype)
+        if name is None:
+            raise _unsupported(where, f"tensor dtype {value.dtype}")
+        return "tensor", tuple(value.shape), name, None, None
+    if isinstance(value, np.ndarray):
+        if value.dtype.names is not None:
+            if value.dtype.hasobject:
+                raise _unsupported(where, "a record with object fields")
+            rclass = "recarray" if isinstance(value, np.recarray) else "ndarray"
+            return "record", tuple(value.shape), "uint8", value.dtype, rclass
+        name = _FROM_NP.get(value.dtype)
+        if name is None:
+            raise _unsupported(where, f"array dtype {value.dtype}")
+        return "ndarray", tuple(value.shape), name, None, None
+    if isinstance(value, np.void):
+        if value.dtype.names is None:
+            raise _unsupported(where, "an unstructured np.void")
+        if value.dtype.hasobject:
+            raise _unsupported(where, "a record with object fields")
+        return "record", (), "uint8", value.dtype, "void"
+    if isinstance(value, np.generic):
+        name = _FROM_NP.get(value.dtype)
+        if name is None:
+            raise _unsupported(where, f"numpy scalar {type(value).__name__}")
+        return "npscalar", (), name, None, None
+    if isinstance(value, bool):
+        return "bool", (), "bool", None, None
+    if isinstance(value, int):
+        return "int", (), "int64", None, None
+    if isinstance(value, float):
+        return "float", (), "float64", None, None
+    if isinstance(value, (collections.abc.Mapping, list, tuple)):
+        raise TypeError(f"{where}: nested containers ({type(value).__name__} inside a "
+                        "sample) are not supported; flatten the sample or use encode=")
+    raise _unsupported(where, f"a value of type {type(value).__name__}")
+
+
+class Field:
+    """One field of a sample: one store variable."""
+
+    __slots__ = ("key", "kind", "shape", "dtype", "rdtype", "rclass", "var",
+                 "np_dtype", "torch_dtype", "row_shape", "disp", "nbytes")
+
+    def __init__(self, key, kind, shape, dtype, rdtype=None, rclass=None, var=None):
+        self.key = key
+        self.kind = kind
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = dtype                      # storage dtype name
+        self.rdtype = rdtype                    # record dtype (np.dtype) or None
+        self.rclass = rclass                    # "void" | "ndarray" | "recarray"
+        self.var = var
+        self.np_dtype = _NP[dtype]
+        self.torch_dtype = _TORCH[dtype]
+        n = math.prod(self.shape)
+        if kind == "record":
+            self.nbytes = n * rdtype.itemsize
+            self.row_shape = (self.nbytes,)
+            self.disp = self.nbytes
+        else:
+            self.nbytes = n * self.np_dtype.itemsize
+            self.row_shape = self.shape
+            self.disp = n
+
+    # -- description (exchanged across ranks, written to {name}.meta.json) --
+    def describe(self):
+        d = {"key": self.key, "kind": self.kind, "shape": list(self.shape),
+             "dtype": self.dtype}
+        if self.kind == "record":
+            d["descr"] = np.lib.format.dtype_to_descr(self.rdtype)
+            d["rclass"] = self.rclass
+        return d
+
+    @classmethod
+    def from_description(cls, d, var=None):
+        rdtype = None
+        if d["kind"] == "record":
+            descr = d["descr"]
+            rdtype = np.lib.format.descr_to_dtype(_tuplify(descr))
+        return cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype,
+                   d.get("rclass"), var)
+
+    def user_dtype(self):
+        """The dtype as the source had it (ds.dtypes)."""
+        if self.kind == "tensor":
+            return self.torch_dtype
+        if self.kind in ("ndarray", "npscalar"):
+            return self.np_dtype
+        if self.kind == "record":
+            return self.rdtype
+        return _PY[self.kind]
+
+    def matches(self, value, where):
+        """Raise ValueError/TypeError if `value` does not fit this field."""
+        kind, shape, dtype, rdtype, rclass = classify(value, where)
+        if kind != self.kind or dtype != self.dtype or shape != self.shape or \
+                (kind == "record" and (rdtype != self.rdtype or rclass != self.rclass)):
+            raise ValueError(
+                f"{where}: {_desc(kind, shape, dtype, rdtype, rclass)} differs from the "
+                f"first sample's {_desc(self.kind, self.shape, self.dtype, self.rdtype, self.rclass)}"
+                "; shapes and dtypes must be fixed across samples")
+
+    def __repr__(self):
+        return f"Field({self.key!r}, {_desc(self.kind, self.shape, self.dtype, self.rdtype, self.rclass)})"
+
+    # -- values ------------------------------------------------------------
+    def store_into(self, arr, j, value):
+        """arr[j] <- value (arr is (n, *row_shape) of the storage dtype)."""
+        k = self.kind
+        if k == "tensor":
+            t = value.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            arr[j] = t.numpy()
+        elif k == "record":
+            arr[j] = np.frombuffer(np.ascontiguousarray(value).tobytes()
+                                   if not isinstance(value, np.void) else value.tobytes(),
+                                   dtype=np.uint8)
+        else:
+            arr[j] = value
+
+    def split(self, t):
+        """Per-sample values of a batch tensor (n, *row_shape)."""
+        k = self.kind
+        if k == "tensor":
+            return list(t.unbind(0))
+        if k in ("int", "float", "bool"):
+            return t.tolist()
+        a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+        if k == "ndarray":
+            return list(a)
+        if k == "npscalar":
+            return list(a)
+        recs = self.records(t)
+        if self.rclass == "void":
+            return list(recs)
+        return [recs[j] for j in range(recs.shape[0])]
+
+    def records(self, t):
+        """A batch tensor of record bytes as a structured array (n, *shape)."""
+        a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
+        n = a.shape[0]
+        recs = a.view(self.rdtype).reshape((n,) + self.shape)
+        if self.rclass == "recarray":
+            recs = recs.view(np.recarray)
+        return recs
+
+    def batch_value(self, t):
+        """The collated form of a batch tensor: tensors, records as arrays."""
+        if self.kind == "record":
+            return self.records(t)
+        return t
+
+    def single(self, t):
+        """The value of row 0 of a (1, *row_shape) tensor."""
+        return self.split(t)[0]
+
+
+def _tuplify(x):
+    if isinstance(x, list):
+        return [tuple(_tuplify(e) for e in item) if isinstance(item, list) else item
+                for item in x]
+    return x
+
+
+def _desc(kind, shape, dtype, rdtype, rclass):
+    if kind == "record":
+        return f"record {rclass} {rdtype} shape {tuple(shape)}"
+    if kind in ("int", "float", "bool"):
+        return f"Python {kind}"
+    return f"{kind} {dtype} shape {tuple(shape)}"
+
+
+class Schema:
+    """Structure of a sample plus its fields, in order."""
+
+    def __init__(self, structure, fields, ntype=None, width=None):
+        self.structure = structure       # "value" | "tuple" | "list" | "namedtuple" | "dict"
+        self.fields = list(fields)
+        self.width = len(self.fields) if width is None else width  # fields of a full sample
+        self.ntype = ntype               # namedtuple class (not serialised)
+        self.keys = [f.key for f in self.fields]
+        self._pos = {f.key: i for i, f in enumerate(self.fields)}
+
+    @classmethod
+    def of(cls, sample, where="sample"):
+        """The schema of one sample."""
+        if isinstance(sample, collections.abc.Mapping):
+            structure, ntype = "dict", None
+            items = list(sample.items())
+        elif isinstance(sample, tuple) and hasattr(sample, "_fields"):
+            structure, ntype = "namedtuple", type(sample)
+            items = list(enumerate(sample))
+        elif isinstance(sample, tuple):
+            structure, ntype = "tuple", None
+            items = list(enumerate(sample))
+        elif isinstance(sample, list):
+            structure, ntype = "list", None
+            items = list(enumerate(sample))
+        else:
+            structure, ntype = "value", None
+            items = [(0, sample)]
+        if structure != "value" and not items:
+            raise ValueError(f"{where}: an empty {type(sample).__name__} has no fields to store")
+        fields = []
+        for key, value in items:
+            kind, shape, dtype, rdtype, rclass = classify(value, f"{where}[{key!r}]")
+            f = Field(key, kind, shape, dtype, rdtype, rclass)
+            if f.disp == 0:
+                raise ValueError(f"{where}[{key!r}]: a field with no elements (shape "
+                                 f"{f.shape}) cannot be stored")
+            fields.append(f)
+        return cls(structure, fields, ntype)
+
+    def describe(self):
+        return {"structure": self.structure, "width": self.width,
+                "ntype": None if self.ntype is None else
+                f"{self.ntype.__module__}.{self.ntype.__qualname__}",
+                "fields": [f.describe() for f in self.fields]}
+
+    @classmethod
+    def from_description(cls, d, var_of=None):
+        fields = [Field.from_description(fd, var_of(i) if var_of else None)
+                  for i, fd in enumerate(d["fields"])]
+        structure = d["structure"]
+        if structure == "namedtuple":
+            structure = "tuple"   # the class is not available in another job
+        return cls(structure, fields, None, d.get("width"))
+
+    def select(self, keys):
+        """The schema restricted to `keys` (in that order)."""
+        if keys is None:
+            return self
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
+            keys = [keys]
+        keys = list(keys)
+        if not keys:
+            raise ValueError("fields: an empty list selects nothing")
+        missing = [k for k in keys if k not in self._pos]
+        if missing:
+            raise ValueError(f"fields: {missing!r} not in the sample's fields {self.keys!r}")
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"fields: repeated keys in {keys!r}")
+        structure = self.structure
+        if structure == "namedtuple":
+            structure = "tuple"
+        return Schema(structure, [self.fields[self._pos[k]] for k in keys], None, self.width)
+
+    def field(self, key):
+        try:
+            return self.fields[self._pos[key]]
+        except KeyError:
+            raise ValueError(f"field {key!r} not in {self.keys!r}") from None
+
+    # -- values ------------------------------------------------------------
+    def values(self, sample, where="sample"):
+        """The field values of `sample` (checked against this schema), in order.
+
+        Works on samples with more fields than this schema (fields=)."""
+        st = self.structure
+        if st == "value":
+            if isinstance(sample, (collections.abc.Mapping, list, tuple)):
+                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
+                                 "was a single value")
+            vals = [sample]
+        elif st == "dict":
+            if not isinstance(sample, collections.abc.Mapping):
+                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
+                                 "was a dict")
+            if len(sample) != self.width:
+                raise ValueError(f"{where}: {len(sample)} keys, the first sample had "
+                                 f"{self.width}")
+            try:
+                vals = [sample[k] for k in self.keys]
+            except KeyError as e:
+                raise ValueError(f"{where}: key {e.args[0]!r} missing (the first sample had "
+                                 f"keys {self.keys!r})") from None
+        else:
+            if not isinstance(sample, (list, tuple)):
+                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
+                                 f"was a {st}")
+            if len(sample) != self.width:
+                raise ValueError(f"{where}: {len(sample)} values, the first sample had "
+                                 f"{self.width}")
+            vals = [sample[k] for k in self.keys]
+        for f, v in zip(self.fields, vals):
+            f.matches(v, f"{where}[{f.key!r}]")
+        return vals
+
+    def build(self, vals):
+        """A sample of this structure from field values in order."""
+        st = self.structure
+        if st == "value":
+            return vals[0]
+        if st == "tuple":
+            return tuple(vals)
+        if st == "list":
+            return list(vals)
+        if st == "namedtuple":
+            return self.ntype(*vals)
+        return dict(zip(self.keys, vals))
+
+    def build_batch(self, vals):
+        """What default_collate returns for samples of this structure, from
+        the collated field values: tuples and lists become lists."""
+        st = self.structure
+        if st == "value":
+            return vals[0]
+        if st in ("tuple", "list"):
+            return list(vals)
+        if st == "namedtuple":
+            return self.ntype(*vals)
+        return dict(zip(self.keys, vals))
+
+    @property
+    def has_records(self):
+        return any(f.kind == "record" for f in self.fields)

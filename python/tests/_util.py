@@ -1,0 +1,73 @@
+"""Shared helpers of the pyddstore tests: deterministic data and layouts.
+
+Every rank computes the same reference values from the global row index, so a
+rank checks what it read without talking to the others.  Shard sizes are not
+multiples of anything (and some shards are empty when asked), so the tests do
+not depend on the number of ranks.
+"""
+import numpy as np
+
+DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float32, np.float64]
+DTYPE_IDS = ["bool", "uint8", "int32", "int64", "float32", "float64"]
+
+
+def local_rows(rank, zero_odd=False):
+    """Rows of `rank`'s shard: 5, 2, 4, 6, 3, 5, ... (0 on odd ranks when
+    zero_odd)."""
+    if zero_odd and rank % 2 == 1:
+        return 0
+    return 2 + (7 * rank + 3) % 5
+
+
+def layout(size, zero_odd=False):
+    """Owner offsets (size+1 prefix sums)."""
+    off = [0]
+    for r in range(size):
+        off.append(off[-1] + local_rows(r, zero_odd))
+    return off
+
+
+def values(dtype, rows, disp):
+    """Reference rows: element j of global row g, exact in every dtype."""
+    g = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+    j = np.arange(disp, dtype=np.int64).reshape(1, -1)
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        v = (g + j) % 3 == 0
+    elif dt == np.uint8:
+        v = (g * 7 + j) % 251
+    elif dt == np.int32:
+        v = g * 1000 + j - 7000
+    elif dt == np.int64:
+        v = g * (1 << 33) + j - 5
+    elif dt == np.float32:
+        v = g * 0.5 + j * 0.25
+    else:
+        v = g * 1250.0 + j / 4.0
+    return np.ascontiguousarray(v.astype(dt))
+
+
+def add_var(store, name, dtype, disp, zero_odd=False, oned=False):
+    """Collective: add this rank's shard of `name`; returns the offsets."""
+    off = layout(store.size, zero_odd)
+    lo, hi = off[store.rank], off[store.rank + 1]
+    shard = values(dtype, np.arange(lo, hi), disp)
+    if oned:
+        assert disp == 1
+        shard = shard.reshape(-1)
+    store.add(name, shard)
+    shard[...] = 0  # host data is copied: the caller may reuse its array
+    return off
+
+
+def intervals_overlap(windows):
+    """windows: list of (thread, t0, t1).  True if two different threads'
+    intervals intersect."""
+    ws = sorted(windows, key=lambda w: w[1])
+    for i, (ti, a0, a1) in enumerate(ws):
+        for tj, b0, b1 in ws[i + 1:]:
+            if b0 >= a1:
+                break
+            if tj != ti:
+                return True
+    return False

@@ -1,0 +1,301 @@
+"""pyddstore.PyDDStore over numpy arrays: layouts, dtypes, reads."""
+import numpy as np
+import pytest
+
+import pyddstore
+from _util import DTYPE_IDS, DTYPES, add_var, layout, values
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("disp", [1, 5])
+def test_every_dtype_roundtrip(store, dtype, disp):
+    off = add_var(store, "v", dtype, disp)
+    total = off[-1]
+    assert store.info("v") == (total, disp, np.dtype(dtype).itemsize)
+    full = store.info_full("v")
+    assert full["dtype"] == np.dtype(dtype).name
+    assert full["local_rows"] == off[store.rank + 1] - off[store.rank]
+    assert full["local_first"] == off[store.rank]
+    assert store.offsets("v") == tuple(off)
+    out = np.zeros((total, disp), dtype)
+    store.get("v", out, 0)
+    np.testing.assert_array_equal(out, values(dtype, range(total), disp))
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, total, 3 * total)
+    b = np.zeros((len(idx), disp), dtype)
+    store.get_batch("v", b, idx)
+    np.testing.assert_array_equal(b, values(dtype, idx, disp))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_one_dimensional_arrays_are_rows_of_one(store, dtype):
+    off = add_var(store, "v", dtype, 1, oned=True)
+    total = off[-1]
+    assert store.info("v") == (total, 1, np.dtype(dtype).itemsize)
+    out = np.zeros(total, dtype)
+    store.get("v", out)
+    np.testing.assert_array_equal(out, values(dtype, range(total), 1).ravel())
+    out2 = np.zeros((total, 1), dtype)  # (n, 1) reads the same rows
+    store.get("v", out2)
+    np.testing.assert_array_equal(out2.ravel(), out)
+
+
+def test_first_and_last_row_of_every_shard(store):
+    off = add_var(store, "v", np.float64, 3)
+    for r in range(store.size):
+        for g in {off[r], off[r + 1] - 1}:
+            one = np.zeros((1, 3))
+            store.get("v", one, g)
+            np.testing.assert_array_equal(one, values(np.float64, [g], 3))
+            store.get_batch("v", one, [g])
+            np.testing.assert_array_equal(one, values(np.float64, [g], 3))
+
+
+def test_get_ranges_crossing_owner_boundaries(store):
+    off = add_var(store, "v", np.int64, 2)
+    total = off[-1]
+    for b in off[1:-1]:
+        for lo, hi in [(b - 1, b + 1), (max(0, b - 2), min(total, b + 3))]:
+            out = np.zeros((hi - lo, 2), np.int64)
+            store.get("v", out, lo)
+            np.testing.assert_array_equal(out, values(np.int64, range(lo, hi), 2))
+    # every range [lo, hi) of the whole variable, start included
+    for lo in range(total):
+        for hi in range(lo, total + 1):
+            out = np.zeros((hi - lo, 2), np.int64)
+            store.get("v", out, start=lo)
+            np.testing.assert_array_equal(out, values(np.int64, range(lo, hi), 2))
+
+
+def test_shuffled_batches_with_repeats_equal_reference(store):
+    off = add_var(store, "v", np.float32, 7)
+    total = off[-1]
+    rng = np.random.default_rng(1234 + store.rank)
+    for n in [1, 2, total, 4 * total + 3]:
+        idx = rng.integers(0, total, n)
+        idx[: min(n, 3)] = idx[0]  # repeats
+        out = np.full((n, 7), -1, np.float32)
+        store.get_batch("v", out, idx)
+        np.testing.assert_array_equal(out, values(np.float32, idx, 7))
+    perm = rng.permutation(total)
+    out = np.zeros((total, 7), np.float32)
+    store.get_batch("v", out, perm)
+    np.testing.assert_array_equal(out, values(np.float32, perm, 7))
+
+
+def test_single_row_batches(store):
+    off = add_var(store, "v", np.int32, 4)
+    out = np.zeros((1, 4), np.int32)
+    for g in range(off[-1]):
+        store.get_batch("v", out, [g])
+        np.testing.assert_array_equal(out, values(np.int32, [g], 4))
+        store.get_batch("v", out, np.array([g], np.int64))
+        np.testing.assert_array_equal(out, values(np.int32, [g], 4))
+
+
+def test_empty_batch_and_range(store):
+    add_var(store, "v", np.float64, 2)
+    store.get_batch("v", np.zeros((0, 2)), [])
+    store.get("v", np.zeros((0, 2)), 0)
+
+
+def test_several_variables(store):
+    specs = [("a", np.float64, 3), ("b", np.uint8, 17), ("c", np.int64, 1),
+             ("d", np.bool_, 2)]
+    offs = {n: add_var(store, n, dt, d) for n, dt, d in specs}
+    rng = np.random.default_rng(99)
+    for _ in range(3):
+        for n, dt, d in specs:
+            total = offs[n][-1]
+            idx = rng.integers(0, total, 9)
+            out = np.zeros((9, d), dt)
+            store.get_batch(n, out, idx)
+            np.testing.assert_array_equal(out, values(dt, idx, d))
+    assert sorted(store.names()) == ["a", "b", "c", "d"]
+
+
+def test_zero_row_shards(store):
+    off = add_var(store, "z", np.float32, 3, zero_odd=True)
+    total = off[-1]
+    assert store.info("z")[0] == total
+    if store.rank % 2 == 1:
+        assert store.info_full("z")["local_rows"] == 0
+    out = np.zeros((total, 3), np.float32)
+    store.get("z", out)
+    np.testing.assert_array_equal(out, values(np.float32, range(total), 3))
+    idx = np.arange(total)[::-1].copy()
+    store.get_batch("z", out, idx)
+    np.testing.assert_array_equal(out, values(np.float32, idx, 3))
+
+
+def test_variable_with_no_rows_anywhere(store):
+    store.add("empty", np.zeros((0, 4), np.float64))
+    assert store.info("empty") == (0, 4, 8)
+    store.get_batch("empty", np.zeros((0, 4)), [])
+    with pytest.raises(IndexError):
+        store.get_batch("empty", np.zeros((1, 4)), [0])
+    with pytest.raises(IndexError):
+        store.get("empty", np.zeros((1, 4)), 0)
+
+
+def test_multidimensional_rows(store):
+    off = layout(store.size)
+    lo, hi = off[store.rank], off[store.rank + 1]
+    shard = values(np.float64, range(lo, hi), 6).reshape(-1, 2, 3)
+    store.add("m", shard)
+    assert store.info("m") == (off[-1], 6, 8)
+    out = np.zeros((off[-1], 2, 3))
+    store.get("m", out)
+    np.testing.assert_array_equal(out.reshape(-1, 6), values(np.float64, range(off[-1]), 6))
+
+
+def test_init_update_get(store):
+    off = layout(store.size)
+    mine = off[store.rank + 1] - off[store.rank]
+    store.init("u", mine, 4, itemsize=8)          # raw, 8-byte elements
+    total = off[-1]
+    assert store.info("u") == (total, 4, 8)
+    assert store.info_full("u")["dtype"] == "raw"
+    out = np.ones((total, 4))
+    store.get("u", out)                            # zeroed shards
+    assert not out.any()
+    ref = values(np.float64, range(off[store.rank], off[store.rank + 1]), 4)
+    store.update("u", ref, 0)                      # local
+    if mine > 1:
+        store.update("u", ref[1:2] * 0 + ref[1:2], offset=1)
+    # every rank updated its shard: a collective call orders the updates
+    # before the reads (epoch_end is one on method 0 anyway)
+    store.epoch_begin()
+    store.epoch_end()
+    _barrier(store)
+    store.get("u", out)
+    np.testing.assert_array_equal(out, values(np.float64, range(total), 4))
+    # raw variables take any buffer with the same element size
+    as_int = np.zeros((total, 4), np.int64)
+    store.get("u", as_int)
+    np.testing.assert_array_equal(as_int.view(np.float64), out)
+
+
+def _barrier(store):
+    """A barrier through a throw-away collective (init + free of a name)."""
+    store.init("_barrier", 0, 1)
+
+
+def test_init_with_dtype(store):
+    store.init("t", 2, 3, dtype="int32")
+    assert store.info("t") == (2 * store.size, 3, 4)
+    assert store.info_full("t")["dtype"] == "int32"
+    store.init("t2", 1, 2, dtype=np.dtype(np.float32))
+    assert store.info_full("t2")["dtype"] == "float32"
+    with pytest.raises(TypeError):
+        store.get("t", np.zeros((1, 3), np.float32), 0)
+
+
+def test_structured_records_are_raw_bytes(store):
+    rec = np.dtype([("a", "<i4"), ("b", "<f8")])
+    off = layout(store.size)
+    lo, hi = off[store.rank], off[store.rank + 1]
+    shard = np.zeros(hi - lo, rec)
+    shard["a"] = np.arange(lo, hi)
+    shard["b"] = np.arange(lo, hi) * 0.5
+    store.add("rec", shard)
+    assert store.info("rec") == (off[-1], 1, rec.itemsize)
+    assert store.info_full("rec")["dtype"] == "raw"
+    out = np.zeros(off[-1], rec)
+    store.get("rec", out)
+    np.testing.assert_array_equal(out["a"], np.arange(off[-1]))
+    np.testing.assert_array_equal(out["b"], np.arange(off[-1]) * 0.5)
+    void = np.zeros(3, np.dtype(("V", rec.itemsize)))
+    store.get_batch("rec", void, [off[-1] - 1, 0, 1])
+    np.testing.assert_array_equal(void.view(rec)["a"], [off[-1] - 1, 0, 1])
+
+
+@pytest.mark.parametrize("kind", ["list", "tuple", "range", "int32", "uint16",
+                                  "int64", "uint64", "strided", "numpy_ints"])
+def test_index_kinds(store, kind):
+    off = add_var(store, "v", np.float64, 2)
+    total = off[-1]
+    base = [total - 1, 0, total // 2, 0]
+    idx = {
+        "list": base,
+        "tuple": tuple(base),
+        "range": range(total - 1, -1, -1),
+        "int32": np.array(base, np.int32),
+        "uint16": np.array(base, np.uint16),
+        "int64": np.array(base, np.int64),
+        "uint64": np.array(base, np.uint64),
+        "strided": np.repeat(np.array(base, np.int64), 2)[::2],
+        "numpy_ints": [np.int64(i) for i in base],
+    }[kind]
+    expect = list(idx)
+    out = np.zeros((len(expect), 2))
+    store.get_batch("v", out, idx)
+    np.testing.assert_array_equal(out, values(np.float64, expect, 2))
+
+
+def test_profile_counters(store):
+    off = add_var(store, "v", np.float32, 2)
+    p0 = store.get_profile("v")
+    names = {"calls", "rows", "bytes", "reads", "local_bytes", "staged_bytes",
+             "registrations", "lock_wait_ns", "register_ns", "post_ns",
+             "complete_ns", "gpu_sync_ns", "other_ns", "total_ns"}
+    assert set(p0) == names
+    out = np.zeros((off[-1], 2), np.float32)
+    store.get("v", out)
+    store.get_batch("v", out[:3], [0, 1, 0])
+    p1 = store.get_profile("v")
+    assert p1["calls"] - p0["calls"] == 2
+    assert p1["rows"] - p0["rows"] == off[-1] + 3
+    assert p1["bytes"] - p0["bytes"] == (off[-1] + 3) * 8
+    store.reset_profile("v")
+    assert store.get_profile("v")["calls"] == 0
+
+
+def test_register_recv(store):
+    off = add_var(store, "v", np.float64, 3)
+    total = off[-1]
+    buf = np.zeros((total, 3))
+    store.register_recv("v", buf)
+    with pytest.raises(ValueError, match="already registered"):
+        store.register_recv("v", buf)
+    store.get("v", buf)
+    np.testing.assert_array_equal(buf, values(np.float64, range(total), 3))
+    buf[:] = 0
+    store.get_batch("v", buf[1:3], [total - 1, 0])   # a slice of it
+    np.testing.assert_array_equal(buf[1:3], values(np.float64, [total - 1, 0], 3))
+    store.unregister_recv("v", buf)
+    with pytest.raises(ValueError, match="not registered"):
+        store.unregister_recv("v", buf)
+    with pytest.raises(pyddstore.DDStoreKeyError):
+        store.register_recv("nope", buf)
+
+
+def test_properties_and_repr(store):
+    assert 0 <= store.rank < store.size
+    assert store.method == 0
+    assert not store.destroyed
+    assert "rank %d of %d" % (store.rank, store.size) in repr(store)
+
+
+def test_context_manager_frees(store):
+    with pyddstore.PyDDStore(None) as s:
+        add_var(s, "v", np.int32, 1)
+        assert s.info("v")[1] == 1
+    with pytest.raises(pyddstore.DDStoreError, match="released"):
+        s.get("v", np.zeros((1, 1), np.int32))
+
+
+def test_free_then_add_again(store):
+    off = add_var(store, "v", np.float64, 2)
+    store.free()
+    store.free()                                   # idempotent
+    with pytest.raises(pyddstore.DDStoreError, match="released"):
+        store.get("v", np.zeros((1, 2)))
+    with pytest.raises(pyddstore.DDStoreError):
+        store.get_batch("v", np.zeros((1, 2)), [0])
+    with pytest.raises(pyddstore.DDStoreError):
+        store.info("v")
+    off = add_var(store, "v", np.int32, 3)         # a new shape and dtype
+    out = np.zeros((off[-1], 3), np.int32)
+    store.get("v", out)
+    np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))

@@ -1,0 +1,218 @@
+"""Whole-interpreter behaviour, each case in a fresh single-rank Python:
+import order, MPI is not started by import, interpreter exit (atexit
+destroys the stores, finalises MPI if pyddstore started it), calls after
+MPI_Finalize or after the store was destroyed never crash, and the libfabric
+environment set on import.
+
+These spawn one-rank (singleton) interpreters, so they run on rank 0 only."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pyddstore
+
+KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
+        "OMPI_MCA_rmaps_base_oversubscribe"}
+
+
+def _rank():
+    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 0
+
+
+pytestmark = pytest.mark.skipif(_rank() != 0, reason="subprocess tests run on rank 0 only")
+
+
+def run_py(top, code, env_extra=None, drop=(), timeout=120):
+    """Run `code` in a fresh singleton interpreter importing pyddstore from
+    `top`; returns (rc, out, err)."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_")) and k not in KEEP)}
+    for k in drop:
+        env.pop(k, None)
+    env.update(env_extra or {})
+    env["PYTHONPATH"] = top
+    prelude = "import sys; sys.path.insert(0, %r)\n" % top
+    p = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                       env=env, capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def ok(top, code, **kw):
+    rc, out, err = run_py(top, code, **kw)
+    assert rc == 0, "rc %d\nstdout:\n%s\nstderr:\n%s" % (rc, out, err)
+    assert "Traceback" not in err, err
+    return out
+
+
+def test_import_does_not_start_mpi_or_import_torch(top):
+    out = ok(top, """
+        import pyddstore
+        from pyddstore import _core
+        assert not _core._mpi_state()["initialized"]
+        assert "mpi4py" not in sys.modules and "torch" not in sys.modules
+        import mpi4py
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI
+        assert not MPI.Is_initialized()
+        print("OK")
+    """)
+    assert "OK" in out
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
+def test_pyddstore_first_then_mpi4py(top):
+    out = ok(top, """
+        import numpy as np, pyddstore
+        import mpi4py
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI
+        s = pyddstore.PyDDStore(None)        # pyddstore starts MPI here
+        assert MPI.Is_initialized()
+        assert pyddstore._core._mpi_state()["started_by_pyddstore"]
+        s.add("x", np.arange(6.0).reshape(3, 2))
+        o = np.zeros((3, 2)); s.get("x", o)
+        assert (o.ravel() == np.arange(6.0)).all()
+        t = pyddstore.PyDDStore(MPI.COMM_WORLD)
+        t.init("y", 2, 2)
+        print("OK")
+        # exit without free(): atexit destroys both stores, then finalises MPI
+    """)
+    assert "OK" in out
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
+def test_mpi4py_first_then_pyddstore(top):
+    out = ok(top, """
+        from mpi4py import MPI               # mpi4py starts (and finalises) MPI
+        import numpy as np, pyddstore
+        s = pyddstore.PyDDStore(MPI.COMM_WORLD)
+        assert not pyddstore._core._mpi_state()["started_by_pyddstore"]
+        s.add("x", np.arange(4, dtype=np.int32))
+        o = np.zeros(4, np.int32); s.get("x", o)
+        assert list(o) == [0, 1, 2, 3]
+        u = pyddstore.PyDDStore()
+        u.add("x", np.ones((2, 2)))
+        print("OK")
+    """)
+    assert "OK" in out
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
+def test_calls_after_mpi_finalize_never_crash(top):
+    out = ok(top, """
+        from mpi4py import MPI
+        import numpy as np, pyddstore
+        s = pyddstore.PyDDStore(MPI.COMM_WORLD)
+        s.add("x", np.arange(4.0))
+        r = s.open_reader()
+        MPI.Finalize()
+        o = np.zeros(2)
+        # reads of this rank's own rows need no MPI (the store copies them):
+        # they may succeed; remote reads and collectives raise
+        for call in (lambda: s.get("x", o), lambda: s.get_batch("x", o, [0, 1]),
+                     lambda: r.get("x", o)):
+            o[:] = -1
+            try:
+                call()
+                assert list(o) == [0.0, 1.0], o
+            except pyddstore.DDStoreError as e:
+                print("DDStoreError:", e)
+        for call in (lambda: s.init("y", 1, 1), lambda: s.add("z", o)):
+            try:
+                call()
+                print("no error?")
+            except pyddstore.DDStoreError as e:
+                print("DDStoreError:", e)
+        s.epoch_begin()                      # a no-op for MPI RMA
+        s.info("x")
+        try:
+            s.free()                        # safe after MPI_Finalize
+        except pyddstore.DDStoreError as e:
+            print("free:", e)
+        s.free()
+        try:
+            pyddstore.PyDDStore(None)
+        except pyddstore.DDStoreError as e:
+            print("new store:", e)
+        print("OK")
+    """)
+    assert "OK" in out and "no error?" not in out
+    assert "new store:" in out
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
+def test_use_after_the_store_was_destroyed(top):
+    out = ok(top, """
+        import numpy as np, pyddstore
+        from pyddstore import _core
+        s = pyddstore.PyDDStore()
+        s.add("x", np.arange(4.0))
+        r = s.open_reader()
+        _core._atexit()                      # what interpreter exit does
+        assert s.destroyed and r.closed
+        assert _core._mpi_state()["finalized"]
+        o = np.zeros(2)
+        for call in (lambda: s.get("x", o), lambda: s.info("x"),
+                     lambda: s.get_profile("x"), lambda: s.init("y", 1, 1),
+                     lambda: s.open_reader(), lambda: r.get("x", o),
+                     lambda: s.update("x", o, 0), lambda: s.register_recv("x", o)):
+            try:
+                call()
+                print("no error?")
+            except pyddstore.DDStoreError as e:
+                print("DDStoreError:", e)
+        s.free(); s.free()                   # idempotent, no error
+        print(repr(s))
+        print("OK")
+    """)
+    assert "OK" in out and "no error?" not in out and "destroyed" in out
+
+
+def test_fabric_environment_on_import(top):
+    code = """
+        import os, pyddstore
+        print("HR=" + os.environ.get("FI_CXI_DISABLE_HOST_REGISTER", "unset"))
+        print("MON=" + os.environ.get("FI_MR_CACHE_MONITOR", "unset"))
+    """
+    drop = ("FI_CXI_DISABLE_HOST_REGISTER", "FI_MR_CACHE_MONITOR", "DDSTORE_FORK_WORKERS")
+    out = ok(top, code, drop=drop)
+    assert "HR=1" in out and "MON=unset" in out
+    out = ok(top, code, drop=drop, env_extra={"FI_CXI_DISABLE_HOST_REGISTER": "0"})
+    assert "HR=0" in out
+    out = ok(top, code, drop=drop, env_extra={"DDSTORE_FORK_WORKERS": "1",
+                                               "FI_MR_CACHE_MONITOR": "kdreg2"})
+    assert "MON=memhooks" in out
+    out = ok(top, code, drop=drop, env_extra={"DDSTORE_FORK_WORKERS": "1",
+                                               "FI_MR_CACHE_MONITOR": "disabled"})
+    assert "MON=disabled" in out
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
+def test_forked_child_leaves_the_parents_store_alone(top):
+    """A forked child inherits the store; it must not destroy it (collective)
+    when it exits or deallocates it, and the parent keeps reading."""
+    out = ok(top, """
+        import os, numpy as np, pyddstore
+        s = pyddstore.PyDDStore()
+        s.add("x", np.arange(6.0))
+        pid = os.fork()
+        if pid == 0:
+            try:
+                s.fork_reader()
+            except pyddstore.DDStoreError as e:
+                print("child:", e, flush=True)
+            del s
+            import gc; gc.collect()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        o = np.zeros(6); s.get("x", o)
+        assert (o == np.arange(6.0)).all()
+        print("OK")
+    """)
+    assert "OK" in out and "child:" in out

@@ -1,0 +1,466 @@
+"""DistDataset: items equal the source for every sample kind, method and
+chunk_size; encode/decode/fields; records; read_rows/alloc; errors on every
+rank; comm kinds; devices.
+
+Run: tools/ddrun -n 4 -- .venv/bin/python -m pytest -q python/tests/test_torch_dataset.py
+"""
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import pyddstore  # noqa: E402
+from _torch_util import (KINDS, N_ODD, RECORD_KINDS, Source, assert_all,  # noqa: E402
+                         env_set, fresh_name, make_sample, require_method, same,
+                         shared_tmpdir, torch_pg, world)
+from pyddstore.torch import DistDataset  # noqa: E402
+
+
+def _check_items(comm, ds, src_fn, n, decode=None):
+    """Every item, a shuffled batch with repeats, and __getitems__ equal the source."""
+    bad = ""
+    for i in range(n):
+        w = same(ds[i], src_fn(i), f"ds[{i}]")
+        if w:
+            bad = w
+            break
+    rng = np.random.default_rng(7 + comm.Get_rank())
+    idx = rng.integers(0, n, 2 * n).tolist() + [n - 1, 0, 0]
+    if not bad:
+        got = ds.__getitems__(idx)
+        for i, g in zip(idx, got):
+            w = same(g, src_fn(i), f"__getitems__[{i}]")
+            if w:
+                bad = w
+                break
+    if not bad:
+        w = same(ds[-1], src_fn(n - 1), "ds[-1]")
+        bad = w
+    assert_all(comm, not bad, bad)
+
+
+def _methods():
+    return [0, 1, 2]
+
+
+def _make(src, name, comm, method, **kw):
+    if method != 0:
+        require_method(method, comm)
+        kw.setdefault("handshake_dir", shared_tmpdir(comm, "hs"))
+    return DistDataset(src, name, comm, method=method, **kw)
+
+
+@pytest.mark.parametrize("method", _methods())
+@pytest.mark.parametrize("chunk", [None, 4])
+@pytest.mark.parametrize("kind", KINDS + RECORD_KINDS)
+def test_items_equal_source(kind, chunk, method):
+    comm = world()
+    src = Source(kind)
+    ds = _make(src, fresh_name("k"), comm, method, chunk_size=chunk)
+    try:
+        assert len(ds) == N_ODD
+        _check_items(comm, ds, lambda i: make_sample(kind, i), N_ODD)
+    finally:
+        ds.free()
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_chunk_sizes(chunk):
+    comm = world()
+    ds = DistDataset(Source("dict"), fresh_name("c"), comm, chunk_size=chunk)
+    try:
+        _check_items(comm, ds, lambda i: make_sample("dict", i), N_ODD)
+    finally:
+        ds.free()
+
+
+def test_one_pass_over_the_share():
+    """Each rank reads each of its samples exactly once while loading."""
+    comm = world()
+    for chunk in (None, 5):
+        src = Source("tuple")
+        ds = DistDataset(src, fresh_name("p"), comm, chunk_size=chunk)
+        share = ds.hi - ds.lo
+        calls = src.calls
+        ds.free()
+        assert_all(comm, calls == share, f"chunk {chunk}: {calls} reads for {share} samples")
+    counts = comm.allgather(share)
+    assert sum(counts) == N_ODD and max(counts) - min(counts) <= 1
+
+
+def test_shapes_dtypes_and_store():
+    comm = world()
+    ds = DistDataset(Source("dict"), fresh_name("s"), comm)
+    try:
+        assert ds.shapes == {"x": (2,), "y": (), 3: (4,)}
+        assert ds.dtypes == {"x": torch.int64, "y": float, 3: np.dtype(bool)}
+        assert isinstance(ds.ddstore, pyddstore.PyDDStore)
+        assert ds.fields == ["x", "y", 3]
+        assert list(ds[0].keys()) == ["x", "y", 3]          # dict keys keep their type
+    finally:
+        ds.free()
+
+
+def test_batch_get_off_reads_per_sample(monkeypatch):
+    comm = world()
+    ds = DistDataset(Source("tuple"), fresh_name("b"), comm)
+    try:
+        idx = [5, 1, 36, 1]
+        ds.ddstore.reset_profile(ds.schema.fields[0].var)
+        ds.__getitems__(idx)
+        batched = ds.get_profile(0)["calls"]
+        env_set(monkeypatch, DDSTORE_BATCH_GET=0)
+        ds.ddstore.reset_profile(ds.schema.fields[0].var)
+        got = ds.__getitems__(idx)
+        per_sample = ds.get_profile(0)["calls"]
+        ok = batched == 1 and per_sample == len(idx) and not same(
+            got, [make_sample("tuple", i) for i in idx])
+        assert_all(comm, ok, f"calls batched {batched}, per sample {per_sample}")
+    finally:
+        ds.free()
+
+
+# -------------------------------------------------- encode / decode / fields --
+LABELS = ["cat", "dog", "owl"]
+GROUP_INFO = {0: "even group", 1: "odd group"}
+
+
+def _pet(i):
+    return {"x": torch.full((3,), float(i)), "label": LABELS[i % 3], "group": i % 2}
+
+
+def test_encode_decode():
+    comm = world()
+    src = Source("pets", fn=_pet)
+    ds = DistDataset(src, fresh_name("pets"), comm,
+                     encode=lambda s: {"x": s["x"], "label": LABELS.index(s["label"]),
+                                       "group": s["group"]},
+                     decode=lambda d, i: {**d, "label": LABELS[d["label"]],
+                                          "meta": GROUP_INFO[d["group"]], "index": i})
+    try:
+        def want(i):
+            s = _pet(i)
+            return {**s, "meta": GROUP_INFO[s["group"]], "index": i}
+        _check_items(comm, ds, want, N_ODD)
+        rows = ds.read_rows([4, 2])                        # skips decode
+        ok = rows["label"].tolist() == [1, 2] and rows["x"].shape == (2, 3)
+        assert_all(comm, ok, "read_rows must return the stored (encoded) values")
+    finally:
+        ds.free()
+
+
+@pytest.mark.parametrize("kind,fields,want", [
+    ("tuple", [1], lambda s: (s[1],)),
+    ("tuple", [1, 0], lambda s: (s[1], s[0])),
+    ("dict", ["y", 3], lambda s: {"y": s["y"], 3: s[3]}),
+    ("list", [2], lambda s: [s[2]]),
+])
+def test_fields(kind, fields, want):
+    comm = world()
+    ds = DistDataset(Source(kind), fresh_name("f"), comm, fields=fields)
+    try:
+        _check_items(comm, ds, lambda i: want(make_sample(kind, i)), N_ODD)
+        assert ds.fields == fields
+        # only the kept fields are stored
+        names = set(ds.ddstore.names())
+        assert names == {f.var for f in ds.schema.fields}
+    finally:
+        ds.free()
+
+
+# ---------------------------------------------------------------- records --
+def test_records_layout_and_read_rows():
+    comm = world()
+    ds = DistDataset(Source("recdict"), fresh_name("r"), comm)
+    try:
+        rows = ds.read_rows([3, 1, 3])
+        r = rows["r"]
+        ok = (isinstance(r, np.ndarray) and r.dtype == make_sample("recdict", 0)["r"].dtype
+              and r.shape == (3, 2) and r[0].tobytes() == make_sample("recdict", 3)["r"].tobytes()
+              and rows["t"].shape == (3, 3))
+        s = ds[5]["r"]
+        ok = ok and s.dtype.names == ("id", "w", "flag", "v") and s["v"].shape == (2, 2)
+        assert_all(comm, ok, "records lost their layout")
+        # records batch with a custom collate_fn (default_collate cannot)
+        loader = torch.utils.data.DataLoader(
+            ds, batch_size=4, collate_fn=lambda b: (np.stack([s["r"] for s in b]),
+                                                   torch.stack([s["t"] for s in b])))
+        recs, ts = next(iter(loader))
+        ok = recs.shape == (4, 2) and recs.dtype == s.dtype and ts.shape == (4, 3)
+        assert_all(comm, ok, "custom collate of records")
+    finally:
+        ds.free()
+
+
+# -------------------------------------------------------- read_rows / alloc --
+def test_read_rows_and_alloc_reuse():
+    comm = world()
+    ds = DistDataset(Source("tuple"), fresh_name("a"), comm)
+    try:
+        bufs = ds.alloc(8)
+        prof0 = ds.get_profile()
+        got = []
+        for rows in ([5, 1, 1, 36], [0, 2, 4, 6, 8, 10, 12, 14], [20]):
+            r = ds.read_rows(rows, out=bufs)
+            got.append((rows, r))
+            view_ok = r[0].data_ptr() == bufs[0].data_ptr() and r[1].data_ptr() == bufs[1].data_ptr()
+            assert view_ok, "read_rows(out=) must return views into the buffers"
+            want0 = torch.stack([make_sample("tuple", i)[0] for i in rows])
+            want1 = torch.tensor([make_sample("tuple", i)[1] for i in rows])
+            assert torch.equal(r[0], want0) and torch.equal(r[1], want1)
+        samples = ds.__getitems__([3, 4], out=bufs)
+        assert samples[0][0].data_ptr() == bufs[0].data_ptr()
+        assert not same(samples, [make_sample("tuple", 3), make_sample("tuple", 4)])
+        prof1 = ds.get_profile()
+        # registered once at alloc(): reads into the buffers register nothing
+        assert prof1["registrations"] == prof0["registrations"]
+        sub = ds.alloc(4, fields=[1])
+        r = ds.read_rows([7, 8], fields=[1], out=sub)
+        assert list(r) == [1] and r[1].tolist() == [7 % 10, 8 % 10]
+        with pytest.raises(ValueError):
+            ds.read_rows(list(range(9)), out=bufs)       # more rows than the buffers
+        with pytest.raises(ValueError):
+            ds.read_rows([1], fields=[0], out=sub)       # no buffer for field 0
+        ds.release(bufs)
+        ds.release(bufs)                                  # idempotent
+        ds.release(sub)
+    finally:
+        ds.free()
+    ds.free()                                             # idempotent
+    with pytest.raises(pyddstore.DDStoreError):
+        ds[0]
+
+
+# ---------------------------------------------------- errors on every rank --
+def _expect_all(comm, exc_types, fn, match=None):
+    """fn() raises one of exc_types on every rank (never hangs, never passes)."""
+    try:
+        fn()
+    except exc_types as e:
+        msg = str(e)
+        ok = match is None or match in msg
+        assert_all(comm, ok, f"message {msg!r} lacks {match!r}")
+        return
+    except Exception as e:  # noqa: BLE001
+        assert_all(comm, False, f"raised {type(e).__name__}: {e}")
+    assert_all(comm, False, "did not raise")
+
+
+def _remote_type(t):
+    """Types a non-failing rank may see for an error raised on another rank."""
+    return (t, RuntimeError)
+
+
+@pytest.mark.parametrize("case,exc,match", [
+    ("float16", TypeError, "float16"),
+    ("int16", TypeError, "int16"),
+    ("nested", TypeError, "nested"),
+    ("object", TypeError, "str"),
+    ("none", TypeError, "NoneType"),
+    ("complex", TypeError, "complex"),
+])
+def test_unsupported_samples(case, exc, match):
+    comm = world()
+    fn = {"float16": lambda i: torch.zeros(2, dtype=torch.float16),
+          "int16": lambda i: np.zeros(2, dtype=np.int16),
+          "nested": lambda i: (torch.zeros(2), (1, 2)),
+          "object": lambda i: {"x": torch.zeros(2), "name": "abc"},
+          "none": lambda i: (torch.zeros(2), None),
+          "complex": lambda i: torch.zeros(2, dtype=torch.complex64)}[case]
+    _expect_all(comm, exc, lambda: DistDataset(Source("x", fn=fn), fresh_name("u"), comm),
+                match)
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype", "kind", "width", "key"])
+def test_shape_change_on_one_rank(case):
+    """A sample that differs from the first, owned by the last rank only."""
+    comm = world()
+    last = N_ODD - 1
+
+    def fn(i):
+        x = torch.zeros(3)
+        if i == last:
+            x = {"shape": torch.zeros(4), "dtype": torch.zeros(3, dtype=torch.float64),
+                 "kind": np.zeros(3, dtype=np.float32), "width": x, "key": x}[case]
+        if case == "width":
+            return (x, 1) if i != last else (x, 1, 2)
+        if case == "key":
+            return {"a": x, "b": 1} if i != last else {"a": x, "c": 1}
+        return (x, 1)
+    _expect_all(comm, _remote_type(ValueError),
+                lambda: DistDataset(Source("x", fn=fn), fresh_name("sc"), comm))
+
+
+def test_rank_dependent_dtype():
+    """The first samples of two ranks differ: ValueError on every rank."""
+    comm = world()
+    if comm.Get_size() == 1:
+        pytest.skip("needs 2 ranks")
+    n = N_ODD
+
+    def fn(i):
+        return torch.zeros(2, dtype=torch.float32 if i < n // 2 else torch.float64)
+    _expect_all(comm, ValueError, lambda: DistDataset(Source("x", fn=fn), fresh_name("rd"), comm),
+                "differ")
+
+
+def test_source_raises_on_one_rank():
+    comm = world()
+    src = Source("tuple", fail_at=N_ODD - 2)          # owned by the last rank
+    _expect_all(comm, (ZeroDivisionError, RuntimeError),
+                lambda: DistDataset(src, fresh_name("x"), comm), "refuses sample")
+    # first sample of rank 0 raising, with chunks
+    src = Source("tuple", fail_at=0)
+    _expect_all(comm, (ZeroDivisionError, RuntimeError),
+                lambda: DistDataset(src, fresh_name("x"), comm, chunk_size=2), "refuses")
+    # the world is still usable
+    ds = DistDataset(Source("tuple"), fresh_name("ok"), comm)
+    ds.free()
+
+
+def test_argument_errors():
+    comm = world()
+    src = Source("dict")
+    for kw, match in ((dict(fields=["x"], encode=lambda s: s), "encode"),
+                      (dict(fields=["nope"]), "nope"),
+                      (dict(chunk_size=0), "chunk_size"),
+                      (dict(method=7), "method"),
+                      (dict(ddstore_width=0), "ddstore_width")):
+        _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("e"), comm, **kw), match)
+    size = comm.Get_size()
+    _expect_all(comm, ValueError,
+                lambda: DistDataset(Source("tuple", n=size - 1), fresh_name("e"), comm),
+                "at least one sample")
+
+
+def test_len_differs_across_ranks():
+    comm = world()
+    if comm.Get_size() == 1:
+        pytest.skip("needs 2 ranks")
+    src = Source("tuple", n=N_ODD + comm.Get_rank())
+    _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("l"), comm), "len")
+
+
+# ----------------------------------------------------------- devices / comms --
+def test_device_cpu_and_add_device_cpu():
+    comm = world()
+    for kw in (dict(device="cpu"), dict(add_device="cpu"),
+               dict(device=torch.device("cpu"), add_device="cpu", chunk_size=3)):
+        ds = DistDataset(Source("tuple"), fresh_name("d"), comm, **kw)
+        try:
+            _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
+        finally:
+            ds.free()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA/ROCm)")
+def test_gpu_device_and_add_device():
+    comm = world()
+    dev = torch.device("cuda", 0)
+    ds = DistDataset(Source("tuple"), fresh_name("g"), comm, device=dev, add_device=dev)
+    try:
+        x, y = ds[3]
+        assert x.device.type == "cuda" and isinstance(y, int)
+        assert torch.equal(x.cpu(), make_sample("tuple", 3)[0])
+    finally:
+        ds.free()
+    with pytest.raises(ValueError, match="add_device"):
+        DistDataset(Source("tuple"), fresh_name("g"), comm, add_device=dev, chunk_size=4)
+
+
+def test_ddstore_width():
+    """Independent stores of `width` ranks, each a full replica."""
+    comm = world()
+    size = comm.Get_size()
+    width = 2 if size >= 2 else 1
+    ds = DistDataset(Source("tuple"), fresh_name("w"), comm, ddstore_width=width)
+    try:
+        assert ds.ddstore.size == min(width, size - (comm.Get_rank() // width) * width)
+        _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
+    finally:
+        ds.free()
+
+
+def test_comm_mpi_resolution(monkeypatch):
+    from pyddstore.torch.comm import resolve
+    comm = world()
+    assert resolve(comm).kind == "mpi"
+    env_set(monkeypatch, DDSTORE_COMM=None)
+    assert resolve(None).kind == "mpi"       # None -> MPI.COMM_WORLD with MPI
+    env_set(monkeypatch, DDSTORE_COMM="bogus")
+    with pytest.raises(ValueError, match="DDSTORE_COMM"):
+        resolve(None)
+    with pytest.raises(TypeError):
+        resolve(object())
+
+
+def test_comm_torch_group(monkeypatch):
+    """A torch.distributed group: resolution, agreement over its collectives
+    and (method 1) a DistDataset whose exchange runs through it."""
+    from pyddstore.torch.comm import agree, resolve
+    import torch.distributed as dist
+    comm = world()
+    pg = torch_pg(comm)
+    c = resolve(pg)
+    assert c.kind == "torch" and (c.rank, c.size) == (comm.Get_rank(), comm.Get_size())
+    assert c.allgather(c.rank * 2) == [2 * r for r in range(c.size)]
+    env_set(monkeypatch, DDSTORE_COMM="torch")
+    assert resolve(None).kind == "torch"
+    env_set(monkeypatch, DDSTORE_COMM=None, DDSTORE_MPI=0)
+    assert resolve(None).kind == "torch"     # no MPI: the default torch.distributed group
+    env_set(monkeypatch, DDSTORE_MPI=None)
+    # agreement: one rank's error is raised on every rank
+    last = c.size - 1
+    err = ValueError("bad on the last rank") if c.rank == last else None
+    with pytest.raises(ValueError, match="bad on the last rank"):
+        agree(c, err)
+    with pytest.raises(ValueError, match="MPI"):
+        DistDataset(Source("tuple"), fresh_name("t"), pg, method=0)
+    require_method(1, comm)
+    ds = DistDataset(Source("tuple"), fresh_name("t"), dist.group.WORLD,
+                     handshake_dir=shared_tmpdir(comm, "hs"))
+    try:
+        assert ds.method == 1
+        _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
+    finally:
+        ds.free()
+
+
+def test_comm_file(monkeypatch):
+    comm = world()
+    if not hasattr(pyddstore, "FileComm"):
+        assert_all(comm, True)
+        pytest.skip("pyddstore.FileComm is not in this build yet")
+    require_method(1, comm)
+    hs = shared_tmpdir(comm, "fc")
+    env_set(monkeypatch, DDSTORE_COMM="file", SLURM_PROCID=comm.Get_rank(),
+            SLURM_NTASKS=comm.Get_size(), SLURM_JOB_ID="42", SLURM_STEP_ID="0")
+    ds = DistDataset(Source("tuple"), fresh_name("fc"), None, handshake_dir=hs)
+    try:
+        assert ds.comm.kind == "file" and ds.method == 1
+        _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
+    finally:
+        ds.free()
+
+
+def test_method2_reader():
+    """A DistDatasetReader reads what a method=2 DistDataset published (here
+    in the same job: every rank is both the core job and a reader)."""
+    comm = world()
+    require_method(2, comm)
+    from pyddstore.torch import DistDatasetReader
+    hs = shared_tmpdir(comm, "m2")
+    name = fresh_name("m2")
+    ds = DistDataset(Source("dict"), name, comm, method=2, handshake_dir=hs)
+    try:
+        assert os.path.exists(os.path.join(hs, f"{name}.meta.json"))
+        rd = DistDatasetReader(name, handshake_dir=hs)
+        try:
+            assert rd.shapes == ds.shapes
+            _check_items(comm, rd, lambda i: make_sample("dict", i), N_ODD)
+        finally:
+            rd.free()
+    finally:
+        ds.free()

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Dev build of the torch extension (until Bazel builds it): compiles
+# ddstore-torch/csrc/*.cpp into python/pyddstore/_ddstore_torch<EXT_SUFFIX>
+# against the venv's torch.  Like the Bazel rule, it does NOT link the C
+# libraries: the extension calls the store through pyddstore._core's capsule.
+#
+#   tools/dev-build-torch.sh            # build (skips when up to date)
+#   FORCE=1 tools/dev-build-torch.sh    # rebuild
+#   JOBS=2 (default) parallel compiles
+set -euo pipefail
+TOP="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$TOP"
+PY="${DDSTORE_PYTHON:-$TOP/.venv/bin/python}"
+CXX="${CXX:-g++}"
+JOBS="${JOBS:-2}"
+
+eval "$("$PY" - <<'PYEOF'
+import sysconfig, torch, torch.utils.cpp_extension as ce
+print("EXT=%s" % sysconfig.get_config_var("EXT_SUFFIX"))
+print("PYINC=%s" % sysconfig.get_paths()["include"])
+print("TINC=(%s)" % " ".join("'-isystem%s'" % p for p in ce.include_paths()))
+print("TLIB=%s" % ce.library_paths()[0])
+print("ABI=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
+PYEOF
+)"
+VERSION="$(cat ddstore-torch/VERSION)"
+OUT="python/pyddstore/_ddstore_torch$EXT"
+OBJ="build/ddstore-torch"
+mkdir -p "$OBJ"
+SRCS=(ddstore-torch/csrc/*.cpp)
+HDRS=(ddstore-torch/csrc/*.h python/pyddstore/csrc/pyddstore_api.h ddstore-core/include/ddstore/*.h)
+
+CXXFLAGS=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter
+          -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
+          "-DDDSTORE_TORCH_VERSION=\"$VERSION\"" "-D_GLIBCXX_USE_CXX11_ABI=$ABI"
+          -Iddstore-torch/csrc -Ipython/pyddstore/csrc -Iddstore-core/include
+          "-I$PYINC" "${TINC[@]}")
+
+newest_hdr=0
+for h in "${HDRS[@]}"; do t=$(stat -c %Y "$h"); [ "$t" -gt "$newest_hdr" ] && newest_hdr=$t; done
+
+objs=(); pids=()
+for s in "${SRCS[@]}"; do
+    o="$OBJ/$(basename "${s%.cpp}").o"; objs+=("$o")
+    if [ -z "${FORCE:-}" ] && [ -f "$o" ] && [ "$o" -nt "$s" ] && [ "$(stat -c %Y "$o")" -ge "$newest_hdr" ]; then
+        continue
+    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    echo "dev-build-torch: $CXX $s"
+    "$CXX" "${CXXFLAGS[@]}" -c "$s" -o "$o" &
+done
+wait
+for o in "${objs[@]}"; do [ -f "$o" ] || { echo "dev-build-torch: $o missing" >&2; exit 1; }; done
+
+relink=1
+if [ -f "$OUT" ]; then
+    relink=0; for o in "${objs[@]}"; do [ "$o" -nt "$OUT" ] && relink=1; done
+fi
+if [ "$relink" = 1 ] || [ -n "${FORCE:-}" ]; then
+    echo "dev-build-torch: link $OUT"
+    "$CXX" -shared -o "$OUT" "${objs[@]}" "-L$TLIB" "-Wl,-rpath,$TLIB" \
+        -lc10 -ltorch -ltorch_cpu -ltorch_python
+fi
+echo "dev-build-torch: $OUT"

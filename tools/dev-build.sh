@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Development build of pyddstore._core with gcc, into python/pyddstore/.
+# Stop-gap until the Bazel build works (`./ddstore build` replaces it).
+#
+#   tools/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
+#   DDSTORE_MPI=0 tools/dev-build.sh   build without MPI (HAVE_MPI False)
+#   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
+#   OUT=path/_core.so             write the module elsewhere
+set -euo pipefail
+TOP=$(cd "$(dirname "$0")/.." && pwd)
+cd "$TOP"
+PY=${PYTHON:-$TOP/.venv/bin/python}
+CC=${CC:-gcc}
+PYINC=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+OUT=${OUT:-python/pyddstore/_core$EXT}
+
+shopt -s nullglob
+srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c)
+incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -I"$PYINC")
+defs=()
+mpi=()
+if [ "${DDSTORE_MPI:-1}" != 0 ] && command -v mpicc >/dev/null 2>&1 \
+   && [ -n "$(echo ddstore-mpi/src/*.c)" ]; then
+    srcs+=(ddstore-mpi/src/*.c)
+    incs+=(-Iddstore-mpi/include -Iddstore-mpi/src)
+    defs+=(-DHAVE_MPI=1)
+    if mpicc --showme:compile >/dev/null 2>&1; then        # Open MPI
+        read -r -a mpic <<<"$(mpicc --showme:compile)"
+        read -r -a mpil <<<"$(mpicc --showme:link)"
+    else                                                   # MPICH
+        read -r -a mpic <<<"$(mpicc -compile_info | cut -d' ' -f2-)"
+        read -r -a mpil <<<"$(mpicc -link_info | cut -d' ' -f2-)"
+    fi
+    mpi=("${mpic[@]}" "${mpil[@]}")
+fi
+[ -n "$(echo ddstore-core/src/*.c)" ] || { echo "dev-build: ddstore-core/src has no sources yet" >&2; exit 1; }
+set -x
+$CC -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra \
+    -Wno-unused-parameter -Wno-missing-field-initializers ${CFLAGS:-} \
+    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" -lpthread -o "$OUT"
