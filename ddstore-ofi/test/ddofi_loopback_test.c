@@ -162,7 +162,6 @@ static int serve_main(const char *prov, int progress_none, int out_fd, int cmd_f
         if (c == 'u') {
             for (size_t i = 0; i < A_BYTES; i++)
                 a[i] = pa(i, 2);
-            __atomic_thread_fence(__ATOMIC_SEQ_CST);
             if (wr(out_fd, "u", 1))
                 break;
         }

@@ -71,3 +71,15 @@ def intervals_overlap(windows):
             if tj != ti:
                 return True
     return False
+
+
+def outcome(call):
+    """Run `call` (typically a collective one) and return the exception it
+    raised, or None.  Tests check outcomes after every rank has made all its
+    collective calls, so that a failed check on one rank cannot leave the
+    others waiting in the next collective."""
+    try:
+        call()
+    except Exception as e:  # noqa: BLE001 - the caller checks the type
+        return e
+    return None

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import pyddstore
-from _util import DTYPE_IDS, DTYPES, add_var, layout, values
+from _util import DTYPE_IDS, DTYPES, add_var, layout, outcome, values
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -152,33 +152,28 @@ def test_multidimensional_rows(store):
 def test_init_update_get(store):
     off = layout(store.size)
     mine = off[store.rank + 1] - off[store.rank]
-    store.init("u", mine, 4, itemsize=8)          # raw, 8-byte elements
     total = off[-1]
+    store.init("u", mine, 4, itemsize=8)          # raw, 8-byte elements
+    zeroed = np.ones((total, 4))
+    store.get("u", zeroed)                         # zeroed shards
+    store.init("_sync1", 0, 1)                     # all ranks read the zeros
+    ref = values(np.float64, range(off[store.rank], off[store.rank + 1]), 4)
+    store.update("u", np.ascontiguousarray(ref[::-1]), 0)   # local
+    store.update("u", ref, offset=0)
+    if mine > 1:
+        store.update("u", ref[1:], offset=1)
+    store.init("_sync2", 0, 1)                     # every rank has updated
+    out = np.zeros((total, 4))
+    store.get("u", out)
+    # checks after the collectives: a failing rank does not strand the others
     assert store.info("u") == (total, 4, 8)
     assert store.info_full("u")["dtype"] == "raw"
-    out = np.ones((total, 4))
-    store.get("u", out)                            # zeroed shards
-    assert not out.any()
-    ref = values(np.float64, range(off[store.rank], off[store.rank + 1]), 4)
-    store.update("u", ref, 0)                      # local
-    if mine > 1:
-        store.update("u", ref[1:2] * 0 + ref[1:2], offset=1)
-    # every rank updated its shard: a collective call orders the updates
-    # before the reads (epoch_end is one on method 0 anyway)
-    store.epoch_begin()
-    store.epoch_end()
-    _barrier(store)
-    store.get("u", out)
+    assert not zeroed.any(), zeroed
     np.testing.assert_array_equal(out, values(np.float64, range(total), 4))
     # raw variables take any buffer with the same element size
     as_int = np.zeros((total, 4), np.int64)
     store.get("u", as_int)
     np.testing.assert_array_equal(as_int.view(np.float64), out)
-
-
-def _barrier(store):
-    """A barrier through a throw-away collective (init + free of a name)."""
-    store.init("_barrier", 0, 1)
 
 
 def test_init_with_dtype(store):
@@ -187,6 +182,13 @@ def test_init_with_dtype(store):
     assert store.info_full("t")["dtype"] == "int32"
     store.init("t2", 1, 2, dtype=np.dtype(np.float32))
     assert store.info_full("t2")["dtype"] == "float32"
+    store.init("t3", 1, 2, dtype=np.bool_)
+    assert store.info("t3") == (store.size, 2, 1)
+    assert store.info_full("t3")["dtype"] == "bool"
+    e1 = outcome(lambda: store.init("t4", 1, 2, dtype="float16"))
+    e2 = outcome(lambda: store.init("t4", 1, 2, itemsize=8, dtype="float32"))
+    assert isinstance(e1, TypeError) and "float16" in str(e1)
+    assert isinstance(e2, ValueError) and "itemsize" in str(e2)
     with pytest.raises(TypeError):
         store.get("t", np.zeros((1, 3), np.float32), 0)
 
@@ -286,16 +288,16 @@ def test_context_manager_frees(store):
 
 
 def test_free_then_add_again(store):
-    off = add_var(store, "v", np.float64, 2)
+    add_var(store, "v", np.float64, 2)
     store.free()
-    store.free()                                   # idempotent
-    with pytest.raises(pyddstore.DDStoreError, match="released"):
-        store.get("v", np.zeros((1, 2)))
-    with pytest.raises(pyddstore.DDStoreError):
-        store.get_batch("v", np.zeros((1, 2)), [0])
-    with pytest.raises(pyddstore.DDStoreError):
-        store.info("v")
+    second = outcome(store.free)                   # idempotent
+    errs = [outcome(lambda: store.get("v", np.zeros((1, 2)))),
+            outcome(lambda: store.get_batch("v", np.zeros((1, 2)), [0])),
+            outcome(lambda: store.info("v"))]
     off = add_var(store, "v", np.int32, 3)         # a new shape and dtype
+    assert second is None
+    assert isinstance(errs[0], pyddstore.DDStoreError) and "released" in str(errs[0])
+    assert all(isinstance(e, pyddstore.DDStoreError) for e in errs), errs
     out = np.zeros((off[-1], 3), np.int32)
     store.get("v", out)
     np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))

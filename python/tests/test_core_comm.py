@@ -17,33 +17,36 @@ needs_mpi = pytest.mark.skipif(not pyddstore.HAVE_MPI,
 def test_mpi4py_world_and_split_communicators(store):
     from mpi4py import MPI
     world = MPI.COMM_WORLD
-    assert (world.rank, world.size) == (store.rank, store.size)
     with pyddstore.PyDDStore(world) as s:
-        assert (s.rank, s.size) == (world.rank, world.size)
+        got = (s.rank, s.size)
         off = add_var(s, "w", np.float64, 2)
         out = np.zeros((off[-1], 2))
         s.get("w", out)
-        np.testing.assert_array_equal(out, values(np.float64, range(off[-1]), 2))
     del s
+    assert got == (world.rank, world.size) == (store.rank, store.size)
+    np.testing.assert_array_equal(out, values(np.float64, range(off[-1]), 2))
+
     sub = world.Split(color=world.rank % 2, key=world.rank)
+    sub_rank, sub_size = sub.rank, sub.size
     try:
         # One group at a time: Open MPI 4.1's osc/rdma names the shared-memory
         # backing file of a window after the communicator's context id, which
-        # two disjoint groups share, so windows of both groups alive at once
-        # on one node collide (MPI_Win_create fails or hangs).  Reported to
-        # ddstore-mpi; see the store tests for what ddstore does about it.
+        # two disjoint groups can share, so windows of both groups alive at
+        # once on one node collide (MPI_Win_create fails or hangs).
         for turn in (0, 1):
             if world.rank % 2 == turn:
                 with pyddstore.PyDDStore(sub, method=0) as s:
-                    assert (s.rank, s.size) == (sub.rank, sub.size)
+                    got = (s.rank, s.size)
                     off = add_var(s, "w", np.int32, 3)
                     out = np.zeros((off[-1], 3), np.int32)
                     s.get("w", out)
-                    np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))
                 del s
             world.Barrier()
     finally:
         sub.Free()
+    assert got == (sub_rank, sub_size)
+    assert off == [0] + list(np.cumsum([2 + (7 * r + 3) % 5 for r in range(sub_size)]))
+    np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))
 
 
 @needs_mpi
@@ -184,3 +187,36 @@ def test_version_and_flags():
     assert isinstance(pyddstore.HAVE_MPI, bool)
     assert _core.core_version().count(".") == 2
     assert os.environ.get("FI_CXI_DISABLE_HOST_REGISTER")
+
+
+class _SelfComm:
+    """A communicator object the way FileComm / torch groups present
+    themselves: a `_dds_comm` capsule (pyddstore_api.h)."""
+
+    @property
+    def _dds_comm(self):
+        return _core._self_comm()
+
+
+def test_communicator_provider_objects():
+    # resolved through the capsule; method 0 then needs an MPI communicator
+    exc = ValueError if pyddstore.HAVE_MPI else DDStoreError
+    with pytest.raises(exc, match="method 0 .*MPI"):
+        pyddstore.PyDDStore(_SelfComm(), method=0)
+    if not _core.HAVE_OFI:
+        with pytest.raises(DDStoreError, match="libfabric"):
+            pyddstore.PyDDStore(_SelfComm(), method=1)
+    with pytest.raises(ValueError, match="rank"):
+        pyddstore.PyDDStore(_SelfComm(), size=3)
+
+    class Bad:
+        _dds_comm = "not a capsule"
+    with pytest.raises(TypeError, match="_dds_comm"):
+        pyddstore.PyDDStore(Bad())
+
+    class Broken:
+        @property
+        def _dds_comm(self):
+            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"):
+        pyddstore.PyDDStore(Broken())

@@ -23,6 +23,9 @@ py_runtime(
     name = "py3_runtime",
     interpreter_path = "%{PYTHON_BIN}",
     python_version = "PY3",
+    # The stub that starts py_binary/py_test: Bazel 4's default
+    # "#!/usr/bin/env python" finds no `python` on Debian.
+    stub_shebang = "#!%{PYTHON_BIN}",
 )
 
 py_runtime_pair(

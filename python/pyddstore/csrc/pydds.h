@@ -132,8 +132,10 @@ void pydds_live_remove(pydds_store_obj *s);
  * collective when variables are live.  Idempotent. */
 void pydds_store_destroy(pydds_store_obj *s);
 
-/* MPI lifetime: set when ddmpi_init started MPI for us (pydds_comm.c). */
+/* MPI lifetime: set when ddmpi_init started MPI for us (pydds_comm.c), in
+ * process pydds_mpi_pid (a forked child never finalises it). */
 extern int pydds_mpi_started_by_us;
+extern pid_t pydds_mpi_pid;
 
 /* ---- buffers (pydds_buffer.c) ------------------------------------------- */
 

@@ -12,8 +12,10 @@
 #include "pydds.h"
 
 #include <string.h>
+#include <unistd.h>
 
 int pydds_mpi_started_by_us = 0;
+pid_t pydds_mpi_pid = 0;
 
 static int raise_rc(int rc)
 {
@@ -30,8 +32,10 @@ static int resolve_mpi(MPI_Comm comm, pydds_comm_res_t *res)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return raise_rc(rc);
-    if (ours)
+    if (ours && !pydds_mpi_started_by_us) {
         pydds_mpi_started_by_us = 1;
+        pydds_mpi_pid = getpid();
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = ddmpi_comm_create(comm, &res->comm);   /* collective: dup */
     Py_END_ALLOW_THREADS

@@ -95,7 +95,6 @@ int pydds_rc_from_pyerr(void)
 /* ---- live stores, interpreter exit, fork -------------------------------- */
 
 static pydds_store_obj *g_live_head = NULL, *g_live_tail = NULL;
-static pid_t g_mpi_pid = 0;
 
 void pydds_live_add(pydds_store_obj *s)
 {
@@ -106,8 +105,6 @@ void pydds_live_add(pydds_store_obj *s)
     else
         g_live_head = s;
     g_live_tail = s;
-    if (pydds_mpi_started_by_us && g_mpi_pid == 0)
-        g_mpi_pid = getpid();
 }
 
 void pydds_live_remove(pydds_store_obj *s)
@@ -144,7 +141,7 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
         pydds_store_destroy(s);
         Py_DECREF(s);
     }
-    if (pydds_mpi_started_by_us && (g_mpi_pid == 0 || g_mpi_pid == me)) {
+    if (pydds_mpi_started_by_us && pydds_mpi_pid == me) {
 #ifdef HAVE_MPI
         int rc;
         Py_BEGIN_ALLOW_THREADS
@@ -235,7 +232,29 @@ static PyObject *mod_mpi_state(PyObject *m, PyObject *unused)
 #endif
 }
 
+/* A communicator provider over dds_comm_self() (one rank): the same path
+ * FileComm and torch groups take (tests; single-process use). */
+static int self_comm_create(void *arg, dds_comm_t *comm_p)
+{
+    (void)arg;
+    return dds_comm_self(comm_p);
+}
+
+static const pyddstore_comm_provider_t self_comm_provider = {
+    sizeof(pyddstore_comm_provider_t), "self", 0, self_comm_create, NULL};
+
+static PyObject *mod_self_comm(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    return PyCapsule_New((void *)&self_comm_provider, PYDDSTORE_COMM_CAPSULE,
+                         NULL);
+}
+
 static PyMethodDef mod_methods[] = {
+    {"_self_comm", mod_self_comm, METH_NOARGS,
+     "A '_dds_comm' capsule for a one-rank communicator (what an object "
+     "passed as comm_or_none exposes; see pyddstore_api.h)."},
     {"core_version", mod_core_version, METH_NOARGS,
      "core_version() -> str: version of ddstore-core linked into _core."},
     {"strerror", mod_strerror, METH_O,

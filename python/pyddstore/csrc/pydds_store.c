@@ -848,9 +848,15 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
          as_i64(itemsize_o, "itemsize", &itemsize) < 0))
         return collective_fail(s);
     if (dtype_o != NULL && dtype_o != Py_None) {
-        PyObject *str = PyObject_Str(dtype_o);
-        const char *dn = str ? PyUnicode_AsUTF8(str) : NULL;
+        /* 'float32', numpy.dtype('float32') (str), numpy.float32 (__name__) */
+        PyObject *str = PyType_Check(dtype_o)
+                            ? PyObject_GetAttrString(dtype_o, "__name__")
+                            : PyObject_Str(dtype_o);
+        const char *dn = str && PyUnicode_Check(str) ? PyUnicode_AsUTF8(str)
+                                                     : NULL;
         if (dn == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "init: dtype has no name");
             Py_XDECREF(str);
             return collective_fail(s);
         }
