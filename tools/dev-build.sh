@@ -35,7 +35,12 @@ if [ "${DDSTORE_MPI:-1}" != 0 ] && command -v mpicc >/dev/null 2>&1 \
     mpi=("${mpic[@]}" "${mpil[@]}")
 fi
 [ -n "$(echo ddstore-core/src/*.c)" ] || { echo "dev-build: ddstore-core/src has no sources yet" >&2; exit 1; }
+# Build next to the destination, then rename: a process that has the old
+# module mapped keeps a valid file.
+TMP="$OUT.tmp.$$"
+trap 'rm -f "$TMP"' EXIT
 set -x
 $CC -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra \
     -Wno-unused-parameter -Wno-missing-field-initializers ${CFLAGS:-} \
-    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" -lpthread -o "$OUT"
+    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" -lpthread -o "$TMP"
+mv -f "$TMP" "$OUT"

@@ -460,6 +460,13 @@ static const dds_config_entry_t core_table[] = {
      "handshake"},
     {"DDSTORE_TEST_STRICT", DDS_CONFIG_BOOL, "0", NULL, "core",
      "tests: a skipped test (missing hardware) counts as a failure"},
+    {"DDSTORE_GPU_STAGING", DDS_CONFIG_BOOL, "1", NULL, "core",
+     "GPU memory that the transport cannot reach (no FI_HMEM: MPI RMA, tcp, "
+     "Debian's libfabric) goes through pinned host staging buffers and host "
+     "mirrors; 0 makes it an error naming the requirement"},
+    {"DDSTORE_GPU_STAGING_BYTES", DDS_CONFIG_INT, "256M", NULL, "core",
+     "pinned host bytes the GPU staging pool keeps for reuse (soft limit; "
+     "0 = 256M)"},
 };
 
 static pthread_once_t g_core_once = PTHREAD_ONCE_INIT;

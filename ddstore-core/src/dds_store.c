@@ -16,12 +16,21 @@
  * Per-thread state (process-wide, not per store): a cached plan, a staging
  * buffer and a scratch op array, reused by every read of that thread and
  * freed at thread exit.  No allocation on the read path after warm-up.
+ *
+ * GPU memory (memops.h, docs/gpudirect.md): every buffer is routed once per
+ * call (mem_route): host memory -> the host path; GPU memory the transport
+ * reaches (DDS_TRANSPORT_CAP_HMEM_*) -> "direct": the transport reads into
+ * it after a stream fence; other GPU memory -> "staged": through the
+ * memsys's pinned staging buffers (destinations) or a pinned host mirror
+ * (shards).  The core never links a GPU runtime and never synchronises a
+ * device: it only calls the memsys table.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
 #endif
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +57,9 @@ typedef struct dds_var {
     size_t shard_bytes;
     int shard_owned;
     dds_mem_t mem;
+    void *mirror;           /* pinned host copy of a GPU shard that the
+                               transport cannot reach (memsys host_alloc);
+                               registered with the transport instead      */
     void *region;
     dds_prof_t prof;
 } dds_var_t;
@@ -93,6 +105,8 @@ struct dds_store {
     _Atomic size_t reg_count;
     pthread_mutex_t readers_mutex;
     dds_reader_t *readers;
+    dds_memsys_t ms;        /* GPU memory operations; ms.ops NULL = none    */
+    int gpu_staging;        /* DDSTORE_GPU_STAGING                          */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -247,10 +261,12 @@ static int not_live(const dds_store_t *s, const char *name)
     return dds_error(-DDS_ENOENT, "no variable named '%s'", name);
 }
 
-static void var_release(dds_var_t *v)
+static void var_release(dds_store_t *s, dds_var_t *v)
 {
     if (v == NULL)
         return;
+    if (v->mirror != NULL && s->ms.ops != NULL)
+        (void)s->ms.ops->host_free(s->ms.ctx, v->mirror);
     if (v->shard_owned)
         free(v->shard);
     free(v->offsets);
@@ -278,18 +294,85 @@ static int mem_supported(const dds_store_t *s, dds_mem_kind_t k)
     }
 }
 
-static int check_mem(const dds_store_t *s, const dds_mem_t *m,
-                     const char *what)
+/* Does the store's memsys drive memory of kind `k`? */
+static int ms_serves(const dds_store_t *s, dds_mem_kind_t k)
 {
+    return s->ms.ops != NULL && s->ms.ops->kind == k;
+}
+
+enum {
+    ROUTE_HOST = 0,     /* host memory: memcpy and transport as is          */
+    ROUTE_DIRECT = 1,   /* GPU memory the transport reaches (FI_HMEM)       */
+    ROUTE_STAGED = 2    /* GPU memory through pinned host memory (memsys)   */
+};
+
+/* How the store moves data into / out of memory `m`.  `shard`: the memory
+ * is a shard (a mirror) rather than a destination (staging buffers), for
+ * the messages.  0, or an error naming the requirement. */
+static int mem_route(const dds_store_t *s, const dds_mem_t *m,
+                     const char *what, int shard, int *route_p)
+{
+    const char *tn = s->tr.ops->name ? s->tr.ops->name : "?";
+    const char *kn, *how;
     if ((int)m->kind < DDS_MEM_HOST || (int)m->kind > DDS_MEM_ROCM)
         return dds_error(-DDS_EINVAL, "%s: unknown memory kind %d", what,
                          (int)m->kind);
-    if (!mem_supported(s, m->kind))
+    if (m->kind == DDS_MEM_HOST) {
+        *route_p = ROUTE_HOST;
+        return 0;
+    }
+    if (mem_supported(s, m->kind)) {
+        *route_p = ROUTE_DIRECT;
+        return 0;
+    }
+    kn = mem_name(m->kind);
+    how = shard ? "a pinned host mirror of the shard"
+                : "pinned host buffers";
+    if (!s->gpu_staging)
         return dds_error(-DDS_ENOSYS,
-                         "%s: %s memory needs a transport that can read "
-                         "%s memory directly; transport '%s' cannot",
-                         what, mem_name(m->kind), mem_name(m->kind),
-                         s->tr.ops->name ? s->tr.ops->name : "?");
+                         "%s: %s memory needs a transport that reaches %s "
+                         "memory directly (FI_HMEM, e.g. the cxi provider; "
+                         "transport '%s' cannot) or staging through %s, "
+                         "which DDSTORE_GPU_STAGING=0 disables",
+                         what, kn, kn, tn, how);
+    if (s->ms.ops == NULL)
+        return dds_error(-DDS_ENOGPU,
+                         "%s: %s memory needs a transport that reaches %s "
+                         "memory directly (FI_HMEM, e.g. the cxi provider; "
+                         "transport '%s' cannot) or staging through %s, "
+                         "which needs a usable GPU runtime: this store has "
+                         "none (no GPU)",
+                         what, kn, kn, tn, how);
+    if (s->ms.ops->kind != m->kind)
+        return dds_error(-DDS_ENOSYS,
+                         "%s: %s memory, but this process's GPU runtime "
+                         "('%s') drives %s memory",
+                         what, kn, s->ms.ops->name ? s->ms.ops->name : "?",
+                         mem_name(s->ms.ops->kind));
+    *route_p = ROUTE_STAGED;
+    return 0;
+}
+
+/* A host pointer that the GPU runtime knows as device memory is a caller's
+ * mistake that a memcpy would turn into a crash.  Only checked where it is
+ * cheap relative to the call (add, recv_register), and only with a memsys;
+ * a failing query (e.g. a forked child) counts as host memory. */
+static int check_host_ptr(const dds_store_t *s, const void *p,
+                          const char *what)
+{
+    dds_mem_t pm;
+    if (p == NULL || s->ms.ops == NULL || s->ms.ops->pointer_kind == NULL)
+        return 0;
+    memset(&pm, 0, sizeof(pm));
+    if (s->ms.ops->pointer_kind(s->ms.ctx, p, &pm) != 0) {
+        dds_error_clear();
+        return 0;
+    }
+    if (pm.kind != DDS_MEM_HOST)
+        return dds_error(-DDS_EINVAL,
+                         "%s: the buffer is %s memory (device %d) but was "
+                         "described as host memory; pass its dds_mem_t",
+                         what, mem_name(pm.kind), pm.device);
     return 0;
 }
 
@@ -464,9 +547,45 @@ static void destroy_transport(dds_transport_t *t)
     t->ctx = NULL;
 }
 
-static int read_store_config(size_t *max_read_p, size_t *merge_p)
+static void destroy_memsys(dds_memsys_t *m)
 {
-    int64_t maxr = 0, merge = 0;
+    if (m->ops != NULL && m->ops->destroy != NULL)
+        m->ops->destroy(m->ctx);
+    m->ops = NULL;
+    m->ctx = NULL;
+}
+
+/* A memops table the store can use: known size, a GPU kind, and every
+ * function the store calls. */
+static int check_memsys(const dds_memsys_t *m)
+{
+    const dds_memops_t *o = m->ops;
+    if (o == NULL || o->size < offsetof(dds_memops_t, destroy) +
+                                   sizeof(o->destroy))
+        return dds_error(-DDS_EINVAL,
+                         "dds_store_create: DDS_STORE_PARAM_MEMSYS is set "
+                         "but memsys.ops is NULL or too small");
+    if (o->kind != DDS_MEM_CUDA && o->kind != DDS_MEM_ROCM)
+        return dds_error(-DDS_EINVAL,
+                         "dds_store_create: memsys '%s' serves memory kind "
+                         "%d; expected CUDA or ROCm",
+                         o->name ? o->name : "?", (int)o->kind);
+    if (o->host_alloc == NULL || o->host_free == NULL ||
+        o->staging_acquire == NULL || o->staging_release == NULL ||
+        o->copy_async == NULL || o->stream_fence == NULL ||
+        o->destroy == NULL)
+        return dds_error(-DDS_EINVAL,
+                         "dds_store_create: memsys '%s' lacks host_alloc, "
+                         "host_free, staging_acquire, staging_release, "
+                         "copy_async, stream_fence or destroy",
+                         o->name ? o->name : "?");
+    return 0;
+}
+
+static int read_store_config(size_t *max_read_p, size_t *merge_p,
+                             int *gpu_staging_p)
+{
+    int64_t maxr = 0, merge = 0, gbytes = 0;
     unsigned mask;
     const char *subsys = NULL;
     int rc;
@@ -477,8 +596,16 @@ static int read_store_config(size_t *max_read_p, size_t *merge_p)
         return rc;
     if ((rc = dds_config_get_int("DDSTORE_MAX_READ_BYTES", &maxr)) != 0 ||
         (rc = dds_config_get_int("DDSTORE_MERGE_ROW_BYTES", &merge)) != 0 ||
-        (rc = dds_config_get_string("DDSTORE_LOG_SUBSYS", &subsys)) != 0)
+        (rc = dds_config_get_string("DDSTORE_LOG_SUBSYS", &subsys)) != 0 ||
+        (rc = dds_config_get_bool("DDSTORE_GPU_STAGING", gpu_staging_p)) !=
+            0 ||
+        (rc = dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &gbytes)) != 0)
         return rc;
+    if (gbytes < 0)
+        return dds_error(-DDS_ECONFIG,
+                         "DDSTORE_GPU_STAGING_BYTES='%lld': expected a byte "
+                         "count >= 0 (0 = 256M)",
+                         (long long)gbytes);
     if (maxr < 0)
         return dds_error(-DDS_ECONFIG,
                          "DDSTORE_MAX_READ_BYTES='%lld': expected a byte "
@@ -501,13 +628,18 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
 {
     dds_comm_t comm = {0};
     dds_transport_t tr = {0};
+    dds_memsys_t ms = {0};
     dds_store_t *s = NULL;
     size_t maxr = 0, merge = 0;
-    int rc = 0;
+    int rc = 0, gpu_staging = 1;
 
     if (store_p == NULL || params == NULL) {
         if (params != NULL) {
             /* ownership moved to us: release what we were given */
+            if (params->field_mask & DDS_STORE_PARAM_MEMSYS) {
+                ms = params->memsys;
+                destroy_memsys(&ms);
+            }
             if (params->field_mask & DDS_STORE_PARAM_TRANSPORT) {
                 tr = params->transport;
                 destroy_transport(&tr);
@@ -525,6 +657,8 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
         comm = params->comm;
     if (params->field_mask & DDS_STORE_PARAM_TRANSPORT)
         tr = params->transport;
+    if (params->field_mask & DDS_STORE_PARAM_MEMSYS)
+        ms = params->memsys;
 
     /* Without a usable communicator nothing can be agreed: fail locally. */
     if (!(params->field_mask & DDS_STORE_PARAM_COMM) || comm.ops == NULL ||
@@ -542,8 +676,10 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
         rc = dds_error(-DDS_EINVAL,
                        "dds_store_create: a transport with region_create, "
                        "region_destroy and read is required");
+    if (rc == 0 && (params->field_mask & DDS_STORE_PARAM_MEMSYS))
+        rc = check_memsys(&ms);
     if (rc == 0)
-        rc = read_store_config(&maxr, &merge);
+        rc = read_store_config(&maxr, &merge, &gpu_staging);
     if (rc == 0) {
         s = calloc(1, sizeof(*s));
         if (s == NULL)
@@ -560,6 +696,8 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
         maxr = tr.max_read_bytes;
     s->max_read_bytes = maxr;
     s->merge_row_bytes = merge;
+    s->ms = ms;
+    s->gpu_staging = gpu_staging;
     pthread_mutex_init(&s->tmutex, NULL);
     pthread_mutex_init(&s->coll_mutex, NULL);
     pthread_mutex_init(&s->readers_mutex, NULL);
@@ -574,12 +712,21 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
             comm.size, comm.ops->name ? comm.ops->name : "?",
             tr.ops->name ? tr.ops->name : "?", (unsigned long long)tr.caps,
             maxr, merge ? merge : (size_t)DDS_PLAN_MERGE_ROW_BYTES_DEFAULT);
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+            "GPU memory: memsys '%s' (%s); transport reaches CUDA memory: "
+            "%s, ROCm memory: %s; staging %s",
+            ms.ops != NULL && ms.ops->name ? ms.ops->name : "none",
+            ms.ops != NULL ? mem_name(ms.ops->kind) : "host path only",
+            (tr.caps & DDS_TRANSPORT_CAP_HMEM_CUDA) ? "yes" : "no",
+            (tr.caps & DDS_TRANSPORT_CAP_HMEM_ROCM) ? "yes" : "no",
+            gpu_staging ? "on" : "off (DDSTORE_GPU_STAGING=0)");
     *store_p = s;
     return 0;
 
 fail_local:
     free(s);
     destroy_transport(&tr);
+    destroy_memsys(&ms);
     dds_comm_destroy(&comm);
     return rc;
 }
@@ -610,6 +757,8 @@ void dds_store_destroy(dds_store_t *s)
         r = next;
     }
     destroy_transport(&s->tr);
+    /* after the transport: it may hold registrations of staging buffers */
+    destroy_memsys(&s->ms);
     dds_comm_destroy(&s->comm);
     for (size_t i = 0; i < s->nreleased; i++)
         free(s->released[i].name);
@@ -660,7 +809,7 @@ typedef struct var_desc {
 static int check_var_args(dds_store_t *s, const char *name, const void *data,
                           int64_t nrows, size_t disp, size_t itemsize,
                           dds_dtype_t dtype, const dds_mem_t *mem, int mode,
-                          size_t *bytes_p)
+                          size_t *bytes_p, int *route_p)
 {
     size_t row_bytes;
     int rc = check_name(name);
@@ -694,26 +843,69 @@ static int check_var_args(dds_store_t *s, const char *name, const void *data,
         return dds_error(-DDS_EINVAL,
                          "variable '%s': %lld rows of %zu bytes overflow",
                          name, (long long)nrows, row_bytes);
+    *route_p = ROUTE_HOST;
     if (mode != MODE_INIT) {
+        char what[DDS_NAME_MAX + 32];
+        snprintf(what, sizeof(what), "variable '%s'", name);
         if (data == NULL && nrows > 0)
             return dds_error(-DDS_EINVAL, "variable '%s': data is NULL",
                              name);
         if (mem != NULL) {
-            char what[DDS_NAME_MAX + 32];
-            snprintf(what, sizeof(what), "variable '%s'", name);
-            rc = check_mem(s, mem, what);
-            if (rc != 0)
-                return rc;
-            if (mode == MODE_COPY && mem->kind != DDS_MEM_HOST)
+            if (mode == MODE_COPY && (int)mem->kind != DDS_MEM_HOST)
                 return dds_error(-DDS_ENOSYS,
                                  "variable '%s': copying %s memory into a "
-                                 "host shard is done by the GPU layer; add "
-                                 "it with DDS_ADD_IN_PLACE or copy it to "
-                                 "host memory first",
+                                 "host shard is not supported; add it with "
+                                 "DDS_ADD_IN_PLACE (registered in place) or "
+                                 "copy it to host memory first",
                                  name, mem_name(mem->kind));
+            rc = mem_route(s, mem, what, 1, route_p);
+            if (rc != 0)
+                return rc;
+        }
+        if (*route_p == ROUTE_HOST && nrows > 0) {
+            rc = check_host_ptr(s, data, what);
+            if (rc != 0)
+                return rc;
         }
     }
     *bytes_p = (size_t)nrows * row_bytes;
+    return 0;
+}
+
+/* The pinned host mirror of a GPU shard for a transport that cannot reach
+ * GPU memory: allocate, copy after the work queued on the shard's stream,
+ * and wait for that copy (one stream, not the device). */
+static int mirror_create(dds_store_t *s, dds_var_t *v, const void *data)
+{
+    const dds_memops_t *o = s->ms.ops;
+    dds_memseg_t seg;
+    int rc;
+    rc = o->host_alloc(s->ms.ctx, v->shard_bytes, &v->mirror);
+    if (rc != 0) {
+        v->mirror = NULL;
+        return dds_error(rc < 0 ? rc : -rc,
+                         "variable '%s': cannot allocate a pinned host "
+                         "mirror of %zu bytes for the %s shard: %s",
+                         v->name, v->shard_bytes, mem_name(v->mem.kind),
+                         dds_last_error());
+    }
+    seg.src_offset = 0;
+    seg.dst_offset = 0;
+    seg.len = v->shard_bytes;
+    rc = o->copy_async(s->ms.ctx, DDS_COPY_D2H, v->mirror, data, &seg, 1,
+                       &v->mem, NULL);
+    if (rc == 0)
+        rc = o->stream_fence(s->ms.ctx, &v->mem);
+    if (rc != 0)
+        return dds_error(rc < 0 ? rc : -rc,
+                         "variable '%s': copying the %s shard to its host "
+                         "mirror failed: %s",
+                         v->name, mem_name(v->mem.kind), dds_last_error());
+    DDS_LOG_ONCE(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+                 "GPU shards are served from pinned host mirrors: transport "
+                 "'%s' cannot reach %s memory (no FI_HMEM)",
+                 s->tr.ops->name ? s->tr.ops->name : "?",
+                 mem_name(v->mem.kind));
     return 0;
 }
 
@@ -767,13 +959,13 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     var_desc_t mine, *all = NULL;
     dds_region_desc_t rd;
     size_t bytes = 0;
-    int rc, created = 0;
+    int rc, created = 0, route = ROUTE_HOST;
 
     pthread_mutex_lock(&s->coll_mutex);
 
     /* 1. local checks and allocation */
     rc = check_var_args(s, name, data, nrows, disp, itemsize, dtype, mem,
-                        mode, &bytes);
+                        mode, &bytes, &route);
     if (rc == 0) {
         /* room in the table now, so that publishing cannot fail later */
         pthread_rwlock_wrlock(&s->table_lock);
@@ -807,6 +999,20 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
             v->shard = (void *)data;
             if (mem != NULL)
                 v->mem = *mem;
+            if (route == ROUTE_STAGED && bytes > 0) {
+                rc = mirror_create(s, v, data);
+            } else if (route == ROUTE_DIRECT && bytes > 0 &&
+                       ms_serves(s, v->mem.kind)) {
+                /* peers read the shard through the NIC as soon as add
+                 * returns: the work that produces it, queued on its
+                 * stream, must be done (one stream, not the device) */
+                rc = s->ms.ops->stream_fence(s->ms.ctx, &v->mem);
+                if (rc != 0)
+                    rc = dds_error(rc < 0 ? rc : -rc,
+                                   "variable '%s': waiting for the work "
+                                   "queued on the shard's stream: %s",
+                                   name, dds_last_error());
+            }
         } else if (bytes > 0) {
             v->shard = mode == MODE_INIT ? calloc(1, bytes) : malloc(bytes);
             v->shard_owned = 1;
@@ -845,13 +1051,18 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     /* 3. the transport */
     memset(&rd, 0, sizeof(rd));
     rd.name = v->name;
-    rd.base = v->shard;
+    rd.base = v->mirror != NULL ? v->mirror : v->shard;
     rd.bytes = bytes;
     rd.row_bytes = v->row_bytes;
     rd.nrows = nrows;
     rd.dtype = dtype;
     rd.itemsize = itemsize;
     rd.mem = v->mem;
+    if (v->mirror != NULL) {
+        rd.mem.kind = DDS_MEM_HOST;
+        rd.mem.device = 0;
+        rd.mem.stream = NULL;
+    }
     rc = s->tr.ops->region_create(s->tr.ctx, &rd, &v->region);
     if (rc != 0) {
         if (rc > 0)
@@ -890,7 +1101,7 @@ fail:
         dds_error(rc, "%s", saved);
     }
     free(all);
-    var_release(v);
+    var_release(s, v);
     pthread_mutex_unlock(&s->coll_mutex);
     return rc;
 }
@@ -940,7 +1151,7 @@ static int var_destroy(dds_store_t *s, dds_var_t *v)
             dds_error(rc, "variable '%s': transport '%s' failed to release "
                           "the region", v->name, s->tr.ops->name);
     }
-    var_release(v);
+    var_release(s, v);
     return rc;
 }
 
@@ -1029,6 +1240,74 @@ int dds_store_free(dds_store_t *s)
 
 /* ---- variables: local ------------------------------------------------- */
 
+/* var_update where the source or the shard is GPU memory: copies through
+ * the memsys on one stream (the source's when it is GPU memory, else the
+ * shard's), the host mirror refreshed, then a fence on that stream so the
+ * rows are in place for every reader when this returns. */
+static int update_gpu(dds_store_t *s, dds_var_t *v, const dds_buf_t *src,
+                      int64_t offset)
+{
+    const dds_memops_t *o = s->ms.ops;
+    const int src_gpu = src->mem.kind != DDS_MEM_HOST;
+    const dds_mem_kind_t need = src_gpu ? src->mem.kind : v->mem.kind;
+    const size_t n = (size_t)src->nrows * v->row_bytes;
+    const size_t off = (size_t)offset * v->row_bytes;
+    const dds_mem_t *on;
+    dds_memseg_t seg;
+    int rc;
+
+    if ((int)src->mem.kind < DDS_MEM_HOST || (int)src->mem.kind > DDS_MEM_ROCM)
+        return dds_error(-DDS_EINVAL, "variable '%s': update: unknown "
+                                      "memory kind %d",
+                         v->name, (int)src->mem.kind);
+    if (o == NULL)
+        return dds_error(-DDS_ENOGPU,
+                         "variable '%s': update from %s memory into a %s "
+                         "shard needs a usable GPU runtime; this store has "
+                         "none (no GPU)",
+                         v->name, mem_name(src->mem.kind),
+                         mem_name(v->mem.kind));
+    if (o->kind != need ||
+        (src_gpu && v->mem.kind != DDS_MEM_HOST && v->mem.kind != need))
+        return dds_error(-DDS_ENOSYS,
+                         "variable '%s': update from %s memory into a %s "
+                         "shard, but this process's GPU runtime ('%s') "
+                         "drives %s memory",
+                         v->name, mem_name(src->mem.kind),
+                         mem_name(v->mem.kind), o->name ? o->name : "?",
+                         mem_name(o->kind));
+    if (n == 0)
+        return 0;
+    seg.src_offset = 0;
+    seg.dst_offset = off;
+    seg.len = n;
+    if (v->mem.kind != DDS_MEM_HOST) {
+        on = src_gpu ? &src->mem : &v->mem;
+        rc = o->copy_async(s->ms.ctx, src_gpu ? DDS_COPY_D2D : DDS_COPY_H2D,
+                           v->shard, src->ptr, &seg, 1, on, NULL);
+        if (rc == 0 && v->mirror != NULL) {
+            if (src_gpu)
+                rc = o->copy_async(s->ms.ctx, DDS_COPY_D2H, v->mirror,
+                                   src->ptr, &seg, 1, on, NULL);
+            else
+                memcpy((char *)v->mirror + off, src->ptr, n);
+        }
+    } else {
+        on = &src->mem;
+        rc = o->copy_async(s->ms.ctx, DDS_COPY_D2H, v->shard, src->ptr, &seg,
+                           1, on, NULL);
+    }
+    if (rc == 0)
+        rc = o->stream_fence(s->ms.ctx, on);
+    if (rc != 0)
+        return dds_error(rc < 0 ? rc : -rc,
+                         "variable '%s': update from %s memory into the %s "
+                         "shard: %s",
+                         v->name, mem_name(src->mem.kind),
+                         mem_name(v->mem.kind), dds_last_error());
+    return 0;
+}
+
 int dds_store_var_update(dds_store_t *s, const char *name,
                          const dds_buf_t *src, int64_t offset)
 {
@@ -1061,10 +1340,7 @@ int dds_store_var_update(dds_store_t *s, const char *name,
         goto out;
     }
     if (src->mem.kind != DDS_MEM_HOST || v->mem.kind != DDS_MEM_HOST) {
-        rc = dds_error(-DDS_ENOSYS,
-                       "variable '%s': update from %s memory into a %s shard "
-                       "is done by the GPU layer",
-                       name, mem_name(src->mem.kind), mem_name(v->mem.kind));
+        rc = update_gpu(s, v, src, offset);
         goto out;
     }
     if (src->nrows > 0)
@@ -1192,17 +1468,165 @@ static int device_ops(tctx_t *tc, const dds_var_t *v, const int64_t *rows,
     return 0;
 }
 
+/* Serve the planned ops of this rank from the host view of its shard (the
+ * shard itself, or the host mirror of a GPU shard) with memcpy into
+ * `dst` / `staging`, and drop them from ops[0..*nops_p).  Only with
+ * DDS_TRANSPORT_CAP_LOCAL_SELF (this rank index owns the local shard).
+ * Returns the bytes served. */
+static size_t serve_local(const dds_store_t *s, const dds_var_t *v,
+                          const dds_plan_t *pl, dds_read_op_t *ops,
+                          size_t *nops_p, char *dst, char *staging)
+{
+    const char *hv = v->mem.kind == DDS_MEM_HOST ? (const char *)v->shard
+                                                 : (const char *)v->mirror;
+    const int me = s->comm.rank;
+    size_t a, b, bytes = 0;
+
+    if (!(s->tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF) || hv == NULL ||
+        me >= v->nranks)
+        return 0;
+    a = pl->owner_first[me];
+    b = pl->owner_first[me + 1];
+    if (b <= a)
+        return 0;
+    for (size_t i = a; i < b; i++) {
+        const dds_read_op_t *op = &ops[i];
+        char *to = op->staged ? staging : dst;
+        memcpy(to + op->dst_offset, hv + op->src_offset, op->len);
+        bytes += op->len;
+    }
+    memmove(&ops[a], &ops[b], (*nops_p - b) * sizeof(*ops));
+    *nops_p -= b - a;
+    return bytes;
+}
+
+/* The plan's copy ops on host memory: staging -> slot, then first
+ * occurrence -> repeats, in order. */
+static void host_copies(const dds_plan_t *pl, char *dst, const char *staging)
+{
+    const dds_copy_op_t *c = pl->copies;
+    for (size_t i = 0; i < pl->ncopies; i++) {
+        const char *from = c[i].from_staging ? staging : dst;
+        memcpy(dst + c[i].dst_offset, from + c[i].src_offset, c[i].len);
+    }
+}
+
+/* One transport read; the error names the variable and the transport. */
+static int transport_read(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
+                          const dds_read_op_t *ops, size_t nops, void *dst,
+                          void *dh, const dds_mem_t *dst_mem, void *staging,
+                          void *sh, uint64_t *wait_ns, uint64_t *t_xfer)
+{
+    void *treader = reader != NULL ? reader->treader : NULL;
+    uint64_t t1, t2;
+    int rc;
+    if (s->serialize)
+        *wait_ns += lock_mutex_timed(&s->tmutex);
+    t1 = dds_prof_now();
+    rc = s->tr.ops->read(s->tr.ctx, treader, v->region, ops, nops, dst, dh,
+                         dst_mem, staging, sh, &v->prof);
+    t2 = dds_prof_now();
+    *t_xfer += t2 - t1;
+    if (s->serialize)
+        pthread_mutex_unlock(&s->tmutex);
+    if (rc != 0) {
+        if (rc > 0)
+            rc = -rc;
+        rc = dds_error(rc, "read of '%s' through transport '%s': %s", v->name,
+                       s->tr.ops->name ? s->tr.ops->name : "?",
+                       dds_last_error()[0] ? dds_last_error()
+                                           : dds_strerror(rc));
+    }
+    return rc;
+}
+
+/* A GPU destination the transport cannot reach: read into a pinned staging
+ * buffer laid out like the destination (plus the plan's own staging area
+ * behind it), do the plan's copies on the host, then one asynchronous
+ * host-to-device copy on dst->mem.stream and give the buffer back without
+ * waiting (its event keeps it from being reused before the copy ran). */
+static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
+                       tctx_t *tc, dds_read_op_t *ops, size_t *nops_p,
+                       const dds_buf_t *dst, size_t *local_bytes_p,
+                       size_t *staged_p, uint64_t *wait_ns, uint64_t *t_xfer,
+                       uint64_t *t_gpu)
+{
+    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
+    const dds_memops_t *o = s->ms.ops;
+    const size_t dbytes = (size_t)dst->nrows * v->row_bytes;
+    const size_t soff = (dbytes + 63) & ~(size_t)63;
+    const size_t total = soff + tc->plan.staging_bytes;
+    void *sbuf = NULL, *hp = NULL;
+    char *h, *stg;
+    dds_memseg_t seg;
+    uint64_t t0;
+    int rc, rc2;
+
+    if (dbytes == 0) {
+        *nops_p = 0;
+        return 0;
+    }
+    t0 = dds_prof_now();
+    rc = o->staging_acquire(s->ms.ctx, total, &sbuf, &hp);
+    *t_gpu += dds_prof_now() - t0;
+    if (rc != 0)
+        return dds_error(rc < 0 ? rc : -rc,
+                         "read of '%s' into %s memory: cannot get a pinned "
+                         "staging buffer of %zu bytes: %s",
+                         v->name, mem_name(dst->mem.kind), total,
+                         dds_last_error());
+    h = hp;
+    stg = tc->plan.staging_bytes > 0 ? h + soff : NULL;
+    *local_bytes_p = serve_local(s, v, &tc->plan, ops, nops_p, h, stg);
+    rc = 0;
+    if (*nops_p > 0)
+        rc = transport_read(s, reader, v, ops, *nops_p, h, NULL, &host, stg,
+                            NULL, wait_ns, t_xfer);
+    t0 = dds_prof_now();
+    if (rc == 0) {
+        host_copies(&tc->plan, h, stg);
+        seg.src_offset = 0;
+        seg.dst_offset = 0;
+        seg.len = dbytes;
+        rc = o->copy_async(s->ms.ctx, DDS_COPY_H2D, dst->ptr, h, &seg, 1,
+                           &dst->mem, sbuf);
+        if (rc != 0)
+            rc = dds_error(rc < 0 ? rc : -rc,
+                           "read of '%s': copy from the staging buffer to "
+                           "%s memory failed: %s",
+                           v->name, mem_name(dst->mem.kind), dds_last_error());
+    }
+    rc2 = o->staging_release(s->ms.ctx, sbuf);
+    *t_gpu += dds_prof_now() - t0;
+    if (rc == 0 && rc2 != 0)
+        rc = dds_error(rc2 < 0 ? rc2 : -rc2,
+                       "read of '%s': releasing the staging buffer: %s",
+                       v->name, dds_last_error());
+    if (rc == 0) {
+        *staged_p = dbytes + tc->plan.staging_bytes;
+        DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+                     "reads into %s memory go through pinned host staging "
+                     "buffers: transport '%s' cannot reach %s memory (no "
+                     "FI_HMEM); counted as staged_bytes in the profile; "
+                     "DDSTORE_GPU_STAGING=0 makes this an error",
+                     mem_name(dst->mem.kind),
+                     s->tr.ops->name ? s->tr.ops->name : "?",
+                     mem_name(dst->mem.kind));
+    }
+    return rc;
+}
+
 static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
                       const dds_buf_t *dst, const int64_t *rows, size_t n,
                       int64_t start, int is_batch)
 {
-    uint64_t t0 = dds_prof_now(), wait_ns, t_xfer = 0, t1, t2;
+    uint64_t t0 = dds_prof_now(), wait_ns, t_xfer = 0, t_gpu = 0;
     dds_plan_params_t pp;
     dds_read_op_t *ops;
-    size_t nops, local_bytes = 0;
+    size_t nops, local_bytes = 0, staged = 0;
     dds_var_t *v;
     tctx_t *tc;
-    int rc, me;
+    int rc, route = ROUTE_HOST;
 
     if (DDS_UNLIKELY(s == NULL || dst == NULL))
         return dds_error(-DDS_EINVAL, "read: NULL %s",
@@ -1238,7 +1662,7 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
     if (dst->mem.kind != DDS_MEM_HOST) {
         char what[DDS_NAME_MAX + 32];
         snprintf(what, sizeof(what), "read of '%s'", name);
-        rc = check_mem(s, &dst->mem, what);
+        rc = mem_route(s, &dst->mem, what, 0, &route);
         if (rc != 0)
             goto out;
     }
@@ -1262,7 +1686,8 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
     ops = tc->plan.ops;
     nops = tc->plan.nops;
 
-    if (dst->mem.kind == DDS_MEM_HOST) {
+    if (route == ROUTE_HOST) {
+        void *dh, *sh = NULL;
         if (tc->plan.staging_bytes > 0 &&
             tctx_staging(tc, tc->plan.staging_bytes) != 0) {
             rc = dds_error(-DDS_ENOMEM,
@@ -1270,65 +1695,57 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
                            name, tc->plan.staging_bytes);
             goto out;
         }
-        /* rows of this rank straight from the local host shard */
-        me = s->comm.rank;
-        if ((s->tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF) &&
-            v->mem.kind == DDS_MEM_HOST && me < v->nranks) {
-            size_t a = tc->plan.owner_first[me], b = tc->plan.owner_first[me + 1];
-            if (b > a) {
-                for (size_t i = a; i < b; i++) {
-                    const dds_read_op_t *op = &ops[i];
-                    char *to = op->staged ? (char *)tc->staging
-                                          : (char *)dst->ptr;
-                    memcpy(to + op->dst_offset,
-                           (const char *)v->shard + op->src_offset, op->len);
-                    local_bytes += op->len;
-                }
-                memmove(&ops[a], &ops[b], (nops - b) * sizeof(*ops));
-                nops -= b - a;
+        /* rows of this rank straight from the local shard's host view */
+        local_bytes = serve_local(s, v, &tc->plan, ops, &nops,
+                                  (char *)dst->ptr, (char *)tc->staging);
+        if (nops > 0) {
+            dh = reg_lookup(s, dst->ptr, (size_t)dst->nrows * v->row_bytes);
+            if (tc->plan.staging_bytes > 0)
+                sh = reg_lookup(s, tc->staging, tc->plan.staging_bytes);
+            rc = transport_read(s, reader, v, ops, nops, dst->ptr, dh,
+                                &dst->mem, tc->staging, sh, &wait_ns,
+                                &t_xfer);
+            if (rc != 0)
+                goto out;
+        }
+        host_copies(&tc->plan, (char *)dst->ptr, (const char *)tc->staging);
+        staged = tc->plan.staging_bytes;
+    } else if (route == ROUTE_DIRECT) {
+        /* The NIC writes into GPU memory: queued kernels that still use the
+         * destination must be done first.  One event on the caller's
+         * stream, never a device-wide synchronise.  Without a memsys for
+         * this memory the caller orders (C users, tests). */
+        if (dst->nrows > 0 && ms_serves(s, dst->mem.kind)) {
+            uint64_t tg = dds_prof_now();
+            rc = s->ms.ops->stream_fence(s->ms.ctx, &dst->mem);
+            t_gpu += dds_prof_now() - tg;
+            if (rc != 0) {
+                rc = dds_error(rc < 0 ? rc : -rc,
+                               "read of '%s': waiting for the work queued on "
+                               "the destination's stream: %s",
+                               name, dds_last_error());
+                goto out;
             }
         }
-    } else if (tc->plan.ncopies > 0) {
-        rc = device_ops(tc, v, rows, s->max_read_bytes, &ops, &nops);
+        /* no host copies into device memory: every row is read in place */
+        if (tc->plan.ncopies > 0) {
+            rc = device_ops(tc, v, rows, s->max_read_bytes, &ops, &nops);
+            if (rc != 0)
+                goto out;
+        }
+        if (nops > 0) {
+            void *dh = reg_lookup(s, dst->ptr,
+                                  (size_t)dst->nrows * v->row_bytes);
+            rc = transport_read(s, reader, v, ops, nops, dst->ptr, dh,
+                                &dst->mem, NULL, NULL, &wait_ns, &t_xfer);
+            if (rc != 0)
+                goto out;
+        }
+    } else {
+        rc = read_staged(s, reader, v, tc, ops, &nops, dst, &local_bytes,
+                         &staged, &wait_ns, &t_xfer, &t_gpu);
         if (rc != 0)
             goto out;
-    }
-
-    if (nops > 0) {
-        void *dh, *sh = NULL, *treader = reader != NULL ? reader->treader : NULL;
-        dh = reg_lookup(s, dst->ptr, (size_t)dst->nrows * v->row_bytes);
-        if (tc->plan.staging_bytes > 0 && dst->mem.kind == DDS_MEM_HOST)
-            sh = reg_lookup(s, tc->staging, tc->plan.staging_bytes);
-        if (s->serialize)
-            wait_ns += lock_mutex_timed(&s->tmutex);
-        t1 = dds_prof_now();
-        rc = s->tr.ops->read(s->tr.ctx, treader, v->region, ops, nops,
-                             dst->ptr, dh, &dst->mem,
-                             dst->mem.kind == DDS_MEM_HOST ? tc->staging : NULL,
-                             sh, &v->prof);
-        t2 = dds_prof_now();
-        t_xfer = t2 - t1;
-        if (s->serialize)
-            pthread_mutex_unlock(&s->tmutex);
-        if (rc != 0) {
-            if (rc > 0)
-                rc = -rc;
-            rc = dds_error(rc, "read of '%s' through transport '%s': %s", name,
-                           s->tr.ops->name ? s->tr.ops->name : "?",
-                           dds_last_error()[0] ? dds_last_error()
-                                               : dds_strerror(rc));
-            goto out;
-        }
-    }
-
-    if (dst->mem.kind == DDS_MEM_HOST) {
-        const dds_copy_op_t *c = tc->plan.copies;
-        for (size_t i = 0; i < tc->plan.ncopies; i++) {
-            const char *from = c[i].from_staging ? (const char *)tc->staging
-                                                 : (const char *)dst->ptr;
-            memcpy((char *)dst->ptr + c[i].dst_offset, from + c[i].src_offset,
-                   c[i].len);
-        }
     }
 
     dds_prof_add(&v->prof, DDS_PROF_CALLS, 1);
@@ -1337,14 +1754,14 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
                  (uint64_t)dst->nrows * (uint64_t)v->row_bytes);
     dds_prof_add(&v->prof, DDS_PROF_READS, (uint64_t)nops);
     dds_prof_add(&v->prof, DDS_PROF_LOCAL_BYTES, local_bytes);
-    if (dst->mem.kind == DDS_MEM_HOST)
-        dds_prof_add(&v->prof, DDS_PROF_STAGED_BYTES, tc->plan.staging_bytes);
+    dds_prof_add(&v->prof, DDS_PROF_STAGED_BYTES, staged);
     dds_prof_add(&v->prof, DDS_PROF_NS_LOCK_WAIT, wait_ns);
+    dds_prof_add(&v->prof, DDS_PROF_NS_GPU_SYNC, t_gpu);
     if (t0 != 0) {
         uint64_t total = dds_prof_now() - t0;
-        uint64_t other = total > wait_ns + t_xfer ? total - wait_ns - t_xfer
-                                                  : 0;
-        dds_prof_add(&v->prof, DDS_PROF_NS_OTHER, other);
+        uint64_t known = wait_ns + t_xfer + t_gpu;
+        dds_prof_add(&v->prof, DDS_PROF_NS_OTHER,
+                     total > known ? total - known : 0);
         dds_prof_add(&v->prof, DDS_PROF_NS_TOTAL, total);
     }
 out:
@@ -1373,7 +1790,7 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
     dds_mem_t m = {DDS_MEM_HOST, 0, NULL};
     void *handle = NULL;
     size_t pos;
-    int rc;
+    int rc, route = ROUTE_HOST;
 
     if (s == NULL || ptr == NULL || bytes == 0)
         return dds_error(-DDS_EINVAL, "recv_register: NULL store, NULL "
@@ -1382,7 +1799,12 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
         return dds_error(-DDS_EINVAL, "recv_register: range wraps around");
     if (mem != NULL) {
         m = *mem;
-        rc = check_mem(s, &m, "recv_register");
+        rc = mem_route(s, &m, "recv_register", 0, &route);
+        if (rc != 0)
+            return rc;
+    }
+    if (route == ROUTE_HOST) {
+        rc = check_host_ptr(s, ptr, "recv_register");
         if (rc != 0)
             return rc;
     }
@@ -1393,7 +1815,8 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
         return dds_error(-DDS_EEXIST,
                          "recv_register: %zu bytes at %p are already "
                          "registered", bytes, ptr);
-    if (s->tr.ops->recv_register != NULL) {
+    /* Staged GPU memory is never touched by the transport: only recorded. */
+    if (route != ROUTE_STAGED && s->tr.ops->recv_register != NULL) {
         if (s->serialize)
             pthread_mutex_lock(&s->tmutex);
         rc = s->tr.ops->recv_register(s->tr.ctx, ptr, bytes, &m, &handle);

@@ -166,7 +166,8 @@ static void test_core_table(void)
         "DDSTORE_LOG_LEVEL",      "DDSTORE_LOG_SUBSYS",
         "DDSTORE_PROFILE",        "DDSTORE_MAX_READ_BYTES",
         "DDSTORE_MERGE_ROW_BYTES", "DDSTORE_READ_TIMEOUT_S",
-        "DDSTORE_METHOD",         "DDSTORE_TEST_STRICT"};
+        "DDSTORE_METHOD",         "DDSTORE_TEST_STRICT",
+        "DDSTORE_GPU_STAGING",    "DDSTORE_GPU_STAGING_BYTES"};
     int64_t v;
     double d;
     const char *s;
@@ -204,6 +205,19 @@ static void test_core_table(void)
     CHECK_OK(dds_config_get_string("DDSTORE_LOG_LEVEL", &s));
     CHECK_STREQ(s, "debug");
     unsetenv("DDSTORE_LOG_LEVEL");
+    {
+        int b = -1;
+        unsetenv("DDSTORE_GPU_STAGING");
+        unsetenv("DDSTORE_GPU_STAGING_BYTES");
+        CHECK_OK(dds_config_get_bool("DDSTORE_GPU_STAGING", &b));
+        CHECK_EQ(b, 1);
+        CHECK_OK(dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &v));
+        CHECK_EQ(v, 256LL << 20);
+        setenv("DDSTORE_GPU_STAGING", "off", 1);
+        CHECK_OK(dds_config_get_bool("DDSTORE_GPU_STAGING", &b));
+        CHECK_EQ(b, 0);
+        unsetenv("DDSTORE_GPU_STAGING");
+    }
 }
 
 int main(void)

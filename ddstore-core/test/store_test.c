@@ -469,11 +469,14 @@ static void read_errors_rank(fake_world_t *w, int rank, void *arg)
     b.nrows = 8;
     CHECK_RC(dds_store_get(s, NULL, "v", &b, total - 7), -DDS_ERANGE);
     CHECK_MEMEQ(dst, keep, sizeof(dst));
-    {   /* a GPU destination needs a transport that can write GPU memory */
+    {   /* a GPU destination needs a transport that can write GPU memory,
+         * or a GPU runtime (memsys) for staging; this store has neither */
         dds_buf_t g = b;
         g.mem.kind = DDS_MEM_CUDA;
-        CHECK_RC(dds_store_get_batch(s, NULL, "v", &g, rows, 8), -DDS_ENOSYS);
+        CHECK_RC(dds_store_get_batch(s, NULL, "v", &g, rows, 8), -DDS_ENOGPU);
         CHECK_CONTAINS(dds_last_error(), "CUDA");
+        CHECK_CONTAINS(dds_last_error(), "FI_HMEM");
+        CHECK_CONTAINS(dds_last_error(), "no GPU");
         g.mem.kind = (dds_mem_kind_t)9;
         CHECK_RC(dds_store_get_batch(s, NULL, "v", &g, rows, 8), -DDS_EINVAL);
     }

@@ -1,5 +1,14 @@
 /* ddstore-mpi: MPI lifetime helpers, error translation and the MPI
- * communicator (core's comm.h over an MPI_Comm_dup). */
+ * communicator (core's comm.h over an MPI_Comm_dup).
+ *
+ * Bazel generates ddstore/mpi_version.h from VERSION (#define DDMPI_VERSION
+ * "x.y.z"); builds without it pass -DDDMPI_VERSION='"x.y.z"'. */
+#if defined(__has_include)
+#if __has_include("ddstore/mpi_version.h")
+#include "ddstore/mpi_version.h"
+#endif
+#endif
+
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -79,9 +88,13 @@ int ddmpi_finalize_if_ours(void)
     return rc;
 }
 
+#ifndef DDMPI_VERSION
+#define DDMPI_VERSION "0.0.0-unknown"
+#endif
+
 const char *ddmpi_version(void)
 {
-    return DDMPI_VERSION_STRING;
+    return DDMPI_VERSION;
 }
 
 int ddmpi_translate_error(int mpi_rc, const char *what)

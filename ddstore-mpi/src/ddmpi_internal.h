@@ -11,7 +11,9 @@
  * warning once.  MPI must be initialised. */
 int ddmpi_need_serial(void);
 
-/* The process-wide mutex (no-ops when `serial` is 0). */
+/* The process-wide mutex (no-ops when `serial` is 0).  It is the innermost
+ * lock: nothing else is acquired while it is held (ddmpi_transport.c takes
+ * its list of live windows before it). */
 void ddmpi_serial_lock(int serial);
 void ddmpi_serial_unlock(int serial);
 

@@ -67,9 +67,20 @@ typedef struct ddmpi_region {
  * the creations did).  Later region_destroy calls find no window and free
  * local memory only. */
 
+/* Lock order: ddmpi_live_lock before the serial lock (ddmpi_internal.h). */
 static pthread_mutex_t ddmpi_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static ddmpi_region_t *ddmpi_live_head, *ddmpi_live_tail;
 static int ddmpi_finalize_keyval = MPI_KEYVAL_INVALID;
+
+/* Set when MPI_Finalize starts (by the hook): the read path tests this flag
+ * instead of calling MPI_Finalized, which takes a process-wide lock in some
+ * MPIs. */
+static int ddmpi_mpi_gone;
+
+static int ddmpi_gone(void)
+{
+    return __atomic_load_n(&ddmpi_mpi_gone, __ATOMIC_ACQUIRE);
+}
 
 static void ddmpi_window_close(ddmpi_region_t *r, int *rc_p)
 {
@@ -91,6 +102,7 @@ static int ddmpi_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra)
 
     (void)comm; (void)keyval; (void)attr; (void)extra;
     pthread_mutex_lock(&ddmpi_live_lock);
+    __atomic_store_n(&ddmpi_mpi_gone, 1, __ATOMIC_RELEASE);
     for (r = ddmpi_live_head; r; r = next) {
         next = r->next;
         if (r->win != MPI_WIN_NULL) {
@@ -109,17 +121,28 @@ static int ddmpi_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra)
     return MPI_SUCCESS;
 }
 
-/* Called with ddmpi_live_lock held. */
-static int ddmpi_finalize_hook_install(void)
+/* Once per process (local, not collective). */
+static int ddmpi_finalize_hook_install(int serial)
 {
-    int mrc;
+    int mrc = MPI_SUCCESS;
 
-    if (ddmpi_finalize_keyval != MPI_KEYVAL_INVALID)
-        return 0;
-    mrc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, ddmpi_at_finalize,
-                                 &ddmpi_finalize_keyval, NULL);
-    if (mrc == MPI_SUCCESS)
-        mrc = MPI_Comm_set_attr(MPI_COMM_SELF, ddmpi_finalize_keyval, NULL);
+    pthread_mutex_lock(&ddmpi_live_lock);
+    if (ddmpi_finalize_keyval == MPI_KEYVAL_INVALID) {
+        int kv = MPI_KEYVAL_INVALID;
+
+        ddmpi_serial_lock(serial);
+        mrc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, ddmpi_at_finalize,
+                                     &kv, NULL);
+        if (mrc == MPI_SUCCESS) {
+            mrc = MPI_Comm_set_attr(MPI_COMM_SELF, kv, NULL);
+            if (mrc == MPI_SUCCESS)
+                ddmpi_finalize_keyval = kv;
+            else
+                MPI_Comm_free_keyval(&kv);
+        }
+        ddmpi_serial_unlock(serial);
+    }
+    pthread_mutex_unlock(&ddmpi_live_lock);
     return ddmpi_translate_error(mrc, "mpi transport: MPI_Comm_set_attr"
                                  "(MPI_COMM_SELF) for the finalize hook");
 }
@@ -415,10 +438,10 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
                          "(memory kind %d) need staging, which the MPI "
                          "transport does not do yet", r->name,
                          (int)dst_mem->kind);
-    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_finalized())
+    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
         return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
-                         r->name, ddmpi_finalized() ? "MPI_Finalize"
-                                                    : "the window was freed");
+                         r->name, ddmpi_gone() ? "MPI_Finalize"
+                                               : "the window was freed");
     if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
         return rc;
 
@@ -574,6 +597,8 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     }
 
     serial = ddmpi_need_serial();
+    if (rc == 0)
+        rc = ddmpi_finalize_hook_install(serial);
     ddmpi_serial_lock(serial);
     mrc = MPI_Comm_dup(comm, &dup);
     if (mrc != MPI_SUCCESS) {
@@ -582,11 +607,6 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
         return ddmpi_translate_error(mrc, "MPI_Comm_dup");
     }
     mrc = MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
-    if (rc == 0) {
-        pthread_mutex_lock(&ddmpi_live_lock);
-        rc = ddmpi_finalize_hook_install();
-        pthread_mutex_unlock(&ddmpi_live_lock);
-    }
     /* agree: v[0] = lowest failing rank's code (codes are negative, so MIN
      * picks one of them), v[1] = MPI ok everywhere */
     v[0] = rc;

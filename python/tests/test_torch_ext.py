@@ -32,7 +32,7 @@ def _expected(rows, disp, dtype=np.float32):
 def st():
     comm = world()
     s = pyddstore.PyDDStore(comm, method=0)
-    per = lambda r: 3 + (r * 5) % 4          # 3, 4, 5, 6: uneven shards  # noqa: E731
+    per = lambda r: 5 + (r * 5) % 4          # 5, 6, 7, 8: uneven shards  # noqa: E731
     shard, _ = _rows(comm, per, 6)
     s.add("v", shard)
     s.add("i64", shard.astype(np.int64).reshape(len(shard), 2, 3))

@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "ddstore/comm.h"
+#include "ddstore/memops.h"
 #include "ddstore/profile.h"
 #include "ddstore/transport.h"
 #include "ddstore/types.h"
@@ -43,17 +44,25 @@ typedef struct dds_reader dds_reader_t;
 
 enum {
     DDS_STORE_PARAM_COMM = 1u << 0,
-    DDS_STORE_PARAM_TRANSPORT = 1u << 1
+    DDS_STORE_PARAM_TRANSPORT = 1u << 1,
+    DDS_STORE_PARAM_MEMSYS = 1u << 2
 };
 
 typedef struct dds_store_params {
     uint64_t field_mask;          /* DDS_STORE_PARAM_* that are set           */
     dds_comm_t comm;              /* required; ownership moves to the store   */
     dds_transport_t transport;    /* required; ownership moves to the store   */
+    /* Added after 0.1.0 (read only when DDS_STORE_PARAM_MEMSYS is set):
+     * GPU memory operations (memops.h) for one device kind (ops->kind).
+     * Optional; ownership moves to the store (ops->destroy(ctx) when the
+     * store is destroyed, or at once when creation fails).  Without it the
+     * store reads into GPU memory only through a transport with
+     * DDS_TRANSPORT_CAP_HMEM_* for that memory (docs/gpudirect.md). */
+    dds_memsys_t memsys;
 } dds_store_params_t;
 
-/* Collective.  On success the store owns comm and transport (destroyed with
- * it); on failure they are destroyed too. */
+/* Collective.  On success the store owns comm, transport and memsys
+ * (destroyed with it); on failure they are destroyed too. */
 int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p);
 
 /* Collective if variables are still live (frees them first).  Safe after
@@ -80,7 +89,12 @@ enum {
 };
 
 /* Collective: this rank's shard = `nrows` rows of `disp` x `itemsize` bytes
- * at `data` (in memory `mem`, NULL = host).  Same checks as var_init. */
+ * at `data` (in memory `mem`, NULL = host).  Same checks as var_init.
+ * GPU memory (mem->kind CUDA/ROCm) needs DDS_ADD_IN_PLACE; the transport
+ * registers it directly when it has DDS_TRANSPORT_CAP_HMEM_* for that kind,
+ * otherwise the store keeps a pinned host mirror (memsys required,
+ * DDSTORE_GPU_STAGING=1), copied at add after the work queued on
+ * mem->stream, and refreshed by var_update. */
 int dds_store_var_add(dds_store_t *store, const char *name, const void *data,
                       int64_t nrows, size_t disp, size_t itemsize,
                       dds_dtype_t dtype, const dds_mem_t *mem, int flags);
@@ -103,7 +117,11 @@ typedef struct dds_buf {
     dds_mem_t mem;
 } dds_buf_t;
 
-/* Local: overwrite rows [offset, offset+src->nrows) of this rank's shard. */
+/* Local: overwrite rows [offset, offset+src->nrows) of this rank's shard.
+ * Host or GPU source into a host or GPU shard (GPU: through the memsys, on
+ * the source's stream when it is GPU memory, else the shard's; returns after
+ * the copies and the shard's host mirror are done, waiting on that stream
+ * only). */
 int dds_store_var_update(dds_store_t *store, const char *name,
                          const dds_buf_t *src, int64_t offset);
 
@@ -128,7 +146,15 @@ int dds_store_var_offsets(dds_store_t *store, const char *name,
 
 /* Local: rows [0, dst->nrows) of dst <- global rows [start, start+nrows).
  * A range crossing owner boundaries is read from every owner.  `reader`
- * NULL = the store's default reader. */
+ * NULL = the store's default reader.
+ * GPU destinations (dst->mem.kind CUDA/ROCm): with a transport that has
+ * DDS_TRANSPORT_CAP_HMEM_* for that kind the NIC writes into them after
+ * the host waited for the work queued so far on dst->mem.stream (an event,
+ * never a device-wide synchronise); otherwise (memsys required,
+ * DDSTORE_GPU_STAGING=1) rows are read into a pinned staging buffer and
+ * copied with one asynchronous host-to-device copy on dst->mem.stream: the
+ * call returns without waiting for it, and the rows are ready for the next
+ * kernel queued on that stream. */
 int dds_store_get(dds_store_t *store, dds_reader_t *reader, const char *name,
                   const dds_buf_t *dst, int64_t start);
 
@@ -138,7 +164,9 @@ int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const int64_t *rows, size_t n);
 
 /* Register a destination so reads into it or any slice of it skip
- * registration.  Returns -DDS_EEXIST if exactly this range is registered. */
+ * registration.  Returns -DDS_EEXIST if exactly this range is registered.
+ * GPU memory that the transport cannot reach (staged reads) is recorded
+ * without a transport registration. */
 int dds_store_recv_register(dds_store_t *store, void *ptr, size_t bytes,
                             const dds_mem_t *mem);
 /* -DDS_ENOENT if (ptr, bytes) was not registered. */

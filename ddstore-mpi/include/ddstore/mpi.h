@@ -35,9 +35,6 @@
 extern "C" {
 #endif
 
-/* Version of this library, "MAJOR.MINOR.PATCH" (ddstore-mpi/VERSION). */
-#define DDMPI_VERSION_STRING "0.1.0"
-
 /* Default (and upper bound of) the transport's max_read_bytes: 1 GiB keeps
  * every MPI count far below INT_MAX. */
 #define DDMPI_MAX_READ_BYTES_DEFAULT ((size_t)1 << 30)
@@ -57,9 +54,11 @@ int ddmpi_init(int *provided_p, int *initialized_by_us_p);
 
 /* MPI_Finalize if ddmpi_init started MPI and it is not finalized yet;
  * otherwise nothing (MPI started by mpi4py or the application is theirs to
- * finish).  Every object of this library must be destroyed or abandoned
- * first (destroy after finalize frees local memory only).  Collective over
- * the job like MPI_Finalize.  Returns 0 or the translated MPI error. */
+ * finish).  Objects of this library may outlive it: windows still open are
+ * closed by the finalize hook (see ddmpi_transport_create), and destroying
+ * communicators, transports and regions afterwards frees local memory only.
+ * Collective over the job like MPI_Finalize.  Returns 0 or the translated
+ * MPI error.  Thread-safe (same mutex as ddmpi_init). */
 int ddmpi_finalize_if_ours(void);
 
 /* Non-zero once MPI_Finalize has been called (MPI_Finalized); callable at any
@@ -76,7 +75,8 @@ int ddmpi_finalized(void);
  *           failure.
  * Collective over `comm` (MPI_Comm_dup).  MPI must be initialised
  * (ddmpi_init).  Returns 0, -DDS_EINVAL (NULL argument, MPI_COMM_NULL, MPI
- * not initialised or finalized), -DDS_ENOMEM, or a translated MPI error.
+ * not initialised or finalized), -DDS_ENOMEM (on any rank: every rank
+ * fails), or a translated MPI error.
  * The ops follow comm.h: one thread per rank at a time, every rank in the
  * same order; after MPI_Finalize they return -DDS_EFREED ("MPI is already
  * finalized") without calling MPI. */
@@ -94,37 +94,58 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
  * The ops (see transport.h for the contract):
  *   region_create   collective: MPI_Win_create over the shard (base may be
  *                   NULL when bytes == 0), info no_locks=false,
- *                   same_disp_unit=true, MPI_ERRORS_RETURN,
- *                   MPI_Win_lock_all(MPI_MODE_NOCHECK).  Host shards only:
- *                   a GPU shard on any rank fails every rank with
- *                   -DDS_ENOSYS.  Failure on one rank fails all ranks.
+ *                   same_disp_unit=true, MPI_ERRORS_RETURN, then
+ *                   MPI_Win_lock_all(MPI_MODE_NOCHECK) for the window's whole
+ *                   life.  Over a one-rank communicator no window is made
+ *                   (every read is of the own shard, a memcpy; Open MPI
+ *                   cannot create a window in a lone process anyway).  Host
+ *                   shards only: a GPU shard on any rank fails every rank
+ *                   with -DDS_ENOSYS.  A failure on one rank fails all ranks
+ *                   (the lowest failing rank's code).
  *   region_destroy  collective: MPI_Win_unlock_all + MPI_Win_free; after
  *                   MPI_Finalize frees local memory only and returns 0.
- *   read            local, no owner participation: ops are checked against
- *                   the owners' shard sizes, then one MPI_Get per op (split
- *                   at max_read_bytes; the own rank's rows are memcpy'd),
- *                   then MPI_Win_flush_local once per run of ops with the
- *                   same owner.  Host destinations only (-DDS_ENOSYS for
- *                   GPU memory); dst_handle / staging_handle are ignored
- *                   (MPI needs no registration).  Adds DDS_PROF_NS_POST
- *                   (posting the gets) and DDS_PROF_NS_COMPLETE (the
- *                   flushes) to `prof` (the store counts DDS_PROF_READS).
- *                   After MPI_Finalize: -DDS_EIO.
+ *   read            local, no owner participation, any thread: every op is
+ *                   checked first (owner in range, bytes inside the owner's
+ *                   shard: -DDS_EINVAL / -DDS_ERANGE, nothing posted), then
+ *                   one MPI_Get per op (MPI_BYTE; split at max_read_bytes;
+ *                   displacement MPI_Aint bytes; the own rank's bytes are
+ *                   memcpy'd), then MPI_Win_flush_local once per run of ops
+ *                   with the same owner (the planner groups ops by owner).
+ *                   Everything posted is completed before returning, also
+ *                   after an error.  Host destinations only (-DDS_ENOSYS for
+ *                   GPU memory; staging comes with the GPU layer);
+ *                   dst_handle / staging_handle are ignored (MPI needs no
+ *                   registration).  Adds DDS_PROF_NS_POST (posting the gets)
+ *                   and DDS_PROF_NS_COMPLETE (the flushes) to `prof` (the
+ *                   store counts DDS_PROF_READS).  Once MPI_Finalize has
+ *                   started: -DDS_EIO.  There is no read timeout: MPI has no
+ *                   way to cancel a posted get, and a dead peer is handled by
+ *                   MPI's own fault handling (usually the job aborts).
  *   epoch_begin/end cheap no-ops returning 0: the passive-target epoch is
  *                   opened once per window (lock_all at creation) and each
  *                   read completes itself with flush_local, so there is no
  *                   access epoch left to open or close; kept for API
  *                   compatibility with the original collective epochs.
  *   destroy         frees the communicator duplicate (unless finalized).
- *   reader_open/close, recv_register/unregister, progress: NULL.
+ *   reader_open/close, recv_register/unregister, progress: NULL (one
+ *                   default reader; nothing to register; MPI progresses
+ *                   inside MPI_Win_flush_local).
+ *
+ * MPI_Finalize with windows still open (a program that never called free):
+ * the first transport created installs a delete callback on an attribute of
+ * MPI_COMM_SELF, which MPI_Finalize runs first; it unlocks and frees every
+ * open window in creation order (the same on every rank), so MPI_Finalize
+ * does not meet open windows (MPICH over UCX aborts on them).
  *
  * Collective over `comm`; MPI must be initialised.  Returns 0, -DDS_EINVAL,
- * -DDS_ENOMEM, -DDS_ECONFIG (bad DDSTORE_MPI_MAX_READ_BYTES on this rank;
- * the check happens before any collective call and every rank reads the same
- * environment under a launcher) or a translated MPI error. */
+ * -DDS_ENOMEM, -DDS_ECONFIG (bad DDSTORE_MPI_MAX_READ_BYTES on any rank:
+ * every rank fails) or a translated MPI error. */
 int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p);
 
-/* Version of this library at run time (DDMPI_VERSION_STRING). */
+/* Version of this library at run time, "MAJOR.MINOR.PATCH" from
+ * ddstore-mpi/VERSION (Bazel generates ddstore/mpi_version.h with
+ * DDMPI_VERSION; other builds pass -DDDMPI_VERSION='"x.y.z"', else
+ * "0.0.0-unknown").  Never NULL. */
 const char *ddmpi_version(void);
 
 /* Translate an MPI return code: MPI_SUCCESS -> 0; otherwise records

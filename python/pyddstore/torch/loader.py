@@ -75,6 +75,19 @@ class _State:
         self.cond = threading.Condition()
         self.results = {}
         self.stop = False
+        self.threads = []
+
+    def shutdown(self, join=False):
+        if not self.stop:
+            self.stop = True
+            for _ in self.threads:
+                self.tasks.put(None)
+            with self.cond:
+                self.cond.notify_all()
+        if join:
+            for t in self.threads:
+                if t is not threading.current_thread():
+                    t.join()
 
 
 class ThreadDataLoader(DataLoader):
@@ -153,7 +166,7 @@ class ThreadDataLoader(DataLoader):
         self._slots = []                 # free _Slot objects
         self._all_slots = []
         self._slots_lock = threading.Lock()
-        self._iters = weakref.WeakSet()
+        self._runs = []                  # _State of every epoch with threads
         self._seed_drawn = False
         self._closed = False
 
@@ -161,8 +174,15 @@ class ThreadDataLoader(DataLoader):
     def __iter__(self):
         if self._closed:
             raise RuntimeError("ThreadDataLoader: iter() after close()")
+        # threads of finished / abandoned epochs return their slots (readers,
+        # buffers) before this epoch takes them: no new registrations
+        for st in list(self._runs):
+            if st.stop:
+                st.shutdown(join=True)
+                self._runs.remove(st)
         it = _ThreadIter(self)
-        self._iters.add(it)
+        if it._threads:
+            self._runs.append(it._state)
         return it
 
     def _get_iterator(self):
@@ -210,8 +230,9 @@ class ThreadDataLoader(DataLoader):
     def close(self):
         """Stop every iterator, wait for fetches in flight, close thread readers
         and unregister reuse_buffers buffers.  Idempotent."""
-        for it in list(self._iters):
-            it._shutdown(join=True)
+        for st in self._runs:
+            st.shutdown(join=True)
+        self._runs = []
         with self._slots_lock:
             slots, self._all_slots, self._slots = self._all_slots, [], []
         for slot in slots:
@@ -236,8 +257,8 @@ class ThreadDataLoader(DataLoader):
     def __del__(self):
         try:
             if not self._closed:
-                for it in list(self._iters):
-                    it._shutdown(join=False)
+                for st in self._runs:
+                    st.shutdown(join=False)
         except Exception:  # noqa: BLE001
             pass
 
@@ -325,6 +346,7 @@ class _ThreadIter:
                                        self._make_fetch()), daemon=True)
             t.start()
             self._threads.append(t)
+        self._state.threads = self._threads
         for _ in range(self._num_workers * loader.prefetch_factor):
             self._try_put_index()
 
@@ -425,13 +447,13 @@ class _ThreadIter:
         res = self._get_result()
         if res is None:
             self._ended = True
-            self._shutdown(join=False)
+            self._shutdown(join=True)      # idle threads: returns at once
             raise StopIteration
         ok, data = res
         if ok and data is _END:
             self._exhausted = True
             self._ended = True
-            self._shutdown(join=False)
+            self._shutdown(join=True)
             raise StopIteration
         if not ok:
             self._ended = True
@@ -448,16 +470,7 @@ class _ThreadIter:
         return len(self._index_sampler)
 
     def _shutdown(self, join=False):
-        st = self._state
-        if not st.stop:
-            st.stop = True
-            for _ in self._threads:
-                st.tasks.put(None)
-            with st.cond:
-                st.cond.notify_all()
-        if join:
-            for t in self._threads:
-                t.join()
+        self._state.shutdown(join)
         if getattr(self, "_slot", None) is not None:
             self._loader._give_slot(self._slot)
             self._slot = None

@@ -1,0 +1,413 @@
+"""ThreadDataLoader (and DataLoader) over DistDataset: epochs equal a plain
+DataLoader over the source, RNG parity, iterator semantics, prefetch depth,
+reuse_buffers, close(), affinity, forked workers.
+
+Run: tools/ddrun -n 4 -- .venv/bin/python -m pytest -q python/tests/test_torch_loader.py
+"""
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from _torch_util import (N_ODD, Source, assert_all, env_set, fresh_name,  # noqa: E402
+                         make_sample, require_method, same, shared_tmpdir, world)
+from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    comm = world()
+    out = {}
+    for kind in ("tuple", "dict", "namedtuple", "tensor", "list", "int"):
+        out[kind] = DistDataset(Source(kind), fresh_name("L" + kind), comm)
+    yield comm, out
+    for ds in out.values():
+        ds.free()
+
+
+def _epoch(loader):
+    return list(loader)
+
+
+def _cmp_epochs(comm, a, b, what):
+    w = "" if len(a) == len(b) else f"{what}: {len(a)} vs {len(b)} batches"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if w:
+            break
+        w = same(x, y, f"{what} batch {k}")
+    assert_all(comm, not w, w)
+
+
+@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "tensor", "list", "int"])
+@pytest.mark.parametrize("workers", [0, 1, 3])
+@pytest.mark.parametrize("fast", [1, 0])
+def test_epochs_equal_plain_dataloader(datasets, kind, workers, fast, monkeypatch):
+    comm, dss = datasets
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=fast)
+    ds = dss[kind]
+    src = Source(kind)
+    for drop_last in (False, True):
+        ref = _epoch(DataLoader(src, batch_size=5, shuffle=True, drop_last=drop_last,
+                                generator=torch.Generator().manual_seed(11)))
+        got = _epoch(ThreadDataLoader(ds, batch_size=5, shuffle=True, drop_last=drop_last,
+                                      num_workers=workers,
+                                      generator=torch.Generator().manual_seed(11)))
+        _cmp_epochs(comm, ref, got, f"ThreadDataLoader(w={workers})")
+    if workers == 0 and fast:
+        got = _epoch(DataLoader(ds, batch_size=5, shuffle=True,
+                                generator=torch.Generator().manual_seed(11)))
+        ref = _epoch(DataLoader(src, batch_size=5, shuffle=True,
+                                generator=torch.Generator().manual_seed(11)))
+        _cmp_epochs(comm, ref, got, "DataLoader over DistDataset")
+
+
+def test_fast_path_is_used(datasets, monkeypatch):
+    """With the default collate the batch is read straight into the batch
+    tensors (one get_batch per field, no __getitems__)."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    calls = {"getitems": 0, "collate": 0}
+    orig_gi, orig_c = ds.__getitems__, ds._collate
+
+    def gi(*a, **k):
+        calls["getitems"] += 1
+        return orig_gi(*a, **k)
+
+    def col(*a, **k):
+        calls["collate"] += 1
+        return orig_c(*a, **k)
+    monkeypatch.setattr(ds, "__getitems__", gi)
+    monkeypatch.setattr(ds, "_collate", col)
+    n = len(list(ThreadDataLoader(ds, batch_size=8, num_workers=2)))
+    ok = calls == {"getitems": 0, "collate": n}
+    monkeypatch.setattr(ds, "_collate", orig_c)
+    calls.update(getitems=0, collate=0)
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=0)
+    list(ThreadDataLoader(ds, batch_size=8, num_workers=2))
+    ok = ok and calls["getitems"] == n
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=None)
+    calls.update(getitems=0)
+    list(ThreadDataLoader(ds, batch_size=8, num_workers=1, collate_fn=lambda b: b))
+    ok = ok and calls["getitems"] == n            # custom collate: per-sample path
+    assert_all(comm, ok, f"calls {calls}")
+
+
+def test_distributed_sampler_epochs(datasets):
+    """DistributedSampler with set_epoch: the same per-rank batches as over the source."""
+    comm, dss = datasets
+    ds, src = dss["tuple"], Source("tuple")
+    r, n = comm.Get_rank(), comm.Get_size()
+    s1 = torch.utils.data.distributed.DistributedSampler(ds, n, r, shuffle=True, seed=3)
+    s2 = torch.utils.data.distributed.DistributedSampler(src, n, r, shuffle=True, seed=3)
+    l1 = ThreadDataLoader(ds, batch_size=4, sampler=s1, num_workers=2)
+    l2 = DataLoader(src, batch_size=4, sampler=s2)
+    for epoch in range(3):
+        s1.set_epoch(epoch)
+        s2.set_epoch(epoch)
+        _cmp_epochs(comm, _epoch(l2), _epoch(l1), f"epoch {epoch}")
+    l1.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rng_parity_global_generator(datasets, workers):
+    """Same draws from the global RNG as DataLoader: same order, same state after."""
+    comm, dss = datasets
+    ds = dss["int"]
+    torch.manual_seed(123)
+    ref = [b.tolist() for b in DataLoader(Source("int"), batch_size=4, shuffle=True)]
+    ref_state = torch.get_rng_state()
+    torch.manual_seed(123)
+    got = [b.tolist() for b in ThreadDataLoader(ds, batch_size=4, shuffle=True,
+                                                 num_workers=workers)]
+    ok = ref == got and torch.equal(ref_state, torch.get_rng_state())
+    # a second epoch continues identically
+    ref2 = [b.tolist() for b in DataLoader(Source("int"), batch_size=4, shuffle=True)]
+    torch.set_rng_state(ref_state)
+    got2 = [b.tolist() for b in ThreadDataLoader(ds, batch_size=4, shuffle=True,
+                                                  num_workers=workers)]
+    assert_all(comm, ok and ref2 == got2, "RNG draws differ from DataLoader's")
+
+
+def test_rng_parity_with_generator_and_sampler(datasets):
+    comm, dss = datasets
+    ds = dss["int"]
+    g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
+    rs1 = torch.utils.data.RandomSampler(Source("int"), replacement=True, num_samples=20,
+                                         generator=g1)
+    rs2 = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=20, generator=g2)
+    a = [b.tolist() for b in DataLoader(Source("int"), batch_size=3, sampler=rs1,
+                                        generator=g1)]
+    b = [b.tolist() for b in ThreadDataLoader(ds, batch_size=3, sampler=rs2, generator=g2,
+                                              num_workers=2)]
+    ok = a == b and torch.equal(g1.get_state(), g2.get_state())
+    assert_all(comm, ok, "generator draws differ")
+
+
+def test_rng_parity_persistent_workers(datasets):
+    """persistent_workers=True: DataLoader draws its base seed once per loader."""
+    comm, dss = datasets
+    ds = dss["int"]
+    src = Source("int")
+    torch.manual_seed(9)
+    dl = DataLoader(src, batch_size=4, shuffle=True, num_workers=1, persistent_workers=True)
+    ref = [[b.tolist() for b in dl] for _ in range(3)]
+    st = torch.get_rng_state()
+    del dl
+    torch.manual_seed(9)
+    tl = ThreadDataLoader(ds, batch_size=4, shuffle=True, num_workers=1,
+                          persistent_workers=True)
+    got = [[b.tolist() for b in tl] for _ in range(3)]
+    ok = ref == got and torch.equal(st, torch.get_rng_state())
+    tl.close()
+    assert_all(comm, ok, "persistent_workers draws differ")
+
+
+def test_iterator_semantics(datasets):
+    comm, dss = datasets
+    ds = dss["tuple"]
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=2)
+    ref = _epoch(DataLoader(Source("tuple"), batch_size=4))
+    ok = len(loader) == len(ref) == (N_ODD + 3) // 4
+    # two independent iterators, interleaved
+    it1, it2 = iter(loader), iter(loader)
+    assert it1 is not it2 and len(it1) == len(ref)
+    a, b = [], []
+    for k in range(len(ref)):
+        a.append(next(it1))
+        if k % 2 == 0:
+            b.append(next(it2))
+    b.extend(it2)
+    with pytest.raises(StopIteration):
+        next(it1)
+    with pytest.raises(StopIteration):
+        next(it1)                          # stays exhausted
+    _cmp_epochs(comm, ref, a, "iterator 1")
+    _cmp_epochs(comm, ref, b, "iterator 2")
+    # early stop: break, then a fresh epoch is complete; the old threads end
+    for k, _ in enumerate(loader):
+        if k == 1:
+            break
+    _cmp_epochs(comm, ref, _epoch(loader), "after early stop")
+    t0 = time.monotonic()
+    while any(t.name.startswith("ddstore-loader") for t in threading.enumerate()) and \
+            time.monotonic() - t0 < 10:
+        import gc
+        gc.collect()
+        time.sleep(0.05)
+    loader.close()
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("ddstore-loader")]
+    assert_all(comm, ok and not alive, f"len ok {ok}, threads left {alive}")
+    with pytest.raises(RuntimeError):
+        iter(loader)
+
+
+class _Counting(torch.utils.data.Dataset):
+    """Records when each batch was fetched (per-sample path)."""
+
+    def __init__(self, n):
+        self.n = n
+        self.fetched = []
+        self.lock = threading.Lock()
+
+    def __len__(self):
+        return self.n
+
+    def __getitems__(self, idx):
+        with self.lock:
+            self.fetched.append(idx[0])
+        return [torch.tensor(i) for i in idx]
+
+
+@pytest.mark.parametrize("workers,pf", [(1, 1), (2, 2), (3, 4)])
+def test_exact_prefetch_depth(workers, pf):
+    comm = world()
+    ds = _Counting(200)
+    loader = ThreadDataLoader(ds, batch_size=2, num_workers=workers, prefetch_factor=pf)
+    it = iter(loader)
+    depth = workers * pf
+    seen = []
+    for k in range(1, 6):
+        next(it)
+        t0 = time.monotonic()
+        while len(ds.fetched) < k + depth and time.monotonic() - t0 < 5:
+            time.sleep(0.005)
+        time.sleep(0.05)                      # nothing more may arrive
+        seen.append(len(ds.fetched) - k)
+    loader.close()
+    assert_all(comm, seen == [depth] * 5, f"in flight {seen}, expected {depth}")
+
+
+def test_prefetch_depth_direct_collate(datasets, monkeypatch):
+    comm, dss = datasets
+    ds = dss["tuple"]
+    n = [0]
+    orig = ds._collate
+
+    def col(*a, **k):
+        n[0] += 1
+        return orig(*a, **k)
+    monkeypatch.setattr(ds, "_collate", col)
+    it = iter(ThreadDataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=3))
+    next(it)
+    t0 = time.monotonic()
+    while n[0] < 7 and time.monotonic() - t0 < 5:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    got = n[0]
+    del it
+    assert_all(comm, got == 1 + 2 * 3, f"{got} batches fetched after the first next()")
+
+
+def test_worker_exception_is_raised(datasets):
+    comm, dss = datasets
+
+    class Bad(torch.utils.data.Dataset):
+        def __len__(self):
+            return 10
+
+        def __getitem__(self, i):
+            if i == 5:
+                raise KeyError("bad sample 5")
+            return i
+    loader = ThreadDataLoader(Bad(), batch_size=2, num_workers=2)
+    with pytest.raises(KeyError, match="bad sample 5"):
+        list(loader)
+    loader.close()
+
+
+# ------------------------------------------------------------ reuse_buffers --
+def test_reuse_buffers_misuse(datasets):
+    comm, dss = datasets
+    ds = dss["tuple"]
+    with pytest.raises(ValueError, match="batch_size"):
+        ThreadDataLoader(ds, batch_size=None, reuse_buffers=True)
+    with pytest.raises(ValueError, match="collate"):
+        ThreadDataLoader(ds, batch_size=4, reuse_buffers=True, collate_fn=lambda b: b)
+    with pytest.raises(ValueError, match="alloc"):
+        ThreadDataLoader(Source("tuple"), batch_size=4, reuse_buffers=True)
+    with pytest.raises(ValueError, match="batch_size"):
+        ThreadDataLoader(ds, batch_sampler=[[0, 1], [2, 3]], reuse_buffers=True)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("fast", [1, 0])
+def test_reuse_buffers(datasets, workers, fast, monkeypatch):
+    comm, dss = datasets
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=fast)
+    ds = dss["dict"]
+    loader = ThreadDataLoader(ds, batch_size=6, shuffle=True, num_workers=workers,
+                              reuse_buffers=True, generator=torch.Generator().manual_seed(1))
+    ref_loader = DataLoader(Source("dict"), batch_size=6, shuffle=True,
+                            generator=torch.Generator().manual_seed(1))
+    ref, ref2 = _epoch(ref_loader), _epoch(ref_loader)
+    e1 = _epoch(loader)            # batches kept across the epoch: must be copies
+    e2 = _epoch(loader)
+    n_allocs = len(ds._allocs)
+    loader.close()
+    _cmp_epochs(comm, ref, e1, "epoch 1")
+    _cmp_epochs(comm, ref2, e2, "epoch 2")
+    assert_all(comm, n_allocs == max(1, workers) and len(ds._allocs) == 0,
+               f"{n_allocs} buffer sets, {len(ds._allocs)} left after close()")
+
+
+def test_reuse_buffers_collate_copies(datasets):
+    comm, dss = datasets
+    ds = dss["tuple"]
+
+    def collate(batch):                    # copies: stack
+        return torch.stack([b[0] for b in batch]), [b[1] for b in batch]
+    loader = ThreadDataLoader(ds, batch_size=5, num_workers=1, reuse_buffers=True,
+                              collate_copies=True, collate_fn=collate)
+    got = _epoch(loader)
+    ref = [collate(b) for b in DataLoader(Source("tuple"), batch_size=5,
+                                          collate_fn=lambda b: b)]
+    loader.close()
+    _cmp_epochs(comm, [(a, b) for a, b in ref], [(a, b) for a, b in got], "collate_copies")
+
+
+def test_profile_sums_thread_readers(datasets):
+    comm, dss = datasets
+    ds = dss["tensor"]
+    before = ds.get_profile()["calls"]
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=3)
+    n = len(list(loader))
+    after = loader.get_profile()["calls"]
+    loader.close()
+    assert_all(comm, after - before == n, f"{after - before} calls for {n} batches")
+
+
+def test_affinity(datasets, monkeypatch):
+    comm, dss = datasets
+    ds = dss["tensor"]
+    from pyddstore.torch import env
+    env_set(monkeypatch, DDSTORE_AFFINITY_WIDTH=1, DDSTORE_AFFINITY_OFFSET=0)
+    allowed = os.sched_getaffinity(0)
+    seen = {}
+
+    def init(wid):
+        seen[wid] = os.sched_getaffinity(0)
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=2, worker_init_fn=init)
+    list(loader)
+    loader.close()
+    want = {env.local_rank()}            # width 1: one CPU per local rank
+    ok = all(s == want for s in seen.values()) if want <= allowed else \
+        all(s == allowed for s in seen.values())
+    assert_all(comm, ok and len(seen) == 2, f"affinity {seen}, wanted {want}")
+    assert os.sched_getaffinity(0) == allowed     # the main thread is not pinned
+
+
+# ------------------------------------------------------------ forked workers --
+def test_forked_workers_method0_clear_error(datasets):
+    comm, dss = datasets
+    ds = dss["tuple"]
+    loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
+    with pytest.raises(RuntimeError, match="method=0"):
+        next(iter(loader))
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_forked_workers_method1(persistent, monkeypatch):
+    comm = world()
+    require_method(1, comm)
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=1)
+    ds = DistDataset(Source("tuple"), fresh_name("fk"), comm, method=1,
+                     handshake_dir=shared_tmpdir(comm, "hs"))
+    try:
+        loader = DataLoader(ds, batch_size=4, shuffle=True, num_workers=2,
+                            persistent_workers=persistent, multiprocessing_context="fork",
+                            generator=torch.Generator().manual_seed(2))
+        ref = _epoch(DataLoader(Source("tuple"), batch_size=4, shuffle=True,
+                                generator=torch.Generator().manual_seed(2)))
+        for epoch in range(2):
+            got = _epoch(loader)
+            if epoch == 0:
+                _cmp_epochs(comm, ref, got, f"forked epoch {epoch}")
+        del loader
+    finally:
+        ds.free()
+
+
+def test_thread_readers_method1(monkeypatch):
+    comm = world()
+    require_method(1, comm)
+    ds = DistDataset(Source("tensor"), fresh_name("tr"), comm, method=1,
+                     handshake_dir=shared_tmpdir(comm, "hs"))
+    try:
+        for readers in (1, 0):
+            env_set(monkeypatch, DDSTORE_THREAD_READERS=readers)
+            loader = ThreadDataLoader(ds, batch_size=4, num_workers=3)
+            got = _epoch(loader)
+            n_readers = sum(len(s.readers) for s in loader._all_slots)
+            loader.close()
+            _cmp_epochs(comm, _epoch(DataLoader(Source("tensor"), batch_size=4)), got, "readers")
+            assert_all(comm, n_readers == (3 if readers else 0), f"{n_readers} readers")
+    finally:
+        ds.free()
+
+
+_ = np
