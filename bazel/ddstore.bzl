@@ -133,10 +133,12 @@ def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", copts = [
         names.append(":" + base)
     native.test_suite(name = "tests", tests = names, tags = tags)
 
-def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, timeout_s = 120, args = [], data = [], tags = [], size = "medium", **kwargs):
+def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, timeout_s = 240, args = [], data = [], tags = [], size = "medium", **kwargs):
     """Per test/foo_mpitest.c: cc_binary :foo_mpitest and one test per rank
     count, :foo_mpitest_np1, _np2, _np4, each `tools/ddrun -n N --timeout
     <timeout_s> --mpi <impl> -- foo_mpitest ARGS`; test_suite :mpi_tests.
+    Bazel's timeout (size "medium": 300 s) stays above ddrun's (240 s), so
+    a hang is reported by ddrun, which kills every rank.
     Skipped (SKIPPED, not failed) without MPI or under --config=nompi."""
     compat = requires_mpi()
     all_tests = []
@@ -170,6 +172,10 @@ def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, timeout_s = 120, args
                 data = [":" + base] + data,
                 size = size,
                 tags = ["mpi", "local", "exclusive"] + _thread_tags(base) + tags,
+                # Open MPI leaks by design (and from dlclose'd plugins that
+                # no suppression can name): no leak check under
+                # --config=asan; ASan's memory-error checks stay on.
+                env = {"LSAN_OPTIONS": "detect_leaks=0"},
                 target_compatible_with = compat,
                 **kwargs
             )

@@ -1220,6 +1220,13 @@ int dds_store_free(dds_store_t *s)
      * (e.g. a communicator already finalized) does not stop the local
      * cleanup. */
     rc = dds_comm_agree(&s->comm, 0);
+    /* A communicator that reports -DDS_EFREED is gone (MPI finalized): the
+     * peers are gone too, so free() is local cleanup and succeeds. */
+    const int comm_gone = rc == -DDS_EFREED;
+    if (comm_gone) {
+        dds_error_clear();
+        rc = 0;
+    }
     /* Same order on every rank: the table keeps insertion order. */
     for (size_t i = 0; i < n; i++) {
         int r = var_destroy(s, vars[i]);
@@ -1227,7 +1234,7 @@ int dds_store_free(dds_store_t *s)
             rc = r;
     }
     free(vars);
-    {
+    if (!comm_gone) {
         int arc = dds_comm_agree(&s->comm, rc);
         if (rc == 0)
             rc = arc;

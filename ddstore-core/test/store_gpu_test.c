@@ -380,6 +380,8 @@ typedef struct reader_job {
     int64_t total;
     long calls;
     int threads;
+    void *stream;            /* allocated and freed by the rank: freeing   */
+    unsigned char *dev;      /* device memory drains every stream          */
 } reader_job_t;
 
 /* One reader thread: its own stream and device buffer, batches with
@@ -388,18 +390,16 @@ static void *staged_reader(void *p)
 {
     reader_job_t *j = p;
     const size_t rb = j->rb, n = 40;
-    void *stream = NULL;
-    unsigned char *dev, *host;
+    void *stream = j->stream;
+    unsigned char *dev = j->dev, *host;
     int64_t rows[40];
     dds_mem_t m;
     dds_buf_t b;
     proxy_t *px = &g_px[j->rank];
 
-    CHECK_OK(ddgpu_stream_create(0, &stream));
     m = dmem(stream);
     if (j->tid == 0)
         px->expect_stream = stream;   /* single-threaded runs check it */
-    dev = dalloc(n * rb);
     host = malloc(n * rb);
     for (int it = 0; it < 6; it++) {
         size_t k = n - (size_t)it * 3;
@@ -410,10 +410,8 @@ static void *staged_reader(void *p)
         dpoison(dev, n * rb, 0xAB, &m);
         b = buf_of(dev, (int64_t)k, rb, &m);
         CHECK_OK(dds_store_get_batch(j->s, NULL, "g", &b, rows, k));
-        /* the copy waits in the stream: nobody synced it (one thread
-         * only: another thread's device free drains every stream, as
-         * cudaFree does) */
-        if (g_emulated && j->threads == 1)
+        /* the copy waits in the stream: nobody synced it */
+        if (g_emulated)
             CHECK(all_bytes(dev, k * rb, 0xAB));
         d2h(host, dev, n * rb, &m);
         if (check_rows(rb, host, rows, 0, k, 5, "staged get_batch"))
@@ -430,8 +428,6 @@ static void *staged_reader(void *p)
         j->calls++;
     }
     free(host);
-    CHECK_OK(ddgpu_device_free(dev));
-    CHECK_OK(ddgpu_stream_destroy(stream));
     return NULL;
 }
 
@@ -463,11 +459,20 @@ static void staged_rank(fake_world_t *w, int rank, void *arg)
         jobs[t].total = total;
         jobs[t].calls = 0;
         jobs[t].threads = a->threads;
-        pthread_create(&th[t], NULL, staged_reader, &jobs[t]);
+        CHECK_OK(ddgpu_stream_create(0, &jobs[t].stream));
+        jobs[t].dev = dalloc(40 * rb);
     }
+    barrier(s); /* every rank allocated: no device free drains streams */
+    for (int t = 0; t < a->threads; t++)
+        pthread_create(&th[t], NULL, staged_reader, &jobs[t]);
     for (int t = 0; t < a->threads; t++) {
         pthread_join(th[t], NULL);
         calls += jobs[t].calls;
+    }
+    barrier(s);
+    for (int t = 0; t < a->threads; t++) {
+        CHECK_OK(ddgpu_device_free(jobs[t].dev));
+        CHECK_OK(ddgpu_stream_destroy(jobs[t].stream));
     }
     CHECK_OK(dds_store_profile(s, "g", &prof));
     CHECK_EQ_U(prof.v[DDS_PROF_CALLS], (uint64_t)calls);
@@ -536,6 +541,8 @@ static void order_rank(fake_world_t *w, int rank, void *arg)
     dpoison(dev, n * rb, 0xAB, &m);
     for (size_t i = 0; i < n; i++)
         rows[i] = (int64_t)((i * 3 + 1) % (size_t)total);
+    barrier(s); /* no rank frees device memory (draining every stream)
+                   until every rank checked its own */
     /* "a kernel" still queued on the caller's stream writes the
      * destination; the read must land after it */
     CHECK_OK(ddgpu_memset_async(dev, 0xCD, n * rb, &m));
@@ -556,6 +563,7 @@ static void order_rank(fake_world_t *w, int rank, void *arg)
     d2h(host, dev, n * rb, &m);
     check_rows(rb, host, rows, 0, n, 9, hmem ? "hmem" : "staged");
     CHECK_EQ(atomic_load(&px->copies_on_other_stream), 0);
+    barrier(s);
     CHECK_OK(ddgpu_device_free(dev));
     CHECK_OK(ddgpu_stream_destroy(stream));
     barrier(s);

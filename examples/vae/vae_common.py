@@ -222,13 +222,18 @@ class Dist:
         return self.mpi if self.kind == "mpi" else dist.group.WORLD
 
     def device(self):
-        if torch.cuda.is_available():
-            return torch.device("cuda", self.local_rank % torch.cuda.device_count())
-        return torch.device("cpu")
+        return local_device()
 
     def close(self):
         if self.created_pg and dist.is_initialized():
             dist.destroy_process_group()
+
+
+def local_device():
+    """cuda:<local rank> when there is a GPU (CUDA or ROCm), else cpu."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", _local_rank() % torch.cuda.device_count())
+    return torch.device("cpu")
 
 
 def _single_node():

@@ -193,9 +193,7 @@ class _Stored(torch.utils.data.Dataset):
         idx = as_index_tensor(indices)
         fields = self.schema.fields
         ts = self._read(fields, idx, out)
-        cols = [f.split(t) for f, t in zip(fields, ts)]
-        build = self.schema.build
-        samples = [build(vals) for vals in zip(*cols)] if cols else []
+        samples = self.schema.build_many([f.split(t) for f, t in zip(fields, ts)])
         if self.decode is not None:
             dec = self.decode
             samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]
@@ -722,8 +720,8 @@ class WindowedDataset(torch.utils.data.Dataset):
 
     def __getitems__(self, indices):
         vals = self._windows(indices)
-        cols = [list(v.unbind(0)) if isinstance(v, torch.Tensor) else list(v) for v in vals]
-        return [self.schema.build(list(z)) for z in zip(*cols)]
+        return self.schema.build_many(
+            [list(v.unbind(0)) if isinstance(v, torch.Tensor) else list(v) for v in vals])
 
     def read_rows(self, rows, fields=None, out=None):
         return self.ds.read_rows(rows, fields=fields, out=out)

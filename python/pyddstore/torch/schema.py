@@ -351,6 +351,21 @@ class Schema:
             return self.ntype(*vals)
         return dict(zip(self.keys, vals))
 
+    def build_many(self, cols):
+        """Samples from per-field columns of per-sample values (no per-sample
+        Python function call for values and tuples)."""
+        st = self.structure
+        if st == "value":
+            return list(cols[0])
+        if st == "tuple":
+            return list(zip(*cols))
+        if st == "list":
+            return [list(v) for v in zip(*cols)]
+        if st == "namedtuple":
+            return list(map(self.ntype._make, zip(*cols)))
+        keys = self.keys
+        return [dict(zip(keys, v)) for v in zip(*cols)]
+
     def build_batch(self, vals):
         """What default_collate returns for samples of this structure, from
         the collated field values: tuples and lists become lists."""
