@@ -113,21 +113,22 @@ def dds_c_headers(name, hdrs, deps = [], includes = ["include"], **kwargs):
 def _thread_tags(base):
     return ["threads"] if "thread" in base else []
 
-def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", copts = [], **kwargs):
+def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", copts = [], per_test_deps = {}, per_test_tags = {}, **kwargs):
     """One cc_test per source file (named after it: test/foo_test.c -> :foo_test),
-    plus a test_suite :tests over them."""
+    plus a test_suite :tests over them.  `per_test_deps` maps a test name to
+    extra deps for that test only."""
     names = []
     for src in srcs:
         base = _base(src)
         native.cc_test(
             name = base,
             srcs = [src],
-            deps = deps,
+            deps = deps + per_test_deps.get(base, []),
             data = data,
             copts = DDS_C_COPTS + copts,
             linkopts = DDS_LINKOPTS,
             size = size,
-            tags = ["unit"] + _thread_tags(base) + tags,
+            tags = ["unit"] + _thread_tags(base) + per_test_tags.get(base, []) + tags,
             **kwargs
         )
         names.append(":" + base)

@@ -22,7 +22,6 @@ load("@local_config_mpi//:defs.bzl", "HAVE_MPI")
 load("@local_config_python//:defs.bzl", "HAVE_PYTHON")
 load("@local_config_torch//:defs.bzl", "HAVE_TORCH")
 
-_INCOMPATIBLE = ["//bazel/config:incompatible"]
 
 def if_mpi(if_true, if_false = []):
     if not HAVE_MPI:
@@ -65,21 +64,21 @@ def if_python(if_true, if_false = []):
     return if_true if HAVE_PYTHON else if_false
 
 def requires_mpi():
-    return if_mpi([], _INCOMPATIBLE)
+    return if_mpi([], ["//bazel/config:no_mpi"])
 
 def requires_ofi():
-    return if_ofi([], _INCOMPATIBLE)
+    return if_ofi([], ["//bazel/config:no_libfabric"])
 
 def requires_torch():
-    return if_torch([], _INCOMPATIBLE)
+    return if_torch([], ["//bazel/config:no_torch"])
 
 def requires_python():
-    return if_python([], _INCOMPATIBLE)
+    return if_python([], ["//bazel/config:no_python_headers"])
 
 def requires_unsanitized():
     """Incompatible under --config=asan|ubsan|tsan (e.g. tests that load an
     instrumented extension into an uninstrumented Python)."""
     return select({
         "//bazel/config:sanitizer_none": [],
-        "//conditions:default": _INCOMPATIBLE,
+        "//conditions:default": ["//bazel/config:sanitized"],
     })

@@ -62,7 +62,6 @@ def _launch(part, ranks, extra, timeout):
 
 # ------------------------------------------------------------- (1) memory ---
 def part_memory(a):
-    import numpy as np
     import torch
     from mpi4py import MPI
     from pyddstore.torch import DistDataset

@@ -4,6 +4,9 @@
 #
 #   tools/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
 #   DDSTORE_MPI=0 tools/dev-build.sh   build without MPI (HAVE_MPI False)
+#   DDSTORE_GPU=cuda|hip tools/dev-build.sh   ddstore-gpu's CUDA / HIP backend
+#                                  (default none: no GPU support; CUDA_HOME,
+#                                  default /usr/local/cuda; ROCM_PATH)
 #   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
 #   OUT=path/_core.so             write the module elsewhere
 set -euo pipefail
@@ -16,10 +19,22 @@ EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'
 OUT=${OUT:-python/pyddstore/_core$EXT}
 
 shopt -s nullglob
-srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c)
-incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -I"$PYINC")
-defs=()
+srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
+incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
+defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\"")
 mpi=()
+gpu=()
+case "${DDSTORE_GPU:-none}" in
+none) srcs+=(ddstore-gpu/src/ddgpu_none.c) ;;
+cuda) CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+      srcs+=(ddstore-gpu/src/ddgpu_cuda.c); incs+=(-I"$CUDA_HOME/include")
+      gpu=(-L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart) ;;
+hip)  ROCM_PATH=${ROCM_PATH:-/usr}
+      srcs+=(ddstore-gpu/src/ddgpu_hip.c); defs+=(-D__HIP_PLATFORM_AMD__)
+      [ "$ROCM_PATH" != /usr ] && incs+=(-I"$ROCM_PATH/include") && gpu=(-L"$ROCM_PATH/lib" -Wl,-rpath,"$ROCM_PATH/lib")
+      gpu+=(-lamdhip64) ;;
+*) echo "dev-build: DDSTORE_GPU must be none, cuda or hip" >&2; exit 2 ;;
+esac
 if [ "${DDSTORE_MPI:-1}" != 0 ] && command -v mpicc >/dev/null 2>&1 \
    && [ -n "$(echo ddstore-mpi/src/*.c)" ]; then
     srcs+=(ddstore-mpi/src/*.c)
@@ -42,5 +57,5 @@ trap 'rm -f "$TMP"' EXIT
 set -x
 $CC -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra \
     -Wno-unused-parameter -Wno-missing-field-initializers ${CFLAGS:-} \
-    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" -lpthread -o "$TMP"
+    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" "${gpu[@]}" -lpthread -o "$TMP"
 mv -f "$TMP" "$OUT"

@@ -107,6 +107,9 @@ struct dds_store {
     dds_reader_t *readers;
     dds_memsys_t ms;        /* GPU memory operations; ms.ops NULL = none    */
     int gpu_staging;        /* DDSTORE_GPU_STAGING                          */
+    _Atomic unsigned hmem_off; /* bit (1 << kind): the transport advertised
+                                  HMEM for that kind, but registering such
+                                  memory failed (-DDS_ENOSYS): staged since */
 };
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -321,7 +324,10 @@ static int mem_route(const dds_store_t *s, const dds_mem_t *m,
         *route_p = ROUTE_HOST;
         return 0;
     }
-    if (mem_supported(s, m->kind)) {
+    if (mem_supported(s, m->kind) &&
+        !(atomic_load_explicit(&((dds_store_t *)s)->hmem_off,
+                               memory_order_relaxed) &
+          (1u << m->kind))) {
         *route_p = ROUTE_DIRECT;
         return 0;
     }
@@ -351,6 +357,26 @@ static int mem_route(const dds_store_t *s, const dds_mem_t *m,
                          mem_name(s->ms.ops->kind));
     *route_p = ROUTE_STAGED;
     return 0;
+}
+
+/* The transport advertised HMEM for `k` but refused such memory with
+ * -DDS_ENOSYS (e.g. a provider with FI_HMEM whose registration of device
+ * memory fails: no peer-memory / dma-buf support).  When staging can stand
+ * in, remember it (every later buffer of that kind is staged) and return 1
+ * so the caller retries staged; else 0 and the error stands. */
+static int hmem_failed(dds_store_t *s, dds_mem_kind_t k, const char *what)
+{
+    if (!s->gpu_staging || !ms_serves(s, k))
+        return 0;
+    if (!(atomic_fetch_or(&s->hmem_off, 1u << k) & (1u << k)))
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+                "%s: transport '%s' advertises FI_HMEM for %s memory but "
+                "refused it (%s); %s memory goes through pinned host memory "
+                "from now on",
+                what, s->tr.ops->name ? s->tr.ops->name : "?", mem_name(k),
+                dds_last_error(), mem_name(k));
+    dds_error_clear();
+    return 1;
 }
 
 /* A host pointer that the GPU runtime knows as device memory is a caller's
@@ -698,6 +724,7 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
     s->merge_row_bytes = merge;
     s->ms = ms;
     s->gpu_staging = gpu_staging;
+    atomic_init(&s->hmem_off, 0);
     pthread_mutex_init(&s->tmutex, NULL);
     pthread_mutex_init(&s->coll_mutex, NULL);
     pthread_mutex_init(&s->readers_mutex, NULL);
@@ -1745,6 +1772,14 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
                                   (size_t)dst->nrows * v->row_bytes);
             rc = transport_read(s, reader, v, ops, nops, dst->ptr, dh,
                                 &dst->mem, NULL, NULL, &wait_ns, &t_xfer);
+            if (rc == -DDS_ENOSYS && hmem_failed(s, dst->mem.kind, name)) {
+                /* the registration result says no: the same read, staged */
+                ops = tc->plan.ops;
+                nops = tc->plan.nops;
+                rc = read_staged(s, reader, v, tc, ops, &nops, dst,
+                                 &local_bytes, &staged, &wait_ns, &t_xfer,
+                                 &t_gpu);
+            }
             if (rc != 0)
                 goto out;
         }
@@ -1829,8 +1864,15 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
         rc = s->tr.ops->recv_register(s->tr.ctx, ptr, bytes, &m, &handle);
         if (s->serialize)
             pthread_mutex_unlock(&s->tmutex);
+        if (rc > 0)
+            rc = -rc;
+        if (rc == -DDS_ENOSYS && route == ROUTE_DIRECT &&
+            hmem_failed(s, m.kind, "recv_register")) {
+            rc = 0;              /* recorded only: reads of it are staged */
+            handle = NULL;
+        }
         if (rc != 0)
-            return rc > 0 ? -rc : rc;
+            return rc;
     }
     pthread_rwlock_wrlock(&s->reg_lock);
     if (reg_exact(s, (uintptr_t)ptr, bytes) >= 0) {

@@ -49,6 +49,9 @@ typedef struct fake_world {
     uint64_t caps;
     size_t max_read_bytes;
     int no_readers;             /* reader_open / reader_close = NULL       */
+    int reject_device;          /* read / recv_register of GPU memory fail
+                                   with -DDS_ENOSYS (HMEM advertised, but
+                                   the registration is refused)            */
 
     /* counters */
     _Atomic long read_calls, read_ops, local_ops, bad_ops, bytes_read;
@@ -279,6 +282,11 @@ static inline int fw_read(void *ctx, void *reader, void *region,
         rc = dds_error(-DDS_EIO, "fake transport: injected read failure");
         goto out;
     }
+    if (w->reject_device && dst_mem != NULL && dst_mem->kind != DDS_MEM_HOST) {
+        rc = dds_error(-DDS_ENOSYS, "fake transport: registering device "
+                                    "memory failed (injected)");
+        goto out;
+    }
     for (size_t i = 0; i < nops; i++) {
         const dds_read_op_t *op = &ops[i];
         if (op->owner < 0 || op->owner >= r->n || op->src_offset < 0 ||
@@ -309,8 +317,11 @@ static inline int fw_recv_register(void *ctx, void *buf, size_t bytes,
                             const dds_mem_t *mem, void **handle_p)
 {
     fw_tr_t *t = ctx;
-    fw_reg_t *h = malloc(sizeof(*h));
-    (void)mem;
+    fw_reg_t *h;
+    if (t->w->reject_device && mem != NULL && mem->kind != DDS_MEM_HOST)
+        return dds_error(-DDS_ENOSYS, "fake transport: registering device "
+                                      "memory failed (injected)");
+    h = malloc(sizeof(*h));
     h->buf = buf;
     h->bytes = bytes;
     atomic_fetch_add(&t->w->live_regs, 1);

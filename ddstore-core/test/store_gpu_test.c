@@ -642,6 +642,109 @@ static void test_hmem_path(void)
     run_world(2, hmem_rank, NULL, HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA, 16);
 }
 
+/* ---- HMEM advertised, registration refused: staged from then on --------- */
+
+static void refused_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 48;
+    int via_register = *(int *)arg;
+    dds_store_t *s = NULL;
+    unsigned char *shard, *dev, host[16 * 48];
+    void *stream = NULL;
+    int64_t rows[16];
+    dds_mem_t m;
+    dds_buf_t b;
+    proxy_t *px = &g_px[rank];
+
+    CHECK_OK(gstore_create(w, rank, &s));
+    if (s == NULL)
+        return;
+    shard = make_shard(rb, 8 * rank, 8, 4);
+    CHECK_OK(dds_store_var_add(s, "r", shard, 8, 1, rb, DDS_DTYPE_RAW, NULL,
+                               DDS_ADD_COPY));
+    free(shard);
+    CHECK_OK(ddgpu_stream_create(0, &stream));
+    m = dmem(stream);
+    dev = dalloc(16 * rb);
+    for (int i = 0; i < 16; i++)
+        rows[i] = (i * 5) % 16;
+    b = buf_of(dev, 16, rb, &m);
+    if (via_register) {
+        /* the registration is refused: recorded, not registered */
+        CHECK_OK(dds_store_recv_register(s, dev, 16 * rb, &m));
+        CHECK_EQ(atomic_load(&w->live_regs), 0);
+    }
+    dpoison(dev, 16 * rb, 0xAB, &m);
+    CHECK_OK(dds_store_get_batch(s, NULL, "r", &b, rows, 16));
+    d2h(host, dev, 16 * rb, &m);
+    check_rows(rb, host, rows, 0, 16, 4, "refused hmem -> staged");
+    /* registering first: staged at once (no fence, no failed attempt);
+     * reading first: fence, the refused read, then the same read staged */
+    CHECK_EQ(atomic_load(&px->n[P_FENCE]), via_register ? 0 : 1);
+    CHECK_EQ(atomic_load(&px->n[P_ACQUIRE]), 1);
+    /* from now on staged directly */
+    CHECK_OK(dds_store_get(s, NULL, "r", &b, 0));
+    d2h(host, dev, 16 * rb, &m);
+    check_rows(rb, host, NULL, 0, 16, 4, "staged after refusal");
+    CHECK_EQ(atomic_load(&px->n[P_FENCE]), via_register ? 0 : 1);
+    CHECK_EQ(atomic_load(&px->n[P_ACQUIRE]), 2);
+    if (via_register)
+        CHECK_OK(dds_store_recv_unregister(s, dev, 16 * rb));
+    barrier(s);
+    CHECK_OK(ddgpu_device_free(dev));
+    CHECK_OK(ddgpu_stream_destroy(stream));
+    dds_store_destroy(s);
+}
+
+static void refused_nostaging_rank(fake_world_t *w, int rank, void *arg)
+{
+    dds_store_t *s = NULL;
+    unsigned char *shard, *dev;
+    int64_t rows[2] = {0, 3};
+    dds_mem_t m = dmem(NULL);
+    dds_buf_t b;
+    (void)arg;
+    CHECK_OK(gstore_create(w, rank, &s));
+    if (s == NULL)
+        return;
+    shard = make_shard(8, 2 * rank, 2, 1);
+    CHECK_OK(dds_store_var_add(s, "r", shard, 2, 1, 8, DDS_DTYPE_RAW, NULL,
+                               DDS_ADD_COPY));
+    free(shard);
+    dev = dalloc(16);
+    b = buf_of(dev, 2, 8, &m);
+    CHECK_RC(dds_store_get_batch(s, NULL, "r", &b, rows, 2), -DDS_ENOSYS);
+    CHECK_CONTAINS(dds_last_error(), "registering device memory failed");
+    CHECK_RC(dds_store_recv_register(s, dev, 16, &m), -DDS_ENOSYS);
+    barrier(s);
+    CHECK_OK(ddgpu_device_free(dev));
+    dds_store_destroy(s);
+}
+
+static void run_refused(fw_rank_fn fn, int arg)
+{
+    fake_world_t w;
+    proxies_reset();
+    fw_init(&w, 2);
+    w.caps = HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA;
+    w.reject_device = 1;
+    fw_run(&w, fn, &arg);
+    CHECK_EQ(atomic_load(&w.bad_ops), 0);
+    CHECK_EQ(atomic_load(&w.live_regions), 0);
+    CHECK_EQ(atomic_load(&w.live_regs), 0);
+    CHECK_EQ(atomic_load(&w.destroyed), 2);
+    fw_fini(&w);
+}
+
+static void test_hmem_refused(void)
+{
+    run_refused(refused_rank, 0);
+    run_refused(refused_rank, 1);
+    setenv("DDSTORE_GPU_STAGING", "0", 1);
+    run_refused(refused_nostaging_rank, 0);
+    unsetenv("DDSTORE_GPU_STAGING");
+}
+
 /* ---- GPU shards --------------------------------------------------------- */
 
 static void shard_rank(fake_world_t *w, int rank, void *arg)
@@ -979,6 +1082,7 @@ int main(void)
     RUN_TEST(test_staged_reads_threads);
     RUN_TEST(test_stream_order);
     RUN_TEST(test_hmem_path);
+    RUN_TEST(test_hmem_refused);
     RUN_TEST(test_gpu_shards);
     RUN_TEST(test_staging_disabled);
     RUN_TEST(test_kinds_and_pointers);

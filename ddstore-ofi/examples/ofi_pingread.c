@@ -16,11 +16,15 @@
  *   --batch N         reads per ddofi_read call in the bandwidth test (default 16)
  *   --iters N         latency reads (default 2000); bandwidth uses enough
  *                     batches to move >= 256 MiB or 2 s
+ *   --row-size B      bytes per row in the batched-rows test (default 3136)
+ *   --rows N          rows per ddofi_read call in that test (default 128): random
+ *                     rows, one read each, for 1 s
  *   --quiet           only the RESULT line
  *   -v                library log to stderr (debug)
  *
  * Output: human lines, then one line
  *   RESULT ok=1 provider=... domain=... progress_thread=0|1 lat_us=... bw_gbs=...
+ *          row_us=... (per row, batched)
  * Exit status 0 when the bytes read matched, 1 on a mismatch or error, 2 on
  * bad usage.  Uses only <ddstore/ofi.h> (and libc).
  */
@@ -43,7 +47,7 @@
 typedef struct opts {
     const char *provider, *iface, *serve_file, *read_file;
     int local_only, single_node, quiet, verbose;
-    size_t lat_size, bw_size, batch, iters;
+    size_t lat_size, bw_size, batch, iters, row_size, rows;
 } opts_t;
 
 #define BLOB_BYTES (sizeof(uint32_t) + DDOFI_ADDR_BLOB_MAX + DDOFI_MR_BLOB_SIZE)
@@ -215,7 +219,8 @@ static int wait_file(void *arg)
 /* ---------------- reader ---------------- */
 
 static int reader(const opts_t *o, size_t bytes, const unsigned char *blob, double *lat_us,
-                  double *bw_gbs, ddofi_fabric_attr_t *attr_out, char *prov, char *dom)
+                  double *bw_gbs, double *row_us, ddofi_fabric_attr_t *attr_out, char *prov,
+                  char *dom)
 {
     ddofi_fabric_t *fab = NULL;
     ddofi_ep_t *ep = NULL;
@@ -252,6 +257,8 @@ static int reader(const opts_t *o, size_t bytes, const unsigned char *blob, doub
     size_t dbytes = o->bw_size * o->batch;
     if (dbytes < o->lat_size)
         dbytes = o->lat_size;
+    if (dbytes < o->row_size * o->rows)
+        dbytes = o->row_size * o->rows;
     dst = mmap(NULL, dbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (dst == MAP_FAILED) {
         dst = NULL;
@@ -336,6 +343,36 @@ static int reader(const opts_t *o, size_t bytes, const unsigned char *blob, doub
         moved += (double)(o->batch * o->bw_size);
     }
     *bw_gbs = moved / (now_s() - t0) / 1e9;
+
+    /* Batched rows: `rows` random rows of row_size per call. */
+    {
+        size_t nrows_src = bytes / o->row_size;
+        ddofi_read_op_t *rops = calloc(o->rows, sizeof *rops);
+        unsigned seed = 12345;
+        double nrows_done = 0;
+        t0 = now_s();
+        while (now_s() - t0 < 1.0) {
+            for (size_t k = 0; k < o->rows; k++)
+                rops[k] = (ddofi_read_op_t){peer, &remote,
+                                            (size_t)rand_r(&seed) % nrows_src * o->row_size,
+                                            dst + k * o->row_size, o->row_size, lmr};
+            if ((rc = ddofi_read(ep, rops, o->rows, NULL))) {
+                free(rops);
+                fail("reader: ddofi_read (rows)", rc);
+                goto out;
+            }
+            nrows_done += (double)o->rows;
+        }
+        *row_us = (now_s() - t0) / nrows_done * 1e6;
+        for (size_t k = 0; k < o->rows; k++)
+            for (size_t i = 0; i < o->row_size; i++)
+                if (dst[k * o->row_size + i] != pattern(rops[k].offset + i)) {
+                    fprintf(stderr, "reader: MISMATCH in row %zu\n", k);
+                    free(rops);
+                    goto out;
+                }
+        free(rops);
+    }
     ret = 0;
 out:
     ddofi_mr_deregister(lmr);
@@ -374,6 +411,8 @@ int main(int argc, char **argv)
     o.bw_size = 1 << 20;
     o.batch = 16;
     o.iters = 2000;
+    o.row_size = 3136;
+    o.rows = 128;
     static const struct option lo[] = {
         {"serve", required_argument, 0, 'S'},   {"read", required_argument, 0, 'R'},
         {"provider", required_argument, 0, 'p'}, {"iface", required_argument, 0, 'i'},
@@ -381,6 +420,7 @@ int main(int argc, char **argv)
         {"lat-size", required_argument, 0, 'L'}, {"bw-size", required_argument, 0, 'B'},
         {"batch", required_argument, 0, 'b'},   {"iters", required_argument, 0, 'I'},
         {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+        {"row-size", required_argument, 0, 'r'}, {"rows", required_argument, 0, 'N'},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "vqh", lo, NULL)) != -1) {
@@ -397,10 +437,13 @@ int main(int argc, char **argv)
         case 'I': o.iters = parse_size(optarg); break;
         case 'q': o.quiet = 1; break;
         case 'v': o.verbose = 1; break;
+        case 'r': o.row_size = parse_size(optarg); break;
+        case 'N': o.rows = parse_size(optarg); break;
         default: usage(); return 2;
         }
     }
-    if (!o.lat_size || !o.bw_size || !o.batch || o.batch > 256 || !o.iters ||
+    if (!o.lat_size || !o.bw_size || !o.batch || o.batch > 256 || !o.iters || !o.row_size ||
+        !o.rows ||
         (o.serve_file && o.read_file)) {
         usage();
         return 2;
@@ -413,6 +456,8 @@ int main(int argc, char **argv)
     size_t bytes = o.bw_size * 8;
     if (bytes < o.lat_size * 64)
         bytes = o.lat_size * 64;
+    if (bytes < o.row_size * 1024)
+        bytes = o.row_size * 1024;
 
     if (o.serve_file) {
         char done[4096];
@@ -471,11 +516,11 @@ int main(int argc, char **argv)
         close(up[0]);
     }
 
-    double lat = 0, bw = 0;
+    double lat = 0, bw = 0, rowus = 0;
     ddofi_fabric_attr_t attr;
     memset(&attr, 0, sizeof attr);
     char prov[64] = "?", dom[64] = "?";
-    int rc = reader(&o, bytes, blob, &lat, &bw, &attr, prov, dom);
+    int rc = reader(&o, bytes, blob, &lat, &bw, &rowus, &attr, prov, dom);
 
     if (o.read_file) {
         char done[4096];
@@ -501,8 +546,10 @@ int main(int argc, char **argv)
         printf("verified %zu bytes\n", bytes);
         printf("latency   %8zu B reads: %8.2f us/read (%zu reads)\n", o.lat_size, lat, o.iters);
         printf("bandwidth %8zu B reads: %8.2f GB/s (batches of %zu)\n", o.bw_size, bw, o.batch);
+        printf("rows      %8zu B rows:  %8.3f us/row (random rows, %zu per call)\n", o.row_size,
+               rowus, o.rows);
     }
-    printf("RESULT ok=1 provider=%s domain=%s progress_thread=%d lat_us=%.2f bw_gbs=%.3f\n",
-           prov, dom, attr.progress_thread, lat, bw);
+    printf("RESULT ok=1 provider=%s domain=%s progress_thread=%d lat_us=%.2f bw_gbs=%.3f "
+           "row_us=%.3f\n", prov, dom, attr.progress_thread, lat, bw, rowus);
     return 0;
 }

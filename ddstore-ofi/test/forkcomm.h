@@ -14,6 +14,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ typedef struct forkcomm_world {
     pthread_barrier_t bar;
     int n;
     _Atomic int passed, failed;   /* test counters summed over ranks */
+    _Atomic int pids[FORKCOMM_MAX];  /* each rank's process id          */
     unsigned char data[];         /* n * FORKCOMM_SLOT               */
 } forkcomm_world_t;
 
@@ -129,6 +131,7 @@ static pid_t forkcomm_spawn(forkcomm_world_t *w, int rank,
     fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
+        atomic_store(&w->pids[rank], (int)getpid());
         dds_comm_t comm = forkcomm_comm(w, rank);
         int rc = fn(&comm, arg);
         fflush(stdout);

@@ -15,8 +15,10 @@
  * message.
  *
  * Prints "N passed, M failed" (summed over ranks). */
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -144,7 +146,11 @@ static int rank_main(dds_comm_t *comm, void *arg)
     T(tr.caps & DDS_TRANSPORT_CAP_READERS);
     T(tr.caps & DDS_TRANSPORT_CAP_FORK);
     T(tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF);
-    dds_store_params_t sp = {DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT, *comm, tr};
+    dds_store_params_t sp;
+    memset(&sp, 0, sizeof sp);
+    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
+    sp.comm = *comm;
+    sp.transport = tr;
     dds_store_t *s = NULL;
     rc = dds_store_create(&sp, &s);
     T_RC(rc, 0);
@@ -328,7 +334,10 @@ static int rank_main(dds_comm_t *comm, void *arg)
         if (me == n - 1)
             _exit(0);
         if (me == 0) {
-            usleep(200000);
+            /* Wait until the process is really gone (reaped). */
+            int dead_pid = atomic_load(&g_w->pids[n - 1]);
+            for (int i = 0; i < 2000 && (kill(dead_pid, 0) == 0 || errno != ESRCH); i++)
+                usleep(5000);
             int64_t lr = total - 1;
             b = fbuf(buf, 1);
             struct timespec t0, t1;
@@ -369,6 +378,28 @@ static int bad_provider_main(dds_comm_t *comm, void *arg)
         printf("   bad provider: %s\n", dds_last_error());
     dds_comm_destroy(comm);
     return 0;
+}
+
+/* Ranks that end with _exit (the dead-rank case) leave the shm provider's
+ * regions "/dev/shm/<pid>:<uid>:<n>" behind: remove those of our ranks. */
+static void remove_shm_leftovers(int n)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        for (int r = 0; r < n; r++) {
+            char prefix[32];
+            int len = snprintf(prefix, sizeof prefix, "%d:", atomic_load(&g_w->pids[r]));
+            if (!strncmp(e->d_name, prefix, (size_t)len)) {
+                char path[512];
+                snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+                unlink(path);
+            }
+        }
+    }
+    closedir(d);
 }
 
 static int run(int n, int (*fn)(dds_comm_t *, void *), void *arg, double timeout)
@@ -417,6 +448,8 @@ int main(int argc, char **argv)
                 fflush(stdout);
                 cfg_t cfg = {provs[p], dead};
                 int bad = run(n, rank_main, &cfg, 140);
+                if (dead)
+                    remove_shm_leftovers(n);
                 passed += g_w->passed;
                 failed += g_w->failed + bad;
                 forkcomm_world_free(g_w);

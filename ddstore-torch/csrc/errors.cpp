@@ -126,7 +126,14 @@ dds_buf_t describe(const Target &t, const std::string &name,
                    const at::Tensor &out, int64_t nrows, uintptr_t stream)
 {
     dds_var_info_t info;
-    check(g_api->var_info(t.store, name.c_str(), &info));
+    int rc;
+    {
+        // the variable table's read lock may wait for a collective (add, free)
+        // whose communicator needs the GIL: never wait for it holding the GIL
+        py::gil_scoped_release nogil;
+        rc = g_api->var_info(t.store, name.c_str(), &info);
+    }
+    check(rc);
 
     const std::string what = "variable '" + name + "': destination tensor";
     if (out.layout() != at::kStrided)

@@ -4,7 +4,6 @@ vae-ddp.py (one job), vae_core_server.py + vae_extra_train.py (method 2 split)
 use these.  Nothing here is specific to one launcher: ranks come from MPI
 (mpirun / srun with MPI) or from Slurm / torchrun variables (--comm torch).
 """
-import argparse
 import json
 import os
 import socket

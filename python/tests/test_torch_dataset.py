@@ -464,3 +464,22 @@ def test_method2_reader():
             rd.free()
     finally:
         ds.free()
+
+
+def test_progress_bar_rules(monkeypatch):
+    """tqdm on rank 0 only, only on a terminal, off with DDSTORE_PROGRESS=0."""
+    import sys
+    from pyddstore.torch.dataset import _progress
+    comm = world()
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    env_set(monkeypatch, DDSTORE_PROGRESS=None)
+    bar = _progress(10, "x", 0)
+    assert bar is not None
+    bar.close()
+    assert _progress(10, "x", 1) is None
+    env_set(monkeypatch, DDSTORE_PROGRESS=0)
+    assert _progress(10, "x", 0) is None
+    env_set(monkeypatch, DDSTORE_PROGRESS=None)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert _progress(10, "x", 0) is None
+    assert_all(comm, True)

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _torch_util import (N_ODD, Source, assert_all, env_set, fresh_name,  # noqa: E402
-                         make_sample, require_method, same, shared_tmpdir, world)
+                         require_method, same, shared_tmpdir, world)
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -64,6 +64,50 @@ def test_epochs_equal_plain_dataloader(datasets, kind, workers, fast, monkeypatc
         ref = _epoch(DataLoader(src, batch_size=5, shuffle=True,
                                 generator=torch.Generator().manual_seed(11)))
         _cmp_epochs(comm, ref, got, "DataLoader over DistDataset")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_no_auto_collation(datasets, workers):
+    """batch_size=None: one sample at a time through default_convert."""
+    comm, dss = datasets
+    ref = _epoch(DataLoader(Source("dict"), batch_size=None, shuffle=True,
+                            generator=torch.Generator().manual_seed(3)))
+    got = _epoch(ThreadDataLoader(dss["dict"], batch_size=None, shuffle=True,
+                                  num_workers=workers, generator=torch.Generator().manual_seed(3)))
+    _cmp_epochs(comm, ref, got, "batch_size=None")
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(11))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_iterable_dataset(workers):
+    comm = world()
+    ref = [b.tolist() for b in DataLoader(_Stream(), batch_size=3)]
+    got = [b.tolist() for b in ThreadDataLoader(_Stream(), batch_size=3, num_workers=workers)]
+    with pytest.raises(ValueError):
+        ThreadDataLoader(_Stream(), batch_size=3, num_workers=2)
+    assert_all(comm, ref == got, f"{got} vs {ref}")
+
+
+def test_subset_of_dist_dataset(datasets):
+    comm, dss = datasets
+    idx = [30, 2, 2, 17, 5, 36]
+    sub = torch.utils.data.Subset(dss["tuple"], idx)
+    ref = _epoch(DataLoader(torch.utils.data.Subset(Source("tuple"), idx), batch_size=4))
+    loader = ThreadDataLoader(sub, batch_size=4, num_workers=2)
+    got = _epoch(loader)
+    loader.close()
+    _cmp_epochs(comm, ref, got, "Subset")
+
+
+def test_not_picklable(datasets):
+    import pickle
+    comm, dss = datasets
+    with pytest.raises(TypeError, match="fork"):
+        pickle.dumps(dss["tuple"])
 
 
 def test_fast_path_is_used(datasets, monkeypatch):
@@ -193,14 +237,14 @@ def test_iterator_semantics(datasets):
         if k == 1:
             break
     _cmp_epochs(comm, ref, _epoch(loader), "after early stop")
+    del it1, it2
     t0 = time.monotonic()
     while any(t.name.startswith("ddstore-loader") for t in threading.enumerate()) and \
             time.monotonic() - t0 < 10:
-        import gc
-        gc.collect()
         time.sleep(0.05)
-    loader.close()
+    # dropped iterators stop their threads without close()
     alive = [t.name for t in threading.enumerate() if t.name.startswith("ddstore-loader")]
+    loader.close()
     assert_all(comm, ok and not alive, f"len ok {ok}, threads left {alive}")
     with pytest.raises(RuntimeError):
         iter(loader)

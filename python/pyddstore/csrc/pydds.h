@@ -5,6 +5,8 @@
  *   pydds_store.c     the PyDDStore type
  *   pydds_reader.c    the Reader type (fork_reader / open_reader)
  *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion
+ *   pydds_gpu.c       __cuda_array_interface__ -> dds_buf_t, the store's
+ *                     (lazy) GPU memsys, GPU test hooks
  *   pydds_comm.c      communicator resolution (None / mpi4py / _dds_comm)
  *   transports.c      the transport factory (method 0, 1, 2)
  *   pydds_capi.c      the C API capsule (pyddstore_api.h)
@@ -143,16 +145,35 @@ typedef struct pydds_buffer {
     Py_buffer view;
     int have_view;
     dds_buf_t buf;               /* described for core                        */
+    size_t nbytes;               /* whole buffer                              */
+    int gpu;                     /* buf.mem is CUDA/ROCm memory               */
 } pydds_buffer_t;
 
-/* Describe `obj` (any object with the buffer protocol) as a dds_buf_t:
- * C-contiguous required (else ValueError), format -> dtype (else TypeError
- * naming it), 1-D = rows of one element, N-D = shape[0] rows of
- * prod(shape[1:]) elements.  `writable`: a destination (read-only -> ValueError).
- * `what` names the argument in messages.  Returns 0 or -1 with an exception. */
+/* Describe `obj` as a dds_buf_t: any object with the buffer protocol (host
+ * memory), else one exposing __cuda_array_interface__ (GPU memory,
+ * pydds_cai_get).  C-contiguous required (else ValueError), format -> dtype
+ * (else TypeError naming it), 1-D = rows of one element, N-D = shape[0]
+ * rows of prod(shape[1:]) elements.  `writable`: a destination (read-only
+ * -> ValueError).  `what` names the argument in messages.  Returns 0 or -1
+ * with an exception (DDStoreError "no GPU" for a GPU array in a process
+ * without a usable GPU). */
 int pydds_buffer_get(PyObject *obj, const char *what, int writable,
                      pydds_buffer_t *b);
 void pydds_buffer_release(pydds_buffer_t *b);
+
+/* ---- GPU memory (pydds_gpu.c) ------------------------------------------- */
+
+/* `cai` = obj.__cuda_array_interface__ -> b (no Py_buffer held; the caller
+ * keeps obj alive).  Memory kind and device from the GPU runtime; the
+ * interface's stream (version >= 3) as b->buf.mem.stream. */
+int pydds_cai_get(PyObject *obj, PyObject *cai, const char *what, int writable,
+                  pydds_buffer_t *b);
+/* The memsys handed to every store (lazy: the GPU runtime is probed on the
+ * first GPU operation).  0, or -DDS_ENOGPU in a build without GPU support
+ * (no memsys: the store's host path). */
+int pydds_gpu_memsys(dds_memsys_t *ms);
+/* _gpu_* module functions (info, test hooks). */
+extern PyMethodDef pydds_gpu_methods[];
 
 typedef struct pydds_indices {
     const int64_t *rows;

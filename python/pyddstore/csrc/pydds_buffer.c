@@ -145,7 +145,8 @@ static int not_a_buffer(PyObject *obj, const char *what)
     int is_tensor = strstr(tn, "Tensor") != NULL;
     PyErr_Format(PyExc_TypeError,
                  "%s: expected a C-contiguous numpy array (or another object "
-                 "with the buffer protocol), got %s%s",
+                 "with the buffer protocol, or a GPU array with "
+                 "__cuda_array_interface__), got %s%s",
                  what, tn,
                  is_tensor ? "; for torch tensors use pyddstore.torch" : "");
     return -1;
@@ -157,8 +158,35 @@ int pydds_buffer_get(PyObject *obj, const char *what, int writable,
     Py_ssize_t i, per_row = 1;
     dds_dtype_t dt;
     memset(b, 0, sizeof *b);
-    if (!PyObject_CheckBuffer(obj))
-        return not_a_buffer(obj, what);
+    if (!PyObject_CheckBuffer(obj)) {
+        /* GPU arrays (torch CUDA/ROCm tensors, cupy, numba) */
+        PyObject *cai = PyObject_GetAttrString(obj, "__cuda_array_interface__");
+        int rc;
+        if (cai == NULL) {
+            PyObject *t, *v, *tb, *str;
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                return not_a_buffer(obj, what);
+            }
+            /* e.g. torch: "Can't get __cuda_array_interface__ on Variable
+             * that requires grad" */
+            PyErr_Fetch(&t, &v, &tb);
+            str = v ? PyObject_Str(v) : NULL;
+            PyErr_Format(PyExc_TypeError, "%s: %s: %s", what,
+                         Py_TYPE(obj)->tp_name,
+                         str && PyUnicode_Check(str) ? PyUnicode_AsUTF8(str)
+                                                     : "bad "
+                                                       "__cuda_array_interface__");
+            Py_XDECREF(str);
+            Py_XDECREF(t);
+            Py_XDECREF(v);
+            Py_XDECREF(tb);
+            return -1;
+        }
+        rc = pydds_cai_get(obj, cai, what, writable, b);
+        Py_DECREF(cai);
+        return rc;
+    }
     if (PyObject_GetBuffer(obj, &b->view, PyBUF_RECORDS_RO) < 0) {
         /* e.g. numpy datetime64: "cannot include dtype 'M' in a buffer" */
         PyObject *t, *v, *tb, *s;
@@ -206,6 +234,7 @@ int pydds_buffer_get(PyObject *obj, const char *what, int writable,
     b->buf.mem.kind = DDS_MEM_HOST;
     b->buf.mem.device = 0;
     b->buf.mem.stream = NULL;
+    b->nbytes = (size_t)b->view.len;
     return 0;
 fail:
     pydds_buffer_release(b);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ddstore/config.h"
+#include "ddstore/gpu.h"
 #include "ddstore/log.h"
 
 PyObject *pydds_Error = NULL;
@@ -373,6 +374,11 @@ PyMODINIT_FUNC PyInit__core(void)
         goto fail;
 #endif
     if (PyModule_AddStringConstant(m, "__version__", PYDDSTORE_VERSION) < 0)
+        goto fail;
+    /* ddstore-gpu's backend compiled in: "cuda", "hip" or "none" (no GPU
+     * support); does not probe the GPU (see _gpu_info()) */
+    if (PyModule_AddStringConstant(m, "GPU_BACKEND", ddgpu_backend_name()) < 0 ||
+        PyModule_AddFunctions(m, pydds_gpu_methods) < 0)
         goto fail;
     if (PyModule_AddIntConstant(m, "API_VERSION", PYDDSTORE_API_VERSION) < 0)
         goto fail;

@@ -398,6 +398,12 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     params.comm = cres.comm;
     params.transport = tr;
     cres.have_comm = 0;   /* ownership moves to the store, even on failure */
+    /* GPU memory operations (lazy: nothing is probed until a GPU buffer is
+     * used); none in a build without GPU support: the host path */
+    if (pydds_gpu_memsys(&params.memsys) == 0)
+        params.field_mask |= DDS_STORE_PARAM_MEMSYS;
+    else
+        dds_error_clear();
     if (cres.needs_gil) {
         rc = dds_store_create(&params, &store);
     } else {
@@ -903,7 +909,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
 static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"name", "arr", NULL};
-    PyObject *name_o, *arr;
+    PyObject *name_o, *arr, *list = NULL;
     const char *name;
     pydds_buffer_t b;
     PyThreadState *ts;
@@ -915,15 +921,41 @@ static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
         return collective_fail(s);
     if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
         return collective_fail(s);
+    if (b.gpu) {
+        /* GPU memory is registered in place: the store keeps `arr` alive
+         * until the variable is released (free(), destruction).  Kept
+         * before the collective call, dropped again if it fails. */
+        if (pydds_store_keep(s, name, arr) < 0)
+            return collective_fail(s);
+        list = PyDict_GetItemString(s->keep, name);   /* borrowed */
+        Py_XINCREF(list);
+    }
     if ((rc = coll_enter(s, 0, &ts)) < 0) {
         pydds_buffer_release(&b);
+        if (list != NULL) {
+            (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
+            PyErr_Clear();
+            Py_DECREF(list);
+        }
         return pydds_raise(rc);
     }
     rc = dds_store_var_add(s->store, name, b.buf.ptr, b.buf.nrows,
                            b.buf.row_bytes / b.buf.itemsize, b.buf.itemsize,
-                           b.buf.dtype, NULL, DDS_ADD_COPY);
+                           b.buf.dtype, b.gpu ? &b.buf.mem : NULL,
+                           b.gpu ? DDS_ADD_IN_PLACE : DDS_ADD_COPY);
     coll_leave(s, ts);
     pydds_buffer_release(&b);
+    if (list != NULL) {
+        if (rc < 0 && PyList_GET_SIZE(list) > 0 &&
+            PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1) == arr) {
+            PyObject *t, *v, *tb;
+            PyErr_Fetch(&t, &v, &tb);
+            (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
+            PyErr_Clear();
+            PyErr_Restore(t, v, tb);
+        }
+        Py_DECREF(list);
+    }
     if (rc < 0)
         return pydds_raise(rc);
     Py_RETURN_NONE;
@@ -1028,7 +1060,7 @@ static PyObject *store_register_recv(pydds_store_obj *s, PyObject *args,
     if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
         return NULL;
     key = Py_BuildValue("(Nn)", PyLong_FromVoidPtr(b.buf.ptr),
-                        b.view.len);
+                        (Py_ssize_t)b.nbytes);
     if (key == NULL) {
         pydds_buffer_release(&b);
         return NULL;
@@ -1036,7 +1068,7 @@ static PyObject *store_register_recv(pydds_store_obj *s, PyObject *args,
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_recv_register(s->store, b.buf.ptr, (size_t)b.view.len,
+        rc = dds_store_recv_register(s->store, b.buf.ptr, b.nbytes,
                                      &b.buf.mem);
         pthread_rwlock_unlock(&s->life);
     }
@@ -1074,7 +1106,8 @@ static PyObject *store_unregister_recv(pydds_store_obj *s, PyObject *args,
         return NULL;
     if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
         return NULL;
-    key = Py_BuildValue("(Nn)", PyLong_FromVoidPtr(b.buf.ptr), b.view.len);
+    key = Py_BuildValue("(Nn)", PyLong_FromVoidPtr(b.buf.ptr),
+                        (Py_ssize_t)b.nbytes);
     if (key == NULL) {
         pydds_buffer_release(&b);
         return NULL;
@@ -1082,7 +1115,7 @@ static PyObject *store_unregister_recv(pydds_store_obj *s, PyObject *args,
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_recv_unregister(s->store, b.buf.ptr, (size_t)b.view.len);
+        rc = dds_store_recv_unregister(s->store, b.buf.ptr, b.nbytes);
         pthread_rwlock_unlock(&s->life);
     }
     Py_END_ALLOW_THREADS
@@ -1192,7 +1225,9 @@ static PyMethodDef store_methods[] = {
      "add(name, arr)\n\n"
      "Collective.  This rank's shard of `name` = a copy of the C-contiguous "
      "buffer `arr` (1-D: rows of one element; N-D: shape[0] rows).  Global "
-     "rows are the shards in rank order; zero-row shards are allowed."},
+     "rows are the shards in rank order; zero-row shards are allowed.  A GPU "
+     "array (__cuda_array_interface__: torch CUDA/ROCm tensor, cupy) is "
+     "registered in place and kept alive by the store until free()."},
     {"update", (PyCFunction)(void (*)(void))store_update,
      METH_VARARGS | METH_KEYWORDS,
      "update(name, arr, offset)\n\n"
@@ -1201,7 +1236,9 @@ static PyMethodDef store_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "get(name, arr, start=0)\n\n"
      "Read len(arr) consecutive global rows from `start` into `arr` (across "
-     "owners if needed).  Releases the GIL."},
+     "owners if needed).  Releases the GIL.  `arr` may be a GPU array "
+     "(__cuda_array_interface__): the rows are ready for the next kernel on "
+     "its stream (docs/gpudirect.md)."},
     {"get_batch", (PyCFunction)(void (*)(void))store_get_batch,
      METH_VARARGS | METH_KEYWORDS,
      "get_batch(name, arr, indices)\n\n"

@@ -12,11 +12,11 @@ See docs/pytorch.md (guide) and docs/reference-torch.md (reference).
 """
 import os as _os
 
-from . import env as _env
+import torch as _torch  # noqa: F401
 
-_env.apply_fork_settings()   # before pyddstore (and libfabric) start; no-op if already set
-
-import torch as _torch  # noqa: E402,F401
+# (pyddstore's own __init__, imported first as the parent package, applies the
+# libfabric settings: FI_CXI_DISABLE_HOST_REGISTER, and FI_MR_CACHE_MONITOR for
+# DDSTORE_FORK_WORKERS=1.)
 
 from ._ext import ext as _ext  # noqa: E402
 from .comm import Comm, TorchComm  # noqa: E402

@@ -20,7 +20,6 @@ of the Python layer fails on every rank together.
 """
 
 import builtins
-import os
 import pickle
 
 import pyddstore
@@ -179,8 +178,7 @@ def _make_filecomm(handshake_dir, rank, size, ns):
 
 
 def _default_ns(name):
-    job = os.environ.get("SLURM_JOB_ID", "")
-    step = os.environ.get("SLURM_STEP_ID", "")
+    job, step = env.job_step()
     parts = [p for p in (job, step, name) if p]
     return ".".join(parts) if parts else name
 

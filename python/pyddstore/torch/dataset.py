@@ -6,7 +6,6 @@ source, in one pass, and every rank reads every sample with one-sided reads.
 """
 
 import json
-import math
 import operator
 import os
 import sys
@@ -291,6 +290,13 @@ class _Stored(torch.utils.data.Dataset):
                     ext.unregister_recv(self.ddstore, t)
                 except Exception:  # noqa: BLE001
                     pass
+
+    def __reduce__(self):
+        raise TypeError(
+            f"{type(self).__name__} '{self.name}' cannot be pickled: its data lives in the "
+            "job's store.  DataLoader workers must be forked (the default on Linux; set "
+            "DDSTORE_FORK_WORKERS=1, methods 1/2) - spawn/forkserver are not supported; "
+            "or use ThreadDataLoader")
 
     def __repr__(self):
         return (f"{type(self).__name__}('{self.name}', {self.total} samples, "
@@ -605,7 +611,7 @@ def _json_default(o):
 
 def _read_meta(hs, name):
     path = os.path.join(hs, f"{name}.meta.json")
-    timeout = float(os.environ.get("DDSTORE_HANDSHAKE_TIMEOUT_S", "300") or 300)
+    timeout = env.handshake_timeout()
     t0 = time.monotonic()
     while not os.path.exists(path):
         if time.monotonic() - t0 > timeout:

@@ -9,7 +9,7 @@ import os
 
 __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
-           "use_mpi", "local_rank"]
+           "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size"]
 
 # (name, type, default, help) — same shape as core's config registry.
 ENTRIES = (
@@ -39,6 +39,9 @@ ENTRIES = (
      "default handshake_dir (methods 1/2 without MPI, method 2, FileComm)"),
     ("DDSTORE_MPI", "bool", "1",
      "0: do not use MPI for comm=None even when pyddstore has it"),
+    ("DDSTORE_HANDSHAKE_TIMEOUT_S", "double", "300",
+     "DistDatasetReader: how long to wait for the core job's {name}.meta.json "
+     "(core uses the same variable for its records)"),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -134,6 +137,19 @@ def handshake_dir(given=None):
     return _raw("DDSTORE_HANDSHAKE_DIR") or None
 
 
+def handshake_timeout():
+    v = _raw("DDSTORE_HANDSHAKE_TIMEOUT_S")
+    if v is None or v.strip() == "":
+        return 300.0
+    try:
+        t = float(v)
+    except ValueError:
+        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds") from None
+    if t < 0:
+        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds >= 0")
+    return t
+
+
 def local_rank():
     """This process's rank on its node (Slurm, Open MPI, MPICH, torchrun), or 0."""
     for name in ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
@@ -142,6 +158,11 @@ def local_rank():
         if v is not None and v.strip().isdigit():
             return int(v)
     return 0
+
+
+def job_step():
+    """(SLURM_JOB_ID, SLURM_STEP_ID) or empty strings."""
+    return _raw("SLURM_JOB_ID") or "", _raw("SLURM_STEP_ID") or ""
 
 
 def slurm_rank_size():
@@ -153,15 +174,3 @@ def slurm_rank_size():
         if rv is not None and sv is not None and rv.strip().isdigit() and sv.strip().isdigit():
             return int(rv), int(sv)
     return None
-
-
-def apply_fork_settings():
-    """Libfabric settings for forked DataLoader workers (seed: 'Set by
-    DDSTORE_FORK_WORKERS=1, when the variable is unset or kdreg2').  Must run
-    before libfabric starts; idempotent."""
-    try:
-        enabled = fork_workers()
-    except ValueError:
-        return
-    if enabled and os.environ.get("FI_MR_CACHE_MONITOR", "") in ("", "kdreg2"):
-        os.environ["FI_MR_CACHE_MONITOR"] = "memhooks"

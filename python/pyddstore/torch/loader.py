@@ -326,7 +326,6 @@ class _ThreadIter:
                       self._dataset._fast_collate_ok())
         self._reuse = loader.reuse_buffers
         self._is_iterable = isinstance(self._dataset, IterableDataset)
-        self._fetcher = None
         self._state = _State()
         self._threads = []
         self._send_idx = 0
@@ -360,7 +359,11 @@ class _ThreadIter:
         fast = self._fast
         reuse = self._reuse
         auto = self._auto_collation
+        is_iterable = self._is_iterable
+        drop_last = self._drop_last
         fetcher_box = {}
+        # (no reference to self here: worker threads must not keep the
+        # iterator alive, so that dropping it stops them)
 
         def fetch(index, slot):
             bufs = slot.bufs if (slot is not None and reuse) else None
@@ -371,12 +374,12 @@ class _ThreadIter:
                         data = _tud_utils.pin_memory.pin_memory(data, pin_device)
                     return data
                 return ds._collate(index, pin_memory=pin)
-            if self._is_iterable:
+            if is_iterable:
                 f = fetcher_box.get("f")
                 if f is None:
-                    f = fetcher_box["f"] = torch.utils.data.dataloader._DatasetKind.create_fetcher(
-                        torch.utils.data.dataloader._DatasetKind.Iterable, ds, auto, collate,
-                        self._drop_last)
+                    kind = torch.utils.data.dataloader._DatasetKind
+                    f = fetcher_box["f"] = kind.create_fetcher(kind.Iterable, ds, auto,
+                                                               collate, drop_last)
                 data = f.fetch(index)
             elif auto:
                 if bufs is not None:

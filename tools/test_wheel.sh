@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# test_wheel.sh: the pip build end to end, as a user on an HPC system would
+# run it: a fresh virtualenv with torch, `pip wheel --no-build-isolation .`
+# in it, install the wheel, run the Python smoke tests against the installed
+# package from outside the tree (so python/ is not on sys.path).
+#
+#   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--fresh-build]
+#
+#   1. venv     a fresh virtualenv at $WORK/venv (from the base interpreter of
+#               $DDSTORE_PYTHON / .venv), with numpy, mpi4py, $DDSTORE_TORCH_SPEC
+#               (torch==2.13.0), pytest and scikit-build-core from pip's
+#               configured indices and cache.  --reuse-venv keeps an existing one.
+#   2. wheel    pip wheel --no-build-isolation --no-deps . (CMake + ninja,
+#               CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build kept between
+#               runs so a rerun recompiles only what changed; --fresh-build
+#               starts it over).  Log: $WORK/wheel.log
+#   3. isolated pip wheel --no-deps . with build isolation (what plain
+#               `pip install .` does): _core only, and the message saying why
+#               the torch extension is missing.  --no-isolated skips it.
+#   4. install  pip install --no-deps --force-reinstall the wheel into the venv
+#   5. tests    from an empty directory: pytest
+#               python/tests/wheel_checks.py::test_sources_match_bazel (Bazel and
+#               the pip build compile the same files; one process), then
+#               tools/ddrun -n N (2) -- pytest wheel_checks.py (the rest)
+#               test_core_basic.py test_torch_ext.py test_torch_dataset.py
+#
+# $DDSTORE_JUNIT_DIR: when set, every pytest run writes its JUnit XML there
+# (sources.xml, rank<R>.xml), for tools/run_tests.py.
+# $WORK: $DDSTORE_WHEEL_DIR, default <repo>/out/wheel (ignored by git).
+# Exit status: 0 when every step and test passed.
+set -euo pipefail
+
+TOP="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WORK="${DDSTORE_WHEEL_DIR:-$TOP/out/wheel}"
+TORCH_SPEC="${DDSTORE_TORCH_SPEC:-torch==2.13.0}"
+RANKS=2
+REUSE=0
+ISOLATED=1
+FRESH=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --ranks) RANKS="$2"; shift 2 ;;
+    --reuse-venv) REUSE=1; shift ;;
+    --no-isolated) ISOLATED=0; shift ;;
+    --fresh-build) FRESH=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test_wheel: unknown option $1 (--help)" >&2; exit 2 ;;
+    esac
+done
+
+say() { echo "test_wheel: $*"; }
+die() { echo "test_wheel: error: $*" >&2; exit 1; }
+T0=$(date +%s)
+step_t=$T0
+lap() { local now; now=$(date +%s); say "$1 ($((now - step_t)) s)"; step_t=$now; }
+
+if [ -n "${DDSTORE_PYTHON:-}" ]; then BASE="$DDSTORE_PYTHON"
+elif [ -x "$TOP/.venv/bin/python" ]; then BASE="$TOP/.venv/bin/python"
+else BASE="$(command -v python3)" || die "no Python (set DDSTORE_PYTHON)"; fi
+command -v cmake >/dev/null || die "cmake not found (the pip build needs CMake >= 3.18)"
+
+mkdir -p "$WORK"
+VENV="$WORK/venv"
+PY="$VENV/bin/python"
+PIPLOG="$WORK/pip.log"
+
+# ---- 1. a fresh virtualenv ---------------------------------------------------
+if [ "$REUSE" = 1 ] && [ -x "$PY" ]; then
+    say "reusing $VENV"
+else
+    rm -rf "$VENV"
+    # venv run by a virtualenv's python creates one on the base interpreter:
+    # nothing of .venv (no pyddstore.pth) is visible in it.
+    "$BASE" -m venv "$VENV"
+fi
+"$PY" -m pip install -q numpy mpi4py "$TORCH_SPEC" pytest tqdm "scikit-build-core>=0.10" \
+    >"$PIPLOG" 2>&1 || { tail -20 "$PIPLOG"; die "pip install into $VENV failed (log: $PIPLOG)"; }
+"$PY" - <<'EOF' || die "the fresh virtualenv sees pyddstore before the install"
+import importlib.util, sys
+sys.exit(1 if importlib.util.find_spec("pyddstore") else 0)
+EOF
+lap "virtualenv $VENV: $("$PY" -c 'import torch, numpy, mpi4py; print("torch", torch.__version__, "numpy", numpy.__version__, "mpi4py", mpi4py.__version__)')"
+
+# ---- 2. the wheel, in that environment (torch importable: the torch extension)
+DIST="$WORK/dist"
+BUILD="$WORK/build"
+[ "$FRESH" = 1 ] && rm -rf "$BUILD"
+rm -rf "$DIST"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
+(cd "$TOP" && "$PY" -m pip wheel --no-build-isolation --no-deps -v -w "$DIST" \
+     -Cbuild-dir="$BUILD" .) >"$WORK/wheel.log" 2>&1 \
+    || { tail -40 "$WORK/wheel.log"; die "pip wheel failed (log: $WORK/wheel.log)"; }
+WHEEL="$(ls "$DIST"/pyddstore-*.whl)"
+SUMMARY="$BUILD/ddstore-build-summary.txt"
+[ -f "$SUMMARY" ] || die "no $SUMMARY"
+sed 's/^/  /' "$SUMMARY"
+lap "built $(basename "$WHEEL")"
+
+# ---- 3. the isolated build (plain `pip install .`) ---------------------------
+ISO_ENV=()
+if [ "$ISOLATED" = 1 ]; then
+    rm -rf "$WORK/dist-isolated"
+    # Build isolation: pip installs scikit-build-core into a temporary
+    # environment without torch; cmake and ninja come from PATH.
+    (cd "$TOP" && "$PY" -m pip wheel --no-deps -v -w "$WORK/dist-isolated" .) \
+        >"$WORK/wheel-isolated.log" 2>&1 \
+        || { tail -40 "$WORK/wheel-isolated.log"; die "isolated pip wheel failed (log: $WORK/wheel-isolated.log)"; }
+    ISO_ENV=(DDSTORE_WHEEL_ISOLATED="$(ls "$WORK"/dist-isolated/pyddstore-*.whl):$WORK/wheel-isolated.log")
+    lap "isolated build: $(basename "$(ls "$WORK"/dist-isolated/pyddstore-*.whl)")"
+fi
+
+# ---- 4. install ---------------------------------------------------------------
+"$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL" >>"$PIPLOG" 2>&1 \
+    || { tail -20 "$PIPLOG"; die "pip install $WHEEL failed"; }
+lap "installed into $VENV"
+
+# ---- 5. the tests, from outside the tree -------------------------------------
+RUN="$(mktemp -d)"
+trap 'rm -rf "$RUN"' EXIT
+cd "$RUN"
+"$PY" -c 'import pyddstore, sys; print("test_wheel: pyddstore", pyddstore.__version__, "from", pyddstore.__file__)'
+T="$TOP/python/tests"
+JUNIT=()
+[ -n "${DDSTORE_JUNIT_DIR:-}" ] && mkdir -p "$DDSTORE_JUNIT_DIR" \
+    && JUNIT=("--junitxml=$DDSTORE_JUNIT_DIR/sources.xml")
+rc=0
+env DDSTORE_WHEEL_TEST="$SUMMARY" "$PY" -m pytest -q -p no:cacheprovider -rs "${JUNIT[@]}" \
+    "$T/wheel_checks.py::test_sources_match_bazel" || rc=1
+lap "sources check"
+export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
+env DDSTORE_WHEEL_TEST="$SUMMARY" "${ISO_ENV[@]}" \
+    "$TOP/tools/ddrun" -n "$RANKS" --timeout 900 -- \
+    "$PY" "$TOP/tools/pytest_rank.py" -q -p no:cacheprovider -rs \
+    "$T/wheel_checks.py" --deselect "$T/wheel_checks.py::test_sources_match_bazel" \
+    "$T/test_core_basic.py" "$T/test_torch_ext.py" "$T/test_torch_dataset.py" || rc=1
+lap "smoke tests on $RANKS ranks"
+say "total $(( $(date +%s) - T0 )) s; $([ $rc = 0 ] && echo ok || echo FAILED)"
+exit $rc
