@@ -113,7 +113,7 @@ def dds_c_headers(name, hdrs, deps = [], includes = ["include"], **kwargs):
 def _thread_tags(base):
     return ["threads"] if "thread" in base else []
 
-def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", copts = [], per_test_deps = {}, per_test_tags = {}, **kwargs):
+def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", timeout = "moderate", copts = [], per_test_deps = {}, per_test_tags = {}, **kwargs):
     """One cc_test per source file (named after it: test/foo_test.c -> :foo_test),
     plus a test_suite :tests over them.  `per_test_deps` maps a test name to
     extra deps for that test only."""
@@ -128,6 +128,9 @@ def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", copts = [
             copts = DDS_C_COPTS + copts,
             linkopts = DDS_LINKOPTS,
             size = size,
+            # 300 s: randomized and threaded tests take tens of seconds under
+            # sanitizers on a loaded 2-core machine; a hang still ends.
+            timeout = timeout,
             tags = ["unit"] + _thread_tags(base) + per_test_tags.get(base, []) + tags,
             **kwargs
         )

@@ -4,25 +4,31 @@
 # in it, install the wheel, run the Python smoke tests against the installed
 # package from outside the tree (so python/ is not on sys.path).
 #
-#   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--fresh-build]
+#   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--no-gpu-builds]
 #
 #   1. venv     a fresh virtualenv at $WORK/venv (from the base interpreter of
 #               $DDSTORE_PYTHON / .venv), with numpy, mpi4py, $DDSTORE_TORCH_SPEC
-#               (torch==2.13.0), pytest and scikit-build-core from pip's
-#               configured indices and cache.  --reuse-venv keeps an existing one.
-#   2. wheel    pip wheel --no-build-isolation --no-deps . (CMake + ninja,
-#               CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build kept between
-#               runs so a rerun recompiles only what changed; --fresh-build
-#               starts it over).  Log: $WORK/wheel.log
+#               (torch==2.13.0), pytest, tqdm and scikit-build-core from pip's
+#               configured indices and cache.
+#   2. wheel    pip wheel --no-build-isolation --no-deps . in it (CMake + ninja,
+#               CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build, started
+#               over).  Log: $WORK/wheel.log
 #   3. isolated pip wheel --no-deps . with build isolation (what plain
 #               `pip install .` does): _core only, and the message saying why
 #               the torch extension is missing.  --no-isolated skips it.
-#   4. install  pip install --no-deps --force-reinstall the wheel into the venv
-#   5. tests    from an empty directory: pytest
+#   4. gpu      DDSTORE_GPU=cuda and =rocm builds of _core (DDSTORE_TORCH=0),
+#               when the toolkit is installed (CUDA_HOME, /usr/local/cuda;
+#               ROCM_PATH, /opt/rocm, /usr); not installed = SKIP in the tests.
+#               --no-gpu-builds skips them.
+#   5. install  pip install --no-deps --force-reinstall the wheel into the venv
+#   6. tests    from an empty directory: pytest
 #               python/tests/wheel_checks.py::test_sources_match_bazel (Bazel and
 #               the pip build compile the same files; one process), then
 #               tools/ddrun -n N (2) -- pytest wheel_checks.py (the rest)
 #               test_core_basic.py test_torch_ext.py test_torch_dataset.py
+#
+# --reuse-venv keeps an existing $WORK/venv and $WORK/build (a quick rerun
+# while working on the build; not what the suite runs).
 #
 # $DDSTORE_JUNIT_DIR: when set, every pytest run writes its JUnit XML there
 # (sources.xml, rank<R>.xml), for tools/run_tests.py.
@@ -36,13 +42,13 @@ TORCH_SPEC="${DDSTORE_TORCH_SPEC:-torch==2.13.0}"
 RANKS=2
 REUSE=0
 ISOLATED=1
-FRESH=0
+GPU_BUILDS=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --ranks) RANKS="$2"; shift 2 ;;
     --reuse-venv) REUSE=1; shift ;;
     --no-isolated) ISOLATED=0; shift ;;
-    --fresh-build) FRESH=1; shift ;;
+    --no-gpu-builds) GPU_BUILDS=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test_wheel: unknown option $1 (--help)" >&2; exit 2 ;;
     esac
@@ -84,7 +90,7 @@ lap "virtualenv $VENV: $("$PY" -c 'import torch, numpy, mpi4py; print("torch", t
 # ---- 2. the wheel, in that environment (torch importable: the torch extension)
 DIST="$WORK/dist"
 BUILD="$WORK/build"
-[ "$FRESH" = 1 ] && rm -rf "$BUILD"
+[ "$REUSE" = 1 ] || rm -rf "$BUILD"
 rm -rf "$DIST"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 (cd "$TOP" && "$PY" -m pip wheel --no-build-isolation --no-deps -v -w "$DIST" \
@@ -109,12 +115,31 @@ if [ "$ISOLATED" = 1 ]; then
     lap "isolated build: $(basename "$(ls "$WORK"/dist-isolated/pyddstore-*.whl)")"
 fi
 
-# ---- 4. install ---------------------------------------------------------------
+# ---- 4. the GPU backends (compile and link; no GPU needed) ------------------
+GPU_SPEC=""
+if [ "$GPU_BUILDS" = 1 ]; then
+    for g in cuda rocm; do
+        d="$WORK/gpu-$g"
+        rm -rf "$d"
+        if (cd "$TOP" && DDSTORE_GPU=$g DDSTORE_TORCH=0 "$PY" -m pip wheel --no-build-isolation \
+                --no-deps -v -w "$d" -Cbuild-dir="$d/build" .) >"$d.log" 2>&1; then
+            GPU_SPEC+="$g=$(ls "$d"/pyddstore-*.whl);"
+        elif why="$(tr -s ' \n' ' ' <"$d.log" | grep -o "DDSTORE_GPU=$g but there is no [^;]*" | head -1)" \
+                && [ -n "$why" ]; then
+            GPU_SPEC+="$g=SKIP:$why;"
+        else
+            tail -30 "$d.log"; die "DDSTORE_GPU=$g build failed (log: $d.log)"
+        fi
+    done
+    lap "GPU backend builds: ${GPU_SPEC//$WORK\//}"
+fi
+
+# ---- 5. install ---------------------------------------------------------------
 "$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL" >>"$PIPLOG" 2>&1 \
     || { tail -20 "$PIPLOG"; die "pip install $WHEEL failed"; }
 lap "installed into $VENV"
 
-# ---- 5. the tests, from outside the tree -------------------------------------
+# ---- 6. the tests, from outside the tree -------------------------------------
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT
 cd "$RUN"
@@ -128,7 +153,7 @@ env DDSTORE_WHEEL_TEST="$SUMMARY" "$PY" -m pytest -q -p no:cacheprovider -rs "${
     "$T/wheel_checks.py::test_sources_match_bazel" || rc=1
 lap "sources check"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
-env DDSTORE_WHEEL_TEST="$SUMMARY" "${ISO_ENV[@]}" \
+env DDSTORE_WHEEL_TEST="$SUMMARY" DDSTORE_WHEEL_GPU="$GPU_SPEC" "${ISO_ENV[@]}" \
     "$TOP/tools/ddrun" -n "$RANKS" --timeout 900 -- \
     "$PY" "$TOP/tools/pytest_rank.py" -q -p no:cacheprovider -rs \
     "$T/wheel_checks.py" --deselect "$T/wheel_checks.py::test_sources_match_bazel" \

@@ -379,7 +379,6 @@ typedef struct reader_job {
     size_t rb;
     int64_t total;
     long calls;
-    int threads;
     void *stream;            /* allocated and freed by the rank: freeing   */
     unsigned char *dev;      /* device memory drains every stream          */
 } reader_job_t;
@@ -458,7 +457,6 @@ static void staged_rank(fake_world_t *w, int rank, void *arg)
         jobs[t].rb = rb;
         jobs[t].total = total;
         jobs[t].calls = 0;
-        jobs[t].threads = a->threads;
         CHECK_OK(ddgpu_stream_create(0, &jobs[t].stream));
         jobs[t].dev = dalloc(40 * rb);
     }

@@ -49,10 +49,17 @@ static uint32_t addr_checksum(const unsigned char *b, size_t total)
     return h1 ^ (h2 * 16777619u);
 }
 
-int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p)
+int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
 {
-    if (!ep || !len_p)
+    if (!cep || !len_p)
         return ddofi_error(-EINVAL, "ddofi_ep_address: NULL argument");
+    /* A lazy endpoint gets its provider address now. */
+    ddofi_ep_t *ep = (ddofi_ep_t *)cep;
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    if ((rc = ddofi_ep_ensure_live(ep)) != 0)
+        return rc;
     size_t need = ADDR_HDR + ep->addr_len;
     if (!buf || *len_p < need) {
         *len_p = need;
@@ -76,14 +83,9 @@ int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p)
     return 0;
 }
 
-int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t *peer_p)
+/* Check a peer's address blob against this endpoint.  0 or -DDOFI_EBLOB. */
+static int blob_check(const ddofi_ep_t *ep, const unsigned char *b, size_t len)
 {
-    if (!ep || !blob || !peer_p)
-        return ddofi_error(-EINVAL, "ddofi_peer_insert: NULL argument");
-    int rc = ddofi_check_pid(ep->pid, "endpoint");
-    if (rc)
-        return rc;
-    const unsigned char *b = blob;
     if (len < ADDR_HDR)
         return ddofi_error(-DDOFI_EBLOB, "address blob truncated: %zu bytes, header is %u",
                            len, ADDR_HDR);
@@ -111,35 +113,102 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     if (get32(b + 12) != ep->fab->info->addr_format)
         return ddofi_error(-DDOFI_EBLOB, "address blob: address format %u, endpoint uses %u",
                            get32(b + 12), (unsigned)ep->fab->info->addr_format);
+    return 0;
+}
+
+static int av_insert_blob(ddofi_ep_t *ep, const unsigned char *b, fi_addr_t *fa_p)
+{
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
     int n = fi_av_insert(ep->av, b + ADDR_HDR, 1, &fa, 0, NULL);
     if (n != 1)
         return ddofi_error_fi(n < 0 ? n : -FI_EADDRNOTAVAIL,
                               "fi_av_insert (peer pid %u, provider %s)", get32(b + 20),
                               ep->fab->prov_name);
-    *peer_p = (ddofi_peer_t)fa;
-    if (ep->fab->quirk->flags & DDOFI_Q_SINGLE_NODE) {
-        pthread_mutex_lock(&ep->peer_lock);
-        if (ep->npeer_pids == ep->cap_peer_pids) {
-            size_t cap = ep->cap_peer_pids ? 2 * ep->cap_peer_pids : 16;
-            void *np = realloc(ep->peer_pids, cap * sizeof ep->peer_pids[0]);
-            if (np) {
-                ep->peer_pids = np;
-                ep->cap_peer_pids = cap;
-            }
+    *fa_p = fa;
+    return 0;
+}
+
+static void remember_pid(ddofi_ep_t *ep, uint64_t key, int pid)
+{
+    if (ep->pid_by_addr && key < DDOFI_PID_TABLE)
+        atomic_store_explicit(&ep->pid_by_addr[key], pid, memory_order_release);
+    if (!(ep->fab->quirk->flags & DDOFI_Q_SINGLE_NODE))
+        return;
+    pthread_mutex_lock(&ep->peer_lock);
+    if (ep->npeer_pids == ep->cap_peer_pids) {
+        size_t cap = ep->cap_peer_pids ? 2 * ep->cap_peer_pids : 16;
+        void *np = realloc(ep->peer_pids, cap * sizeof ep->peer_pids[0]);
+        if (np) {
+            ep->peer_pids = np;
+            ep->cap_peer_pids = cap;
         }
-        if (ep->npeer_pids < ep->cap_peer_pids) {
-            ep->peer_pids[ep->npeer_pids].addr = (uint64_t)fa;
-            ep->peer_pids[ep->npeer_pids].pid = (int)get32(b + 20);
-            ep->npeer_pids++;
-        }
-        pthread_mutex_unlock(&ep->peer_lock);
     }
+    if (ep->npeer_pids < ep->cap_peer_pids) {
+        ep->peer_pids[ep->npeer_pids].addr = key;
+        ep->peer_pids[ep->npeer_pids].pid = pid;
+        ep->npeer_pids++;
+    }
+    pthread_mutex_unlock(&ep->peer_lock);
+}
+
+int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t *peer_p)
+{
+    if (!ep || !blob || !peer_p)
+        return ddofi_error(-EINVAL, "ddofi_peer_insert: NULL argument");
+    int rc = ddofi_check_pid(ep->pid, "endpoint");
+    if (rc)
+        return rc;
+    const unsigned char *b = blob;
+    if ((rc = blob_check(ep, b, len)) != 0)
+        return rc;
+    int pid = (int)get32(b + 20);
+    if (!ep->lazy) {
+        fi_addr_t fa;
+        if ((rc = av_insert_blob(ep, b, &fa)) != 0)
+            return rc;
+        *peer_p = (ddofi_peer_t)fa;
+        remember_pid(ep, (uint64_t)fa, pid);
+        return 0;
+    }
+    /* Lazy: keep the blob; insert it when the provider objects exist. */
+    pthread_mutex_lock(&ep->live_lock);
+    size_t idx = ep->nlazy;
+    if (idx >= DDOFI_PID_TABLE) {
+        pthread_mutex_unlock(&ep->live_lock);
+        return ddofi_error(-ENOSPC, "ddofi_peer_insert: more than %d peers on one endpoint",
+                           DDOFI_PID_TABLE);
+    }
+    size_t blen = ADDR_HDR + get16(b + 6);
+    unsigned char *copy = malloc(blen);
+    if (!copy) {
+        pthread_mutex_unlock(&ep->live_lock);
+        return ddofi_error(-ENOMEM, "ddofi_peer_insert: out of memory");
+    }
+    memcpy(copy, b, blen);
+    if (atomic_load(&ep->live)) {
+        fi_addr_t fa;
+        if ((rc = av_insert_blob(ep, b, &fa)) != 0) {
+            pthread_mutex_unlock(&ep->live_lock);
+            free(copy);
+            return rc;
+        }
+        atomic_store_explicit(&ep->fiaddr[idx], (uint64_t)fa, memory_order_release);
+    }
+    ep->lazy_blob[idx] = copy;
+    ep->nlazy++;
+    pthread_mutex_unlock(&ep->live_lock);
+    *peer_p = (ddofi_peer_t)idx;
+    remember_pid(ep, (uint64_t)idx, pid);
     return 0;
 }
 
 int ddofi_peer_pid(ddofi_ep_t *ep, ddofi_peer_t peer)
 {
+    if (ep->pid_by_addr && peer < DDOFI_PID_TABLE) {
+        int p = atomic_load_explicit(&ep->pid_by_addr[peer], memory_order_acquire);
+        if (p)
+            return p;
+    }
     int pid = 0;
     pthread_mutex_lock(&ep->peer_lock);
     for (size_t i = ep->npeer_pids; i-- > 0;)
@@ -158,10 +227,30 @@ int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer)
     int rc = ddofi_check_pid(ep->pid, "endpoint");
     if (rc)
         return rc;
-    fi_addr_t fa = (fi_addr_t)peer;
-    rc = fi_av_remove(ep->av, &fa, 1, 0);
-    if (rc)
-        return ddofi_error_fi(rc, "fi_av_remove");
+    if (ep->lazy) {
+        pthread_mutex_lock(&ep->live_lock);
+        if (peer >= ep->nlazy || !ep->lazy_blob[peer]) {
+            pthread_mutex_unlock(&ep->live_lock);
+            return ddofi_error(-EINVAL, "ddofi_peer_remove: unknown peer %llu",
+                               (unsigned long long)peer);
+        }
+        if (atomic_load(&ep->live)) {
+            fi_addr_t fa = (fi_addr_t)atomic_load(&ep->fiaddr[peer]);
+            rc = fi_av_remove(ep->av, &fa, 1, 0);
+        }
+        free(ep->lazy_blob[peer]);
+        ep->lazy_blob[peer] = NULL;
+        pthread_mutex_unlock(&ep->live_lock);
+        if (rc)
+            return ddofi_error_fi(rc, "fi_av_remove");
+    } else {
+        fi_addr_t fa = (fi_addr_t)peer;
+        rc = fi_av_remove(ep->av, &fa, 1, 0);
+        if (rc)
+            return ddofi_error_fi(rc, "fi_av_remove");
+    }
+    if (ep->pid_by_addr && peer < DDOFI_PID_TABLE)
+        atomic_store(&ep->pid_by_addr[peer], 0);
     pthread_mutex_lock(&ep->peer_lock);
     for (size_t i = 0; i < ep->npeer_pids; i++)
         if (ep->peer_pids[i].addr == (uint64_t)peer) {
@@ -237,24 +326,28 @@ static void *progress_main(void *arg)
 
 /* ---------------- open / close ---------------- */
 
-int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t **ep_p)
+static void ep_free_memory(ddofi_ep_t *ep)
 {
-    if (!f || !ep_p)
-        return ddofi_error(-EINVAL, "ddofi_ep_open: NULL argument");
-    *ep_p = NULL;
-    int rc = ddofi_check_pid(f->pid, "fabric");
-    if (rc)
-        return rc;
-    unsigned flags = (params && (params->field_mask & DDOFI_EP_FIELD_FLAGS)) ? params->flags : 0;
-    ddofi_ep_t *ep = calloc(1, sizeof *ep);
-    if (!ep)
-        return ddofi_error(-ENOMEM, "out of memory");
-    ep->fab = f;
-    ep->pid = f->pid;
-    ep->flags = flags;
-    pthread_mutex_init(&ep->ab_lock, NULL);
-    pthread_mutex_init(&ep->peer_lock, NULL);
-    int want_thread = (flags & DDOFI_EP_SERVE) && f->progress_thread;
+    if (ep->lazy_blob)
+        for (size_t i = 0; i < ep->nlazy; i++)
+            free(ep->lazy_blob[i]);
+    free(ep->lazy_blob);
+    free((void *)ep->fiaddr);
+    free(ep->peer_pids);
+    free((void *)ep->pid_by_addr);
+    pthread_mutex_destroy(&ep->ab_lock);
+    pthread_mutex_destroy(&ep->peer_lock);
+    pthread_mutex_destroy(&ep->live_lock);
+    free(ep);
+}
+
+/* Open the provider objects (AV, CQ, endpoint), insert the peers a lazy
+ * endpoint collected, start the progress thread of a server endpoint. */
+static int ep_materialize(ddofi_ep_t *ep)
+{
+    ddofi_fabric_t *f = ep->fab;
+    int rc;
+    int want_thread = (ep->flags & DDOFI_EP_SERVE) && f->progress_thread;
 
     struct fi_av_attr av_attr = {0};
     av_attr.type = f->info->domain_attr->av_type != FI_AV_UNSPEC ? f->info->domain_attr->av_type
@@ -322,6 +415,14 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
         goto fail;
     }
     ep->addr_len = alen;
+    for (size_t i = 0; ep->lazy && i < ep->nlazy; i++) {
+        if (!ep->lazy_blob[i])
+            continue;
+        fi_addr_t fa;
+        if ((rc = av_insert_blob(ep, ep->lazy_blob[i], &fa)) != 0)
+            goto fail;
+        atomic_store_explicit(&ep->fiaddr[i], (uint64_t)fa, memory_order_release);
+    }
 
     if (want_thread) {
         rc = pthread_create(&ep->thread, NULL, progress_main, ep);
@@ -331,11 +432,11 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
         }
         ep->thread_running = 1;
     }
-    atomic_fetch_add(&f->refs, 1);
-    DDOFI_LOG(DDOFI_LOG_DEBUG, "endpoint open (%s%s, cq wait %s)",
-              (flags & DDOFI_EP_SERVE) ? "serve" : "read",
-              want_thread ? ", progress thread" : "", ep->cq_wait_fd ? "fd" : "none");
-    *ep_p = ep;
+    atomic_store_explicit(&ep->live, 1, memory_order_release);
+    DDOFI_LOG(DDOFI_LOG_DEBUG, "endpoint open (%s%s, cq wait %s%s)",
+              (ep->flags & DDOFI_EP_SERVE) ? "serve" : "read",
+              want_thread ? ", progress thread" : "", ep->cq_wait_fd ? "fd" : "none",
+              ep->lazy ? ", on first use" : "");
     return 0;
 
 fail:
@@ -345,10 +446,74 @@ fail:
         fi_close(&ep->cq->fid);
     if (ep->av)
         fi_close(&ep->av->fid);
-    pthread_mutex_destroy(&ep->ab_lock);
-    pthread_mutex_destroy(&ep->peer_lock);
-    free(ep->peer_pids);
-    free(ep);
+    ep->ep = NULL;
+    ep->cq = NULL;
+    ep->av = NULL;
+    ep->cq_wait_fd = 0;
+    return rc;
+}
+
+int ddofi_ep_ensure_live(ddofi_ep_t *ep)
+{
+    if (atomic_load_explicit(&ep->live, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&ep->live_lock);
+    int rc = atomic_load(&ep->live) ? 0 : ep_materialize(ep);
+    pthread_mutex_unlock(&ep->live_lock);
+    return rc;
+}
+
+int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t **ep_p)
+{
+    if (!f || !ep_p)
+        return ddofi_error(-EINVAL, "ddofi_ep_open: NULL argument");
+    *ep_p = NULL;
+    int rc = ddofi_check_pid(f->pid, "fabric");
+    if (rc)
+        return rc;
+    unsigned flags = (params && (params->field_mask & DDOFI_EP_FIELD_FLAGS)) ? params->flags : 0;
+    ddofi_ep_t *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return ddofi_error(-ENOMEM, "out of memory");
+    ep->fab = f;
+    ep->pid = f->pid;
+    ep->flags = flags;
+    pthread_mutex_init(&ep->ab_lock, NULL);
+    pthread_mutex_init(&ep->peer_lock, NULL);
+    pthread_mutex_init(&ep->live_lock, NULL);
+    if (f->quirk->flags & DDOFI_Q_CMA) {
+        int on = 1;
+        const char *cenv = getenv("DDSTORE_OFI_CMA");
+        if (cenv && *cenv && ddofi_parse_bool(cenv, &on)) {
+            rc = ddofi_error(-DDOFI_ECONFIG, "DDSTORE_OFI_CMA=\"%s\": expected 0 or 1", cenv);
+            goto fail;
+        }
+        ep->pid_by_addr = calloc(DDOFI_PID_TABLE, sizeof *ep->pid_by_addr);
+        if (!ep->pid_by_addr) {
+            rc = ddofi_error(-ENOMEM, "out of memory");
+            goto fail;
+        }
+        atomic_store(&ep->cma, on);
+        /* A reader that can read directly opens the provider only when a
+         * read needs it. */
+        if (on && !(flags & DDOFI_EP_SERVE)) {
+            ep->lazy = 1;
+            ep->lazy_blob = calloc(DDOFI_PID_TABLE, sizeof *ep->lazy_blob);
+            ep->fiaddr = calloc(DDOFI_PID_TABLE, sizeof *ep->fiaddr);
+            if (!ep->lazy_blob || !ep->fiaddr) {
+                rc = ddofi_error(-ENOMEM, "out of memory");
+                goto fail;
+            }
+        }
+    }
+    if (!ep->lazy && (rc = ep_materialize(ep)) != 0)
+        goto fail;
+    atomic_fetch_add(&f->refs, 1);
+    *ep_p = ep;
+    return 0;
+
+fail:
+    ep_free_memory(ep);
     return rc;
 }
 
@@ -359,8 +524,7 @@ int ddofi_ep_close(ddofi_ep_t *ep)
     if (ep->pid != getpid()) {
         /* Inherited: no thread exists here, the provider objects are the
          * parent's. */
-        free(ep->peer_pids);
-        free(ep);
+        ep_free_memory(ep);
         return 0;
     }
     long mrs = atomic_load(&ep->mr_refs);
@@ -394,20 +558,20 @@ int ddofi_ep_close(ddofi_ep_t *ep)
 int ddofi_ep_destroy_now(ddofi_ep_t *ep)
 {
     int rc = 0, r;
-    if ((r = fi_close(&ep->ep->fid)) && !rc)
+    if (ep->ep && (r = fi_close(&ep->ep->fid)) && !rc)
         rc = ddofi_error_fi(r, "fi_close(endpoint)");
     /* Completions of abandoned reads (timeouts) can no longer arrive. */
     ddofi_abandoned_free(ep);
-    if ((r = fi_close(&ep->cq->fid)) && !rc)
+    if (ep->cq && (r = fi_close(&ep->cq->fid)) && !rc)
         rc = ddofi_error_fi(r, "fi_close(cq)");
-    if ((r = fi_close(&ep->av->fid)) && !rc)
+    if (ep->av && (r = fi_close(&ep->av->fid)) && !rc)
         rc = ddofi_error_fi(r, "fi_close(av)");
-    pthread_mutex_destroy(&ep->ab_lock);
-    pthread_mutex_destroy(&ep->peer_lock);
-    free(ep->peer_pids);
-    free(ep);
+    ep_free_memory(ep);
     return rc;
 }
+
+/* Free the memory of an endpoint inherited across fork (no provider calls). */
+void ddofi_ep_free_inherited(ddofi_ep_t *ep) { ep_free_memory(ep); }
 
 int ddofi_ep_progress(ddofi_ep_t *ep)
 {
@@ -416,6 +580,8 @@ int ddofi_ep_progress(ddofi_ep_t *ep)
     int rc = ddofi_check_pid(ep->pid, "endpoint");
     if (rc)
         return rc;
+    if (!atomic_load_explicit(&ep->live, memory_order_acquire))
+        return 0;
     int n = ddofi_cq_reap(ep);
     return n < 0 ? n : 0;
 }

@@ -293,6 +293,15 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     f->mr_mode = info->domain_attr->mr_mode;
     if (info->mode & FI_LOCAL_MR)
         f->mr_mode |= FI_MR_LOCAL;
+    /* Test seam: behave as if the provider required registered read
+     * destinations (FI_MR_LOCAL), so that the paths providers such as verbs
+     * and efa need run on shm/tcp too. */
+    {
+        const char *t = getenv("DDSTORE_OFI_TEST_MR_LOCAL");
+        int on = 0;
+        if (t && !ddofi_parse_bool(t, &on) && on)
+            f->mr_mode |= FI_MR_LOCAL;
+    }
     f->info = info;
 
     snprintf(f->prov_name, sizeof f->prov_name, "%s", info->fabric_attr->prov_name);
@@ -353,8 +362,7 @@ int ddofi_fabric_close(ddofi_fabric_t *f)
          * (closing them here could unlink the parent's shared memory). */
         for (ddofi_ep_t *z = f->zombies, *n; z; z = n) {
             n = z->znext;
-            free(z->peer_pids);
-            free(z);
+            ddofi_ep_free_inherited(z);
         }
         fi_freeinfo(f->info);
         free(f);

@@ -92,8 +92,11 @@ enum {
                                          when VIRT_ADDR is not reported     */
     DDOFI_Q_SOCKETS = 1u << 4,        /* IP-socket based: honours local_only */
     DDOFI_Q_SINGLE_NODE = 1u << 5,    /* only reaches this node (shm)        */
-    DDOFI_Q_HMEM_PREFER = 1u << 6     /* NIC reads device memory: FI_HMEM is
+    DDOFI_Q_HMEM_PREFER = 1u << 6,    /* NIC reads device memory: FI_HMEM is
                                          worth asking for (hmem = PREFER)   */
+    DDOFI_Q_CMA = 1u << 7             /* same-node peers: host reads may go
+                                         straight through process_vm_readv,
+                                         many rows per system call         */
 };
 
 typedef enum {
@@ -186,6 +189,19 @@ struct ddofi_ep {
     struct fid_av *av;
     int cq_wait_fd;                /* CQ opened with FI_WAIT_FD            */
     _Atomic long mr_refs;          /* MRs bound to it                       */
+    /* direct CMA reads (quirk DDOFI_Q_CMA): 1 usable, 0 off/refused */
+    _Atomic int cma;
+    _Atomic int *pid_by_addr;      /* DDOFI_PID_TABLE entries, by peer     */
+    /* Lazy reader endpoints (CMA providers): the provider objects (and,
+     * for shm, the 16 MiB region in /dev/shm that a process ending with
+     * _exit leaves behind) are created only when a read needs the
+     * provider.  Peers are then our indices into these tables. */
+    int lazy;
+    _Atomic int live;              /* provider objects exist              */
+    pthread_mutex_t live_lock;     /* inserts and materialisation          */
+    unsigned char **lazy_blob;     /* DDOFI_PID_TABLE address blobs        */
+    size_t nlazy;
+    _Atomic uint64_t *fiaddr;      /* DDOFI_PID_TABLE: index -> fi_addr_t  */
     /* progress thread */
     pthread_t thread;
     int thread_running;
@@ -205,8 +221,20 @@ struct ddofi_ep {
     struct ddofi_ep *znext;        /* fabric's zombie list                */
 };
 
+/* The fi_addr_t of a peer handle. */
+static inline fi_addr_t ddofi_ep_fiaddr(ddofi_ep_t *ep, ddofi_peer_t peer)
+{
+    return ep->lazy ? (fi_addr_t)atomic_load_explicit(&ep->fiaddr[peer], memory_order_acquire)
+                    : (fi_addr_t)peer;
+}
+
+/* Make sure the provider objects of a lazy endpoint exist. */
+int ddofi_ep_ensure_live(ddofi_ep_t *ep);
+
 /* Close an endpoint's provider objects and free it (no checks). */
 int ddofi_ep_destroy_now(ddofi_ep_t *ep);
+/* Free the memory of an endpoint inherited across fork (no provider calls). */
+void ddofi_ep_free_inherited(ddofi_ep_t *ep);
 
 struct ddofi_mr {
     ddofi_fabric_t *fab;
@@ -232,6 +260,8 @@ void ddofi_abandoned_free(ddofi_ep_t *ep);
  * the progress thread).  Returns the number reaped (>= 0) or a negative
  * code from the CQ itself. */
 int ddofi_cq_reap(ddofi_ep_t *ep);
+
+#define DDOFI_PID_TABLE 4096
 
 /* Process id recorded for a peer (0 when unknown). */
 int ddofi_peer_pid(ddofi_ep_t *ep, ddofi_peer_t peer);

@@ -154,13 +154,15 @@ int ddofi_mr_deregister(ddofi_mr_t *m)
 }
 
 /* ---------------- region blob ----------------
- *  0 u32 magic "DDOM"   4 u16 version   6 u16 flags (bit 0: VIRT_ADDR)
+ *  0 u32 magic "DDOM"   4 u16 version   6 u16 flags (bit 0: VIRT_ADDR,
+ *                                                   bit 1: device memory)
  *  8 u32 provider tag  12 u32 checksum (FNV-1a of bytes 0..11, 16..47)
  * 16 u64 base  24 u64 key  32 u64 size  40 u64 reserved (0)
  */
 #define MR_MAGIC 0x4d4f4444u /* "DDOM" */
 #define MR_VERSION 1u
 #define MR_FLAG_VIRT 1u
+#define MR_FLAG_DEVICE 2u /* registered with a device iface (not host)  */
 
 static void put64(unsigned char *p, uint64_t v)
 {
@@ -191,7 +193,8 @@ int ddofi_mr_export(const ddofi_mr_t *m, void *blob)
     unsigned char *b = blob;
     memset(b, 0, DDOFI_MR_BLOB_SIZE);
     put64(b, (uint64_t)MR_MAGIC | (uint64_t)MR_VERSION << 32 |
-                 (uint64_t)(virt ? MR_FLAG_VIRT : 0) << 48);
+                 (uint64_t)((virt ? MR_FLAG_VIRT : 0) |
+                            (m->iface != DDOFI_HMEM_SYSTEM ? MR_FLAG_DEVICE : 0)) << 48);
     put64(b + 8, f->prov_tag);
     put64(b + 16, (uint64_t)(uintptr_t)m->buf);
     put64(b + 24, m->key);
@@ -223,7 +226,7 @@ int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *r)
     if (c != mr_checksum(b))
         return ddofi_error(-DDOFI_EBLOB, "region blob: checksum mismatch (corrupted)");
     unsigned flags = (unsigned)(h >> 48);
-    if (flags & ~MR_FLAG_VIRT)
+    if (flags & ~(MR_FLAG_VIRT | MR_FLAG_DEVICE))
         return ddofi_error(-DDOFI_EBLOB, "region blob: unknown flags 0x%x", flags);
     if (get64(b + 40) != 0)
         return ddofi_error(-DDOFI_EBLOB, "region blob: reserved field set");

@@ -29,23 +29,28 @@ static const ddofi_quirk_t quirks[] = {
      "AWS EFA: hardware RDMA read where the device has it, otherwise emulated by the "
      "provider (needs target progress); follows data_progress"},
     {"shm", "shm",
-     DDOFI_Q_SINGLE_NODE, DDOFI_QP_THREAD, DDOFI_QW_BACKOFF, 1000,
-     "same-node shared memory: reads use CMA (process_vm_readv) from the reader, but "
-     "the target must drain its command queue; no cross-process wake-up object, so "
-     "the progress thread polls with a backoff sleep"},
+     DDOFI_Q_SINGLE_NODE | DDOFI_Q_CMA, DDOFI_QP_THREAD, DDOFI_QW_BACKOFF, 1000,
+     "same-node shared memory: the provider's reads use CMA (process_vm_readv) from "
+     "the reader one read at a time, and the target must drain its command queue (no "
+     "cross-process wake-up object: the progress thread polls with a backoff sleep); "
+     "host reads go straight through process_vm_readv, up to 1024 rows per call "
+     "(DDSTORE_OFI_CMA=0 turns that off)"},
     {"tcp", "tcp",
      DDOFI_Q_SOCKETS, DDOFI_QP_THREAD, DDOFI_QW_FD, 0,
      "tcp;ofi_rxm: the target answers read requests only while its CQ is progressed; "
      "the progress thread sleeps in fi_cq_sread on the sockets' wait fd"},
     {"net", "net",
-     DDOFI_Q_SOCKETS, DDOFI_QP_THREAD, DDOFI_QW_FD, 0,
-     "net / net;ofi_rxm: like tcp (target-driven progress)"},
+     DDOFI_Q_SOCKETS, DDOFI_QP_THREAD, DDOFI_QW_BACKOFF, 1000,
+     "net / net;ofi_rxm: target-driven progress like tcp, but its wait fd wakes late "
+     "(~0.5 ms per read measured), so the progress thread polls with a backoff"},
     {"udp", "udp",
      DDOFI_Q_SOCKETS, DDOFI_QP_THREAD, DDOFI_QW_BACKOFF, 1000,
      "udp;ofi_rxd: target-driven progress; reliability layer retransmits on timers"},
     {"sockets", "sockets",
      DDOFI_Q_SOCKETS, DDOFI_QP_FROM_ATTR, DDOFI_QW_FD, 0,
-     "sockets: the provider runs its own progress thread (FI_PROGRESS_AUTO)"},
+     "sockets: the provider runs its own progress thread (FI_PROGRESS_AUTO), which "
+     "sleeps FI_SOCKETS_PE_WAITTIME (10 ms) between rounds: ~10 ms per read unless "
+     "that is lowered (at a CPU cost); deprecated, never chosen by auto"},
     {"psm", "psm",
      0, DDOFI_QP_FROM_ATTR, DDOFI_QW_BACKOFF, 1000,
      "psm2/psm3: follows data_progress"},

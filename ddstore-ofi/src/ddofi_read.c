@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,6 +229,132 @@ static int validate(const ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nop
     return 0;
 }
 
+/* ---------------- direct same-node reads (quirk DDOFI_Q_CMA) ----------------
+ *
+ * shm's own read is process_vm_readv from the reader, one read per call
+ * under the target region's spinlock, plus a command the target must
+ * drain.  For host memory on both sides the library issues the same
+ * system call itself with up to CMA_IOV rows per call.  Ops it cannot serve
+ * (device memory, no virtual addressing, peer pid unknown) go to fi_read.
+ * The first EPERM/ENOSYS (ptrace restrictions) turns the path off for the
+ * endpoint. */
+
+#define CMA_IOV 1024
+
+typedef struct cma_batch {
+    int pid;
+    size_t n;
+    struct iovec l[CMA_IOV], r[CMA_IOV];
+    size_t idx[CMA_IOV];
+} cma_batch_t;
+
+/* Returns 0 (done), 1 (CMA refused: fall back), or a negative error. */
+static int cma_flush(ddofi_ep_t *ep, cma_batch_t *cb, const ddofi_read_op_t *ops,
+                     unsigned char *done, ddofi_read_stats_t *st)
+{
+    size_t k = 0, total = 0;
+    for (size_t i = 0; i < cb->n; i++)
+        total += cb->l[i].iov_len;
+    uint64_t t0 = ddofi_now_ns();
+    while (k < cb->n) {
+        ssize_t r = process_vm_readv(cb->pid, cb->l + k, (unsigned long)(cb->n - k), cb->r + k,
+                                     (unsigned long)(cb->n - k), 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int e = errno;
+            const ddofi_read_op_t *o = &ops[cb->idx[k]];
+            if (e == EPERM || e == ENOSYS || e == EACCES) {
+                if (atomic_exchange(&ep->cma, 0))
+                    DDOFI_LOG(DDOFI_LOG_INFO, "process_vm_readv refused (%s): reads go "
+                              "through the provider", strerror(e));
+                return 1;
+            }
+            if (e == ESRCH)
+                return ddofi_error(-DDOFI_EPEER, "peer process %d (op %zu, peer %llu) has "
+                                   "exited (provider %s, direct read)", cb->pid, cb->idx[k],
+                                   (unsigned long long)o->peer, ep->fab->prov_name);
+            return ddofi_error(-DDOFI_EPROVIDER, "process_vm_readv from peer process %d "
+                               "(op %zu: %zu bytes at offset %llu): %s", cb->pid, cb->idx[k],
+                               o->len, (unsigned long long)o->offset, strerror(e));
+        }
+        if (r == 0)
+            return ddofi_error(-DDOFI_EPROVIDER, "process_vm_readv from peer process %d made "
+                               "no progress (op %zu)", cb->pid, cb->idx[k]);
+        size_t left = (size_t)r;
+        while (k < cb->n && left >= cb->l[k].iov_len) {
+            left -= cb->l[k].iov_len;
+            k++;
+        }
+        if (k < cb->n && left) {
+            cb->l[k].iov_base = (char *)cb->l[k].iov_base + left;
+            cb->l[k].iov_len -= left;
+            cb->r[k].iov_base = (char *)cb->r[k].iov_base + left;
+            cb->r[k].iov_len -= left;
+        }
+    }
+    for (size_t i = 0; i < cb->n; i++)
+        done[cb->idx[i]] = 1;
+    if (st) {
+        st->reads += cb->n;
+        st->bytes += total;
+        st->ns_post += ddofi_now_ns() - t0;
+    }
+    cb->n = 0;
+    return 0;
+}
+
+/* Serve what can be served directly; done[i] = 1 for those ops. */
+static int cma_pass(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
+                    unsigned char *done, size_t *ndone_p, ddofi_read_stats_t *st)
+{
+    cma_batch_t *cb = malloc(sizeof *cb);
+    if (!cb)
+        return 1;
+    cb->n = 0;
+    cb->pid = 0;
+    int rc = 0;
+    ddofi_peer_t last_peer = (ddofi_peer_t)-1;
+    int last_pid = 0;
+    for (size_t i = 0; i < nops && rc == 0; i++) {
+        const ddofi_read_op_t *o = &ops[i];
+        if (o->len == 0) {
+            done[i] = 1;
+            continue;
+        }
+        if (!(o->remote->flags & DDOFI_REMOTE_VIRT_ADDR) ||
+            (o->remote->flags & DDOFI_REMOTE_DEVICE) ||
+            (o->dst_mr && o->dst_mr->iface != DDOFI_HMEM_SYSTEM))
+            continue;
+        if (o->peer != last_peer) {
+            last_peer = o->peer;
+            last_pid = ddofi_peer_pid(ep, o->peer);
+        }
+        if (last_pid <= 0)
+            continue;
+        if (cb->n && (cb->pid != last_pid || cb->n == CMA_IOV))
+            rc = cma_flush(ep, cb, ops, done, st);
+        if (rc)
+            break;
+        cb->pid = last_pid;
+        cb->l[cb->n] = (struct iovec){o->dst, o->len};
+        cb->r[cb->n] = (struct iovec){(void *)(uintptr_t)(o->remote->base + o->offset), o->len};
+        cb->idx[cb->n] = i;
+        cb->n++;
+    }
+    if (rc == 0 && cb->n)
+        rc = cma_flush(ep, cb, ops, done, st);
+    free(cb);
+    size_t nd = 0;
+    for (size_t i = 0; i < nops; i++)
+        nd += done[i];
+    *ndone_p = nd;
+    return rc;
+}
+
+static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, size_t posts,
+                       ddofi_read_stats_t *stats);
+
 int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                ddofi_read_stats_t *stats)
 {
@@ -240,7 +367,53 @@ int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
     rc = validate(ep, ops, nops, &posts);
     if (rc || posts == 0)
         return rc;
+    if (!atomic_load_explicit(&ep->cma, memory_order_relaxed)) {
+        if ((rc = ddofi_ep_ensure_live(ep)) != 0)
+            return rc;
+        return read_fabric(ep, ops, nops, posts, stats);
+    }
 
+    unsigned char small[256];
+    unsigned char *done = nops <= sizeof small ? small : malloc(nops);
+    if (!done) {
+        if ((rc = ddofi_ep_ensure_live(ep)) != 0)
+            return rc;
+        return read_fabric(ep, ops, nops, posts, stats);
+    }
+    memset(done, 0, nops);
+    size_t ndone = 0;
+    rc = cma_pass(ep, ops, nops, done, &ndone, stats);
+    if (rc < 0 || ndone == nops) {
+        if (done != small)
+            free(done);
+        return rc < 0 ? rc : 0;
+    }
+    /* The rest through the provider. */
+    ddofi_read_op_t *rest = malloc((nops - ndone) * sizeof *rest);
+    if (!rest) {
+        if (done != small)
+            free(done);
+        return ddofi_error(-ENOMEM, "ddofi_read: out of memory");
+    }
+    size_t nr = 0;
+    for (size_t i = 0; i < nops; i++)
+        if (!done[i])
+            rest[nr++] = ops[i];
+    if (done != small)
+        free(done);
+    rc = validate(ep, rest, nr, &posts);
+    if (!rc && posts)
+        rc = ddofi_ep_ensure_live(ep);
+    if (!rc && posts)
+        rc = read_fabric(ep, rest, nr, posts, stats);
+    free(rest);
+    return rc;
+}
+
+static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, size_t posts,
+                       ddofi_read_stats_t *stats)
+{
+    int rc = 0;
     const ddofi_fabric_t *f = ep->fab;
     ddofi_batch_t *b = malloc(sizeof *b + posts * sizeof(ddofi_ctx_t));
     if (!b)
@@ -319,7 +492,8 @@ int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                 c->op = i;
                 atomic_fetch_add_explicit(&b->refs, 1, memory_order_relaxed);
                 uint64_t t0 = ddofi_now_ns();
-                ssize_t r = fi_read(ep->ep, (char *)o->dst + off, n, desc, (fi_addr_t)o->peer,
+                ssize_t r = fi_read(ep->ep, (char *)o->dst + off, n, desc,
+                                    ddofi_ep_fiaddr(ep, o->peer),
                                     o->remote->addr0 + o->offset + off, o->remote->key, c);
                 ns_post += ddofi_now_ns() - t0;
                 if (r == 0) {

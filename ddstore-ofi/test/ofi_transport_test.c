@@ -126,6 +126,7 @@ static void *reader_thread(void *arg)
 typedef struct cfg {
     const char *provider;
     int dead_peer;  /* end with a rank dying */
+    int mr_local;   /* DDSTORE_OFI_TEST_MR_LOCAL=1 in this run */
 } cfg_t;
 
 static int rank_main(dds_comm_t *comm, void *arg)
@@ -222,6 +223,28 @@ static int rank_main(dds_comm_t *comm, void *arg)
     T(check_rows(buf + 10 * DISP, rows, 100) == 0);
     T_RC(dds_store_recv_register(s, buf, (size_t)NB * DISP * sizeof(float), NULL), -DDS_EEXIST);
     T_RC(dds_store_recv_unregister(s, buf, (size_t)NB * DISP * sizeof(float)), 0);
+
+    /* FI_MR_LOCAL (forced with DDSTORE_OFI_TEST_MR_LOCAL=1): unregistered
+     * destinations are registered on the fly and counted; registered ones
+     * are not. */
+    if (cfg->mr_local) {
+        dds_profile_t p0, p1, p2;
+        T_RC(dds_store_profile_reset(s, "x"), 0);
+        T_RC(dds_store_profile(s, "x", &p0), 0);
+        int64_t far = total - 1 - (me == n - 1 ? rows_of(n - 1) : 0); /* a remote row */
+        b = fbuf(buf, 1);
+        T_RC(dds_store_get_batch(s, NULL, "x", &b, &far, 1), 0);
+        T(check_rows(buf, &far, 1) == 0);
+        T_RC(dds_store_profile(s, "x", &p1), 0);
+        T(p1.v[DDS_PROF_REGISTRATIONS] == p0.v[DDS_PROF_REGISTRATIONS] + 1);
+        T_RC(dds_store_recv_register(s, buf, (size_t)NB * DISP * sizeof(float), NULL), 0);
+        T_RC(dds_store_get_batch(s, NULL, "x", &b, &far, 1), 0);
+        T(check_rows(buf, &far, 1) == 0);
+        /* scattered rows go through the (unregistered) staging buffer */
+        T_RC(dds_store_profile(s, "x", &p2), 0);
+        T(p2.v[DDS_PROF_REGISTRATIONS] == p1.v[DDS_PROF_REGISTRATIONS]);
+        T_RC(dds_store_recv_unregister(s, buf, (size_t)NB * DISP * sizeof(float)), 0);
+    }
 
     /* big rows (1 MiB): every one, from every owner */
     unsigned char *bb = malloc((size_t)btotal * BIG);
@@ -441,12 +464,18 @@ int main(int argc, char **argv)
         }
         ddofi_fabric_close(f);
         for (int n = 2; n <= 4; n += 2) {
-            for (int dead = 0; dead <= 1; dead++) {
-                if (dead && n != 2)
+            for (int mode = 0; mode <= 2; mode++) {
+                int dead = mode == 1, mrl = mode == 2;
+                if ((dead || mrl) && n != 2)
                     continue;
-                printf("== %s, %d ranks%s\n", provs[p], n, dead ? ", a rank dies" : "");
+                printf("== %s, %d ranks%s\n", provs[p], n,
+                       dead ? ", a rank dies" : mrl ? ", FI_MR_LOCAL forced" : "");
                 fflush(stdout);
-                cfg_t cfg = {provs[p], dead};
+                if (mrl)
+                    setenv("DDSTORE_OFI_TEST_MR_LOCAL", "1", 1);
+                else
+                    unsetenv("DDSTORE_OFI_TEST_MR_LOCAL");
+                cfg_t cfg = {provs[p], dead, mrl};
                 int bad = run(n, rank_main, &cfg, 140);
                 if (dead)
                     remove_shm_leftovers(n);
@@ -455,6 +484,7 @@ int main(int argc, char **argv)
                 forkcomm_world_free(g_w);
             }
         }
+        unsetenv("DDSTORE_OFI_TEST_MR_LOCAL");
     }
     printf("== unknown provider, 2 ranks\n");
     fflush(stdout);

@@ -180,22 +180,25 @@ def test_reads_release_the_gil():
     overlapped = False
     ticks_during = 0
     for attempt in range(6):
-        windows = [None, None]
+        windows = [[], []]
         go = threading.Barrier(2)
 
         def reader(k):
             go.wait()
-            for _ in range(3):
+            t_end = time.monotonic() + 2.0
+            # keep reading until the other thread has read too (or 2 s): on a
+            # loaded machine one thread may only be scheduled late
+            while time.monotonic() < t_end and (len(windows[k]) < 3 or
+                                                 len(windows[1 - k]) < 3):
                 ext.get_batch(s, "big", outs[k], mine)
-            windows[k] = ext.last_read_window()
+                windows[k].append(ext.last_read_window())
 
         ts = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-        (a0, a1), (b0, b1) = windows
-        if a0 < b1 and b0 < a1:
+        if any(a0 < b1 and b0 < a1 for a0, a1 in windows[0] for b0, b1 in windows[1]):
             overlapped = True
         # a Python loop keeps running while another thread reads
         done = threading.Event()

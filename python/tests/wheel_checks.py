@@ -14,6 +14,8 @@ Environment set by tools/test_wheel.sh:
                           wheel's CMake build dir): what the build found
   DDSTORE_WHEEL_ISOLATED  "<wheel>:<pip log>" of the isolated build (plain
                           `pip wheel .`, no torch in the build environment)
+  DDSTORE_WHEEL_GPU       "cuda=<wheel>;rocm=SKIP:<reason>;": the
+                          DDSTORE_GPU=cuda / rocm builds of _core
 """
 import importlib.metadata
 import os
@@ -178,6 +180,32 @@ def test_isolated_build_skips_torch_with_a_message():
         text = f.read()
     assert "pyddstore._ddstore_torch (pyddstore.torch) is NOT built" in text
     assert "--no-build-isolation" in text
+
+
+GPU_LIBS = {"cuda": "libcudart.so", "rocm": "libamdhip64.so"}
+
+
+@pytest.mark.parametrize("backend", ["cuda", "rocm"])
+def test_gpu_backend_build(backend, tmp_path):
+    """DDSTORE_GPU=cuda|rocm: _core links the GPU runtime and imports (no GPU
+    needed: the runtime reports "no GPU" when asked)."""
+    spec = dict(kv.split("=", 1) for kv in os.environ.get("DDSTORE_WHEEL_GPU", "").split(";") if kv)
+    if backend not in spec:
+        pytest.skip("tools/test_wheel.sh --no-gpu-builds")
+    if spec[backend].startswith("SKIP:"):
+        pytest.skip(spec[backend][5:])
+    zipfile.ZipFile(spec[backend]).extractall(tmp_path)
+    ext = sysconfig.get_config_var("EXT_SUFFIX")
+    so = str(tmp_path / "pyddstore" / ("_core" + ext))
+    if not shutil.which("readelf"):
+        pytest.skip("readelf not installed")
+    dyn = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout
+    assert GPU_LIBS[backend] in dyn, dyn
+    assert not os.path.exists(tmp_path / "pyddstore" / ("_ddstore_torch" + ext))
+    p = subprocess.run([sys.executable, "-c", "import pyddstore, pyddstore._core as c; print(c.__file__)"],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert _under(p.stdout.strip(), str(tmp_path)), p.stdout
 
 
 def test_sources_match_bazel():

@@ -386,8 +386,13 @@ typedef struct ddofi_remote {
     uint64_t addr0;       /* RMA address of byte 0: base (FI_MR_VIRT_ADDR)
                              or 0 (offsets relative to the region)       */
     uint32_t prov_tag;    /* provider tag the blob was made with         */
-    uint32_t flags;
+    uint32_t flags;       /* DDOFI_REMOTE_*                              */
 } ddofi_remote_t;
+
+enum {
+    DDOFI_REMOTE_VIRT_ADDR = 1u << 0, /* RMA addresses are virtual addresses */
+    DDOFI_REMOTE_DEVICE = 1u << 1     /* the region is device memory         */
+};
 
 /* Decode a region blob.  -DDOFI_EBLOB when truncated/corrupted/foreign. */
 int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *remote_p);
