@@ -127,7 +127,7 @@ def part_vae(a):
     d = vc.Dist("mpi")
     device = d.device()
     src = vc.FashionMNIST(None, "train", 1, 1, a.limit)
-    ds = DistDataset(src, "bench-vae", d.mpi)
+    ds = DistDataset(src, "bench-vae", d.mpi, method=a.method)
     local = vc.InMemory(src)
     quiet = lambda *x, **k: None  # noqa: E731
     runs = {"ddstore+ThreadDataLoader": [], "local+DataLoader": []}
@@ -153,19 +153,26 @@ def part_vae(a):
     d.close()
     if d.rank == 0:
         _write(a.result, {"ranks": d.size, "batch": a.batch, "samples": len(src),
-                          "workers": a.workers, "runs": runs, "profile": prof})
+                          "workers": a.workers, "method": ds.method, "runs": runs,
+                          "profile": prof})
 
 
 def run_vae(args):
     r = _launch("vae", args.ranks, ["--reps", str(args.reps), "--batch", str(args.batch),
                                     "--limit", str(args.limit), "--workers",
-                                    str(args.workers)], 1800)
+                                    str(args.workers), "--method", str(args.method)], 1800)
     print(f"\n(2) VAE epoch, {r['ranks']} ranks, {r['samples']} samples, batch {r['batch']} "
-          f"per rank, median of {args.reps} alternating epochs each")
+          f"per rank, ddstore method {r['method']}, {r['workers']} loader thread(s), median "
+          f"of {args.reps} alternating epochs each")
     for name, hs in r["runs"].items():
         med = lambda k: statistics.median(h[k] for h in hs)  # noqa: E731
         print(f"    {name:26s} epoch {med('epoch_s'):6.2f} s  waiting for data "
-              f"{med('wait_s'):5.2f} s  computing {med('compute_s'):6.2f} s")
+              f"{med('wait_s'):5.2f} s  computing {med('compute_s'):6.2f} s  "
+              f"(losses {', '.join('%.2f' % h['loss'] for h in hs)})")
+    if r.get("profile"):
+        s = r["profile"]["sum"]
+        print(f"    ddstore reads: {s['total_ns'] / max(1, s['rows']) / 1e3:.1f} us/row "
+              f"({int(s['rows'])} rows, {s['total_ns'] / 1e9:.1f} s in reads over all ranks)")
     return {"vae": r}
 
 
@@ -270,6 +277,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--rows", type=int, default=60000)
+    ap.add_argument("--method", type=int, default=0, help="ddstore method for (2)")
     a = ap.parse_args()
     if a.part.startswith("_"):
         {"_memory": part_memory, "_vae": part_vae, "_overhead": part_overhead}[a.part](a)

@@ -6,6 +6,11 @@
  * it back with ddofi_read, checks the bytes, and measures the latency of
  * 4 KiB reads and the bandwidth of 1 MiB reads (batches of 16).
  *
+ * "progress" says who makes a read complete: "target thread" (the owner's
+ * progress thread, software providers), "not needed" (the NIC or the
+ * provider's own thread), "direct (CMA)" (same-node reads straight from the
+ * owner's memory with process_vm_readv; no owner involvement).
+ *
  *   ofi-probe [--all-interfaces] [--quick] [PROVIDER ...]
  *
  *   --all-interfaces  socket providers use the default interface instead of
@@ -171,7 +176,8 @@ static int measure(const char *prov, result_t *res)
     ddofi_fabric_query(f, &at);
     snprintf(res->domain, sizeof res->domain, "%s", at.domain);
     snprintf(res->progress, sizeof res->progress, "%s",
-             at.progress_thread ? "target thread" : "not needed");
+             at.direct_reads ? "direct (CMA)" : at.progress_thread ? "target thread"
+                                                                   : "not needed");
     /* correctness */
     for (size_t off = 0; off < BUF_BYTES; off += BW_SIZE * BW_BATCH) {
         ddofi_read_op_t ops[BW_BATCH];

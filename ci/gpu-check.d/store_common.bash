@@ -54,6 +54,8 @@ build_pyddstore_cuda() {
     local pkg="$BUILD/py-cuda" ext stamp
     command -v mpicc >/dev/null 2>&1 || skip "no MPI (mpicc) on this machine: the Python store checks run over method 0 (MPI RMA); the C store test above ran"
     command -v mpirun >/dev/null 2>&1 || command -v mpiexec >/dev/null 2>&1 || skip "no mpirun on this machine"
+    [ -f "$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h" ] \
+        || skip "no Python headers (Python.h) for $PYTHON: cannot build pyddstore._core here"
     stamp="$pkg/.built"
     if [ ! -f "$stamp" ] || [ -n "$(find "$ROOT/python/pyddstore" "$ROOT/ddstore-core/src" \
             "$ROOT/ddstore-core/include" "$ROOT/ddstore-gpu/src" "$ROOT/ddstore-mpi" \

@@ -110,7 +110,25 @@ struct dds_store {
     _Atomic unsigned hmem_off; /* bit (1 << kind): the transport advertised
                                   HMEM for that kind, but registering such
                                   memory failed (-DDS_ENOSYS): staged since */
+    unsigned fork_gen;      /* g_fork_gen when the store was created       */
 };
+
+/* Incremented in every child forked after the first store was created.
+ * Pinned memory (the host mirrors of GPU shards) is not inherited by a
+ * forked child (the GPU runtimes map it MADV_DONTFORK), so a child must not
+ * touch a mirror: its own rows then go through the transport. */
+static _Atomic unsigned g_fork_gen;
+static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_child(void)
+{
+    atomic_fetch_add_explicit(&g_fork_gen, 1, memory_order_relaxed);
+}
+
+static void fork_once(void)
+{
+    (void)pthread_atfork(NULL, NULL, fork_child);
+}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -725,6 +743,8 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
     s->ms = ms;
     s->gpu_staging = gpu_staging;
     atomic_init(&s->hmem_off, 0);
+    pthread_once(&g_fork_once, fork_once);
+    s->fork_gen = atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
     pthread_mutex_init(&s->tmutex, NULL);
     pthread_mutex_init(&s->coll_mutex, NULL);
     pthread_mutex_init(&s->readers_mutex, NULL);
@@ -1503,16 +1523,20 @@ static int device_ops(tctx_t *tc, const dds_var_t *v, const int64_t *rows,
 }
 
 /* Serve the planned ops of this rank from the host view of its shard (the
- * shard itself, or the host mirror of a GPU shard) with memcpy into
- * `dst` / `staging`, and drop them from ops[0..*nops_p).  Only with
- * DDS_TRANSPORT_CAP_LOCAL_SELF (this rank index owns the local shard).
- * Returns the bytes served. */
+ * shard itself, or the host mirror of a GPU shard, except in a forked child)
+ * with memcpy into `dst` / `staging`, and drop them from ops[0..*nops_p).
+ * Only with DDS_TRANSPORT_CAP_LOCAL_SELF (this rank index owns the local
+ * shard).  Returns the bytes served. */
 static size_t serve_local(const dds_store_t *s, const dds_var_t *v,
                           const dds_plan_t *pl, dds_read_op_t *ops,
                           size_t *nops_p, char *dst, char *staging)
 {
-    const char *hv = v->mem.kind == DDS_MEM_HOST ? (const char *)v->shard
-                                                 : (const char *)v->mirror;
+    const char *hv =
+        v->mem.kind == DDS_MEM_HOST ? (const char *)v->shard
+        : atomic_load_explicit(&g_fork_gen, memory_order_relaxed) ==
+                s->fork_gen
+            ? (const char *)v->mirror
+            : NULL;
     const int me = s->comm.rank;
     size_t a, b, bytes = 0;
 

@@ -185,6 +185,8 @@ static int serve(const opts_t *o, size_t bytes, int out_fd, const char *out_file
         goto out;
     }
     rc = wait_done(arg);
+    if (out_file)
+        unlink(out_file);
 out:
     if (mr)
         ddofi_mr_deregister(mr);

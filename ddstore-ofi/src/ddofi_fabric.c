@@ -173,7 +173,8 @@ static int try_provider(const ddofi_settings_t *s, const char *prov,
         return ddofi_error_fi(rc, "fi_getinfo(%s)", prov);
 
     const char *iface = s->iface[0] ? s->iface : NULL;
-    struct fi_info *fi = pick(list, prov, exact, iface, iface_prefix, s->hmem);
+    /* An interface named explicitly wins over an alias's prefix (hsn). */
+    struct fi_info *fi = pick(list, prov, exact, iface, iface ? NULL : iface_prefix, s->hmem);
     if (!fi) {
         fi_freeinfo(list);
         return -DDOFI_ENOPROV;
@@ -422,5 +423,12 @@ int ddofi_fabric_query(const ddofi_fabric_t *f, ddofi_fabric_attr_t *a)
     a->max_outstanding = f->max_outstanding;
     a->tx_size = f->info->tx_attr ? f->info->tx_attr->size : 0;
     a->read_timeout_s = f->set.read_timeout_s;
+    if (f->quirk->flags & DDOFI_Q_CMA) {
+        const char *c = getenv("DDSTORE_OFI_CMA");
+        int on = 1;
+        if (c && *c && ddofi_parse_bool(c, &on))
+            on = 0;
+        a->direct_reads = on;
+    }
     return 0;
 }

@@ -519,6 +519,64 @@ static void test_selection_errors(void)
     /* The list of what exists names the tcp provider on this machine
      * (every libfabric build here has it). */
     T_CONTAINS(sel_msg[3], "tcp;ofi_rxm [");
+    /* hsn with an interface named explicitly uses that interface. */
+    {
+        ddofi_fabric_t *hf = NULL;
+        ddofi_fabric_params_t hp = {0};
+        hp.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_IFACE;
+        hp.provider = "hsn";
+        hp.iface = "lo";
+        T_EQ_INT(ddofi_fabric_open(&hp, &hf), 0);
+        ddofi_fabric_attr_t ha;
+        if (hf) {
+            T_EQ_INT(ddofi_fabric_query(hf, &ha), 0);
+            T_EQ_STR(ha.provider, "tcp;ofi_rxm");
+            T_EQ_STR(ha.domain, "lo");
+            T_EQ_INT(ha.progress_thread, 1);
+            T_EQ_STR(ha.quirks, "tcp");
+        }
+        T_EQ_INT(ddofi_fabric_close(hf), 0);
+        /* nic_map through the real selection: local rank 5 -> "*" -> lo */
+        hp.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_NIC_MAP |
+                        DDOFI_FABRIC_FIELD_LOCAL_RANK;
+        hp.provider = "tcp";
+        hp.nic_map = "0:nosuchnic0,*:lo";
+        hp.local_rank = 5;
+        hf = NULL;
+        T_EQ_INT(ddofi_fabric_open(&hp, &hf), 0);
+        if (hf) {
+            ddofi_fabric_query(hf, &ha);
+            T_EQ_STR(ha.domain, "lo");
+        }
+        ddofi_fabric_close(hf);
+        hp.local_rank = 0; /* -> nosuchnic0: a clear error naming the map */
+        hf = NULL;
+        T_EQ_INT(ddofi_fabric_open(&hp, &hf), -DDOFI_ENOPROV);
+        T_CONTAINS(ddofi_last_error(), "\"nosuchnic0\" (from nic_map parameter)");
+        /* auto on one node picks shm; on several, tcp;ofi_rxm (no cxi,
+         * verbs or efa here) */
+        hp.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_SINGLE_NODE;
+        hp.provider = "auto";
+        hp.single_node = 1;
+        hf = NULL;
+        if (ddofi_fabric_open(&hp, &hf) == 0) {
+            ddofi_fabric_query(hf, &ha);
+            T_EQ_STR(ha.provider, "shm");
+        } else {
+            T_SKIP("auto on one node: %s", ddofi_last_error());
+        }
+        ddofi_fabric_close(hf);
+        hp.single_node = 0;
+        hf = NULL;
+        if (ddofi_fabric_open(&hp, &hf) == 0) {
+            ddofi_fabric_query(hf, &ha);
+            T_OK(!strcmp(ha.provider, "tcp;ofi_rxm") || !strcmp(ha.provider, "cxi") ||
+                 !strcmp(ha.provider, "verbs;ofi_rxm") || !strcmp(ha.provider, "efa"));
+        } else {
+            T_SKIP("auto on several nodes: %s", ddofi_last_error());
+        }
+        ddofi_fabric_close(hf);
+    }
     printf("example selection error: %s\n", sel_msg[1]);
 
     /* A bad env value fails open with the variable's name. */

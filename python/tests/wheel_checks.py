@@ -6,7 +6,7 @@ into a fresh virtualenv and runs, from a directory outside the tree,
 
   venv/bin/python -m pytest wheel_checks.py::test_sources_match_bazel  (one process)
   tools/ddrun -n 2 -- venv/bin/python -m pytest wheel_checks.py \
-      --deselect wheel_checks.py::test_sources_match_bazel \
+      -k "not test_sources_match_bazel" \
       test_core_basic.py test_torch_ext.py test_torch_dataset.py   (the smoke tests)
 
 Environment set by tools/test_wheel.sh:

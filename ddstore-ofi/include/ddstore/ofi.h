@@ -264,6 +264,9 @@ typedef struct ddofi_fabric_attr {
     size_t max_outstanding;     /* reads in flight per call               */
     size_t tx_size;             /* transmit queue depth                   */
     double read_timeout_s;
+    int direct_reads;           /* same-node host reads go straight
+                                   through process_vm_readv (shm; see
+                                   DDSTORE_OFI_CMA)                       */
 } ddofi_fabric_attr_t;
 
 /* Fill *attr_p.  Returns 0 or -EINVAL. */

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""Run the whole ddstore suite in stages and print one closing line.
+
+    tools/run_tests.py              every stage
+    tools/run_tests.py c py2        only those stages
+    tools/run_tests.py --list       the stages
+
+Each stage is a real test runner (Bazel for C, pytest under tools/ddrun for
+Python); this script only sequences them and adds up their counts. A test that
+cannot run here (no GPU, no MPICH, ...) reports SKIP with its reason and is
+counted as skipped, never as passed. The last line is
+"ddstore: N passed, N failed, N skipped"; the exit code is non-zero if anything
+failed or a stage could not run.
+"""
+import argparse
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT = os.path.join(TOP, "out", "tests")
+PY = sys.executable
+DDRUN = os.path.join(TOP, "tools", "ddrun")
+BAZEL_CI = ["--config=ci"]
+
+
+class Counts:
+    def __init__(self):
+        self.passed = self.failed = self.skipped = 0
+        self.failures = []
+
+    def add(self, other):
+        self.passed += other.passed
+        self.failed += other.failed
+        self.skipped += other.skipped
+        self.failures += other.failures
+
+
+def run(cmd, env=None, timeout=None, log=None):
+    print("+ " + " ".join(cmd), flush=True)
+    t0 = time.time()
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    with subprocess.Popen(cmd, cwd=TOP, env=full_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace") as p:
+        lines = []
+        try:
+            for line in p.stdout:
+                sys.stdout.write(line)
+                lines.append(line)
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = 124
+    sys.stdout.flush()
+    if log:
+        with open(log, "w") as f:
+            f.writelines(lines)
+    print(f"  ({time.time() - t0:.0f} s, exit {rc})", flush=True)
+    return rc, "".join(lines)
+
+
+# ------------------------------------------------------------------ bazel --
+BAZEL_LINE = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|TIMEOUT|NO STATUS|FLAKY|"
+                        r"FAILED TO BUILD|INCOMPLETE|SKIPPED)\b", re.M)
+
+
+def bazel_tests(name, flags, targets):
+    c = Counts()
+    if not shutil.which("bazel"):
+        print(f"SKIP: {name}: bazel not installed")
+        c.skipped += 1
+        return c
+    rc, out = run(["bazel", "test"] + BAZEL_CI + flags +
+                  ["--test_output=errors", "--test_summary=short"] + targets)
+    found = BAZEL_LINE.findall(out)
+    for target, status in found:
+        if status == "PASSED":
+            if skipped_in_log(target):
+                c.skipped += 1
+            else:
+                c.passed += 1
+        elif status == "SKIPPED":
+            c.skipped += 1
+        else:
+            c.failed += 1
+            c.failures.append(f"{name}: {target} {status}")
+    if rc != 0 and not c.failed:
+        # a build failure or a runner problem: count it, never hide it
+        c.failed += 1
+        c.failures.append(f"{name}: bazel exited {rc}")
+    return c
+
+
+def skipped_in_log(target):
+    """A C test that could not run prints 'SKIP:' and exits 0; count it as skipped."""
+    path = target.lstrip("/").replace(":", "/")
+    log = os.path.join(TOP, "bazel-testlogs", path, "test.log")
+    try:
+        with open(log, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return False
+    return (re.search(r"^SKIP:", text, re.M) is not None
+            and re.search(r"^\S*\s*[1-9]\d* passed", text, re.M) is None)
+
+
+# ----------------------------------------------------------------- pytest --
+def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
+    c = Counts()
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    env = {"PYTHONUNBUFFERED": "1", "DDSTORE_JUNIT_DIR": d, "OMP_NUM_THREADS": "1"}
+    env.update(extra_env or {})
+    cmd = [PY, os.path.join(TOP, "tools", "pytest_rank.py"), "-q", "-p", "no:cacheprovider"] + paths
+    if nranks:
+        cmd = [DDRUN, "-n", str(nranks), "--timeout", str(timeout), "--"] + cmd
+    rc, _ = run(cmd, env=env, timeout=timeout + 60)
+    return junit_counts(name, d, rc)
+
+
+def junit_counts(name, d, rc):
+    """Counts from the JUnit XML files in `d` (one per rank, or per run); rc is
+    the runner's exit status (a failure with no failed test is counted too)."""
+    c = Counts()
+    states = {}
+    for xml in sorted(glob.glob(os.path.join(d, "*.xml"))):
+        for case in ET.parse(xml).getroot().iter("testcase"):
+            key = case.get("classname", "") + "::" + case.get("name", "")
+            if case.find("failure") is not None or case.find("error") is not None:
+                state = "failed"
+            elif case.find("skipped") is not None:
+                state = "skipped"
+            else:
+                state = "passed"
+            states.setdefault(key, set()).add(state)
+    # failed on any rank = failed; skipped everywhere = skipped; else passed
+    results = {k: ("failed" if "failed" in v else "passed" if "passed" in v else "skipped")
+               for k, v in states.items()}
+    for key, state in sorted(results.items()):
+        if state == "failed":
+            c.failed += 1
+            c.failures.append(f"{name}: {key}")
+        elif state == "skipped":
+            c.skipped += 1
+        else:
+            c.passed += 1
+    if rc not in (0, 5) and not c.failed:
+        c.failed += 1
+        c.failures.append(f"{name}: runner exited {rc}")
+    if not results and rc == 0:
+        print(f"SKIP: {name}: no tests collected")
+    return c
+
+
+def wheel_stage(timeout=2400):
+    """tools/test_wheel.sh: the pip build in a fresh virtualenv, installed,
+    smoke tests against the installed package (2 ranks)."""
+    d = os.path.join(OUT, "wheel")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([os.path.join(TOP, "tools", "test_wheel.sh")],
+                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
+    return junit_counts("wheel", d, rc)
+
+
+def have_torch_ext():
+    return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
+
+
+STAGES = {
+    "c": ("C unit and multi-rank tests (bazel test //...)",
+          lambda: bazel_tests("c", [], ["//..."])),
+    "asan": ("C tests under AddressSanitizer + UBSan",
+             lambda: bazel_tests("asan", ["--config=asan"], ["//ddstore-core/...", "//ddstore-ofi/..."])),
+    "tsan": ("threaded read paths under ThreadSanitizer",
+             lambda: bazel_tests("tsan", ["--config=tsan", "--test_tag_filters=threads"],
+                                 ["//ddstore-core/...", "//ddstore-ofi/..."])),
+    "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
+    "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
+    "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
+    "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (tools/test_wheel.sh)",
+              wheel_stage),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stages", nargs="*")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    if args.list:
+        for k, (desc, _) in STAGES.items():
+            print(f"{k:8s} {desc}")
+        return 0
+    names = args.stages or list(STAGES)
+    for n in names:
+        if n not in STAGES:
+            print(f"unknown stage {n!r}; --list shows them", file=sys.stderr)
+            return 2
+    os.makedirs(OUT, exist_ok=True)
+    total = Counts()
+    t0 = time.time()
+    for n in names:
+        print(f"\n==== stage {n}: {STAGES[n][0]}", flush=True)
+        c = STAGES[n][1]()
+        print(f"==== stage {n}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped", flush=True)
+        total.add(c)
+    if shutil.which("bazel") and os.environ.get("CI"):
+        subprocess.run(["bazel", "shutdown"], cwd=TOP)
+    print(f"\nsuite time {time.time() - t0:.0f} s")
+    for f in total.failures:
+        print("FAILED " + f)
+    print(f"ddstore: {total.passed} passed, {total.failed} failed, {total.skipped} skipped")
+    return 1 if total.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
