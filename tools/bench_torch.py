@@ -194,7 +194,7 @@ def part_overhead(a):
 
         def __getitem__(self, i):
             return torch.full((1, 28, 28), float(i))
-    ds = DistDataset(Src(), "ovh", comm)
+    ds = DistDataset(Src(), "ovh", comm, method=a.method)
     var = ds.schema.fields[0].var
     store = ds.ddstore
     rng = np.random.default_rng(comm.Get_rank())
@@ -237,9 +237,9 @@ def run_overhead(args):
     out = {}
     for ranks in (1, args.ovh_ranks):
         r = _launch("overhead", ranks, ["--batch", "128", "--reps", str(args.reps_ovh),
-                                        "--rows", "60000"], 900)
+                                        "--rows", "60000", "--method", str(args.method)], 900)
         out[ranks] = r
-        print(f"\n(3) batch of 128 x 3136-byte rows, {ranks} rank(s) "
+        print(f"\n(3) batch of 128 x 3136-byte rows, method {args.method}, {ranks} rank(s) "
               f"({'all local' if ranks == 1 else 'mostly remote'}): median us per batch "
               f"(max over ranks)")
         names = list(r["per_rank"][0])
@@ -277,7 +277,7 @@ def main():
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--rows", type=int, default=60000)
-    ap.add_argument("--method", type=int, default=0, help="ddstore method for (2)")
+    ap.add_argument("--method", type=int, default=0, help="ddstore method for (2) and (3)")
     a = ap.parse_args()
     if a.part.startswith("_"):
         {"_memory": part_memory, "_vae": part_vae, "_overhead": part_overhead}[a.part](a)

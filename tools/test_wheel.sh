@@ -10,23 +10,24 @@
 #               $DDSTORE_PYTHON / .venv), with numpy, mpi4py, $DDSTORE_TORCH_SPEC
 #               (torch==2.13.0), pytest, tqdm and scikit-build-core from pip's
 #               configured indices and cache.
-#   2. wheel    pip wheel --no-build-isolation --no-deps . in it (CMake + ninja,
-#               CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build, started
-#               over).  Log: $WORK/wheel.log
-#   3. isolated pip wheel --no-deps . with build isolation (what plain
+#   2. sources  pytest python/tests/wheel_checks.py::test_sources_match_bazel:
+#               Bazel and the pip build compile the same files
+#               (tools/check_sources.py; SKIP without bazel).
+#   3. wheel    pip wheel --no-build-isolation --no-deps . in the venv (CMake +
+#               ninja, CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build,
+#               started over).  Log: $WORK/wheel.log
+#   4. isolated pip wheel --no-deps . with build isolation (what plain
 #               `pip install .` does): _core only, and the message saying why
 #               the torch extension is missing.  --no-isolated skips it.
-#   4. gpu      DDSTORE_GPU=cuda and =rocm builds of _core (DDSTORE_TORCH=0),
+#   5. gpu      DDSTORE_GPU=cuda and =rocm builds of _core (DDSTORE_TORCH=0),
 #               when the toolkit is installed (CUDA_HOME, /usr/local/cuda;
 #               ROCM_PATH, /opt/rocm, /usr); not installed = SKIP in the tests.
 #               --no-gpu-builds skips them.
-#   5. install  pip install --no-deps --force-reinstall the wheel into the venv
-#   6. tests    from an empty directory: pytest
-#               python/tests/wheel_checks.py::test_sources_match_bazel (Bazel and
-#               the pip build compile the same files; one process), then
-#               tools/ddrun -n N (2) -- pytest wheel_checks.py (the rest: -k
-#               "not test_sources_match_bazel")
-#               test_core_basic.py test_torch_ext.py test_torch_dataset.py
+#   6. install  pip install --no-deps --force-reinstall the wheel into the venv
+#   7. tests    from an empty directory outside the tree: tools/ddrun -n N (2)
+#               -- pytest python/tests/wheel_checks.py (the installed package,
+#               the isolated and GPU builds) test_core_basic.py
+#               test_torch_ext.py test_torch_dataset.py
 #
 # --reuse-venv keeps an existing $WORK/venv and $WORK/build (a quick rerun
 # while working on the build; not what the suite runs).
@@ -74,6 +75,7 @@ PIPLOG="$WORK/pip.log"
 # ---- 1. a fresh virtualenv ---------------------------------------------------
 if [ "$REUSE" = 1 ] && [ -x "$PY" ]; then
     say "reusing $VENV"
+    "$PY" -m pip uninstall -q -y pyddstore >/dev/null 2>&1 || true
 else
     rm -rf "$VENV"
     # venv run by a virtualenv's python creates one on the base interpreter:
@@ -88,7 +90,19 @@ sys.exit(1 if importlib.util.find_spec("pyddstore") else 0)
 EOF
 lap "virtualenv $VENV: $("$PY" -c 'import torch, numpy, mpi4py; print("torch", torch.__version__, "numpy", numpy.__version__, "mpi4py", mpi4py.__version__)')"
 
-# ---- 2. the wheel, in that environment (torch importable: the torch extension)
+# ---- 2. Bazel and the pip build compile the same files ----------------------
+# First, so that a wait for the Bazel server's lock does not sit between the
+# build and the tests (other work in a shared tree may change files then).
+T="$TOP/python/tests"
+JUNIT=()
+[ -n "${DDSTORE_JUNIT_DIR:-}" ] && mkdir -p "$DDSTORE_JUNIT_DIR" \
+    && JUNIT=("--junitxml=$DDSTORE_JUNIT_DIR/sources.xml")
+rc=0
+(cd "$WORK" && env DDSTORE_WHEEL_TEST=sources "$PY" -m pytest -q -p no:cacheprovider -rs --noconftest \
+    "${JUNIT[@]}" "$T/wheel_checks.py::test_sources_match_bazel") || rc=1
+lap "sources check"
+
+# ---- 3. the wheel, in that environment (torch importable: the torch extension)
 DIST="$WORK/dist"
 BUILD="$WORK/build"
 [ "$REUSE" = 1 ] || rm -rf "$BUILD"
@@ -103,7 +117,7 @@ SUMMARY="$BUILD/ddstore-build-summary.txt"
 sed 's/^/  /' "$SUMMARY"
 lap "built $(basename "$WHEEL")"
 
-# ---- 3. the isolated build (plain `pip install .`) ---------------------------
+# ---- 4. the isolated build (plain `pip install .`) ---------------------------
 ISO_ENV=()
 if [ "$ISOLATED" = 1 ]; then
     rm -rf "$WORK/dist-isolated"
@@ -116,7 +130,7 @@ if [ "$ISOLATED" = 1 ]; then
     lap "isolated build: $(basename "$(ls "$WORK"/dist-isolated/pyddstore-*.whl)")"
 fi
 
-# ---- 4. the GPU backends (compile and link; no GPU needed) ------------------
+# ---- 5. the GPU backends (compile and link; no GPU needed) ------------------
 GPU_SPEC=""
 if [ "$GPU_BUILDS" = 1 ]; then
     for g in cuda rocm; do
@@ -135,24 +149,16 @@ if [ "$GPU_BUILDS" = 1 ]; then
     lap "GPU backend builds: ${GPU_SPEC//$WORK\//}"
 fi
 
-# ---- 5. install ---------------------------------------------------------------
+# ---- 6. install ---------------------------------------------------------------
 "$PY" -m pip install -q --no-deps --force-reinstall "$WHEEL" >>"$PIPLOG" 2>&1 \
     || { tail -20 "$PIPLOG"; die "pip install $WHEEL failed"; }
 lap "installed into $VENV"
 
-# ---- 6. the tests, from outside the tree -------------------------------------
+# ---- 7. the tests, from outside the tree -------------------------------------
 RUN="$(mktemp -d)"
 trap 'rm -rf "$RUN"' EXIT
 cd "$RUN"
 "$PY" -c 'import pyddstore, sys; print("test_wheel: pyddstore", pyddstore.__version__, "from", pyddstore.__file__)'
-T="$TOP/python/tests"
-JUNIT=()
-[ -n "${DDSTORE_JUNIT_DIR:-}" ] && mkdir -p "$DDSTORE_JUNIT_DIR" \
-    && JUNIT=("--junitxml=$DDSTORE_JUNIT_DIR/sources.xml")
-rc=0
-env DDSTORE_WHEEL_TEST="$SUMMARY" "$PY" -m pytest -q -p no:cacheprovider -rs "${JUNIT[@]}" \
-    "$T/wheel_checks.py::test_sources_match_bazel" || rc=1
-lap "sources check"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 env DDSTORE_WHEEL_TEST="$SUMMARY" DDSTORE_WHEEL_GPU="$GPU_SPEC" "${ISO_ENV[@]}" \
     "$TOP/tools/ddrun" -n "$RANKS" --timeout 900 -- \

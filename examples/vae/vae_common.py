@@ -372,6 +372,7 @@ def save_png(path, history, model, samples, device, title=""):
     ax = fig.add_subplot(2, 1, 1)
     ax.plot([h["epoch"] for h in history], [h["loss"] for h in history], "o-")
     ax.set_xlabel("epoch")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_ylabel("loss (BCE + KL per sample)")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)

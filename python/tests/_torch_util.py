@@ -4,8 +4,10 @@ Every rank runs the same tests in the same order.  A check that could fail on
 one rank only is made collective with `assert_all`, so a failure fails every
 rank instead of leaving the others waiting in the next collective call.
 """
+import atexit
 import collections
 import os
+import shutil
 import socket
 import tempfile
 
@@ -67,10 +69,13 @@ _TMP = {}
 
 
 def shared_tmpdir(comm, tag):
-    """A directory every rank agrees on (one node: rank 0 creates it)."""
+    """A directory every rank agrees on (one node: rank 0 creates it, and
+    removes it when the process exits)."""
     key = (tag, comm.Get_size())
     if key not in _TMP:
         d = tempfile.mkdtemp(prefix=f"ddst-{tag}-") if comm.Get_rank() == 0 else None
+        if d is not None:
+            atexit.register(shutil.rmtree, d, True)
         _TMP[key] = comm.bcast(d, root=0)
     return _TMP[key]
 

@@ -170,6 +170,20 @@ def test_fields(kind, fields, want):
         ds.free()
 
 
+def test_fields_drop_unstorable_values():
+    """Fields not kept are neither stored nor checked (a string, a changing shape)."""
+    comm = world()
+
+    def fn(i):
+        return {"x": torch.full((2,), float(i)), "name": f"sample {i}",
+                "ragged": torch.zeros(i % 3 + 1)}
+    ds = DistDataset(Source("x", fn=fn), fresh_name("fd"), comm, fields=["x"])
+    try:
+        _check_items(comm, ds, lambda i: {"x": fn(i)["x"]}, N_ODD)
+    finally:
+        ds.free()
+
+
 # ---------------------------------------------------------------- records --
 def test_records_layout_and_read_rows():
     comm = world()
@@ -381,6 +395,23 @@ def test_ddstore_width():
         _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
     finally:
         ds.free()
+
+
+def test_ddstore_width_several_alive():
+    """Several partitioned datasets alive at once, with several fields each
+    (Open MPI 4.1 on one node names window segments after context ids, which
+    disjoint groups share: DistDataset keeps the groups' ids apart)."""
+    comm = world()
+    width = 2 if comm.Get_size() >= 2 else 1
+    a = DistDataset(Source("dict"), fresh_name("wa"), comm, ddstore_width=width)
+    b = DistDataset(Source("tuple"), fresh_name("wb"), comm, ddstore_width=width,
+                    chunk_size=5)
+    try:
+        _check_items(comm, a, lambda i: make_sample("dict", i), N_ODD)
+        _check_items(comm, b, lambda i: make_sample("tuple", i), N_ODD)
+    finally:
+        b.free()
+        a.free()
 
 
 def test_comm_mpi_resolution(monkeypatch):

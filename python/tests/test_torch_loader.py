@@ -250,6 +250,14 @@ def test_iterator_semantics(datasets):
         iter(loader)
 
 
+def test_in_order_false(datasets):
+    comm, dss = datasets
+    got = [b.tolist() for b in ThreadDataLoader(dss["int"], batch_size=4, num_workers=3,
+                                                 in_order=False)]
+    ref = [b.tolist() for b in DataLoader(Source("int"), batch_size=4)]
+    assert_all(comm, sorted(got) == sorted(ref), "in_order=False lost or repeated batches")
+
+
 class _Counting(torch.utils.data.Dataset):
     """Records when each batch was fetched (per-sample path)."""
 

@@ -1,13 +1,14 @@
 """Checks of pyddstore as `pip install` leaves it (run by tools/test_wheel.sh).
 
 Not collected by the py1/py2/py4 stages (the name does not match test_*.py):
-tools/test_wheel.sh builds a wheel with the pip (CMake) build, installs it
-into a fresh virtualenv and runs, from a directory outside the tree,
+tools/test_wheel.sh runs it explicitly, from a directory outside the tree:
 
-  venv/bin/python -m pytest wheel_checks.py::test_sources_match_bazel  (one process)
+  venv/bin/python -m pytest --noconftest wheel_checks.py::test_sources_match_bazel
+      (one process, before the build)
   tools/ddrun -n 2 -- venv/bin/python -m pytest wheel_checks.py \
       -k "not test_sources_match_bazel" \
-      test_core_basic.py test_torch_ext.py test_torch_dataset.py   (the smoke tests)
+      test_core_basic.py test_torch_ext.py test_torch_dataset.py
+      (after installing the wheel into a fresh virtualenv)
 
 Environment set by tools/test_wheel.sh:
   DDSTORE_WHEEL_TEST      the build summary (ddstore-build-summary.txt of the
@@ -163,6 +164,17 @@ def test_torch_extension_from_the_install():
     assert _under(ext.__file__, _pkg())
     assert _under(pyddstore.torch.__file__, _pkg())
     assert hasattr(pyddstore.torch, "DistDataset") and hasattr(pyddstore.torch, "ThreadDataLoader")
+
+
+def test_pyddstore_info(tmp_path):
+    """python -m pyddstore.info runs from the install and reports the build."""
+    p = subprocess.run([sys.executable, "-m", "pyddstore.info"], cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    import pyddstore
+    assert p.stdout.startswith(f"pyddstore {pyddstore.__version__}\n"), p.stdout[:200]
+    if _summary()["torch ext"].startswith("built"):
+        assert "torch extension: loaded" in p.stdout, p.stdout
 
 
 def test_isolated_build_skips_torch_with_a_message():

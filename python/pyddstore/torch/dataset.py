@@ -393,7 +393,8 @@ class DistDataset(_Stored):
         def first():
             s = source[self.lo]
             st = encode(s) if encode is not None else s
-            full = Schema.of(st, f"source[{self.lo}]" + (" (encoded)" if encode else ""))
+            full = Schema.of(st, f"source[{self.lo}]" + (" (encoded)" if encode else ""),
+                             keys=fields)
             if self.chunk_size is not None and self.add_device is not None and \
                     any(f.kind == "tensor" for f in full.fields):
                 raise ValueError("chunk_size cannot be used with tensor fields on add_device "
@@ -407,19 +408,40 @@ class DistDataset(_Stored):
             raise ValueError(
                 f"DistDataset '{name}': the samples of rank {bad[0]} differ from rank 0's: "
                 f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed")
-        # variable names: one per field of the full sample, by position
+        # variable names: one per stored field, by position
         for i, f in enumerate(full.fields):
             f.var = f"{name}/{i}"
-        self.full_schema = full
-        self.schema = _comm.run_agreed(
-            self.comm, lambda: full.select(fields) if fields is not None else full, "fields")
+        self.schema = full
 
         # 5. the store and the shard
-        self.ddstore = _comm.run_agreed(self.comm, self._make_store, "creating the store")
+        self._id_pad = []
+        if self.method == 0 and self.store_comm is not self.comm and \
+                self.store_comm.kind == "mpi":
+            # Open MPI 4.1's osc/rdma names a window's shared-memory segment after
+            # its communicator's context id, and disjoint groups of a split get
+            # the same ids: windows of different groups would collide on one
+            # node.  Group g holds g*K extra ids (K > ids one store uses: two
+            # dups + one window per field) so the groups' ids never meet.
+            group = self.comm.rank // width
+            k = 0
+            self._id_pad = [self.store_comm.obj.Dup() for _ in range(group * k)]
+        try:
+            store, err = self._make_store(), None
+        except Exception as e:  # noqa: BLE001 - agreed below
+            store, err = None, e
+        try:
+            _comm.agree(self.comm, err, "creating the store")
+        except BaseException:
+            if store is not None:     # another group failed: release ours (collective
+                store.free()          # within our group, whose members all succeeded)
+            self._free_id_pad()
+            raise
+        self.ddstore = store
         try:
             self._load(source, encode, first_stored)
         except BaseException:
             self.ddstore = None
+            self._free_id_pad()
             raise
         if self.method == 2 and self.store_comm.rank == 0:
             _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
@@ -429,6 +451,7 @@ class DistDataset(_Stored):
 
     # -- construction helpers ----------------------------------------------
     def _make_store(self):
+        """PyDDStore over the store communicator (collective in the group)."""
         kw = dict(method=self.method)
         if self.handshake_dir:
             kw["handshake_dir"] = self.handshake_dir
@@ -437,17 +460,14 @@ class DistDataset(_Stored):
         return pyddstore.PyDDStore(self.store_comm.store_comm, **kw)
 
     def _load(self, source, encode, first_stored):
-        lo, hi = self.lo, self.hi
-        share = hi - lo
+        share = self.hi - self.lo
         fields = self.schema.fields
-        full = self.full_schema
-        pos = [full.fields.index(f) for f in fields]
         bar = _progress(share, self.name, self.comm.rank)
         try:
             if self.chunk_size is None:
-                self._load_whole(source, encode, first_stored, fields, pos, share, bar)
+                self._load_whole(source, encode, first_stored, fields, share, bar)
             else:
-                self._load_chunked(source, encode, first_stored, fields, pos, share, bar)
+                self._load_chunked(source, encode, first_stored, fields, share, bar)
         except BaseException:
             try:
                 self.ddstore.free()
@@ -458,7 +478,7 @@ class DistDataset(_Stored):
             if bar is not None:
                 bar.close()
 
-    def _sample_values(self, source, encode, first_stored, j, pos):
+    def _sample_values(self, source, encode, first_stored, j):
         if j == 0:
             s = first_stored
         else:
@@ -466,22 +486,21 @@ class DistDataset(_Stored):
             if encode is not None:
                 s = encode(s)
         where = f"source[{self.lo + j}]" + (" (encoded)" if encode is not None else "")
-        vals = self.full_schema.values(s, where)
-        return [vals[p] for p in pos]
+        return self.schema.values(s, where)
 
-    def _fill(self, source, encode, first_stored, fields, pos, arrays, j0, j1, bar):
+    def _fill(self, source, encode, first_stored, fields, arrays, j0, j1, bar):
         for j in range(j0, j1):
-            vals = self._sample_values(source, encode, first_stored, j, pos)
+            vals = self._sample_values(source, encode, first_stored, j)
             r = j - j0
             for f, a, v in zip(fields, arrays, vals):
                 f.store_into(a, r, v)
             if bar is not None and (j & 255) == 255:
                 bar.update(256)
 
-    def _load_whole(self, source, encode, first_stored, fields, pos, share, bar):
+    def _load_whole(self, source, encode, first_stored, fields, share, bar):
         def fill():
             arrays = [np.empty((share,) + f.row_shape, dtype=f.np_dtype) for f in fields]
-            self._fill(source, encode, first_stored, fields, pos, arrays, 0, share, bar)
+            self._fill(source, encode, first_stored, fields, arrays, 0, share, bar)
             return arrays
 
         arrays = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
@@ -500,7 +519,7 @@ class DistDataset(_Stored):
                 arrays[k] = None   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
-    def _load_chunked(self, source, encode, first_stored, fields, pos, share, bar):
+    def _load_chunked(self, source, encode, first_stored, fields, share, bar):
         def init():
             for f in fields:
                 self.ddstore.init(f.var, share, f.disp, f.np_dtype.itemsize, f.dtype)
@@ -512,7 +531,7 @@ class DistDataset(_Stored):
             arrays = [np.empty((chunk,) + f.row_shape, dtype=f.np_dtype) for f in fields]
             for j0 in range(0, share, chunk):
                 j1 = min(j0 + chunk, share)
-                self._fill(source, encode, first_stored, fields, pos, arrays, j0, j1, bar)
+                self._fill(source, encode, first_stored, fields, arrays, j0, j1, bar)
                 for f, a in zip(fields, arrays):
                     self.ddstore.update(f.var, a[:j1 - j0].reshape(j1 - j0, -1), j0)
         # no collective inside: a failing rank stops, the others finish, then all agree
@@ -537,6 +556,15 @@ class DistDataset(_Stored):
         self._release_all()
         self._freed = True
         self.ddstore.free()
+        self._free_id_pad()
+
+    def _free_id_pad(self):
+        pad, self._id_pad = getattr(self, "_id_pad", []), []
+        for c in pad:
+            try:
+                c.Free()
+            except Exception:  # noqa: BLE001 - after MPI_Finalize
+                pass
 
 
 class DistDatasetReader(_Stored):
@@ -544,8 +572,9 @@ class DistDatasetReader(_Stored):
 
     DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
     decode=None): fields come from the core job's ``{name}.meta.json`` in
-    handshake_dir (written by its DistDataset(method=2)).  Local: no
-    collective calls.
+    handshake_dir (written by its DistDataset(method=2)).  Construct it on
+    every rank of the extra job (the PyDDStore is created with comm None);
+    reads are local.
     """
 
     def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None):

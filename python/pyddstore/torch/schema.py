@@ -234,8 +234,9 @@ class Schema:
         self._pos = {f.key: i for i, f in enumerate(self.fields)}
 
     @classmethod
-    def of(cls, sample, where="sample"):
-        """The schema of one sample."""
+    def of(cls, sample, where="sample", keys=None):
+        """The schema of one sample; with `keys`, of only those fields (in that
+        order: the others are neither checked nor stored)."""
         if isinstance(sample, collections.abc.Mapping):
             structure, ntype = "dict", None
             items = list(sample.items())
@@ -253,6 +254,23 @@ class Schema:
             items = [(0, sample)]
         if structure != "value" and not items:
             raise ValueError(f"{where}: an empty {type(sample).__name__} has no fields to store")
+        width = len(items)
+        if keys is not None:
+            if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
+                keys = [keys]
+            keys = list(keys)
+            if not keys:
+                raise ValueError("fields: an empty list selects nothing")
+            if len(set(keys)) != len(keys):
+                raise ValueError(f"fields: repeated keys in {keys!r}")
+            have = dict(items)
+            missing = [k for k in keys if k not in have]
+            if missing:
+                raise ValueError(f"fields: {missing!r} not in the sample's fields "
+                                 f"{[k for k, _ in items]!r}")
+            items = [(k, have[k]) for k in keys]
+            if structure == "namedtuple":
+                structure, ntype = "tuple", None
         fields = []
         for key, value in items:
             kind, shape, dtype, rdtype, rclass = classify(value, f"{where}[{key!r}]")
@@ -261,7 +279,7 @@ class Schema:
                 raise ValueError(f"{where}[{key!r}]: a field with no elements (shape "
                                  f"{f.shape}) cannot be stored")
             fields.append(f)
-        return cls(structure, fields, ntype)
+        return cls(structure, fields, ntype, width)
 
     def describe(self):
         return {"structure": self.structure, "width": self.width,
