@@ -23,7 +23,9 @@
  * A benchmark, not a test: it asserts nothing about speed; it does check that
  * the bytes read are right (a wrong read aborts the run with an error).
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -200,9 +202,12 @@ static int make_store(const opts_t *o, dds_store_t **store_p)
         rc = ddmpi_transport_create(MPI_COMM_WORLD, &p.transport);
     } else {
 #ifdef DDSTORE_HAVE_OFI
-        if (o->fabric)
-            setenv("DDSTORE_FABRIC", o->fabric, 1);
-        rc = dds_ofi_transport_create(&p.comm, NULL, &p.transport);
+        ddofi_transport_params_t tp = {0};
+        if (o->fabric) {
+            tp.field_mask |= DDOFI_TRANSPORT_FIELD_PROVIDER;
+            tp.provider = o->fabric;
+        }
+        rc = ddofi_transport_create(&p.comm, &tp, &p.transport);
 #else
         rc = dds_error(-DDS_ENOSYS, "method %d: built without libfabric", o->method);
 #endif

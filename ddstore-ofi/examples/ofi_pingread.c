@@ -19,6 +19,9 @@
  *   --row-size B      bytes per row in the batched-rows test (default 3136)
  *   --rows N          rows per ddofi_read call in that test (default 128): random
  *                     rows, one read each, for 1 s
+ *   --thp             back both buffers with transparent huge pages
+ *                     (madvise MADV_HUGEPAGE): same-node direct reads copy
+ *                     several times faster with 2 MiB pages on both sides
  *   --quiet           only the RESULT line
  *   -v                library log to stderr (debug)
  *
@@ -46,7 +49,7 @@
 
 typedef struct opts {
     const char *provider, *iface, *serve_file, *read_file;
-    int local_only, single_node, quiet, verbose;
+    int local_only, single_node, quiet, verbose, thp;
     size_t lat_size, bw_size, batch, iters, row_size, rows;
 } opts_t;
 
@@ -70,6 +73,22 @@ static int fail(const char *what, int rc)
     fprintf(stderr, "ofi_pingread[%d]: %s: %s: %s\n", (int)getpid(), what, ddofi_strerror(rc),
             ddofi_last_error());
     return 1;
+}
+
+/* Anonymous memory, optionally advised to use transparent huge pages. */
+static void *alloc_buf(size_t bytes, int thp)
+{
+    size_t align = (size_t)2 << 20;
+    size_t len = thp ? bytes + align : bytes;
+    unsigned char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    if (thp) {
+        unsigned char *a = (unsigned char *)(((uintptr_t)p + align - 1) & ~(uintptr_t)(align - 1));
+        madvise(a, bytes, MADV_HUGEPAGE);
+        return a; /* the mapping is kept for the process's lifetime */
+    }
+    return p;
 }
 
 static unsigned char pattern(size_t i) { return (unsigned char)((i * 131u + 7u) ^ (i >> 13)); }
@@ -136,9 +155,8 @@ static int serve(const opts_t *o, size_t bytes, int out_fd, const char *out_file
     int rc = open_fabric(o, &fab);
     if (rc)
         return fail("server: ddofi_fabric_open", rc);
-    unsigned char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                              -1, 0);
-    if (buf == MAP_FAILED) {
+    unsigned char *buf = alloc_buf(bytes, o->thp);
+    if (!buf) {
         ddofi_fabric_close(fab);
         return fail("server: mmap", -ENOMEM);
     }
@@ -193,7 +211,8 @@ out:
     if (ep)
         ddofi_ep_close(ep);
     ddofi_fabric_close(fab);
-    munmap(buf, bytes);
+    if (!o->thp)
+        munmap(buf, bytes);
     return rc ? 1 : 0;
 }
 
@@ -261,9 +280,8 @@ static int reader(const opts_t *o, size_t bytes, const unsigned char *blob, doub
         dbytes = o->lat_size;
     if (dbytes < o->row_size * o->rows)
         dbytes = o->row_size * o->rows;
-    dst = mmap(NULL, dbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (dst == MAP_FAILED) {
-        dst = NULL;
+    dst = alloc_buf(dbytes, o->thp);
+    if (!dst) {
         fail("reader: mmap", -ENOMEM);
         goto out;
     }
@@ -380,7 +398,7 @@ out:
     ddofi_mr_deregister(lmr);
     ddofi_ep_close(ep);
     ddofi_fabric_close(fab);
-    if (dst)
+    if (dst && !o->thp)
         munmap(dst, dbytes);
     return ret;
 }
@@ -390,7 +408,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: ofi_pingread [--serve FILE | --read FILE] [--provider P] [--iface I]\n"
             "                    [--local-only] [--single-node] [--lat-size B] [--bw-size B]\n"
-            "                    [--batch N] [--iters N] [--quiet] [-v]\n");
+            "                    [--batch N] [--iters N] [--row-size B] [--rows N] [--thp]\n"
+            "                    [--quiet] [-v]\n");
 }
 
 static size_t parse_size(const char *s)
@@ -423,6 +442,7 @@ int main(int argc, char **argv)
         {"batch", required_argument, 0, 'b'},   {"iters", required_argument, 0, 'I'},
         {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
         {"row-size", required_argument, 0, 'r'}, {"rows", required_argument, 0, 'N'},
+        {"thp", no_argument, 0, 'T'},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "vqh", lo, NULL)) != -1) {
@@ -440,6 +460,7 @@ int main(int argc, char **argv)
         case 'q': o.quiet = 1; break;
         case 'v': o.verbose = 1; break;
         case 'r': o.row_size = parse_size(optarg); break;
+        case 'T': o.thp = 1; break;
         case 'N': o.rows = parse_size(optarg); break;
         default: usage(); return 2;
         }

@@ -423,7 +423,7 @@ class DistDataset(_Stored):
             # node.  Group g holds g*K extra ids (K > ids one store uses: two
             # dups + one window per field) so the groups' ids never meet.
             group = self.comm.rank // width
-            k = 0
+            k = len(self.schema.fields) + 4
             self._id_pad = [self.store_comm.obj.Dup() for _ in range(group * k)]
         try:
             store, err = self._make_store(), None
