@@ -118,7 +118,7 @@ def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
     os.makedirs(d)
     env = {"PYTHONUNBUFFERED": "1", "DDSTORE_JUNIT_DIR": d, "OMP_NUM_THREADS": "1"}
     env.update(extra_env or {})
-    cmd = [PY, os.path.join(TOP, "tools", "pytest_rank.py"), "-q", "-p", "no:cacheprovider"] + paths
+    cmd = [PY, os.path.join(TOP, "tools", "pytest_rank.py"), "-q", "-p", "no:cacheprovider", "--color=no"] + paths
     if nranks:
         cmd = [DDRUN, "-n", str(nranks), "--timeout", str(timeout), "--"] + cmd
     rc, _ = run(cmd, env=env, timeout=timeout + 60)

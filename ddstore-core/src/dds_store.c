@@ -56,6 +56,8 @@ typedef struct dds_var {
     void *shard;
     size_t shard_bytes;
     int shard_owned;
+    void *shard_token;      /* transport shard_alloc token: the shard is
+                               released with shard_free, not free()      */
     dds_mem_t mem;
     void *mirror;           /* pinned host copy of a GPU shard that the
                                transport cannot reach (memsys host_alloc);
@@ -288,7 +290,9 @@ static void var_release(dds_store_t *s, dds_var_t *v)
         return;
     if (v->mirror != NULL && s->ms.ops != NULL)
         (void)s->ms.ops->host_free(s->ms.ctx, v->mirror);
-    if (v->shard_owned)
+    if (v->shard_token != NULL)
+        s->tr.ops->shard_free(s->tr.ctx, v->shard, v->shard_token);
+    else if (v->shard_owned)
         free(v->shard);
     free(v->offsets);
     free(v);
@@ -849,8 +853,18 @@ typedef struct var_desc {
     uint64_t itemsize;
     uint64_t name_hash;
     int32_t dtype;
-    int32_t pad;
+    int32_t shard_alloc;    /* 1: this rank's shard waits for the
+                               transport's collective shard_alloc       */
 } var_desc_t;
+
+/* The transport allocates host shards (collective shard_alloc). */
+static int has_shard_alloc(const dds_store_t *s)
+{
+    const dds_transport_ops_t *o = s->tr.ops;
+    return o->size >= offsetof(dds_transport_ops_t, shard_free) +
+                          sizeof(o->shard_free) &&
+           o->shard_alloc != NULL && o->shard_free != NULL;
+}
 
 /* Local checks of init/add arguments. */
 static int check_var_args(dds_store_t *s, const char *name, const void *data,
@@ -1006,7 +1020,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     var_desc_t mine, *all = NULL;
     dds_region_desc_t rd;
     size_t bytes = 0;
-    int rc, created = 0, route = ROUTE_HOST;
+    int rc, created = 0, route = ROUTE_HOST, deferred = 0, all_shared;
 
     pthread_mutex_lock(&s->coll_mutex);
 
@@ -1060,6 +1074,9 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
                                    "queued on the shard's stream: %s",
                                    name, dds_last_error());
             }
+        } else if (has_shard_alloc(s)) {
+            /* allocated in step 2b, once everybody agreed */
+            deferred = 1;
         } else if (bytes > 0) {
             v->shard = mode == MODE_INIT ? calloc(1, bytes) : malloc(bytes);
             v->shard_owned = 1;
@@ -1083,6 +1100,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     mine.itemsize = itemsize;
     mine.name_hash = v->hash;
     mine.dtype = (int32_t)dtype;
+    mine.shard_alloc = deferred;
     rc = c->ops->allgather(c->ctx, &mine, sizeof(mine), all);
     if (rc != 0)
         rc = dds_error(rc < 0 ? rc : -rc,
@@ -1095,6 +1113,50 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
         goto fail;
     v->local_first = v->offsets[c->rank];
 
+    /* 2b. deferred shards: the transport's collective shard_alloc when every
+     * rank asked for it (the descriptions are the same everywhere, so every
+     * rank decides alike), else malloc here */
+    all_shared = 1;
+    for (int r = 0; r < c->size; r++)
+        if (!all[r].shard_alloc)
+            all_shared = 0;
+    rc = 0;
+    if (all_shared) {
+        void *base = NULL, *tok = NULL;
+        rc = s->tr.ops->shard_alloc(s->tr.ctx, bytes, &base, &tok);
+        if (rc != 0) {
+            rc = dds_error(rc < 0 ? rc : -rc,
+                           "variable '%s': transport '%s' could not allocate "
+                           "a shard of %zu bytes: %s",
+                           name, s->tr.ops->name, bytes, dds_last_error());
+        } else if (tok == NULL || (bytes > 0 && base == NULL)) {
+            rc = dds_error(-DDS_EIO, "variable '%s': transport '%s' "
+                           "shard_alloc returned no memory", name,
+                           s->tr.ops->name);
+        } else {
+            v->shard_token = tok;
+            v->shard = bytes > 0 ? base : NULL;
+        }
+    } else if (deferred && bytes > 0) {
+        v->shard = malloc(bytes);
+        if (v->shard == NULL)
+            rc = dds_error(-DDS_ENOMEM,
+                           "variable '%s': cannot allocate a shard of "
+                           "%zu bytes",
+                           name, bytes);
+        else
+            v->shard_owned = 1;
+    }
+    if (rc == 0 && deferred && bytes > 0) {
+        if (mode == MODE_INIT)
+            memset(v->shard, 0, bytes);
+        else
+            memcpy(v->shard, data, bytes);
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc != 0)
+        goto fail;
+
     /* 3. the transport */
     memset(&rd, 0, sizeof(rd));
     rd.name = v->name;
@@ -1105,6 +1167,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     rd.dtype = dtype;
     rd.itemsize = itemsize;
     rd.mem = v->mem;
+    rd.alloc_token = v->shard_token;
     if (v->mirror != NULL) {
         rd.mem.kind = DDS_MEM_HOST;
         rd.mem.device = 0;

@@ -17,4 +17,11 @@ int ddmpi_need_serial(void);
 void ddmpi_serial_lock(int serial);
 void ddmpi_serial_unlock(int serial);
 
+/* Test hook (ddmpi_transport.c): MPI_Get calls and ops served by memcpy
+ * from a same-node peer's shared window since the transport was created. */
+#include <stdint.h>
+#include "ddstore/transport.h"
+void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,
+                            uint64_t *shm);
+
 #endif

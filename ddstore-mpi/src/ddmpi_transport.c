@@ -7,6 +7,14 @@
  * bytes) and completes them with MPI_Win_flush_local per owner: no
  * collective, no owner participation, any thread (with
  * MPI_THREAD_MULTIPLE).
+ *
+ * Same-node shards: the store allocates host shards (var_init, var_add with
+ * DDS_ADD_COPY) through shard_alloc, a shared-memory window
+ * (MPI_Win_allocate_shared over the node communicator, split once from ours
+ * with MPI_COMM_TYPE_SHARED).  region_create then looks up the mapped base
+ * of every peer on this node (MPI_Win_shared_query) and read() copies their
+ * rows with memcpy, no MPI call; other owners keep MPI_Get.  The RMA window
+ * over the whole communicator is still created on that memory.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -42,13 +50,26 @@ typedef struct ddmpi_transport {
     int size;
     int serial;             /* MPI below THREAD_MULTIPLE: serialise calls    */
     size_t max_read;        /* largest MPI_Get count (<= INT_MAX)            */
+    MPI_Comm node;          /* our ranks on this node (MPI_COMM_TYPE_SHARED) */
+    int *node_rank;         /* per rank of comm: its rank in `node`, or -1  */
+    uint64_t n_gets;        /* MPI_Get calls (atomic; for tests)            */
+    uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
 } ddmpi_transport_t;
+
+/* shard_alloc's token: the shared window holding this rank's shard. */
+typedef struct ddmpi_shard {
+    MPI_Win win;            /* MPI_WIN_NULL: plain malloc (one rank)         */
+    void *base;
+    size_t bytes;
+} ddmpi_shard_t;
 
 typedef struct ddmpi_region {
     MPI_Win win;            /* MPI_WIN_NULL when not created                 */
     void *base;             /* local shard (not owned)                       */
     size_t bytes;
     uint64_t *shard_bytes;  /* every rank's shard size, for bounds checks    */
+    const char **peer_base; /* per rank: its shard mapped here (same node,
+                               shared window), or NULL: MPI_Get          */
     int local_only;         /* one-rank communicator: no window (all reads
                                are of our own shard)                         */
     int serial;             /* the transport's serial flag                   */
@@ -176,6 +197,7 @@ static void ddmpi_region_free_local(ddmpi_region_t *r)
     if (!r)
         return;
     free(r->shard_bytes);
+    free(r->peer_base);
     free(r);
 }
 
@@ -223,9 +245,11 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
     rc = ddmpi_region_check_local(t, local);
     if (rc == 0) {
         r = calloc(1, sizeof(*r));
-        if (r)
+        if (r) {
             r->shard_bytes = calloc((size_t)t->size, sizeof(uint64_t));
-        if (!r || !r->shard_bytes)
+            r->peer_base = calloc((size_t)t->size, sizeof(char *));
+        }
+        if (!r || !r->shard_bytes || !r->peer_base)
             rc = dds_error(-DDS_ENOMEM, "mpi region_create: out of memory");
     }
 
@@ -273,6 +297,53 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         ddmpi_serial_unlock(t->serial);
         ddmpi_region_free_local(r);
         return ddmpi_translate_error(mrc, "mpi region_create: MPI_Allgather");
+    }
+
+    /* which ranks' shards live in this variable's shared window, and where
+     * the node-local ones are mapped here */
+    {
+        const ddmpi_shard_t *sh = local->alloc_token;
+        int mine_shared, *shared;
+
+        mine_shared = sh && sh->win != MPI_WIN_NULL &&
+                      sh->bytes == local->bytes &&
+                      (local->bytes == 0 || sh->base == local->base);
+        shared = calloc((size_t)t->size, sizeof(int));
+        if (!shared) {
+            /* keep the collective: every rank takes part, we use no peer */
+            int dummy = 0, *tmp = malloc(sizeof(int) * (size_t)t->size);
+            mrc = tmp ? MPI_Allgather(&dummy, 1, MPI_INT, tmp, 1, MPI_INT,
+                                      t->comm)
+                      : MPI_Allgather(&dummy, 1, MPI_INT, r->shard_bytes,
+                                      1, MPI_INT, t->comm);
+            free(tmp);
+            mine_shared = 0;
+        } else {
+            mrc = MPI_Allgather(&mine_shared, 1, MPI_INT, shared, 1, MPI_INT,
+                                t->comm);
+        }
+        if (mrc != MPI_SUCCESS) {
+            free(shared);
+            ddmpi_serial_unlock(t->serial);
+            ddmpi_region_free_local(r);
+            return ddmpi_translate_error(mrc, "mpi region_create: "
+                                         "MPI_Allgather");
+        }
+        for (int o = 0; mine_shared && shared && o < t->size; o++) {
+            MPI_Aint qsize = 0;
+            int qdisp = 0;
+            void *qbase = NULL;
+
+            if (o == t->rank || !shared[o] || t->node_rank[o] < 0 ||
+                r->shard_bytes[o] == 0)
+                continue;
+            mrc = MPI_Win_shared_query(sh->win, t->node_rank[o], &qsize,
+                                       &qdisp, &qbase);
+            if (mrc == MPI_SUCCESS && qbase &&
+                (uint64_t)qsize >= r->shard_bytes[o])
+                r->peer_base[o] = qbase;
+        }
+        free(shared);
     }
 
     rc = 0;
@@ -422,6 +493,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     ddmpi_region_t *r = region;
     uint64_t t0, t1, t2;
     size_t i, posted = 0;
+    uint64_t ngets = 0, nshm = 0;
     int rc, mrc, prev_owner;
 
     (void)reader;          /* one default reader: MPI has no endpoints     */
@@ -462,6 +534,13 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
             posted = i + 1;
             continue;
         }
+        if (r->peer_base[op->owner]) {
+            /* same node: the owner's shard is mapped here */
+            memcpy(to, r->peer_base[op->owner] + op->src_offset, op->len);
+            nshm++;
+            posted = i + 1;
+            continue;
+        }
         while (done < op->len) {
             size_t chunk = op->len - done;
 
@@ -479,6 +558,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
                 break;
             }
             done += chunk;
+            ngets++;
         }
         posted = i + 1;   /* op i is (partly) in flight: flush its owner */
     }
@@ -490,7 +570,8 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     for (i = 0; i < posted; i++) {
         int owner = ops[i].owner;
 
-        if (owner == prev_owner || owner == t->rank || ops[i].len == 0)
+        if (owner == prev_owner || owner == t->rank || ops[i].len == 0 ||
+            r->peer_base[owner])
             continue;
         prev_owner = owner;
         mrc = MPI_Win_flush_local(owner, r->win);
@@ -504,6 +585,10 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     }
     t2 = dds_prof_now();
     ddmpi_serial_unlock(t->serial);
+    if (ngets)
+        __atomic_add_fetch(&t->n_gets, ngets, __ATOMIC_RELAXED);
+    if (nshm)
+        __atomic_add_fetch(&t->n_shm, nshm, __ATOMIC_RELAXED);
 
     /* the store counts DDS_PROF_READS (one per op it hands us; its ops are
      * already split at our max_read_bytes, so that is our MPI_Get count) */
@@ -515,6 +600,34 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
 }
 
 /* ---- epochs, destroy, create ---------------------------------------------- */
+
+/* For each rank of comm: its rank in node (a sub-communicator), or -1. */
+static int ddmpi_node_ranks(MPI_Comm comm, MPI_Comm node, int n, int *out)
+{
+    MPI_Group gc = MPI_GROUP_NULL, gn = MPI_GROUP_NULL;
+    int *in, mrc, i;
+
+    in = malloc(sizeof(int) * (size_t)n);
+    if (!in)
+        return MPI_ERR_NO_MEM;
+    for (i = 0; i < n; i++)
+        in[i] = i;
+    mrc = MPI_Comm_group(comm, &gc);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_group(node, &gn);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Group_translate_ranks(gc, n, in, gn, out);
+    if (mrc == MPI_SUCCESS)
+        for (i = 0; i < n; i++)
+            if (out[i] == MPI_UNDEFINED)
+                out[i] = -1;
+    if (gc != MPI_GROUP_NULL)
+        MPI_Group_free(&gc);
+    if (gn != MPI_GROUP_NULL)
+        MPI_Group_free(&gn);
+    free(in);
+    return mrc;
+}
 
 /* The passive-target epoch of every window is opened once at region_create
  * (MPI_Win_lock_all) and each read completes its own gets with
@@ -533,17 +646,151 @@ static int ddmpi_epoch_end(void *ctx)
     return 0;
 }
 
+/* ---- shard_alloc / shard_free ---------------------------------------------
+ *
+ * Collective over comm (the store calls it on every rank in the same order):
+ * MPI_Win_allocate_shared over the node communicator, then one agreement
+ * over comm, so that it returns 0 everywhere or fails everywhere with
+ * nothing left allocated.  One rank alone: plain malloc (no peers).
+ *
+ * MPI_Finalize: the shared windows are not locked, so the finalize hook has
+ * nothing to close for them and leaves them mapped: the store keeps serving
+ * its own rows from them (local reads after MPI_Finalize, as before), while
+ * reads of peers are refused.  shard_free after MPI_Finalize frees our token
+ * only (the mapping goes with the process). */
+static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
+                             void **token_p)
+{
+    ddmpi_transport_t *t = ctx;
+    ddmpi_shard_t *sh;
+    MPI_Info info = MPI_INFO_NULL;
+    void *base = NULL;
+    int mrc = MPI_SUCCESS, ok, created = 0, agree[2];
+
+    if (!t || !base_p || !token_p)
+        return dds_error(-DDS_EINVAL, "mpi shard_alloc: NULL argument");
+    *base_p = NULL;
+    *token_p = NULL;
+    if (ddmpi_finalized())
+        return dds_error(-DDS_EIO, "mpi shard_alloc: MPI is already "
+                         "finalized");
+    sh = calloc(1, sizeof(*sh));
+    ok = sh != NULL && (uint64_t)bytes <= (uint64_t)INT64_MAX;
+    if (t->size == 1) {
+        if (ok && bytes) {
+            base = malloc(bytes);
+            ok = base != NULL;
+        }
+        if (!ok) {
+            free(sh);
+            return dds_error(-DDS_ENOMEM, "mpi shard_alloc: cannot allocate "
+                             "%zu bytes", bytes);
+        }
+        sh->win = MPI_WIN_NULL;
+        sh->base = base;
+        sh->bytes = bytes;
+        *base_p = base;
+        *token_p = sh;
+        return 0;
+    }
+
+    ddmpi_serial_lock(t->serial);
+    /* every rank calls the collective, even one that failed locally (it
+     * asks for 0 bytes then) so that nobody waits alone */
+    if (MPI_Info_create(&info) == MPI_SUCCESS)
+        MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    else
+        info = MPI_INFO_NULL;
+    {
+        MPI_Win win = MPI_WIN_NULL;
+
+        mrc = MPI_Win_allocate_shared(ok ? (MPI_Aint)bytes : 0, 1, info,
+                                      t->node, &base, &win);
+        if (mrc == MPI_SUCCESS) {
+            created = 1;
+            MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+            if (sh)
+                sh->win = win;
+        }
+        if (info != MPI_INFO_NULL)
+            MPI_Info_free(&info);
+        agree[0] = created;
+        agree[1] = ok && created;
+        mrc = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MIN, t->comm);
+        if (mrc == MPI_SUCCESS && agree[1]) {
+            ddmpi_serial_unlock(t->serial);
+            sh->base = bytes ? base : NULL;
+            sh->bytes = bytes;
+            *base_p = sh->base;
+            *token_p = sh;
+            return 0;
+        }
+        if (created && mrc == MPI_SUCCESS && agree[0])
+            MPI_Win_free(&win);         /* collective: all ranks have one */
+        else if (created)
+            DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_MPI, "shard_alloc: shared "
+                    "window left allocated after a partial failure "
+                    "(freeing it would hang)");
+    }
+    ddmpi_serial_unlock(t->serial);
+    free(sh);
+    if (!ok)
+        return dds_error(-DDS_ENOMEM, "mpi shard_alloc: cannot allocate "
+                         "%zu bytes", bytes);
+    if (mrc != MPI_SUCCESS)
+        return ddmpi_translate_error(mrc, "mpi shard_alloc: MPI_Allreduce");
+    return dds_error(created ? -DDS_EIO : -DDS_ENOMEM, "mpi shard_alloc: "
+                     "MPI_Win_allocate_shared of %zu bytes failed%s", bytes,
+                     created ? " on another rank" : "");
+}
+
+static void ddmpi_shard_free(void *ctx, void *base, void *token)
+{
+    ddmpi_transport_t *t = ctx;
+    ddmpi_shard_t *sh = token;
+
+    (void)base;
+    if (!sh)
+        return;
+    if (sh->win == MPI_WIN_NULL) {
+        free(sh->base);
+    } else if (!ddmpi_finalized()) {
+        int serial = t ? t->serial : 1;
+
+        ddmpi_serial_lock(serial);
+        MPI_Win_free(&sh->win);
+        ddmpi_serial_unlock(serial);
+    }
+    free(sh);
+}
+
+/* Test hook (ddmpi_internal.h): MPI_Get calls and same-node memcpy ops. */
+void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,
+                            uint64_t *shm)
+{
+    ddmpi_transport_t *t = tr ? tr->ctx : NULL;
+
+    if (gets)
+        *gets = t ? __atomic_load_n(&t->n_gets, __ATOMIC_RELAXED) : 0;
+    if (shm)
+        *shm = t ? __atomic_load_n(&t->n_shm, __ATOMIC_RELAXED) : 0;
+}
+
 static void ddmpi_transport_destroy(void *ctx)
 {
     ddmpi_transport_t *t = ctx;
 
     if (!t)
         return;
-    if (t->comm != MPI_COMM_NULL && !ddmpi_finalized()) {
+    if (!ddmpi_finalized()) {
         ddmpi_serial_lock(t->serial);
-        MPI_Comm_free(&t->comm);
+        if (t->node != MPI_COMM_NULL)
+            MPI_Comm_free(&t->node);
+        if (t->comm != MPI_COMM_NULL)
+            MPI_Comm_free(&t->comm);
         ddmpi_serial_unlock(t->serial);
     }
+    free(t->node_rank);
     free(t);
 }
 
@@ -561,12 +808,14 @@ static const dds_transport_ops_t ddmpi_transport_ops = {
     .epoch_begin = ddmpi_epoch_begin,
     .epoch_end = ddmpi_epoch_end,
     .destroy = ddmpi_transport_destroy,
+    .shard_alloc = ddmpi_shard_alloc,
+    .shard_free = ddmpi_shard_free,
 };
 
 int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
 {
     ddmpi_transport_t *t = NULL;
-    MPI_Comm dup = MPI_COMM_NULL;
+    MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
     int64_t max_read = (int64_t)DDMPI_MAX_READ_BYTES_DEFAULT;
     int rc = 0, mrc, serial, fin, init = 0, v[2];
 
@@ -607,6 +856,24 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
         return ddmpi_translate_error(mrc, "MPI_Comm_dup");
     }
     mrc = MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    /* the ranks of this node (collective: called even after a local
+     * failure; freed below if anything failed anywhere) */
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0,
+                                  MPI_INFO_NULL, &node);
+    if (mrc == MPI_SUCCESS && node != MPI_COMM_NULL)
+        MPI_Comm_set_errhandler(node, MPI_ERRORS_RETURN);
+    if (rc == 0 && mrc == MPI_SUCCESS) {
+        int n = 0;
+
+        MPI_Comm_size(dup, &n);
+        t->node_rank = malloc(sizeof(int) * (size_t)n);
+        if (!t->node_rank)
+            rc = dds_error(-DDS_ENOMEM, "ddmpi_transport_create: out of "
+                           "memory");
+        else
+            mrc = ddmpi_node_ranks(dup, node, n, t->node_rank);
+    }
     /* agree: v[0] = lowest failing rank's code (codes are negative, so MIN
      * picks one of them), v[1] = MPI ok everywhere */
     v[0] = rc;
@@ -614,8 +881,12 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, dup);
     if (mrc != MPI_SUCCESS || v[0] != 0 || !v[1]) {
+        if (node != MPI_COMM_NULL)
+            MPI_Comm_free(&node);
         MPI_Comm_free(&dup);
         ddmpi_serial_unlock(serial);
+        if (t)
+            free(t->node_rank);
         free(t);
         if (rc)
             return rc;
@@ -632,6 +903,7 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     ddmpi_serial_unlock(serial);
 
     t->comm = dup;
+    t->node = node;
     t->serial = serial;
     t->max_read = (size_t)max_read;
 

@@ -52,6 +52,9 @@ typedef struct dds_region_desc {
     dds_dtype_t dtype;
     size_t itemsize;
     dds_mem_t mem;
+    /* Appended: the token shard_alloc returned with `base`, or NULL when
+     * the store allocated the shard itself (malloc, in place, mirror). */
+    void *alloc_token;
 } dds_region_desc_t;
 
 typedef struct dds_transport_ops {
@@ -96,6 +99,28 @@ typedef struct dds_transport_ops {
 
     /* Release everything (after MPI_Finalize: local cleanup only). */
     void (*destroy)(void *ctx);
+
+    /* ---- appended members: the store uses them only when `size` covers
+     * them (older implementers stay valid) ---- */
+
+    /* Optional (may be NULL; both or neither).  Collective over the
+     * store's communicator, called by every rank in the same order (also
+     * with bytes == 0) once the store agreed that every rank allocates its
+     * host shard this way (var_init, var_add with DDS_ADD_COPY).  Returns
+     * 0 on every rank or an error on every rank (then nothing is
+     * allocated).  *base_p receives `bytes` of host memory (undefined
+     * contents; may be NULL when bytes == 0) that the transport can serve
+     * cheaply to peers (MPI: a shared-memory window mapped by the ranks of
+     * the same node); *token_p is handed back in dds_region_desc_t
+     * .alloc_token and to shard_free.  The memory is read by peers without
+     * the owner's participation: it changes only by var_update on the
+     * owner, and a reader sees an update once the owner's update returned
+     * and the two synchronised (as with RMA).  shard_free is collective in
+     * the same way, called after region_destroy; after MPI_Finalize it is
+     * local cleanup only. */
+    int (*shard_alloc)(void *ctx, size_t bytes, void **base_p,
+                       void **token_p);
+    void (*shard_free)(void *ctx, void *base, void *token);
 } dds_transport_ops_t;
 
 typedef struct dds_transport {

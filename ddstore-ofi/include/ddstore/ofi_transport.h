@@ -48,8 +48,11 @@ typedef struct ddofi_transport_params {
  *
  * Environment (core's registry, listed by ddstore-info --env):
  * DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP, DDSTORE_OFI_PROGRESS,
- * DDSTORE_OFI_MAX_OUTSTANDING, DDSTORE_OFI_HMEM, DDSTORE_FABRIC_LOCAL_ONLY,
- * and core's DDSTORE_READ_TIMEOUT_S / DDSTORE_MAX_READ_BYTES.
+ * DDSTORE_OFI_PROGRESS_WAIT, DDSTORE_OFI_BACKOFF_MAX_US,
+ * DDSTORE_OFI_MAX_OUTSTANDING, DDSTORE_OFI_HMEM, DDSTORE_OFI_CMA,
+ * DDSTORE_OFI_THP, DDSTORE_FABRIC_LOCAL_ONLY, DDSTORE_FORK_WORKERS, and
+ * core's DDSTORE_READ_TIMEOUT_S (time without progress) /
+ * DDSTORE_MAX_READ_BYTES.
  *
  * Returns 0 or -DDS_E*: -DDS_ECONFIG (bad value, or no provider/domain
  * fits: the detail lists what exists), -DDS_ETRANSPORT (provider failure),
