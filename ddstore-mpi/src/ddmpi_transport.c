@@ -16,8 +16,13 @@
  * rows with memcpy, no MPI call; other owners keep MPI_Get.  The RMA window
  * over the whole communicator is still created on that memory.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,11 +61,15 @@ typedef struct ddmpi_transport {
     uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
 } ddmpi_transport_t;
 
-/* shard_alloc's token: the shared window holding this rank's shard. */
+/* shard_alloc's token: this rank's shard and its node peers' mappings. */
+#define DDMPI_SHM_NAME 64
 typedef struct ddmpi_shard {
-    MPI_Win win;            /* MPI_WIN_NULL: plain malloc (one rank)         */
-    void *base;
+    void *base;             /* this rank's shard                             */
     size_t bytes;
+    int mapped;             /* base is a shared-memory mapping (else malloc) */
+    int nnode;              /* ranks of the node communicator                */
+    const char **peer;      /* per node rank: its shard mapped here, or NULL */
+    size_t *peer_bytes;
 } ddmpi_shard_t;
 
 typedef struct ddmpi_region {
@@ -70,6 +79,8 @@ typedef struct ddmpi_region {
     uint64_t *shard_bytes;  /* every rank's shard size, for bounds checks    */
     const char **peer_base; /* per rank: its shard mapped here (same node,
                                shared window), or NULL: MPI_Get          */
+    int *shared;            /* region_create scratch: ranks whose shard is
+                               in a shared window                        */
     int local_only;         /* one-rank communicator: no window (all reads
                                are of our own shard)                         */
     int serial;             /* the transport's serial flag                   */
@@ -198,6 +209,7 @@ static void ddmpi_region_free_local(ddmpi_region_t *r)
         return;
     free(r->shard_bytes);
     free(r->peer_base);
+    free(r->shared);
     free(r);
 }
 
@@ -248,8 +260,9 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         if (r) {
             r->shard_bytes = calloc((size_t)t->size, sizeof(uint64_t));
             r->peer_base = calloc((size_t)t->size, sizeof(char *));
+            r->shared = calloc((size_t)t->size, sizeof(int));
         }
-        if (!r || !r->shard_bytes || !r->peer_base)
+        if (!r || !r->shard_bytes || !r->peer_base || !r->shared)
             rc = dds_error(-DDS_ENOMEM, "mpi region_create: out of memory");
     }
 
@@ -303,47 +316,30 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
      * the node-local ones are mapped here */
     {
         const ddmpi_shard_t *sh = local->alloc_token;
-        int mine_shared, *shared;
+        int mine_shared, *shared = r->shared;
 
-        mine_shared = sh && sh->win != MPI_WIN_NULL &&
-                      sh->bytes == local->bytes &&
+        mine_shared = sh && sh->peer && sh->bytes == local->bytes &&
                       (local->bytes == 0 || sh->base == local->base);
-        shared = calloc((size_t)t->size, sizeof(int));
-        if (!shared) {
-            /* keep the collective: every rank takes part, we use no peer */
-            int dummy = 0, *tmp = malloc(sizeof(int) * (size_t)t->size);
-            mrc = tmp ? MPI_Allgather(&dummy, 1, MPI_INT, tmp, 1, MPI_INT,
-                                      t->comm)
-                      : MPI_Allgather(&dummy, 1, MPI_INT, r->shard_bytes,
-                                      1, MPI_INT, t->comm);
-            free(tmp);
-            mine_shared = 0;
-        } else {
-            mrc = MPI_Allgather(&mine_shared, 1, MPI_INT, shared, 1, MPI_INT,
-                                t->comm);
-        }
+        mrc = MPI_Allgather(&mine_shared, 1, MPI_INT, shared, 1, MPI_INT,
+                            t->comm);
         if (mrc != MPI_SUCCESS) {
-            free(shared);
             ddmpi_serial_unlock(t->serial);
             ddmpi_region_free_local(r);
             return ddmpi_translate_error(mrc, "mpi region_create: "
                                          "MPI_Allgather");
         }
-        for (int o = 0; mine_shared && shared && o < t->size; o++) {
-            MPI_Aint qsize = 0;
-            int qdisp = 0;
-            void *qbase = NULL;
+        for (int o = 0; mine_shared && o < t->size; o++) {
+            int nr = t->node_rank[o];
 
-            if (o == t->rank || !shared[o] || t->node_rank[o] < 0 ||
+            if (o == t->rank || !shared[o] || nr < 0 || nr >= sh->nnode ||
                 r->shard_bytes[o] == 0)
                 continue;
-            mrc = MPI_Win_shared_query(sh->win, t->node_rank[o], &qsize,
-                                       &qdisp, &qbase);
-            if (mrc == MPI_SUCCESS && qbase &&
-                (uint64_t)qsize >= r->shard_bytes[o])
-                r->peer_base[o] = qbase;
+            if (sh->peer[nr] && (uint64_t)sh->peer_bytes[nr] >=
+                                    r->shard_bytes[o])
+                r->peer_base[o] = sh->peer[nr];
         }
-        free(shared);
+        free(r->shared);
+        r->shared = NULL;
     }
 
     rc = 0;
@@ -648,24 +644,83 @@ static int ddmpi_epoch_end(void *ctx)
 
 /* ---- shard_alloc / shard_free ---------------------------------------------
  *
- * Collective over comm (the store calls it on every rank in the same order):
- * MPI_Win_allocate_shared over the node communicator, then one agreement
- * over comm, so that it returns 0 everywhere or fails everywhere with
- * nothing left allocated.  One rank alone: plain malloc (no peers).
+ * Host shards the store allocates (var_init, var_add with DDS_ADD_COPY) are
+ * POSIX shared memory: each rank creates an object (shm_open, sized with
+ * posix_fallocate so that a full /dev/shm is an error here, not a SIGBUS
+ * later), the names are exchanged over the node communicator, every rank
+ * maps its node peers' objects read-only, one agreement over comm follows
+ * and then each rank unlinks its name (the mappings stay).  region_create
+ * later hands these mappings to read().
  *
- * MPI_Finalize: the shared windows are not locked, so the finalize hook has
- * nothing to close for them and leaves them mapped: the store keeps serving
- * its own rows from them (local reads after MPI_Finalize, as before), while
- * reads of peers are refused.  shard_free after MPI_Finalize frees our token
- * only (the mapping goes with the process). */
+ * Not MPI_Win_allocate_shared: Open MPI unmaps such windows in MPI_Finalize,
+ * and the store serves a rank's own rows from its shard after MPI_Finalize;
+ * these mappings belong to us, outlive MPI, and shard_free (local, no MPI
+ * call) unmaps them.  A rank whose object cannot be created uses malloc (its
+ * peers read it with MPI_Get); a peer that cannot be mapped is read with
+ * MPI_Get.  Collective over comm, called in the same order everywhere. */
+
+static uint64_t ddmpi_shm_seq;
+
+static void ddmpi_shard_release(ddmpi_shard_t *sh)
+{
+    if (!sh)
+        return;
+    if (sh->peer) {
+        for (int i = 0; i < sh->nnode; i++)
+            if (sh->peer[i] && sh->peer_bytes[i])
+                munmap((void *)sh->peer[i], sh->peer_bytes[i]);
+    }
+    if (sh->mapped && sh->base)
+        munmap(sh->base, sh->bytes);
+    else
+        free(sh->base);
+    free(sh->peer);
+    free(sh->peer_bytes);
+    free(sh);
+}
+
+/* Our object: fills sh->base (mapped) and name; 0 = not created. */
+static int ddmpi_shm_create(ddmpi_shard_t *sh, size_t bytes, char *name)
+{
+    int fd;
+    void *p;
+
+    snprintf(name, DDMPI_SHM_NAME, "/ddstore.%ld.%llu.%llx", (long)getpid(),
+             (unsigned long long)__atomic_add_fetch(&ddmpi_shm_seq, 1,
+                                                    __ATOMIC_RELAXED),
+             (unsigned long long)(uintptr_t)sh);
+    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0)
+        goto fail;
+    if (posix_fallocate(fd, 0, (off_t)bytes) != 0) {
+        close(fd);
+        shm_unlink(name);
+        goto fail;
+    }
+    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(name);
+        goto fail;
+    }
+    sh->base = p;
+    sh->mapped = 1;
+    return 1;
+fail:
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_MPI, "shard of %zu bytes: no shared "
+            "memory object (%s); same-node peers read it with MPI_Get",
+            bytes, strerror(errno));
+    name[0] = '\0';
+    return 0;
+}
+
 static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
                              void **token_p)
 {
     ddmpi_transport_t *t = ctx;
-    ddmpi_shard_t *sh;
-    MPI_Info info = MPI_INFO_NULL;
-    void *base = NULL;
-    int mrc = MPI_SUCCESS, ok, created = 0, agree[2];
+    ddmpi_shard_t *sh = NULL;
+    char *names = NULL, mine[DDMPI_SHM_NAME];
+    int mrc = MPI_SUCCESS, ok, nnode = 0;
 
     if (!t || !base_p || !token_p)
         return dds_error(-DDS_EINVAL, "mpi shard_alloc: NULL argument");
@@ -674,94 +729,94 @@ static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
     if (ddmpi_finalized())
         return dds_error(-DDS_EIO, "mpi shard_alloc: MPI is already "
                          "finalized");
+    mine[0] = '\0';
+    if (t->node != MPI_COMM_NULL)
+        MPI_Comm_size(t->node, &nnode);
     sh = calloc(1, sizeof(*sh));
-    ok = sh != NULL && (uint64_t)bytes <= (uint64_t)INT64_MAX;
-    if (t->size == 1) {
-        if (ok && bytes) {
-            base = malloc(bytes);
-            ok = base != NULL;
-        }
-        if (!ok) {
-            free(sh);
-            return dds_error(-DDS_ENOMEM, "mpi shard_alloc: cannot allocate "
-                             "%zu bytes", bytes);
-        }
-        sh->win = MPI_WIN_NULL;
-        sh->base = base;
+    if (sh) {
+        sh->nnode = nnode;
         sh->bytes = bytes;
-        *base_p = base;
-        *token_p = sh;
-        return 0;
+        sh->peer = calloc((size_t)(nnode ? nnode : 1), sizeof(char *));
+        sh->peer_bytes = calloc((size_t)(nnode ? nnode : 1), sizeof(size_t));
     }
+    names = calloc((size_t)(nnode ? nnode : 1), DDMPI_SHM_NAME);
+    ok = sh && sh->peer && sh->peer_bytes && names;
+    if (ok && bytes > 0 && !(nnode > 1 && ddmpi_shm_create(sh, bytes, mine))) {
+        sh->base = malloc(bytes);
+        ok = sh->base != NULL;
+    }
+    if (!ok)
+        mine[0] = '\0';
 
     ddmpi_serial_lock(t->serial);
-    /* every rank calls the collective, even one that failed locally (it
-     * asks for 0 bytes then) so that nobody waits alone */
-    if (MPI_Info_create(&info) == MPI_SUCCESS)
-        MPI_Info_set(info, "alloc_shared_noncontig", "true");
-    else
-        info = MPI_INFO_NULL;
-    {
-        MPI_Win win = MPI_WIN_NULL;
+    /* every rank takes part, also after a local failure */
+    if (nnode > 1) {
+        mrc = MPI_Allgather(mine, DDMPI_SHM_NAME, MPI_CHAR,
+                            names ? names : mine, names ? DDMPI_SHM_NAME : 0,
+                            MPI_CHAR, t->node);
+        if (mrc != MPI_SUCCESS)
+            ok = 0;
+    }
+    if (ok && nnode > 1) {
+        int me = -1;
 
-        mrc = MPI_Win_allocate_shared(ok ? (MPI_Aint)bytes : 0, 1, info,
-                                      t->node, &base, &win);
-        if (mrc == MPI_SUCCESS) {
-            created = 1;
-            MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
-            if (sh)
-                sh->win = win;
+        MPI_Comm_rank(t->node, &me);
+        for (int i = 0; i < nnode; i++) {
+            const char *nm = names + (size_t)i * DDMPI_SHM_NAME;
+            struct stat st;
+            void *p;
+            int fd;
+
+            if (i == me || nm[0] == '\0')
+                continue;
+            fd = shm_open(nm, O_RDONLY, 0);
+            if (fd < 0)
+                continue;           /* not reachable: MPI_Get for this peer */
+            if (fstat(fd, &st) == 0 && st.st_size > 0) {
+                p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd,
+                         0);
+                if (p != MAP_FAILED) {
+                    sh->peer[i] = p;
+                    sh->peer_bytes[i] = (size_t)st.st_size;
+                }
+            }
+            close(fd);
         }
-        if (info != MPI_INFO_NULL)
-            MPI_Info_free(&info);
-        agree[0] = created;
-        agree[1] = ok && created;
-        mrc = MPI_Allreduce(MPI_IN_PLACE, agree, 2, MPI_INT, MPI_MIN, t->comm);
-        if (mrc == MPI_SUCCESS && agree[1]) {
-            ddmpi_serial_unlock(t->serial);
-            sh->base = bytes ? base : NULL;
-            sh->bytes = bytes;
-            *base_p = sh->base;
+    }
+    {
+        int agree = ok;
+
+        mrc = MPI_Allreduce(MPI_IN_PLACE, &agree, 1, MPI_INT, MPI_MIN,
+                            t->comm);
+        if (mrc != MPI_SUCCESS)
+            agree = 0;
+        /* everybody has mapped (or given up on) our object: the name can go */
+        if (mine[0])
+            shm_unlink(mine);
+        ddmpi_serial_unlock(t->serial);
+        free(names);
+        if (agree) {
+            *base_p = bytes ? sh->base : NULL;
             *token_p = sh;
             return 0;
         }
-        if (created && mrc == MPI_SUCCESS && agree[0])
-            MPI_Win_free(&win);         /* collective: all ranks have one */
-        else if (created)
-            DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_MPI, "shard_alloc: shared "
-                    "window left allocated after a partial failure "
-                    "(freeing it would hang)");
     }
-    ddmpi_serial_unlock(t->serial);
-    free(sh);
+    ddmpi_shard_release(sh);
     if (!ok)
         return dds_error(-DDS_ENOMEM, "mpi shard_alloc: cannot allocate "
                          "%zu bytes", bytes);
     if (mrc != MPI_SUCCESS)
-        return ddmpi_translate_error(mrc, "mpi shard_alloc: MPI_Allreduce");
-    return dds_error(created ? -DDS_EIO : -DDS_ENOMEM, "mpi shard_alloc: "
-                     "MPI_Win_allocate_shared of %zu bytes failed%s", bytes,
-                     created ? " on another rank" : "");
+        return ddmpi_translate_error(mrc, "mpi shard_alloc");
+    return dds_error(-DDS_EIO, "mpi shard_alloc of %zu bytes failed on "
+                     "another rank", bytes);
 }
 
+/* Local: unmaps (or frees) our shard and our view of the peers'. */
 static void ddmpi_shard_free(void *ctx, void *base, void *token)
 {
-    ddmpi_transport_t *t = ctx;
-    ddmpi_shard_t *sh = token;
-
+    (void)ctx;
     (void)base;
-    if (!sh)
-        return;
-    if (sh->win == MPI_WIN_NULL) {
-        free(sh->base);
-    } else if (!ddmpi_finalized()) {
-        int serial = t ? t->serial : 1;
-
-        ddmpi_serial_lock(serial);
-        MPI_Win_free(&sh->win);
-        ddmpi_serial_unlock(serial);
-    }
-    free(sh);
+    ddmpi_shard_release(token);
 }
 
 /* Test hook (ddmpi_internal.h): MPI_Get calls and same-node memcpy ops. */

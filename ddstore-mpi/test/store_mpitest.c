@@ -16,6 +16,7 @@
 #include "ddstore/profile.h"
 #include "ddstore/store.h"
 #include "ddmpi_test.h"
+#include "ddmpi_internal.h"
 
 static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
 
@@ -684,6 +685,82 @@ static void test_small_max_read(void)
     tvar_fini(&v);
 }
 
+/* Same node: copied shards (DDS_ADD_COPY, var_init) live in shared windows
+ * and peers' rows are memcpy'd from them (no MPI_Get); in-place shards
+ * (the application's memory) keep MPI_Get. */
+static void test_same_node(dds_store_t *s)
+{
+    const dds_transport_t *tr = dds_store_transport(s);
+    MPI_Comm node;
+    int nsize = 0;
+    uint64_t g0, m0, g1, m1;
+    tvar_t v;
+    uint8_t *buf, *row, *data;
+    int64_t *idx, n;
+    dds_buf_t b;
+    int ok = 1;
+
+    ddt_section = "same node";
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+                        MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &nsize);
+    MPI_Comm_free(&node);
+
+    tvar_setup(&v, "same_node", DDS_DTYPE_UINT8, 1, 3136, 77, rows_varied);
+    CHECK_OK(tvar_add(s, &v));
+    buf = malloc((size_t)v.total * v.row_bytes);
+    row = malloc(v.row_bytes);
+    idx = malloc(sizeof(int64_t) * (size_t)v.total);
+    for (int64_t i = 0; i < v.total; i++)      /* reversed: one op per row */
+        idx[i] = v.total - 1 - i;
+    ddmpi_transport_counts(tr, &g0, &m0);
+    b = tbuf(&v, buf, v.total);
+    CHECK_OK(dds_store_get_batch(s, NULL, v.name, &b, idx, (size_t)v.total));
+    ddmpi_transport_counts(tr, &g1, &m1);
+    for (int64_t i = 0; i < v.total; i++) {
+        ref_row(v.dtype, 1, v.disp, v.salt, idx[i], row);
+        ok &= memcmp(buf + (size_t)i * v.row_bytes, row, v.row_bytes) == 0;
+    }
+    CHECK(ok);
+    if (nsize == ddt_size) {
+        /* every peer is on this node: no MPI_Get at all, one memcpy op per
+         * row of a peer */
+        CHECK_EQ(g1 - g0, 0);
+        CHECK(m1 - m0 >= (uint64_t)(ddt_size - 1));  /* >= 1 per peer */
+    } else {
+        CHECK(g1 - g0 > 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_OK(dds_store_var_free(s, v.name));
+
+    /* in place: the application's memory, not shared: MPI_Get for peers */
+    n = v.offsets[ddt_rank + 1] - v.offsets[ddt_rank];
+    data = malloc((size_t)(n > 0 ? n : 1) * v.row_bytes);
+    for (int64_t i = 0; i < n; i++)
+        ref_row(v.dtype, 1, v.disp, v.salt, v.offsets[ddt_rank] + i,
+                data + (size_t)i * v.row_bytes);
+    CHECK_OK(dds_store_var_add(s, v.name, data, n, v.disp, 1, v.dtype, NULL,
+                               DDS_ADD_IN_PLACE));
+    ddmpi_transport_counts(tr, &g0, &m0);
+    CHECK_OK(dds_store_get_batch(s, NULL, v.name, &b, idx, (size_t)v.total));
+    ddmpi_transport_counts(tr, &g1, &m1);
+    ok = 1;
+    for (int64_t i = 0; i < v.total; i++) {
+        ref_row(v.dtype, 1, v.disp, v.salt, idx[i], row);
+        ok &= memcmp(buf + (size_t)i * v.row_bytes, row, v.row_bytes) == 0;
+    }
+    CHECK(ok);
+    CHECK_EQ(m1 - m0, 0);
+    CHECK_EQ(g1 - g0 > 0, ddt_size > 1);
+    MPI_Barrier(MPI_COMM_WORLD);
+    CHECK_OK(dds_store_var_free(s, v.name));
+    free(data);
+    free(idx);
+    free(row);
+    free(buf);
+    tvar_fini(&v);
+}
+
 /* After MPI_Finalize: reads fail cleanly, free / destroy clean up locally. */
 static void test_after_finalize(dds_store_t *s)
 {
@@ -749,6 +826,7 @@ int main(void)
         test_bad_collective(s);
         test_free_readd(s);
         test_small_max_read();
+        test_same_node(s);
         test_after_finalize(s);
     }
     return ddt_finish("store_mpitest");
