@@ -9,12 +9,14 @@
  * MPI_THREAD_MULTIPLE).
  *
  * Same-node shards: the store allocates host shards (var_init, var_add with
- * DDS_ADD_COPY) through shard_alloc, a shared-memory window
- * (MPI_Win_allocate_shared over the node communicator, split once from ours
- * with MPI_COMM_TYPE_SHARED).  region_create then looks up the mapped base
- * of every peer on this node (MPI_Win_shared_query) and read() copies their
- * rows with memcpy, no MPI call; other owners keep MPI_Get.  The RMA window
- * over the whole communicator is still created on that memory.
+ * DDS_ADD_COPY) through shard_alloc: POSIX shared memory mapped by the ranks
+ * of the node communicator (split once from ours with MPI_COMM_TYPE_SHARED;
+ * see shard_alloc below).  region_create then notes which owners' shards are
+ * mapped here and read() copies their rows with memcpy, no MPI call; other
+ * owners keep MPI_Get.  The RMA window over the whole communicator is still
+ * created on that memory.  Shards change only by var_update on the owner: a
+ * reader sees an update once the owner's call returned and the two
+ * synchronised, as with RMA.
  */
 #include <errno.h>
 #include <fcntl.h>

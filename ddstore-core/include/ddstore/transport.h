@@ -110,8 +110,8 @@ typedef struct dds_transport_ops {
      * 0 on every rank or an error on every rank (then nothing is
      * allocated).  *base_p receives `bytes` of host memory (undefined
      * contents; may be NULL when bytes == 0) that the transport can serve
-     * cheaply to peers (MPI: a shared-memory window mapped by the ranks of
-     * the same node); *token_p is handed back in dds_region_desc_t
+     * cheaply to peers (MPI: shared memory mapped by the ranks of the
+     * same node); *token_p is handed back in dds_region_desc_t
      * .alloc_token and to shard_free.  The memory is read by peers without
      * the owner's participation: it changes only by var_update on the
      * owner, and a reader sees an update once the owner's update returned
