@@ -127,6 +127,12 @@ def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", timeout =
             data = data,
             copts = DDS_C_COPTS + copts,
             linkopts = DDS_LINKOPTS,
+            # Static, as cc_binary is: a cc_test links dynamically by default,
+            # and Bazel links each cc_library's .so without its deps' linkopts
+            # (no -lfabric), so its fi_* references are unversioned and bind to
+            # libfabric's oldest ABI (fi_getinfo@FABRIC_1.0: old fi_info, no
+            # FI_MR_VIRT_ADDR in mr_mode) -> tcp;ofi_rxm reads fail.
+            linkstatic = True,
             size = size,
             # 300 s: randomized and threaded tests take tens of seconds under
             # sanitizers on a loaded 2-core machine; a hang still ends.

@@ -65,7 +65,6 @@ lap() { local now; now=$(date +%s); say "$1 ($((now - step_t)) s)"; step_t=$now;
 if [ -n "${DDSTORE_PYTHON:-}" ]; then BASE="$DDSTORE_PYTHON"
 elif [ -x "$TOP/.venv/bin/python" ]; then BASE="$TOP/.venv/bin/python"
 else BASE="$(command -v python3)" || die "no Python (set DDSTORE_PYTHON)"; fi
-command -v cmake >/dev/null || die "cmake not found (the pip build needs CMake >= 3.18)"
 
 mkdir -p "$WORK"
 VENV="$WORK/venv"
@@ -82,8 +81,22 @@ else
     # nothing of .venv (no pyddstore.pth) is visible in it.
     "$BASE" -m venv "$VENV"
 fi
-"$PY" -m pip install -q numpy mpi4py "$TORCH_SPEC" pytest tqdm "scikit-build-core>=0.10" \
-    >"$PIPLOG" 2>&1 || { tail -20 "$PIPLOG"; die "pip install into $VENV failed (log: $PIPLOG)"; }
+PKGS=(numpy mpi4py "$TORCH_SPEC" pytest tqdm "scikit-build-core>=0.10")
+# CMake >= 3.18 and ninja from the system (Debian: cmake ninja-build), else
+# from PyPI into the venv (--no-build-isolation does not fetch them).
+cmake_ok() {
+    local v
+    v="$(cmake --version 2>/dev/null | sed -n '1s/[^0-9]*\([0-9]*\.[0-9]*\).*/\1/p')"
+    [ -n "$v" ] && [ "$(printf '%s\n3.18\n' "$v" | sort -V | head -1)" = 3.18 ]
+}
+if ! cmake_ok || ! command -v ninja >/dev/null; then
+    PKGS+=(cmake ninja)
+    say "no CMake >= 3.18 / ninja on PATH: installing them into the venv"
+fi
+export PATH="$VENV/bin:$PATH"
+"$PY" -m pip install -q "${PKGS[@]}" >"$PIPLOG" 2>&1 \
+    || { tail -20 "$PIPLOG"; die "pip install into $VENV failed (log: $PIPLOG)"; }
+cmake_ok || die "no CMake >= 3.18 (the pip build needs it)"
 "$PY" - <<'EOF' || die "the fresh virtualenv sees pyddstore before the install"
 import importlib.util, sys
 sys.exit(1 if importlib.util.find_spec("pyddstore") else 0)

@@ -34,6 +34,8 @@ _apply_fabric_env()
 
 from ._core import (  # noqa: E402  (the environment must be set first)
     HAVE_MPI,
+    HAVE_OFI,
+    FileComm,
     DDStoreError,
     DDStoreKeyError,
     PyDDStore,
@@ -47,5 +49,7 @@ __all__ = [
     "DDStoreError",
     "DDStoreKeyError",
     "HAVE_MPI",
+    "HAVE_OFI",
+    "FileComm",
     "__version__",
 ]

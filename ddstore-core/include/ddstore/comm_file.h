@@ -50,6 +50,11 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
 const char *dds_comm_file_ns(const dds_comm_t *comm);
 const char *dds_comm_file_path(const dds_comm_t *comm);
 
+/* Register FileComm's DDSTORE_* variables (DDSTORE_HANDSHAKE_TIMEOUT_S,
+ * DDSTORE_FILECOMM_FSYNC) with the config registry; idempotent, and done by
+ * the first dds_comm_file_create anyway. */
+void dds_comm_file_register_config(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -200,6 +200,7 @@ static PyObject *mod_raise(PyObject *m, PyObject *args)
 }
 
 extern PyObject *pydds_last_read_window(PyObject *m, PyObject *unused);
+extern int pydds_filecomm_type_ready(PyObject *module); /* pydds_filecomm.c */
 extern PyMethodDef pydds_info_methods[];
 
 static PyObject *mod_now_ns(PyObject *m, PyObject *unused)
@@ -358,7 +359,8 @@ PyMODINIT_FUNC PyInit__core(void)
         return NULL;
     if (add_exceptions(m) < 0)
         goto fail;
-    if (pydds_store_type_ready(m) < 0 || pydds_reader_type_ready(m) < 0)
+    if (pydds_store_type_ready(m) < 0 || pydds_reader_type_ready(m) < 0 ||
+        pydds_filecomm_type_ready(m) < 0)
         goto fail;
 #ifdef HAVE_MPI
     if (PyModule_AddObject(m, "HAVE_MPI", Py_NewRef(Py_True)) < 0)

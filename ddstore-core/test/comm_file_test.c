@@ -1,0 +1,431 @@
+/* comm_file.h: FileComm over forked processes sharing a temporary
+ * directory: allgather / allreduce / barrier over many rounds, timeout
+ * naming the missing ranks, bad arguments, permissions, cleanup. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv, mkdtemp */
+#endif
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ddstore/comm.h"
+#include "ddstore/comm_file.h"
+
+static char g_root[4096];
+
+static void make_root(void)
+{
+    const char *t = getenv("TEST_TMPDIR");
+    snprintf(g_root, sizeof g_root, "%s/fcXXXXXX", t && t[0] ? t : "/tmp");
+    if (mkdtemp(g_root) == NULL) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", path);
+}
+
+/* Files (not . / ..) in a directory; -1 when it cannot be opened. */
+static int count_files(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int n = 0;
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+typedef void (*rank_fn)(int rank, int size, const char *dir, void *arg);
+
+/* Fork `size` ranks; each runs fn and exits with its failure count (capped).
+ * `skip` (-1 none) names a rank that is not started.  Returns the number of
+ * ranks that failed. */
+static int run_ranks(int size, int skip, rank_fn fn, const char *dir,
+                     void *arg)
+{
+    pid_t pids[16];
+    int failed = 0;
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < size; r++) {
+        pids[r] = -1;
+        if (r == skip)
+            continue;
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int n;
+            atomic_store(&check_failures_, 0); /* count this rank's own */
+            fn(r, size, dir, arg);
+            fflush(stderr);
+            n = CHECK_FAILURES();
+            _exit(n > 100 ? 100 : n);
+        }
+        CHECK(pids[r] > 0);
+    }
+    for (int r = 0; r < size; r++) {
+        int st = 0;
+        if (pids[r] <= 0)
+            continue;
+        if (waitpid(pids[r], &st, 0) != pids[r] || !WIFEXITED(st) ||
+            WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rank %d failed (status 0x%x)\n", r, st);
+            failed++;
+        }
+    }
+    return failed;
+}
+
+/* ---- collectives over many rounds ------------------------------------- */
+
+#define ROUNDS 200
+
+static void rounds_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t c;
+    char path[4200];
+    (void)arg;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "rounds", 20, &c));
+    if (CHECK_FAILURES())
+        return;
+    CHECK_STREQ(c.ops->name, "file");
+    CHECK_EQ(c.rank, rank);
+    CHECK_EQ(c.size, size);
+    CHECK_STREQ(dds_comm_file_ns(&c), "rounds");
+    snprintf(path, sizeof path, "%s/rounds", dir);
+    CHECK_STREQ(dds_comm_file_path(&c), path);
+    for (int k = 0; k < ROUNDS && !CHECK_FAILURES(); k++) {
+        int64_t send[3], recv[16 * 3], v[3];
+        size_t bytes = (size_t)(k % 3 + 1) * sizeof(int64_t);
+        for (int i = 0; i < 3; i++)
+            send[i] = (int64_t)rank * 1000000 + k * 10 + i;
+        memset(recv, 0xff, sizeof recv);
+        CHECK_OK(c.ops->allgather(c.ctx, send, bytes, recv));
+        for (int j = 0; j < size; j++)
+            for (size_t i = 0; i < bytes / sizeof(int64_t); i++)
+                CHECK_EQ(((int64_t *)((char *)recv + (size_t)j * bytes))[i],
+                         (int64_t)j * 1000000 + k * 10 + (int64_t)i);
+        v[0] = rank + k;
+        v[1] = -rank - k;
+        v[2] = rank * 3 + 1;
+        CHECK_OK(c.ops->allreduce_i64(c.ctx, v, 3, DDS_REDUCE_SUM));
+        CHECK_EQ(v[0], (int64_t)size * (size - 1) / 2 + (int64_t)size * k);
+        CHECK_EQ(v[1], -((int64_t)size * (size - 1) / 2 + (int64_t)size * k));
+        CHECK_EQ(v[2], (int64_t)3 * size * (size - 1) / 2 + size);
+        v[0] = rank - k;
+        CHECK_OK(c.ops->allreduce_i64(c.ctx, v, 1, DDS_REDUCE_MIN));
+        CHECK_EQ(v[0], -k);
+        v[0] = rank - k;
+        CHECK_OK(c.ops->allreduce_i64(c.ctx, v, 1, DDS_REDUCE_MAX));
+        CHECK_EQ(v[0], size - 1 - k);
+        CHECK_OK(c.ops->barrier(c.ctx));
+        /* cleanup: at most two files per rank (this step's and the last) */
+        if (k % 17 == 0) {
+            int n = count_files(path);
+            CHECK(n >= (size > 1) && n <= 2 * size);
+        }
+    }
+    /* error agreement over the file comm */
+    dds_error_clear();
+    CHECK_RC(dds_comm_agree(&c, rank == size - 1 ? dds_error(-DDS_EINVAL,
+                                                            "last rank said no")
+                                                 : 0),
+             -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "last rank said no");
+    CHECK_OK(c.ops->barrier(c.ctx));
+    dds_comm_destroy(&c);
+}
+
+static void test_rounds(void)
+{
+    char dir[4200], ns[4300];
+    struct stat st;
+    int sizes[] = {1, 2, 3, 5};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/rounds%d/sub", g_root, sizes[i]);
+        CHECK_EQ(run_ranks(sizes[i], -1, rounds_rank, dir, NULL), 0);
+        /* directories 0700 (dir created with its missing parent) */
+        CHECK_OK(stat(dir, &st));
+        CHECK_EQ(st.st_mode & 0777, 0700);
+        snprintf(ns, sizeof ns, "%s/rounds", dir);
+        CHECK_OK(stat(ns, &st));
+        CHECK_EQ(st.st_mode & 0777, 0700);
+        /* after destroy: at most the last step's file of each rank */
+        if (sizes[i] > 1)
+            CHECK(count_files(ns) <= sizes[i]);
+        else
+            CHECK_EQ(count_files(ns), 0);
+    }
+}
+
+/* ---- permissions of the files while a step is in flight ---------------- */
+
+static void perm_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t c;
+    (void)arg;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "perm", 20, &c));
+    if (CHECK_FAILURES())
+        return;
+    CHECK_OK(c.ops->barrier(c.ctx));
+    /* every rank's file of step 0 exists until step 1 completes */
+    for (int j = 0; j < size; j++) {
+        char fn[4400];
+        struct stat st;
+        snprintf(fn, sizeof fn, "%s/perm/c0.0.%d", dir, j);
+        CHECK_OK(stat(fn, &st));
+        CHECK_EQ(st.st_mode & 0777, 0600);
+    }
+    CHECK_OK(c.ops->barrier(c.ctx));
+    CHECK_OK(c.ops->barrier(c.ctx));
+    dds_comm_destroy(&c);
+}
+
+static void test_permissions(void)
+{
+    char dir[4200];
+    mode_t old = umask(0);   /* permissions must not depend on the umask */
+    snprintf(dir, sizeof dir, "%s/perm", g_root);
+    CHECK_EQ(run_ranks(3, -1, perm_rank, dir, NULL), 0);
+    umask(old);
+}
+
+/* ---- timeout naming the missing ranks ---------------------------------- */
+
+static void timeout_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t c;
+    double t0;
+    struct timespec ts;
+    (void)arg;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "to", 0.5, &c));
+    if (CHECK_FAILURES())
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    CHECK((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0 < 10.0);
+    CHECK_CONTAINS(dds_last_error(), "waiting for 2 of 4 ranks: 1, 3");
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_HANDSHAKE_TIMEOUT_S");
+    dds_comm_destroy(&c);
+}
+
+static void skip_two(int rank, int size, const char *dir, void *arg)
+{
+    if (rank == 1 || rank == 3) /* these ranks never show up */
+        return;
+    timeout_rank(rank, size, dir, arg);
+}
+
+static void test_timeout(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/timeout", g_root);
+    CHECK_EQ(run_ranks(4, -1, skip_two, dir, NULL), 0);
+}
+
+/* The environment's timeout is used when the argument is <= 0. */
+static void test_timeout_env(void)
+{
+    char dir[4200];
+    dds_comm_t c;
+    snprintf(dir, sizeof dir, "%s/tenv", g_root);
+    setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "0.3", 1);
+    CHECK_OK(dds_comm_file_create(dir, 0, 2, "x", 0, &c));
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
+    CHECK_CONTAINS(dds_last_error(), "after 0.3 s");
+    CHECK_CONTAINS(dds_last_error(), "1 of 2 ranks: 1");
+    dds_comm_destroy(&c);
+    setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "soon", 1);
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 0, &c), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_HANDSHAKE_TIMEOUT_S");
+    unsetenv("DDSTORE_HANDSHAKE_TIMEOUT_S");
+}
+
+/* ---- mismatched collectives -------------------------------------------- */
+
+static void mismatch_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t c;
+    int64_t send[2] = {1, 2}, recv[4];
+    (void)arg;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "mm", 5, &c));
+    if (CHECK_FAILURES())
+        return;
+    CHECK_RC(c.ops->allgather(c.ctx, send, rank == 0 ? 8 : 16, recv),
+             -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "collective mismatch");
+    dds_comm_destroy(&c);
+}
+
+static void test_mismatch(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/mm", g_root);
+    CHECK_EQ(run_ranks(2, -1, mismatch_rank, dir, NULL), 0);
+}
+
+/* ---- arguments and the environment ------------------------------------- */
+
+static void test_bad_args(void)
+{
+    dds_comm_t c;
+    char dir[4200], file[4300];
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s/args", g_root);
+    CHECK_RC(dds_comm_file_create(dir, 0, 1, "a", 1, NULL), -DDS_EINVAL);
+    CHECK_RC(dds_comm_file_create(NULL, 0, 1, "a", 1, &c), -DDS_EINVAL);
+    CHECK_RC(dds_comm_file_create("", 0, 1, "a", 1, &c), -DDS_EINVAL);
+    CHECK_RC(dds_comm_file_create(dir, 0, 0, "a", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "size must be >= 1, got 0");
+    CHECK_RC(dds_comm_file_create(dir, 2, 2, "a", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "rank must be in [0, 2), got 2");
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "a/b", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "ns 'a/b'");
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "..", 1, &c), -DDS_EINVAL);
+    /* a file where the directory should be */
+    snprintf(file, sizeof file, "%s/plainfile", g_root);
+    f = fopen(file, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+    CHECK_RC(dds_comm_file_create(file, 0, 2, "a", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "plainfile");
+    /* a directory we may not write (root ignores the mode: skip then) */
+    if (geteuid() != 0) {
+        char ro[4300];
+        snprintf(ro, sizeof ro, "%s/ro", g_root);
+        CHECK_OK(mkdir(ro, 0500));
+        CHECK_RC(dds_comm_file_create(ro, 0, 2, "a", 1, &c), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "not writable");
+        chmod(ro, 0700);
+    }
+
+    /* rank/size from the environment */
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("OMPI_COMM_WORLD_SIZE");
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    CHECK_RC(dds_comm_file_create(dir, -1, -1, NULL, 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "SLURM_PROCID");
+    setenv("PMI_RANK", "1", 1);
+    setenv("PMI_SIZE", "4", 1);
+    CHECK_OK(dds_comm_file_create(dir, -1, -1, NULL, 1, &c));
+    CHECK_EQ(c.rank, 1);
+    CHECK_EQ(c.size, 4);
+    CHECK_STREQ(dds_comm_file_ns(&c), "default");
+    dds_comm_destroy(&c);
+    setenv("SLURM_PROCID", "2", 1);
+    setenv("SLURM_NTASKS", "3", 1);
+    setenv("SLURM_JOB_ID", "777", 1);
+    setenv("SLURM_STEP_ID", "4", 1);
+    CHECK_OK(dds_comm_file_create(dir, -1, -1, "", 1, &c));
+    CHECK_EQ(c.rank, 2);
+    CHECK_EQ(c.size, 3);
+    CHECK_STREQ(dds_comm_file_ns(&c), "777.4");
+    dds_comm_destroy(&c);
+    setenv("SLURM_PROCID", "x", 1);
+    CHECK_RC(dds_comm_file_create(dir, -1, -1, "n", 1, &c), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "SLURM_PROCID=x");
+    setenv("SLURM_PROCID", "5", 1);
+    CHECK_RC(dds_comm_file_create(dir, -1, -1, "n", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "rank must be in [0, 3), got 5");
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_ID");
+    unsetenv("PMI_RANK");
+    unsetenv("PMI_SIZE");
+    CHECK(dds_comm_file_ns(NULL) == NULL);
+    CHECK_OK(dds_comm_self(&c));
+    CHECK(dds_comm_file_path(&c) == NULL);
+}
+
+/* ---- several communicators over one (dir, ns), leftovers --------------- */
+
+static void multi_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t a, b;
+    int64_t v;
+    (void)arg;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "m", 10, &a));
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "m", 10, &b));
+    if (CHECK_FAILURES())
+        return;
+    /* interleaved use of two communicators never mixes their files */
+    for (int k = 0; k < 20; k++) {
+        v = rank + 1;
+        CHECK_OK(a.ops->allreduce_i64(a.ctx, &v, 1, DDS_REDUCE_SUM));
+        CHECK_EQ(v, (int64_t)size * (size + 1) / 2);
+        if (k % 2 == 0) {
+            v = rank;
+            CHECK_OK(b.ops->allreduce_i64(b.ctx, &v, 1, DDS_REDUCE_MAX));
+            CHECK_EQ(v, size - 1);
+        }
+    }
+    dds_comm_destroy(&a);
+    dds_comm_destroy(&b);
+}
+
+static void test_multi(void)
+{
+    char dir[4200], ns[4300], junk[4400];
+    FILE *f;
+    snprintf(dir, sizeof dir, "%s/multi", g_root);
+    snprintf(ns, sizeof ns, "%s/m", dir);
+    CHECK_OK(mkdir(dir, 0700));
+    CHECK_OK(mkdir(ns, 0700));
+    /* a crashed earlier run's files of rank 1: removed by rank 1 at create */
+    snprintf(junk, sizeof junk, "%s/c0.5.1", ns);
+    f = fopen(junk, "w");
+    if (f)
+        fclose(f);
+    snprintf(junk, sizeof junk, "%s/.tmp.c1.9.1", ns);
+    f = fopen(junk, "w");
+    if (f)
+        fclose(f);
+    CHECK_EQ(run_ranks(3, -1, multi_rank, dir, NULL), 0);
+    snprintf(junk, sizeof junk, "%s/c0.5.1", ns);
+    CHECK(access(junk, F_OK) != 0);
+    snprintf(junk, sizeof junk, "%s/.tmp.c1.9.1", ns);
+    CHECK(access(junk, F_OK) != 0);
+    CHECK(count_files(ns) <= 6);
+}
+
+int main(void)
+{
+    make_root();
+    RUN_TEST(test_bad_args);
+    RUN_TEST(test_rounds);
+    RUN_TEST(test_permissions);
+    RUN_TEST(test_timeout);
+    RUN_TEST(test_timeout_env);
+    RUN_TEST(test_mismatch);
+    RUN_TEST(test_multi);
+    if (CHECK_FAILURES() == 0)
+        rm_rf(g_root);
+    else
+        fprintf(stderr, "left %s for inspection\n", g_root);
+    return CHECK_SUMMARY();
+}
