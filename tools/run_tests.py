@@ -112,7 +112,6 @@ def skipped_in_log(target):
 
 # ----------------------------------------------------------------- pytest --
 def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
-    c = Counts()
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -122,8 +121,15 @@ def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
     if nranks:
         cmd = [DDRUN, "-n", str(nranks), "--timeout", str(timeout), "--"] + cmd
     rc, _ = run(cmd, env=env, timeout=timeout + 60)
+    return junit_counts(name, d, rc)
+
+
+def junit_counts(name, d, rc):
+    """Counts from the JUnit XML files in `d` (one per rank, or per run); rc is
+    the runner's exit status (a failure with no failed test is counted too)."""
+    c = Counts()
     states = {}
-    for xml in sorted(glob.glob(os.path.join(d, "rank*.xml"))):
+    for xml in sorted(glob.glob(os.path.join(d, "*.xml"))):
         for case in ET.parse(xml).getroot().iter("testcase"):
             key = case.get("classname", "") + "::" + case.get("name", "")
             if case.find("failure") is not None or case.find("error") is not None:
@@ -152,6 +158,17 @@ def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
     return c
 
 
+def wheel_stage(timeout=2400):
+    """tools/test_wheel.sh: the pip build in a fresh virtualenv, installed,
+    smoke tests against the installed package (2 ranks)."""
+    d = os.path.join(OUT, "wheel")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([os.path.join(TOP, "tools", "test_wheel.sh")],
+                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
+    return junit_counts("wheel", d, rc)
+
+
 def have_torch_ext():
     return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
 
@@ -167,6 +184,8 @@ STAGES = {
     "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
     "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
+    "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (tools/test_wheel.sh)",
+              wheel_stage),
 }
 
 
