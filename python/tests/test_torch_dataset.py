@@ -514,3 +514,56 @@ def test_progress_bar_rules(monkeypatch):
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
     assert _progress(10, "x", 0) is None
     assert_all(comm, True)
+
+
+@pytest.mark.parametrize("kind", ["torch", "file"])
+def test_ddstore_width_without_mpi(kind, monkeypatch):
+    """ddstore_width over a torch.distributed group and over a FileComm (method 1)."""
+    comm = world()
+    require_method(1, comm)
+    hs = shared_tmpdir(comm, "wfc")
+    if kind == "torch":
+        torch_pg(comm)
+        c = None
+        env_set(monkeypatch, DDSTORE_COMM="torch")
+    else:
+        if not hasattr(pyddstore, "FileComm"):
+            assert_all(comm, True)
+            pytest.skip("pyddstore.FileComm is not in this build yet")
+        env_set(monkeypatch, DDSTORE_COMM="file", SLURM_PROCID=comm.Get_rank(),
+                SLURM_NTASKS=comm.Get_size(), SLURM_JOB_ID="43", SLURM_STEP_ID="1")
+        c = None
+    width = 2 if comm.Get_size() >= 2 else 1
+    ds = DistDataset(Source("dict"), fresh_name("wx"), c, ddstore_width=width,
+                     handshake_dir=hs)
+    try:
+        assert ds.comm.kind == kind and ds.method == 1
+        assert ds.ddstore.size == min(width, comm.Get_size() - (comm.Get_rank() // width) * width)
+        _check_items(comm, ds, lambda i: make_sample("dict", i), N_ODD)
+    finally:
+        ds.free()
+
+
+@pytest.mark.parametrize("kind", KINDS + RECORD_KINDS)
+def test_meta_json_round_trip(kind, tmp_path):
+    """The schema DistDatasetReader rebuilds from {name}.meta.json matches the
+    core job's (method 2 itself is tested in test_method2_reader)."""
+    import json
+    from pyddstore.torch.dataset import _read_meta, _write_json_atomic
+    from pyddstore.torch.schema import Schema
+    comm = world()
+    sch = Schema.of(make_sample(kind, 3))
+    meta = {"format": "pyddstore.torch.meta", "version": 1, "name": "m", "n_core": 2,
+            "total": 10, "schema": sch.describe(), "vars": [f"m/{i}" for i in range(len(sch.fields))]}
+    _write_json_atomic(str(tmp_path / "m.meta.json"), meta)
+    assert oct(os.stat(tmp_path / "m.meta.json").st_mode & 0o777) == "0o600"
+    back = _read_meta(str(tmp_path), "m")
+    rs = Schema.from_description(back["schema"], lambda i: back["vars"][i])
+    assert json.loads(json.dumps(rs.describe())) == json.loads(json.dumps(sch.describe())) or \
+        sch.structure == "namedtuple"
+    assert [f.key for f in rs.fields] == [f.key for f in sch.fields]
+    assert [f.var for f in rs.fields] == back["vars"]
+    for a, b in zip(rs.fields, sch.fields):
+        assert (a.kind, a.shape, a.dtype, a.rdtype, a.rclass) == \
+            (b.kind, b.shape, b.dtype, b.rdtype, b.rclass)
+    assert_all(comm, True)

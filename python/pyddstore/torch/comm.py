@@ -157,12 +157,15 @@ class Comm:
 def _file_allgather(fc, obj, size):
     """allgather of a picklable object over a pyddstore.FileComm."""
     data = pickle.dumps(obj)
-    if hasattr(fc, "allgather"):
-        # FileComm.allgather takes bytes (any length per rank) and returns a
-        # list of every rank's bytes.
-        parts = fc.allgather(data)
+    if hasattr(fc, "allgather_bytes"):
+        # FileComm.allgather_bytes(b) -> every rank's bytes in rank order
+        # (lengths may differ)
+        parts = fc.allgather_bytes(data)
+        if len(parts) != size:
+            raise RuntimeError(f"FileComm.allgather_bytes returned {len(parts)} parts "
+                               f"for {size} ranks")
         return [pickle.loads(p) for p in parts]
-    raise TypeError(f"{type(fc).__name__} has no allgather(); cannot run Python "
+    raise TypeError(f"{type(fc).__name__} has no allgather_bytes(); cannot run Python "
                     "collectives over it")
 
 
