@@ -14,10 +14,26 @@ def _core():
     return _core
 
 
+def _torch_entries():
+    """pyddstore.torch's variables, read from its env module by path (no torch import)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch", "env.py")
+    spec = importlib.util.spec_from_file_location("_pyddstore_torch_env", path)
+    if spec is None or not os.path.exists(path):
+        return []
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [{"name": n, "type": t, "default": d, "choices": None, "library": "torch (python)",
+             "help": h} for (n, t, d, h) in mod.ENTRIES]
+
+
 def entries():
     """Every registered DDSTORE_* variable: dicts with name, type, default, choices,
-    library, help, value (the current environment value or None)."""
-    return _core().config_entries()
+    library, help (the C libraries' registries, then pyddstore.torch's own)."""
+    out = list(_core().config_entries())
+    seen = {e["name"] for e in out}
+    out += [e for e in _torch_entries() if e["name"] not in seen]
+    return out
 
 
 def summary():
@@ -60,7 +76,7 @@ def markdown():
     for lib in sorted(by_lib):
         out += [f"## {lib}", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
         for e in by_lib[lib]:
-            t = e["type"] + (f" ({e['choices']})" if e.get("choices") else "")
+            t = e["type"] + (f" ({e['choices'].replace('|', ' / ')})" if e.get("choices") else "")
             d = f"`{e['default']}`" if e["default"] not in (None, "") else "unset"
             out.append(f"| `{e['name']}` | {t} | {d} | {e['help']} |")
         out.append("")

@@ -39,7 +39,7 @@ ENTRIES = (
      "default handshake_dir (methods 1/2 without MPI, method 2, FileComm)"),
     ("DDSTORE_MPI", "bool", "1",
      "0: do not use MPI for comm=None even when pyddstore has it"),
-    ("DDSTORE_HANDSHAKE_TIMEOUT_S", "double", "300",
+    ("DDSTORE_HANDSHAKE_TIMEOUT_S", "double", "120",
      "DistDatasetReader: how long to wait for the core job's {name}.meta.json "
      "(core uses the same variable for its records)"),
 )
@@ -140,7 +140,7 @@ def handshake_dir(given=None):
 def handshake_timeout():
     v = _raw("DDSTORE_HANDSHAKE_TIMEOUT_S")
     if v is None or v.strip() == "":
-        return 300.0
+        return 120.0
     try:
         t = float(v)
     except ValueError:
