@@ -215,7 +215,8 @@ static int px_copy(void *c, dds_copy_dir_t dir, void *dst, const void *src,
     } else if (dir == DDS_COPY_D2D) {
         atomic_fetch_add(&p->d2d, 1);
     }
-    if (p->expect_stream != NULL && (on == NULL || on->stream != p->expect_stream))
+    void *want = __atomic_load_n(&p->expect_stream, __ATOMIC_RELAXED);
+    if (want != NULL && (on == NULL || on->stream != want))
         atomic_fetch_add(&p->copies_on_other_stream, 1);
     return IN(c).ops->copy_async(IN(c).ctx, dir, dst, src, segs, nsegs, on,
                                  buf);
@@ -229,7 +230,8 @@ static int px_fence(void *c, const dds_mem_t *on)
 {
     proxy_t *p = PX(c);
     atomic_fetch_add(&p->n[P_FENCE], 1);
-    if (p->expect_stream != NULL && (on == NULL || on->stream != p->expect_stream))
+    void *want = __atomic_load_n(&p->expect_stream, __ATOMIC_RELAXED);
+    if (want != NULL && (on == NULL || on->stream != want))
         atomic_fetch_add(&p->copies_on_other_stream, 1);
     return IN(c).ops->stream_fence(IN(c).ctx, on);
 }
@@ -300,7 +302,7 @@ static void proxies_reset(void)
         atomic_store(&g_px[r].h2d_with_buf, 0);
         atomic_store(&g_px[r].copies_on_other_stream, 0);
         atomic_store(&g_px[r].destroyed, 0);
-        g_px[r].expect_stream = NULL;
+        __atomic_store_n(&g_px[r].expect_stream, NULL, __ATOMIC_RELAXED);
         g_px[r].inner.ops = NULL;
     }
 }
@@ -400,7 +402,7 @@ static void *staged_reader(void *p)
 
     m = dmem(stream);
     if (j->tid == 0)
-        px->expect_stream = stream;   /* single-threaded runs check it */
+        __atomic_store_n(&px->expect_stream, stream, __ATOMIC_RELAXED); /* single-threaded runs check it */
     host = malloc(n * rb);
     for (int it = 0; it < 6; it++) {
         size_t k = n - (size_t)it * 3;
@@ -536,7 +538,7 @@ static void order_rank(fake_world_t *w, int rank, void *arg)
     free(shard);
     CHECK_OK(ddgpu_stream_create(0, &stream));
     m = dmem(stream);
-    px->expect_stream = stream;
+    __atomic_store_n(&px->expect_stream, stream, __ATOMIC_RELAXED);
     dev = dalloc(n * rb);
     dpoison(dev, n * rb, 0xAB, &m);
     for (size_t i = 0; i < n; i++)
@@ -608,7 +610,7 @@ static void hmem_rank(fake_world_t *w, int rank, void *arg)
     free(shard);
     CHECK_OK(ddgpu_stream_create(0, &stream));
     m = dmem(stream);
-    px->expect_stream = stream;
+    __atomic_store_n(&px->expect_stream, stream, __ATOMIC_RELAXED);
     dev = dalloc(40 * rb);
     for (int i = 0; i < 40; i++) /* adjacent rows, scattered slots, repeats */
         rows[i] = (int64_t)((i * 7) % 13 + (i % 2) * 20);
