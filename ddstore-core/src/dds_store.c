@@ -63,6 +63,8 @@ typedef struct dds_var {
                                transport cannot reach (memsys host_alloc);
                                registered with the transport instead      */
     void *region;
+    int joined;             /* published by another job (var_join): no
+                               shard here, owners are that job's ranks  */
     dds_prof_t prof;
 } dds_var_t;
 
@@ -1168,6 +1170,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     rd.itemsize = itemsize;
     rd.mem = v->mem;
     rd.alloc_token = v->shard_token;
+    rd.offsets = v->offsets;
+    rd.nranks = c->size;
     if (v->mirror != NULL) {
         rd.mem.kind = DDS_MEM_HOST;
         rd.mem.device = 0;
@@ -1246,6 +1250,124 @@ int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
         return rc;
     }
     return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode);
+}
+
+static int has_region_join(const dds_store_t *s)
+{
+    const dds_transport_ops_t *o = s->tr.ops;
+    return o->size >= offsetof(dds_transport_ops_t, region_join) +
+                          sizeof(o->region_join) &&
+           o->region_join != NULL;
+}
+
+/* The layout a transport's region_join returned, checked before the store
+ * relies on it. */
+static int check_joined_layout(const char *name, const dds_region_layout_t *l)
+{
+    if (l->nowners < 1 || l->offsets == NULL)
+        return dds_error(-DDS_EIO, "join('%s'): the transport reported %d "
+                         "owners", name, l->nowners);
+    if ((unsigned)l->dtype >= (unsigned)DDS_DTYPE_COUNT || l->itemsize == 0 ||
+        l->disp == 0 || l->row_bytes / l->itemsize != l->disp ||
+        l->row_bytes % l->itemsize != 0)
+        return dds_error(-DDS_EIO, "join('%s'): inconsistent row layout "
+                         "(dtype %d, itemsize %zu, disp %zu, row bytes %zu)",
+                         name, (int)l->dtype, l->itemsize, l->disp,
+                         l->row_bytes);
+    if (l->offsets[0] != 0)
+        return dds_error(-DDS_EIO, "join('%s'): first row %lld, expected 0",
+                         name, (long long)l->offsets[0]);
+    for (int r = 0; r < l->nowners; r++)
+        if (l->offsets[r + 1] < l->offsets[r])
+            return dds_error(-DDS_EIO, "join('%s'): rows of owner %d are "
+                             "negative", name, r);
+    return 0;
+}
+
+int dds_store_var_join(dds_store_t *s, const char *name)
+{
+    dds_region_layout_t lay;
+    void *region = NULL;
+    dds_var_t *v = NULL;
+    int rc;
+
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_join: NULL store");
+    rc = check_name(name);
+    if (rc != 0)
+        return rc;
+    if (!has_region_join(s))
+        return dds_error(-DDS_ENOSYS,
+                         "join('%s'): transport '%s' cannot read variables "
+                         "published by another job (that is method 2's "
+                         "reader)",
+                         name, s->tr.ops->name);
+    pthread_rwlock_rdlock(&s->table_lock);
+    if (find_var(s, name, NULL) != NULL)
+        rc = dds_error(-DDS_EEXIST, "variable '%s' already exists", name);
+    pthread_rwlock_unlock(&s->table_lock);
+    if (rc != 0)
+        return rc;
+
+    /* The wait happens here, without any store lock held. */
+    memset(&lay, 0, sizeof lay);
+    rc = s->tr.ops->region_join(s->tr.ctx, name, &lay, &region);
+    if (rc != 0) {
+        rc = rc < 0 ? rc : -rc;
+        if (dds_last_error()[0] == '\0')
+            dds_error(rc, "join('%s'): transport '%s' failed", name,
+                      s->tr.ops->name);
+        return rc;
+    }
+    rc = check_joined_layout(name, &lay);
+    if (rc == 0) {
+        v = calloc(1, sizeof(*v));
+        if (v == NULL)
+            rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory", name);
+    }
+    if (rc == 0) {
+        strcpy(v->name, name);
+        v->hash = name_hash(name);
+        v->dtype = lay.dtype;
+        v->itemsize = lay.itemsize;
+        v->disp = lay.disp;
+        v->row_bytes = lay.row_bytes;
+        v->nranks = lay.nowners;
+        v->offsets = lay.offsets;
+        lay.offsets = NULL;
+        v->mem.kind = DDS_MEM_HOST;
+        v->region = region;
+        v->joined = 1;
+        pthread_rwlock_wrlock(&s->table_lock);
+        if (find_var(s, name, NULL) != NULL)
+            rc = dds_error(-DDS_EEXIST, "variable '%s' already exists", name);
+        else if (grow_array((void **)&s->vars, &s->cap_vars, s->nvars + 1,
+                            sizeof(dds_var_t *)) != 0)
+            rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory", name);
+        if (rc == 0) {
+            s->vars[s->nvars++] = v;
+            forget_released(s, name);
+        }
+        pthread_rwlock_unlock(&s->table_lock);
+    }
+    if (rc != 0) {
+        char saved[512];
+        snprintf(saved, sizeof(saved), "%s", dds_last_error());
+        (void)s->tr.ops->region_destroy(s->tr.ctx, region);
+        free(lay.offsets);
+        if (v != NULL) {
+            v->region = NULL;
+            var_release(s, v);
+        }
+        dds_error(rc, "%s", saved);
+        return rc;
+    }
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+            "join('%s'): %lld rows owned by %d ranks of another job, %zu B "
+            "per row, %s",
+            name, (long long)v->offsets[v->nranks], v->nranks, v->row_bytes,
+            dds_dtype_name(v->dtype));
+    return 0;
 }
 
 /* Release a detached variable's transport region and memory; returns the
@@ -1441,6 +1563,13 @@ int dds_store_var_update(dds_store_t *s, const char *name,
     v = find_var(s, name, NULL);
     if (v == NULL) {
         rc = not_live(s, name);
+        goto out;
+    }
+    if (v->joined) {
+        rc = dds_error(-DDS_EINVAL,
+                       "variable '%s' was published by another job and "
+                       "joined here (method 2): it is read-only in this job",
+                       name);
         goto out;
     }
     rc = check_buf(v, src);

@@ -27,14 +27,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "ddstore/comm_file.h"
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
 #include "ddstore/profile.h"
-
-#define HOST_MAX 64
+#include "ofi_tr_internal.h"
 
 static const dds_config_entry_t ofi_config_table[] = {
     {"DDSTORE_FABRIC", DDS_CONFIG_STRING, "auto", NULL, "ofi",
@@ -69,6 +69,13 @@ static const dds_config_entry_t ofi_config_table[] = {
      "same-node direct reads (shm): back shards and registered destinations with "
      "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
      "sides)"},
+    {"DDSTORE_HANDSHAKE_DIR", DDS_CONFIG_STRING, NULL, NULL, "ofi",
+     "method 2: directory (shared by the core and reader jobs) for the core job's "
+     "per-variable record files; created 0700"},
+    {"DDSTORE_EXCHANGE_NS", DDS_CONFIG_STRING, NULL, NULL, "ofi",
+     "method 2: run namespace written into the core job's records; a reader with a "
+     "namespace accepts only records carrying the same one (e.g. a job id passed "
+     "to both jobs)"},
     {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
      "forked DataLoader workers read with methods 1/2: sets "
      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
@@ -107,51 +114,6 @@ int ddofi_transport_error(int rc, const char *what)
     return dds_error(code, "%s%s%s", what ? what : "", what ? ": " : "",
                      d[0] ? d : ddofi_strerror(rc));
 }
-
-/* ---------------- objects ---------------- */
-
-typedef struct ofi_tr ofi_tr_t;
-
-typedef struct ofi_reader {
-    ofi_tr_t *tr;
-    int flags;                 /* DDS_READER_*                               */
-    pid_t pid;                 /* process whose endpoint this is (0: none)   */
-    ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
-    ddofi_ep_t *ep;
-    ddofi_peer_t *peers;       /* nranks                                     */
-    pthread_mutex_t open_lock; /* forked readers: lazy (re)open              */
-} ofi_reader_t;
-
-typedef struct ofi_region {
-    ddofi_mr_t *mr;            /* NULL when the shard is empty               */
-    ddofi_remote_t *remotes;   /* nranks                                     */
-    size_t bytes;
-    struct ofi_region *prev, *next;
-    char name[64];
-} ofi_region_t;
-
-typedef struct ofi_recv {
-    ddofi_mr_t *mr;            /* NULL: the provider needs no registration  */
-    ddofi_fabric_t *fab;
-    pid_t pid;
-} ofi_recv_t;
-
-struct ofi_tr {
-    dds_comm_t comm;           /* copy; the store owns the communicator     */
-    int rank, nranks;
-    pid_t pid;
-    ddofi_fabric_params_t fparams; /* as opened (forked readers reopen them) */
-    char prov[64], domain[64];
-    ddofi_fabric_t *fab;
-    ddofi_fabric_attr_t attr;
-    ddofi_ep_t *server;
-    unsigned char *addrs;      /* nranks x DDOFI_ADDR_BLOB_MAX               */
-    ofi_reader_t *dflt;
-    int need_local_mr;         /* FI_MR_LOCAL                                */
-    int thp;                   /* DDSTORE_OFI_THP                            */
-    pthread_mutex_t lock;      /* regions list                               */
-    ofi_region_t *regions;
-};
 
 static int mem_iface(const dds_mem_t *m)
 {
@@ -249,6 +211,9 @@ static int reader_connect(ofi_reader_t *r)
         if (rc)
             return ddofi_transport_error(rc, "forked reader: opening the fabric");
     } else {
+        if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE))
+            return dds_error(-DDS_EINVAL, "reader: no variable has been joined yet "
+                             "(method 2: join() opens the fabric)");
         r->fab = t->fab;
     }
     rc = ddofi_ep_open(r->fab, NULL, &r->ep);
@@ -289,7 +254,7 @@ static void reader_disconnect(ofi_reader_t *r)
     r->pid = 0;
 }
 
-static int reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p)
+int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p)
 {
     ofi_reader_t *r = calloc(1, sizeof *r);
     if (!r)
@@ -315,7 +280,7 @@ static int reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_
     return 0;
 }
 
-static void reader_free(ofi_reader_t *r)
+void ofi_reader_free(ofi_reader_t *r)
 {
     if (!r)
         return;
@@ -329,14 +294,15 @@ static void reader_free(ofi_reader_t *r)
 static int reader_ready(ofi_reader_t *r)
 {
     pid_t me = getpid();
-    if (__atomic_load_n(&r->pid, __ATOMIC_ACQUIRE) == me)
+    pid_t was = __atomic_load_n(&r->pid, __ATOMIC_ACQUIRE);
+    if (was == me)
         return 0;
-    if (r->flags != DDS_READER_FORKED) {
+    if (r->flags != DDS_READER_FORKED && was != 0) {
         return dds_error(-DDS_EINVAL,
                          "this reader was opened in process %d and cannot be used in "
                          "process %d (after fork): open a reader for forked processes "
                          "(PyDDStore.fork_reader(), DDS_READER_FORKED) in the child",
-                         (int)r->pid, (int)me);
+                         (int)was, (int)me);
     }
     pthread_mutex_lock(&r->open_lock);
     int rc = 0;
@@ -373,6 +339,11 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     if (!rc && getpid() != t->pid)
         rc = dds_error(-DDS_EINVAL, "variable '%s': a store cannot add variables in a "
                        "forked process", g->name);
+    if (!rc && t->hs.on && t->hs.n_core > 0)
+        rc = dds_error(-DDS_EINVAL, "variable '%s': this store reads another job's "
+                       "variables (method 2 with n_core=%d) and cannot publish its own; "
+                       "join() them, or create the core job's store with n_core=0",
+                       g->name, t->hs.n_core);
     if (!rc) {
         ddofi_mr_params_t mp = {0};
         mp.field_mask = DDOFI_MR_FIELD_IFACE | DDOFI_MR_FIELD_DEVICE | DDOFI_MR_FIELD_EP;
@@ -413,6 +384,9 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             }
         }
     }
+    /* method 2: rank 0 writes the variable's record for reader jobs */
+    if (!rc && t->hs.on && t->rank == 0)
+        rc = ofi_hs_publish(t, g, d, all);
     rc = dds_comm_agree(c, rc);
     if (rc)
         goto fail;
@@ -430,6 +404,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
 fail:
     free(all);
     if (g) {
+        ofi_hs_unpublish(t, g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
@@ -451,6 +426,13 @@ static int t_region_destroy(void *ctx, void *region)
     if (g->next)
         g->next->prev = g->prev;
     pthread_mutex_unlock(&t->lock);
+    if (g->joined) { /* another job's variable: nothing registered here */
+        free(g->remotes);
+        free(g);
+        return 0;
+    }
+    /* method 2: no new reader finds the variable from now on */
+    ofi_hs_unpublish(t, g);
     /* Every rank has detached the variable before anyone deregisters, so no
      * read of it is in flight anywhere.  A failing barrier (after
      * MPI_Finalize, a dead peer) still releases the local registration. */
@@ -472,7 +454,10 @@ static int t_reader_open(void *ctx, int flags, void **reader_p)
         return dds_error(-DDS_EINVAL, "reader_open: unknown flags %d", flags);
     /* A thread reader connects now; a forked reader connects in the process
      * that first reads with it. */
-    int rc = reader_new(t, flags, flags == DDS_READER_THREAD, &r);
+    int rc = ofi_reader_new(t, flags,
+                            flags == DDS_READER_THREAD &&
+                                __atomic_load_n(&t->ready, __ATOMIC_ACQUIRE),
+                            &r);
     if (rc)
         return rc;
     *reader_p = r;
@@ -482,7 +467,7 @@ static int t_reader_open(void *ctx, int flags, void **reader_p)
 static void t_reader_close(void *ctx, void *reader)
 {
     (void)ctx;
-    reader_free(reader);
+    ofi_reader_free(reader);
 }
 
 /* Register [buf, buf+len) for this read only. */
@@ -599,9 +584,10 @@ static int t_recv_register(void *ctx, void *buf, size_t bytes, const dds_mem_t *
     int dev = mem && mem->kind != DDS_MEM_HOST;
     if (!dev)
         thp_advise(t, buf, bytes);
-    if (h->pid != t->pid) {
+    if (h->pid != t->pid || !__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE)) {
         /* A forked process: its readers have fabrics of their own, and a
-         * registration on the inherited fabric is impossible.  Reads
+         * registration on the inherited fabric is impossible.  (A method-2
+         * reader before its first join has no fabric yet.)  Reads
          * register on the fly where needed. */
         h->fab = NULL;
     } else if (t->need_local_mr || (dev && t->attr.mr_hmem)) {
@@ -636,27 +622,32 @@ static int t_recv_unregister(void *ctx, void *handle)
 static int t_progress(void *ctx)
 {
     ofi_tr_t *t = ctx;
-    if (getpid() != t->pid)
+    if (getpid() != t->pid || !t->server)
         return 0;
     int rc = ddofi_ep_progress(t->server);
     return rc ? ddofi_transport_error(rc, "progress") : 0;
 }
 
-static void t_destroy(void *ctx)
+/* Release everything (NULL members accepted: also a half-created
+ * transport). */
+void ofi_tr_free(ofi_tr_t *t)
 {
-    ofi_tr_t *t = ctx;
     if (!t)
         return;
-    reader_free(t->dflt);
+    ofi_reader_free(t->dflt);
+    t->dflt = NULL;
     /* Variables the store did not release (it normally does). */
     ofi_region_t *g = t->regions;
     while (g) {
         ofi_region_t *next = g->next;
+        if (!g->joined)
+            ofi_hs_unpublish(t, g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
         g = next;
     }
+    t->regions = NULL;
     int rc = ddofi_ep_close(t->server);
     if (rc)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the server endpoint: %s",
@@ -665,11 +656,14 @@ static void t_destroy(void *ctx)
     if (rc)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the fabric: %s", ddofi_last_error());
     pthread_mutex_destroy(&t->lock);
+    ofi_hs_free(&t->hs);
     free(t->addrs);
     free(t);
 }
 
-static const dds_transport_ops_t ofi_ops = {
+static void t_destroy(void *ctx) { ofi_tr_free(ctx); }
+
+const dds_transport_ops_t ofi_tr_ops = {
     .size = sizeof(dds_transport_ops_t),
     .name = "ofi",
     .region_create = t_region_create,
@@ -683,6 +677,7 @@ static const dds_transport_ops_t ofi_ops = {
     .epoch_begin = NULL,
     .epoch_end = NULL,
     .destroy = t_destroy,
+    .region_join = ofi_hs_region_join,
 };
 
 /* ---------------- create ---------------- */
@@ -709,7 +704,7 @@ static void log_once(void)
 }
 
 /* Settings from core's registry (validated there) into the library's params. */
-static int read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
+int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                          ddofi_fabric_params_t *p)
 {
     const char *s = NULL;
@@ -762,6 +757,22 @@ static int read_settings(const ddofi_transport_params_t *tp, int single_node, in
     return 0;
 }
 
+/* The transport handle for `t`.  A method-2 reader's fabric opens at the
+ * first join: until then max_read_bytes is 0 (ddofi_read splits at the
+ * endpoint's limit anyway) and HMEM is not advertised. */
+void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p)
+{
+    memset(transport_p, 0, sizeof *transport_p);
+    transport_p->ops = &ofi_tr_ops;
+    transport_p->ctx = t;
+    transport_p->caps = DDS_TRANSPORT_CAP_THREAD_SAFE | DDS_TRANSPORT_CAP_READERS |
+                        DDS_TRANSPORT_CAP_FORK | DDS_TRANSPORT_CAP_LOCAL_SELF |
+                        (t->attr.hmem ? DDS_TRANSPORT_CAP_HMEM_CUDA | DDS_TRANSPORT_CAP_HMEM_ROCM
+                                      : 0);
+    transport_p->max_read_bytes =
+        t->attr.max_read_bytes == SIZE_MAX ? 0 : t->attr.max_read_bytes;
+}
+
 int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
                            dds_transport_t *transport_p)
 {
@@ -771,7 +782,13 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
                          "allgather and 0 <= rank < size, and transport_p, are required");
     ddofi_transport_register_config();
     dds_config_register_core();
+    dds_comm_file_register_config();
     pthread_once(&g_log_once, log_once);
+    const int method2 = tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_HANDSHAKE);
+    if (method2 && tp->n_core < 0)
+        return dds_error(-DDS_EINVAL, "method 2: n_core must be >= 0, got %d", tp->n_core);
+    if (method2 && tp->n_core > 0)
+        return ofi_hs_reader_create(comm, tp, transport_p);
 
     ofi_tr_t *t = calloc(1, sizeof *t);
     char *hosts = NULL;
@@ -817,7 +834,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
             local_rank++;
     }
 
-    rc = read_settings(tp, single, local_rank, &t->fparams);
+    rc = ofi_read_settings(tp, single, local_rank, &t->fparams);
     if (!rc) {
         int r = ddofi_fabric_open(&t->fparams, &t->fab);
         if (r)
@@ -852,26 +869,23 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
                        dds_last_error());
         goto fail;
     }
-    rc = reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
+    rc = ofi_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
     rc = dds_comm_agree(comm, rc);
     if (rc)
+        goto fail;
+    /* method 2's core job: collective, agreed inside */
+    if (method2 && (rc = ofi_hs_core_setup(t, tp, hosts)) != 0)
         goto fail;
     free(hosts);
 
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
-            "method 1: provider %s, domain %s, %d ranks (%s), progress thread %s, max read "
+            "method %d: provider %s, domain %s, %d ranks (%s), progress thread %s, max read "
             "%zu B, FI_MR_LOCAL %d, FI_HMEM %d",
-            t->attr.provider, t->attr.domain, t->nranks, single ? "one host" : "several hosts",
+            method2 ? 2 : 1, t->attr.provider, t->attr.domain, t->nranks, single ? "one host" : "several hosts",
             t->attr.progress_thread ? "yes" : "no", t->attr.max_read_bytes, t->attr.mr_local,
             t->attr.hmem);
-    memset(transport_p, 0, sizeof *transport_p);
-    transport_p->ops = &ofi_ops;
-    transport_p->ctx = t;
-    transport_p->caps = DDS_TRANSPORT_CAP_THREAD_SAFE | DDS_TRANSPORT_CAP_READERS |
-                        DDS_TRANSPORT_CAP_FORK | DDS_TRANSPORT_CAP_LOCAL_SELF |
-                        (t->attr.hmem ? DDS_TRANSPORT_CAP_HMEM_CUDA | DDS_TRANSPORT_CAP_HMEM_ROCM
-                                      : 0);
-    transport_p->max_read_bytes = t->attr.max_read_bytes == SIZE_MAX ? 0 : t->attr.max_read_bytes;
+    ofi_tr_fill(t, transport_p);
     return 0;
 
 fail:
@@ -879,13 +893,7 @@ fail:
     if (t) {
         char saved[1024];
         snprintf(saved, sizeof saved, "%s", dds_last_error());
-        reader_free(t->dflt);
-        t->dflt = NULL;
-        ddofi_ep_close(t->server);
-        ddofi_fabric_close(t->fab);
-        pthread_mutex_destroy(&t->lock);
-        free(t->addrs);
-        free(t);
+        ofi_tr_free(t);
         dds_error(rc, "%s", saved);
     }
     return rc;

@@ -193,6 +193,16 @@ int dds_store_epoch_end(dds_store_t *store);
 int dds_store_var_foreach(dds_store_t *store,
                           void (*fn)(void *arg, const char *name), void *arg);
 
+/* Local (not collective): make variable `name`, published by another job,
+ * readable here (method 2 readers; the transport's region_join waits for
+ * the publisher within its timeout).  The variable has no shard on this
+ * rank (read-only here: var_update fails), its rows are owned by the
+ * publishing job's ranks (var_info's nranks), and var_free releases it
+ * like any variable.  -DDS_ENOSYS when the transport cannot join,
+ * -DDS_EEXIST when the name is live, the transport's codes otherwise
+ * (-DDS_ETIMEDOUT, -DDS_ESTALE, -DDS_ECORRUPT, -DDS_EINVAL ...). */
+int dds_store_var_join(dds_store_t *store, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -55,7 +55,21 @@ typedef struct dds_region_desc {
     /* Appended: the token shard_alloc returned with `base`, or NULL when
      * the store allocated the shard itself (malloc, in place, mirror). */
     void *alloc_token;
+    /* Appended: every rank's first global row, nranks + 1 entries (the
+     * store's layout of the variable, known when region_create is called);
+     * NULL from an older store. */
+    const int64_t *offsets;
+    int nranks;
 } dds_region_desc_t;
+
+/* What region_join found: a variable published by another job. */
+typedef struct dds_region_layout {
+    int nowners;             /* ranks of the publishing job (>= 1)          */
+    int64_t *offsets;        /* nowners + 1 first rows (malloc'ed by the
+                                transport; the store takes ownership)      */
+    size_t row_bytes, disp, itemsize;
+    dds_dtype_t dtype;
+} dds_region_layout_t;
 
 typedef struct dds_transport_ops {
     size_t size;             /* sizeof(dds_transport_ops_t) of the implementer */
@@ -121,6 +135,14 @@ typedef struct dds_transport_ops {
     int (*shard_alloc)(void *ctx, size_t bytes, void **base_p,
                        void **token_p);
     void (*shard_free)(void *ctx, void *base, void *token);
+
+    /* Optional (may be NULL): join a variable that another job published
+     * (method 2 readers).  Local, not collective; may wait (the transport's
+     * own timeout).  On success *layout_p describes the variable and
+     * *region_p is the handle for read(); region_destroy releases it
+     * locally.  On failure nothing is allocated. */
+    int (*region_join)(void *ctx, const char *name,
+                       dds_region_layout_t *layout_p, void **region_p);
 } dds_transport_ops_t;
 
 typedef struct dds_transport {

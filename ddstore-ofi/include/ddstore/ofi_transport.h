@@ -27,7 +27,8 @@ extern "C" {
 
 enum {
     DDOFI_TRANSPORT_FIELD_NIC_MAP = 1u << 0,
-    DDOFI_TRANSPORT_FIELD_PROVIDER = 1u << 1
+    DDOFI_TRANSPORT_FIELD_PROVIDER = 1u << 1,
+    DDOFI_TRANSPORT_FIELD_HANDSHAKE = 1u << 2
 };
 
 typedef struct ddofi_transport_params {
@@ -38,6 +39,21 @@ typedef struct ddofi_transport_params {
     const char *nic_map;
     /* DDSTORE_FABRIC value; unset: the environment (default auto). */
     const char *provider;
+    /* Method 2 (split jobs), when DDOFI_TRANSPORT_FIELD_HANDSHAKE is set:
+     *   n_core == 0  a core job: method 1, plus one record file per
+     *                variable in handshake_dir (ddstore/handshake_transport.h)
+     *                written by rank 0 when the variable is added, removed
+     *                when it is freed;
+     *   n_core > 0   a reader job of n_core core ranks: no shard of its own,
+     *                no collective, no server endpoint; the fabric opens at
+     *                the first join, with the provider the core job uses.
+     * handshake_dir: "" or NULL = DDSTORE_HANDSHAKE_DIR (required).
+     * exchange_ns: run namespace ("" or NULL = DDSTORE_EXCHANGE_NS; at most
+     * 63 bytes): a core job writes it into its records, a reader with a
+     * namespace accepts only records carrying the same one. */
+    const char *handshake_dir;
+    const char *exchange_ns;
+    int n_core;
 } ddofi_transport_params_t;
 
 /* Create the method-1 transport.  Collective over `comm`: every rank opens

@@ -353,8 +353,20 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (hs == NULL || ns == NULL || nic == NULL)
         goto fail;
 
-    if (pydds_comm_resolve(comm_o, (int)rank, (int)size, &cres) < 0)
+    if (method == 2 && n_core > 0 && comm_o == Py_None) {
+        /* A method-2 reader needs no communicator: every process joins and
+         * reads on its own (no MPI initialised for it). */
+        rc = dds_comm_self(&cres.comm);
+        if (rc < 0) {
+            pydds_raise(rc);
+            goto fail;
+        }
+        cres.have_comm = 1;
+        cres.kind = PYDDS_COMM_SELF;
+        cres.kind_name = "self";
+    } else if (pydds_comm_resolve(comm_o, (int)rank, (int)size, &cres) < 0) {
         goto fail;
+    }
 
     memset(&targs, 0, sizeof targs);
     targs.size = sizeof targs;
@@ -1151,16 +1163,24 @@ static PyObject *store_join(pydds_store_obj *s, PyObject *name_o)
     const char *name;
     if ((name = var_name(name_o)) == NULL || alive(s) == NULL)
         return NULL;
+    int rc;
     if (s->method != 2)
         return pydds_raise_fmt(-DDS_EINVAL,
                                "join('%s'): only method=2 readers join a "
                                "core job's variables; this store uses "
                                "method %d",
                                name, s->method);
-    return pydds_raise_fmt(-DDS_ENOSYS,
-                           "join('%s'): method 2 requires the libfabric "
-                           "transport (not built yet)",
-                           name);
+    /* Local; may wait for the core job (DDSTORE_HANDSHAKE_TIMEOUT_S) */
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    if (rc == 0) {
+        rc = dds_store_var_join(s->store, name);
+        pthread_rwlock_unlock(&s->life);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
 }
 
 static PyObject *store_enter(pydds_store_obj *s, PyObject *unused)

@@ -18,26 +18,31 @@ static int make_ofi(int method, const pydds_transport_args_t *args,
                     dds_transport_t *transport_p)
 {
 #ifdef DDSTORE_HAVE_OFI
-    /* method 1: ddstore-ofi's adapter, addresses exchanged over args->comm
-     * (DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP from the environment;
-     * nic_map= wins over DDSTORE_NIC_MAP). */
-    if (method == 1) {
-        ddofi_transport_params_t p;
-        memset(&p, 0, sizeof p);
-        if (args->nic_map != NULL && args->nic_map[0] != '\0') {
-            p.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
-            p.nic_map = args->nic_map;
-        }
-        return ddofi_transport_create(args->comm, &p, transport_p);
+    /* methods 1 and 2: ddstore-ofi's adapter, addresses exchanged over
+     * args->comm (DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP from the
+     * environment; nic_map= wins over DDSTORE_NIC_MAP).  Method 2 adds the
+     * handshake records: a core job (n_core 0) publishes one per variable,
+     * a reader job (n_core > 0) joins them. */
+    ddofi_transport_params_t p;
+    memset(&p, 0, sizeof p);
+    if (args->nic_map != NULL && args->nic_map[0] != '\0') {
+        p.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
+        p.nic_map = args->nic_map;
     }
-    /* TODO(libfabric transport owner): method 2 (handshake_dir, n_core,
-     * exchange_ns). */
+    if (method == 2) {
+        p.field_mask |= DDOFI_TRANSPORT_FIELD_HANDSHAKE;
+        p.handshake_dir = args->handshake_dir;
+        p.exchange_ns = args->exchange_ns;
+        p.n_core = args->n_core;
+    }
+    return ddofi_transport_create(args->comm, &p, transport_p);
 #endif
     (void)args;
     (void)transport_p;
     return dds_error(-DDS_ENOSYS,
-                     "method %d requires the libfabric transport (not built "
-                     "yet)",
+                     "method %d needs libfabric, and this build of pyddstore "
+                     "has none (built without libfabric or with "
+                     "--config=noofi); use method 0",
                      method);
 }
 

@@ -1,0 +1,150 @@
+/* ddstore-ofi adapter: method 2's handshake records (split jobs).
+ *
+ * A core job publishes, per variable, one record file in handshake_dir; a
+ * separate reader job parses it and reads the variable with libfabric.
+ * This header is the record format and its file I/O.  It depends on
+ * ddstore-core (errors, logging) only: no libfabric call is made here (the
+ * address and region blobs are opaque bytes, validated by ddstore-ofi when
+ * the reader imports them), so the parser can be fuzzed alone.
+ *
+ * File: {handshake_dir}/{escaped name}.ddshs, binary, little-endian, fixed
+ * sizes (format version 1):
+ *
+ *   header, DDS_HS_HEADER_BYTES:
+ *     0  magic "DDSHAKE\0"           8   u32 version (1)
+ *     12 u32 header bytes (512)      16  u64 file bytes
+ *     24 u32 CRC-32 of the file with these 4 bytes zero
+ *     28 u32 nranks                  32  u64 run id (random, one per core store)
+ *     40 i64 creation time (ns since the epoch, CLOCK_REALTIME)
+ *     48 i32 dtype (dds_dtype_t)     52  u32 flags (DDS_HS_FLAG_*)
+ *     56 u64 itemsize   64 u64 disp   72 u64 row bytes   80 u64 total rows
+ *     88 u32 rank entry bytes (480)  92  u32 reserved (0)
+ *     96 char name[256]  352 char exchange_ns[64]  416 char provider[64]
+ *     480 char domain[32]            (strings NUL-terminated, NUL-padded)
+ *   nranks entries, DDS_HS_RANK_BYTES each:
+ *     0 i64 rows   8 u64 base   16 u64 key   24 u64 bytes
+ *     32 i32 pid   36 u32 address blob length (1..DDS_HS_ADDR_MAX)
+ *     40 u64 process start time (clock ticks since boot, /proc/PID/stat
+ *        field 22; 0 = unknown)
+ *     48 char host[64]   112 u8 region blob[DDS_HS_MR_BLOB]
+ *     160 u8 address blob[DDS_HS_ADDR_MAX] (first `length` bytes used,
+ *        rest zero)
+ *
+ * Validation on parse (each failure is -DDS_ECORRUPT, or -DDS_ESTALE for a
+ * foreign format version, with a detail naming the field): magic, version,
+ * header/entry sizes, file size == header + nranks x entry, CRC, nranks in
+ * [1, DDS_HS_MAX_RANKS], every string NUL-terminated, name non-empty,
+ * dtype known, itemsize > 0, row bytes == disp x itemsize (no overflow),
+ * rows >= 0, bytes == rows x row bytes, total rows == sum of rows (no
+ * overflow), address length in range, pid > 0, creation time > 0.
+ *
+ * Thread-safety: every function is reentrant.
+ */
+#ifndef DDSTORE_HANDSHAKE_TRANSPORT_H
+#define DDSTORE_HANDSHAKE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DDS_HS_MAGIC "DDSHAKE"   /* 7 chars + NUL = 8 bytes on disk */
+#define DDS_HS_VERSION 1u
+#define DDS_HS_HEADER_BYTES 512u
+#define DDS_HS_RANK_BYTES 480u
+#define DDS_HS_NAME_MAX 255      /* == DDS_NAME_MAX */
+#define DDS_HS_NS_MAX 63
+#define DDS_HS_PROV_MAX 63
+#define DDS_HS_DOMAIN_MAX 31
+#define DDS_HS_HOST_MAX 63
+#define DDS_HS_MR_BLOB 48        /* == DDOFI_MR_BLOB_SIZE */
+#define DDS_HS_ADDR_MAX 320      /* == DDOFI_ADDR_BLOB_MAX */
+#define DDS_HS_MAX_RANKS (1 << 20)
+#define DDS_HS_SUFFIX ".ddshs"
+
+enum {
+    DDS_HS_FLAG_LOCAL_ONLY = 1u << 0  /* core served on 127.0.0.1 only */
+};
+
+typedef struct dds_hs_rank {
+    int64_t rows;
+    uint64_t base, key, bytes;
+    int32_t pid;
+    uint32_t addr_len;
+    uint64_t start_ticks;
+    char host[DDS_HS_HOST_MAX + 1];
+    unsigned char mr_blob[DDS_HS_MR_BLOB];
+    unsigned char addr[DDS_HS_ADDR_MAX];
+} dds_hs_rank_t;
+
+typedef struct dds_hs_record {
+    uint32_t version;
+    uint32_t nranks;
+    uint64_t run_id;
+    int64_t ctime_ns;
+    int32_t dtype;             /* dds_dtype_t */
+    uint32_t flags;            /* DDS_HS_FLAG_* */
+    uint64_t itemsize, disp, row_bytes, total_rows;
+    char name[DDS_HS_NAME_MAX + 1];
+    char exchange_ns[DDS_HS_NS_MAX + 1];
+    char provider[DDS_HS_PROV_MAX + 1];
+    char domain[DDS_HS_DOMAIN_MAX + 1];
+    dds_hs_rank_t *ranks;      /* nranks entries (malloc; dds_hs_record_clear) */
+} dds_hs_record_t;
+
+/* Serialise `r` (nranks entries in r->ranks; the CRC and sizes are computed
+ * here, r->version is ignored and written as DDS_HS_VERSION).  *buf_p is
+ * malloc'ed (caller frees).  Validates like the parser (a record that would
+ * not parse is not written): -DDS_EINVAL with a detail, -DDS_ENOMEM. */
+int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p);
+
+/* Parse and validate `len` bytes.  On success *r is filled (r->ranks
+ * malloc'ed); on failure *r is zeroed and nothing is allocated.  Returns 0,
+ * -DDS_ECORRUPT, -DDS_ESTALE (another format version), -DDS_ENOMEM. */
+int dds_hs_parse(const void *buf, size_t len, dds_hs_record_t *r);
+
+/* Free r->ranks and zero *r.  NULL accepted. */
+void dds_hs_record_clear(dds_hs_record_t *r);
+
+/* The record's file name for variable `name`: the name itself when it is
+ * made of [A-Za-z0-9._-] and does not start with '.', else every other byte
+ * (and a leading '.') as %XX; then DDS_HS_SUFFIX.  Writes at most `cap`
+ * bytes (NUL included); returns 0 or -DDS_EINVAL (too long / empty). */
+int dds_hs_file_name(const char *name, char *out, size_t cap);
+
+/* Create `dir` (and missing parents) with mode 0700.  An existing directory
+ * is used as it is (a warning is logged once when group or others may
+ * write to it).  Returns 0, or -DDS_EIO / -DDS_EINVAL with the path and
+ * strerror in the detail. */
+int dds_hs_dir_prepare(const char *dir);
+
+/* Write the record for r->name into `dir` atomically: a 0600 temporary file
+ * in `dir` (O_EXCL), write, fsync, rename over {dir}/{file name}, fsync the
+ * directory.  Returns 0 or -DDS_EIO / -DDS_EINVAL / -DDS_ENOMEM. */
+int dds_hs_write(const char *dir, const dds_hs_record_t *r);
+
+/* Read and parse {dir}/{file name of `name`}.  Returns 0, -DDS_ENOENT (no
+ * such file yet: the detail names the path), -DDS_EIO, or dds_hs_parse's
+ * codes (the detail names the path).  A record whose name field differs
+ * from `name` is -DDS_ECORRUPT. */
+int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r);
+
+/* Remove the record of `name` from `dir` (a missing file is not an error).
+ * Returns 0 or -DDS_EIO. */
+int dds_hs_remove(const char *dir, const char *name);
+
+/* This process's start time in clock ticks since boot (/proc/self/stat
+ * field 22), or 0 when unknown. */
+uint64_t dds_hs_self_start_ticks(void);
+
+/* Liveness of a recorded process on this host: 1 = a process with that pid
+ * runs and (when start_ticks != 0) started at that time, 0 = gone (or the
+ * pid was reused), -1 = cannot tell (e.g. no /proc). */
+int dds_hs_process_alive(int32_t pid, uint64_t start_ticks);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

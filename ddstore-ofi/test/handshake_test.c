@@ -1,0 +1,1088 @@
+/* handshake_transport.h: method 2's record format and its file I/O.
+ * Encode/parse round trips, every validation rule (with its code and a
+ * detail naming the field), truncation and extension, the CRC (checked
+ * against an independent bitwise CRC-32), the version check, file name
+ * escaping, the directory and file modes under several umasks, atomic
+ * replacement, reads of missing / foreign / oversized files, removal, and
+ * the process liveness helpers.  No hardware, no libfabric. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mkdtemp, prctl */
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "ddstore/handshake_transport.h"
+#include "ddstore/log.h"
+#include "ddstore/types.h"
+
+static char g_root[4096];
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static void make_root(void)
+{
+    const char *t = getenv("TEST_TMPDIR");
+    snprintf(g_root, sizeof g_root, "%s/hsXXXXXX", t && t[0] ? t : "/tmp");
+    if (mkdtemp(g_root) == NULL) {
+        perror("mkdtemp");
+        exit(2);
+    }
+}
+
+static void rm_rf(const char *path)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot remove %s\n", path);
+}
+
+/* Entries (not . / ..) in a directory; -1 when it cannot be opened.  The
+ * first one's name goes to `first` when given. */
+static int count_files(const char *path, char *first, size_t cap)
+{
+    DIR *d = opendir(path);
+    struct dirent *de;
+    int n = 0;
+    if (d == NULL)
+        return -1;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        if (n == 0 && first != NULL)
+            snprintf(first, cap, "%s", de->d_name);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Bitwise CRC-32 (IEEE), independent of the library's table. */
+static uint32_t crc32_bitwise(const unsigned char *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+    }
+    return c ^ 0xffffffffu;
+}
+
+/* The CRC the file should carry (its CRC field taken as zero). */
+static uint32_t file_crc(const unsigned char *b, size_t len)
+{
+    unsigned char *t = malloc(len);
+    uint32_t c;
+    memcpy(t, b, len);
+    put32(t + 24, 0);
+    c = crc32_bitwise(t, len);
+    free(t);
+    return c;
+}
+
+static void fix_crc(unsigned char *b, size_t len)
+{
+    put32(b + 24, file_crc(b, len));
+}
+
+#define RANK_OFF(i) (512u + 480u * (unsigned)(i))
+
+/* A deterministic record of n ranks (rank 1 has zero rows) named `name`.
+ * Free with dds_hs_record_clear. */
+static void make_record(dds_hs_record_t *r, uint32_t n, const char *name)
+{
+    uint64_t total = 0;
+    memset(r, 0, sizeof *r);
+    r->version = 99; /* ignored by encode */
+    r->nranks = n;
+    r->run_id = 0x0123456789abcdefull;
+    r->ctime_ns = 1700000000123456789ll;
+    r->dtype = DDS_DTYPE_FLOAT32;
+    r->flags = DDS_HS_FLAG_LOCAL_ONLY;
+    r->itemsize = 4;
+    r->disp = 3;
+    r->row_bytes = 12;
+    snprintf(r->name, sizeof r->name, "%s", name);
+    snprintf(r->exchange_ns, sizeof r->exchange_ns, "job42.0");
+    snprintf(r->provider, sizeof r->provider, "tcp;ofi_rxm");
+    snprintf(r->domain, sizeof r->domain, "lo");
+    r->ranks = calloc(n, sizeof *r->ranks);
+    if (r->ranks == NULL) {
+        perror("calloc");
+        exit(2);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        dds_hs_rank_t *k = &r->ranks[i];
+        k->rows = i == 1 ? 0 : (int64_t)(7 * i + 5);
+        k->base = 0x7f0000000000ull + 0x100000ull * i;
+        k->key = 0xabc000ull + i;
+        k->bytes = (uint64_t)k->rows * r->row_bytes;
+        k->pid = (int32_t)(4000 + i);
+        k->addr_len = i % 3 == 0 ? 16u : i % 3 == 1 ? 1u : DDS_HS_ADDR_MAX;
+        k->start_ticks = 123456u + i;
+        snprintf(k->host, sizeof k->host, "node%02u.cluster", (unsigned)i);
+        for (int j = 0; j < DDS_HS_MR_BLOB; j++)
+            k->mr_blob[j] = (unsigned char)(i * 31 + (unsigned)j);
+        for (uint32_t j = 0; j < k->addr_len; j++)
+            k->addr[j] = (unsigned char)(i * 7 + j + 1);
+        total += (uint64_t)k->rows;
+    }
+    r->total_rows = total;
+}
+
+static void check_same(const dds_hs_record_t *a, const dds_hs_record_t *b)
+{
+    CHECK_EQ_U(b->version, DDS_HS_VERSION);
+    CHECK_EQ_U(a->nranks, b->nranks);
+    CHECK_EQ_U(a->run_id, b->run_id);
+    CHECK_EQ(a->ctime_ns, b->ctime_ns);
+    CHECK_EQ(a->dtype, b->dtype);
+    CHECK_EQ_U(a->flags, b->flags);
+    CHECK_EQ_U(a->itemsize, b->itemsize);
+    CHECK_EQ_U(a->disp, b->disp);
+    CHECK_EQ_U(a->row_bytes, b->row_bytes);
+    CHECK_EQ_U(a->total_rows, b->total_rows);
+    CHECK_STREQ(a->name, b->name);
+    CHECK_STREQ(a->exchange_ns, b->exchange_ns);
+    CHECK_STREQ(a->provider, b->provider);
+    CHECK_STREQ(a->domain, b->domain);
+    if (a->nranks != b->nranks || b->ranks == NULL)
+        return;
+    for (uint32_t i = 0; i < a->nranks; i++) {
+        const dds_hs_rank_t *x = &a->ranks[i], *y = &b->ranks[i];
+        CHECK_EQ(x->rows, y->rows);
+        CHECK_EQ_U(x->base, y->base);
+        CHECK_EQ_U(x->key, y->key);
+        CHECK_EQ_U(x->bytes, y->bytes);
+        CHECK_EQ(x->pid, y->pid);
+        CHECK_EQ_U(x->addr_len, y->addr_len);
+        CHECK_EQ_U(x->start_ticks, y->start_ticks);
+        CHECK_STREQ(x->host, y->host);
+        CHECK_MEMEQ(x->mr_blob, y->mr_blob, DDS_HS_MR_BLOB);
+        CHECK_MEMEQ(x->addr, y->addr, DDS_HS_ADDR_MAX);
+    }
+}
+
+static int all_zero(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return 0;
+    return 1;
+}
+
+/* Parse must fail with `want` and a detail containing `field`; *r must be
+ * left zeroed. */
+static void expect_parse_fail(const unsigned char *b, size_t len, int want,
+                              const char *field, const char *what)
+{
+    dds_hs_record_t r;
+    unsigned char *copy = malloc(len ? len : 1); /* exact size for ASan */
+    memcpy(copy, b, len);
+    memset(&r, 0xa5, sizeof r);
+    dds_error_clear();
+    int rc = dds_hs_parse(copy, len, &r);
+    if (rc != want || strstr(dds_last_error(), field) == NULL)
+        fprintf(stderr, "  case: %s\n", what);
+    CHECK_RC(rc, want);
+    CHECK_CONTAINS(dds_last_error(), field);
+    CHECK_CONTAINS(dds_last_error(), "handshake record");
+    CHECK(all_zero(&r, sizeof r));
+    if (rc == 0)
+        dds_hs_record_clear(&r);
+    free(copy);
+}
+
+/* ---- encode / parse --------------------------------------------------------- */
+
+static void test_round_trip(void)
+{
+    static const uint32_t counts[] = {1, 2, 4, 9};
+    static const char *const names[] = {"train", "x/y z%", ".hidden",
+                                        "\xc3\xa9t\xc3\xa9"};
+    for (size_t t = 0; t < 4; t++) {
+        dds_hs_record_t r, p;
+        void *buf = NULL, *buf2 = NULL;
+        size_t len = 0, len2 = 0;
+        unsigned char *b;
+
+        make_record(&r, counts[t], names[t]);
+        if (t == 2) {
+            r.dtype = DDS_DTYPE_RAW;
+            r.itemsize = 24;
+            r.disp = 5;
+            r.row_bytes = 120;
+            r.flags = 0;
+            r.exchange_ns[0] = r.provider[0] = r.domain[0] = '\0';
+            for (uint32_t i = 0; i < r.nranks; i++)
+                r.ranks[i].bytes = (uint64_t)r.ranks[i].rows * 120;
+        }
+        CHECK_OK(dds_hs_encode(&r, &buf, &len));
+        CHECK_EQ_U(len, 512u + 480u * counts[t]);
+        b = buf;
+        if (b == NULL)
+            continue;
+        /* the layout of the header comment, independent of the parser */
+        CHECK_MEMEQ(b, "DDSHAKE\0", 8);
+        CHECK_EQ_U(get32(b + 8), 1);
+        CHECK_EQ_U(get32(b + 12), 512);
+        CHECK_EQ_U(get64(b + 16), len);
+        CHECK_EQ_U(get32(b + 24), file_crc(b, len));
+        CHECK_EQ_U(get32(b + 28), counts[t]);
+        CHECK_EQ_U(get64(b + 32), r.run_id);
+        CHECK_EQ_U(get64(b + 40), (uint64_t)r.ctime_ns);
+        CHECK_EQ_U(get32(b + 48), (uint32_t)r.dtype);
+        CHECK_EQ_U(get32(b + 52), r.flags);
+        CHECK_EQ_U(get64(b + 56), r.itemsize);
+        CHECK_EQ_U(get64(b + 64), r.disp);
+        CHECK_EQ_U(get64(b + 72), r.row_bytes);
+        CHECK_EQ_U(get64(b + 80), r.total_rows);
+        CHECK_EQ_U(get32(b + 88), 480);
+        CHECK_EQ_U(get32(b + 92), 0);
+        CHECK_STREQ((const char *)b + 96, r.name);
+        CHECK_STREQ((const char *)b + 352, r.exchange_ns);
+        CHECK_STREQ((const char *)b + 416, r.provider);
+        CHECK_STREQ((const char *)b + 480, r.domain);
+        for (uint32_t i = 0; i < counts[t]; i++) {
+            const unsigned char *e = b + RANK_OFF(i);
+            CHECK_EQ_U(get64(e + 0), (uint64_t)r.ranks[i].rows);
+            CHECK_EQ_U(get64(e + 8), r.ranks[i].base);
+            CHECK_EQ_U(get64(e + 16), r.ranks[i].key);
+            CHECK_EQ_U(get64(e + 24), r.ranks[i].bytes);
+            CHECK_EQ_U(get32(e + 32), (uint32_t)r.ranks[i].pid);
+            CHECK_EQ_U(get32(e + 36), r.ranks[i].addr_len);
+            CHECK_EQ_U(get64(e + 40), r.ranks[i].start_ticks);
+            CHECK_STREQ((const char *)e + 48, r.ranks[i].host);
+            CHECK_MEMEQ(e + 112, r.ranks[i].mr_blob, DDS_HS_MR_BLOB);
+            CHECK_MEMEQ(e + 160, r.ranks[i].addr, DDS_HS_ADDR_MAX);
+        }
+        CHECK_OK(dds_hs_parse(buf, len, &p));
+        check_same(&r, &p);
+        /* deterministic, and the parsed record re-encodes to the same bytes */
+        CHECK_OK(dds_hs_encode(&p, &buf2, &len2));
+        CHECK_EQ_U(len2, len);
+        if (buf2 != NULL && len2 == len)
+            CHECK_MEMEQ(buf, buf2, len);
+        free(buf2);
+        dds_hs_record_clear(&p);
+        CHECK(all_zero(&p, sizeof p));
+        free(buf);
+        dds_hs_record_clear(&r);
+    }
+    dds_hs_record_clear(NULL);
+
+    /* garbage after a string's NUL in the caller's struct is not written */
+    {
+        dds_hs_record_t r, p;
+        void *buf = NULL;
+        size_t len = 0;
+        make_record(&r, 2, "pad");
+        memset(r.name + 4, 'Z', sizeof r.name - 5);
+        memset(r.ranks[0].host + 15, 'Q', 10);
+        memset(r.ranks[0].addr + 16, 0xee, 8);
+        CHECK_OK(dds_hs_encode(&r, &buf, &len));
+        CHECK_OK(dds_hs_parse(buf, len, &p));
+        CHECK_STREQ(p.name, "pad");
+        CHECK(all_zero(p.name + 3, sizeof p.name - 3));
+        CHECK(all_zero(p.ranks[0].addr + 16, DDS_HS_ADDR_MAX - 16));
+        dds_hs_record_clear(&p);
+        free(buf);
+        dds_hs_record_clear(&r);
+    }
+}
+
+typedef void (*mutate_fn)(dds_hs_record_t *r);
+
+static void m_nranks0(dds_hs_record_t *r) { r->nranks = 0; }
+static void m_ctime0(dds_hs_record_t *r) { r->ctime_ns = 0; }
+static void m_ctime_neg(dds_hs_record_t *r) { r->ctime_ns = -5; }
+static void m_name_empty(dds_hs_record_t *r) { r->name[0] = '\0'; }
+static void m_name_unterm(dds_hs_record_t *r)
+{
+    memset(r->name, 'n', sizeof r->name);
+}
+static void m_ns_unterm(dds_hs_record_t *r)
+{
+    memset(r->exchange_ns, 's', sizeof r->exchange_ns);
+}
+static void m_prov_unterm(dds_hs_record_t *r)
+{
+    memset(r->provider, 'p', sizeof r->provider);
+}
+static void m_dom_unterm(dds_hs_record_t *r)
+{
+    memset(r->domain, 'd', sizeof r->domain);
+}
+static void m_dtype_neg(dds_hs_record_t *r) { r->dtype = -1; }
+static void m_dtype_big(dds_hs_record_t *r) { r->dtype = DDS_DTYPE_COUNT; }
+static void m_itemsize0(dds_hs_record_t *r)
+{
+    r->dtype = DDS_DTYPE_RAW;
+    r->itemsize = 0;
+    r->row_bytes = 0;
+}
+static void m_itemsize_dtype(dds_hs_record_t *r)
+{
+    r->itemsize = 8; /* float32 */
+    r->row_bytes = 24;
+    for (uint32_t i = 0; i < r->nranks; i++)
+        r->ranks[i].bytes = (uint64_t)r->ranks[i].rows * 24;
+}
+static void m_disp0(dds_hs_record_t *r)
+{
+    r->disp = 0;
+    r->row_bytes = 0;
+}
+static void m_row_bytes(dds_hs_record_t *r) { r->row_bytes = 13; }
+static void m_row_overflow(dds_hs_record_t *r)
+{
+    r->dtype = DDS_DTYPE_RAW;
+    r->itemsize = 16;
+    r->disp = (uint64_t)1 << 61;
+    r->row_bytes = 0; /* 2^65 mod 2^64 */
+}
+static void m_total(dds_hs_record_t *r) { r->total_rows++; }
+static void m_rows_neg(dds_hs_record_t *r)
+{
+    r->ranks[1].rows = -1;
+    r->ranks[1].bytes = (uint64_t)-12;
+}
+static void m_bytes(dds_hs_record_t *r) { r->ranks[2].bytes++; }
+static void m_bytes_overflow(dds_hs_record_t *r)
+{
+    r->ranks[0].rows = INT64_MAX / 4;
+    r->ranks[0].bytes = (uint64_t)(INT64_MAX / 4) * 12u; /* wrapped */
+    r->total_rows = 0;
+    for (uint32_t i = 0; i < r->nranks; i++)
+        r->total_rows += (uint64_t)r->ranks[i].rows;
+}
+static void m_sum_overflow(dds_hs_record_t *r)
+{
+    r->dtype = DDS_DTYPE_UINT8;
+    r->itemsize = 1;
+    r->disp = 1;
+    r->row_bytes = 1;
+    r->ranks[0].rows = r->ranks[2].rows = INT64_MAX / 2 + 1;
+    for (uint32_t i = 0; i < r->nranks; i++)
+        r->ranks[i].bytes = (uint64_t)r->ranks[i].rows;
+    r->total_rows = (uint64_t)INT64_MAX + 1 + (uint64_t)r->ranks[3].rows;
+}
+static void m_pid0(dds_hs_record_t *r) { r->ranks[3].pid = 0; }
+static void m_pid_neg(dds_hs_record_t *r) { r->ranks[0].pid = -7; }
+static void m_addr0(dds_hs_record_t *r) { r->ranks[0].addr_len = 0; }
+static void m_addr_big(dds_hs_record_t *r)
+{
+    r->ranks[2].addr_len = DDS_HS_ADDR_MAX + 1;
+}
+static void m_host_unterm(dds_hs_record_t *r)
+{
+    memset(r->ranks[1].host, 'h', sizeof r->ranks[1].host);
+}
+
+static const struct {
+    mutate_fn fn;
+    const char *field;
+} mutations[] = {
+    {m_ctime0, "creation time 0"},
+    {m_ctime_neg, "creation time -5"},
+    {m_name_empty, "name is empty"},
+    {m_name_unterm, "name is not NUL-terminated"},
+    {m_ns_unterm, "exchange_ns is not NUL-terminated"},
+    {m_prov_unterm, "provider is not NUL-terminated"},
+    {m_dom_unterm, "domain is not NUL-terminated"},
+    {m_dtype_neg, "dtype -1"},
+    {m_dtype_big, "dtype 7"},
+    {m_itemsize0, "itemsize 0"},
+    {m_itemsize_dtype, "itemsize 8 does not match dtype float32"},
+    {m_disp0, "disp 0"},
+    {m_row_bytes, "row bytes 13 != disp 3 x itemsize 4"},
+    {m_row_overflow, "row bytes: disp 2305843009213693952 x itemsize 16 "
+                     "overflows"},
+    {m_total, "total rows"},
+    {m_rows_neg, "rank 1: rows -1"},
+    {m_bytes, "rank 2: bytes"},
+    {m_bytes_overflow, "rank 0: bytes: rows 2305843009213693951 x row "
+                       "bytes 12 overflows"},
+    {m_sum_overflow, "total rows: the sum of the ranks' rows overflows at "
+                     "rank 2"},
+    {m_pid0, "rank 3: pid 0"},
+    {m_pid_neg, "rank 0: pid -7"},
+    {m_addr0, "rank 0: address length 0 outside [1, 320]"},
+    {m_addr_big, "rank 2: address length 321 outside [1, 320]"},
+    {m_host_unterm, "rank 1: host is not NUL-terminated"},
+};
+
+/* Every rule, on both sides: encode refuses the record (-DDS_EINVAL) and a
+ * file carrying it (written by hand, CRC fixed) does not parse
+ * (-DDS_ECORRUPT); both details name the field. */
+static void test_field_rules(void)
+{
+    dds_hs_record_t good;
+    void *gbuf = NULL;
+    size_t glen = 0;
+
+    make_record(&good, 4, "rules");
+    CHECK_OK(dds_hs_encode(&good, &gbuf, &glen));
+    if (gbuf == NULL)
+        return;
+    for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
+        dds_hs_record_t r;
+        void *buf = (void *)1;
+        size_t len = 7;
+        unsigned char *b = malloc(glen);
+        make_record(&r, 4, "rules");
+        mutations[m].fn(&r);
+        dds_error_clear();
+        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), mutations[m].field);
+        CHECK(buf == NULL && len == 0);
+
+        /* the same record, serialised by hand from the good bytes */
+        memcpy(b, gbuf, glen);
+        put64(b + 40, (uint64_t)r.ctime_ns);
+        put32(b + 48, (uint32_t)r.dtype);
+        put64(b + 56, r.itemsize);
+        put64(b + 64, r.disp);
+        put64(b + 72, r.row_bytes);
+        put64(b + 80, r.total_rows);
+        memcpy(b + 96, r.name, 256);
+        memcpy(b + 352, r.exchange_ns, 64);
+        memcpy(b + 416, r.provider, 64);
+        memcpy(b + 480, r.domain, 32);
+        for (uint32_t i = 0; i < 4; i++) {
+            unsigned char *e = b + RANK_OFF(i);
+            put64(e + 0, (uint64_t)r.ranks[i].rows);
+            put64(e + 24, r.ranks[i].bytes);
+            put32(e + 32, (uint32_t)r.ranks[i].pid);
+            put32(e + 36, r.ranks[i].addr_len);
+            memcpy(e + 48, r.ranks[i].host, 64);
+        }
+        fix_crc(b, glen);
+        expect_parse_fail(b, glen, -DDS_ECORRUPT, mutations[m].field,
+                          mutations[m].field);
+        free(b);
+        dds_hs_record_clear(&r);
+    }
+
+    /* encode-only argument checks */
+    {
+        void *buf;
+        size_t len;
+        dds_hs_record_t r;
+        make_record(&r, 2, "args");
+        CHECK_RC(dds_hs_encode(NULL, &buf, &len), -DDS_EINVAL);
+        CHECK_RC(dds_hs_encode(&r, NULL, &len), -DDS_EINVAL);
+        CHECK_RC(dds_hs_encode(&r, &buf, NULL), -DDS_EINVAL);
+        m_nranks0(&r);
+        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "nranks 0 outside [1, 1048576]");
+        r.nranks = DDS_HS_MAX_RANKS + 1;
+        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "nranks 1048577");
+        r.nranks = 2;
+        free(r.ranks);
+        r.ranks = NULL;
+        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "ranks is NULL");
+    }
+    free(gbuf);
+    dds_hs_record_clear(&good);
+}
+
+/* Header words and byte-level rules that only a file can break. */
+static void test_header_rules(void)
+{
+    dds_hs_record_t r;
+    void *gbuf = NULL;
+    size_t glen = 0;
+    unsigned char *b;
+
+    make_record(&r, 3, "hdr");
+    CHECK_OK(dds_hs_encode(&r, &gbuf, &glen));
+    if (gbuf == NULL)
+        return;
+    b = malloc(glen + 960);
+
+#define RESET() (memcpy(b, gbuf, glen))
+    RESET();
+    b[3] ^= 0x20;
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "bad magic", "magic");
+    RESET();
+    b[7] = 'X'; /* the magic's NUL */
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "bad magic", "magic NUL");
+
+    /* versions: another format is -DDS_ESTALE, whatever follows */
+    RESET();
+    put32(b + 8, 2);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ESTALE,
+                      "format version 2, this reader understands 1 (record "
+                      "written by another ddstore version)",
+                      "version 2");
+    RESET();
+    put32(b + 8, 7);
+    expect_parse_fail(b, 12, -DDS_ESTALE, "format version 7", "version 7");
+    RESET();
+    put32(b + 8, 0);
+    expect_parse_fail(b, glen, -DDS_ESTALE, "format version 0", "version 0");
+
+    RESET();
+    put32(b + 12, 513);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "header bytes 513, expected 512",
+                      "header bytes");
+    RESET();
+    put32(b + 88, 479);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                      "rank entry bytes 479, expected 480", "entry bytes");
+    RESET();
+    put32(b + 28, 0);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "nranks 0 outside [1, 1048576]",
+                      "nranks 0");
+    RESET();
+    put32(b + 28, DDS_HS_MAX_RANKS + 1);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                      "nranks 1048577 outside [1, 1048576]", "nranks max+1");
+    RESET();
+    put32(b + 28, 0xffffffffu);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "nranks 4294967295",
+                      "nranks ~0");
+    RESET();
+    put32(b + 28, 2); /* the file holds 3 */
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                      "file bytes 1952, expected 1472 for nranks 2",
+                      "nranks 2 of 3");
+    RESET();
+    put64(b + 16, glen + 1);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "file bytes 1953",
+                      "file bytes");
+    RESET();
+    put64(b + 16, (uint64_t)1 << 63);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "file bytes", "file bytes huge");
+    RESET();
+    put32(b + 92, 1);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "reserved 0x00000001",
+                      "reserved");
+
+    /* padding after strings and the address blob */
+    RESET();
+    b[96 + 10] = 'x'; /* "hdr\0" then padding */
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                      "name has non-zero padding after its NUL",
+                      "name padding");
+    RESET();
+    b[352 + 63] = 1;
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "exchange_ns has non-zero",
+                      "ns padding");
+    RESET();
+    b[416 + 40] = 1;
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "provider has non-zero",
+                      "provider padding");
+    RESET();
+    b[480 + 31] = 1;
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "domain has non-zero",
+                      "domain padding");
+    RESET();
+    b[RANK_OFF(1) + 48 + 63] = 1;
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT, "rank 1: host has non-zero",
+                      "host padding");
+    RESET();
+    b[RANK_OFF(0) + 160 + 16] = 1; /* rank 0's blob is 16 bytes */
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                      "rank 0: address blob has non-zero bytes after its "
+                      "length 16",
+                      "addr padding");
+    /* region blob and flags are opaque: any bytes parse */
+    RESET();
+    memset(b + RANK_OFF(2) + 112, 0xff, DDS_HS_MR_BLOB);
+    put32(b + 52, 0xfffffffeu);
+    fix_crc(b, glen);
+    {
+        dds_hs_record_t p;
+        CHECK_OK(dds_hs_parse(b, glen, &p));
+        CHECK_EQ_U(p.flags, 0xfffffffeu);
+        CHECK_EQ(p.ranks[2].mr_blob[47], 0xff);
+        dds_hs_record_clear(&p);
+    }
+
+    /* CRC: one flipped bit anywhere, or a wrong CRC field */
+    {
+        static const size_t spots[] = {33, 40, 100, 500, 512 + 3,
+                                       512 + 60, 512 + 120, 512 + 479,
+                                       512 + 480 + 200, 1951};
+        for (size_t s = 0; s < sizeof spots / sizeof spots[0]; s++) {
+            RESET();
+            b[spots[s]] ^= 0x01;
+            expect_parse_fail(b, glen, -DDS_ECORRUPT,
+                              "CRC mismatch (file is corrupted or was "
+                              "modified)",
+                              "bit flip");
+        }
+        RESET();
+        put32(b + 24, get32(b + 24) + 1);
+        expect_parse_fail(b, glen, -DDS_ECORRUPT, "CRC mismatch", "crc field");
+    }
+
+    /* truncated at many lengths, and extended */
+    {
+        static const size_t cuts[] = {0, 1, 7, 8, 11, 12, 13, 100, 511, 512,
+                                      513, 991, 992, 1471, 1951};
+        for (size_t s = 0; s < sizeof cuts / sizeof cuts[0]; s++) {
+            RESET();
+            expect_parse_fail(b, cuts[s], -DDS_ECORRUPT, "truncated",
+                              "truncated");
+        }
+        RESET();
+        b[glen] = 0;
+        expect_parse_fail(b, glen + 1, -DDS_ECORRUPT, "trailing data",
+                          "one more byte");
+        /* a whole extra (copied) entry without nranks saying so */
+        RESET();
+        memcpy(b + glen, b + RANK_OFF(2), 480);
+        fix_crc(b, glen + 480);
+        expect_parse_fail(b, glen + 480, -DDS_ECORRUPT, "trailing data",
+                          "one more entry");
+        /* ... and with nranks / file bytes saying so: parses */
+        put32(b + 28, 4);
+        put64(b + 16, glen + 480);
+        put64(b + 80, r.total_rows + (uint64_t)r.ranks[2].rows);
+        fix_crc(b, glen + 480);
+        {
+            dds_hs_record_t p;
+            CHECK_OK(dds_hs_parse(b, glen + 480, &p));
+            CHECK_EQ_U(p.nranks, 4);
+            CHECK_EQ(p.ranks[3].rows, r.ranks[2].rows);
+            dds_hs_record_clear(&p);
+        }
+    }
+
+    /* NULL arguments */
+    {
+        dds_hs_record_t p;
+        CHECK_RC(dds_hs_parse(gbuf, glen, NULL), -DDS_EINVAL);
+        CHECK_RC(dds_hs_parse(NULL, 10, &p), -DDS_EINVAL);
+        CHECK_RC(dds_hs_parse(NULL, 0, &p), -DDS_ECORRUPT);
+    }
+#undef RESET
+    free(b);
+    free(gbuf);
+    dds_hs_record_clear(&r);
+}
+
+/* ---- file names -------------------------------------------------------------- */
+
+static void test_file_name(void)
+{
+    static const struct {
+        const char *name, *file;
+    } cases[] = {
+        {"train", "train.ddshs"},
+        {"a.b-c_D9", "a.b-c_D9.ddshs"},
+        {".hidden", "%2Ehidden.ddshs"},
+        {"..", "%2E..ddshs"},
+        {"a.", "a..ddshs"},
+        {"-x", "-x.ddshs"},
+        {"x/y z", "x%2Fy%20z.ddshs"},
+        {"50%", "50%25.ddshs"},
+        {"\xc3\xa9", "%C3%A9.ddshs"},
+        {"\x01\x7f\xff", "%01%7F%FF.ddshs"},
+        {"a\\b:c*?", "a%5Cb%3Ac%2A%3F.ddshs"},
+    };
+    char out[1024], big[300];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t need = strlen(cases[i].file) + 1;
+        memset(out, 'Z', sizeof out);
+        CHECK_OK(dds_hs_file_name(cases[i].name, out, sizeof out));
+        CHECK_STREQ(out, cases[i].file);
+        /* exactly enough room, and one byte less */
+        CHECK_OK(dds_hs_file_name(cases[i].name, out, need));
+        CHECK_STREQ(out, cases[i].file);
+        memset(out, 'Z', sizeof out);
+        CHECK_RC(dds_hs_file_name(cases[i].name, out, need - 1), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "too long");
+        CHECK_EQ(out[0], 'Z'); /* nothing written */
+    }
+    CHECK_RC(dds_hs_file_name("", out, sizeof out), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "empty");
+    CHECK_RC(dds_hs_file_name(NULL, out, sizeof out), -DDS_EINVAL);
+    CHECK_RC(dds_hs_file_name("x", NULL, 10), -DDS_EINVAL);
+    CHECK_RC(dds_hs_file_name("x", out, 0), -DDS_EINVAL);
+    /* names: up to DDS_HS_NAME_MAX bytes */
+    memset(big, 'a', sizeof big);
+    big[DDS_HS_NAME_MAX] = '\0';
+    CHECK_OK(dds_hs_file_name(big, out, sizeof out));
+    CHECK_EQ(strlen(out), DDS_HS_NAME_MAX + 6);
+    big[DDS_HS_NAME_MAX] = 'a';
+    big[DDS_HS_NAME_MAX + 1] = '\0';
+    CHECK_RC(dds_hs_file_name(big, out, sizeof out), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "longer than 255");
+    /* distinct names, distinct files (the escape is one-to-one) */
+    {
+        char a[64], b[64];
+        CHECK_OK(dds_hs_file_name("%2E", a, sizeof a));
+        CHECK_OK(dds_hs_file_name(".", b, sizeof b));
+        CHECK(strcmp(a, b) != 0);
+    }
+}
+
+/* ---- directories and files ------------------------------------------------------ */
+
+static int g_warns;
+static char g_warn_line[1024];
+
+static void capture(void *arg, dds_log_level_t level, dds_log_subsys_t subsys,
+                    const char *line)
+{
+    (void)arg;
+    if (level == DDS_LOG_WARN && subsys == DDS_SUBSYS_OFI) {
+        g_warns++;
+        snprintf(g_warn_line, sizeof g_warn_line, "%s", line);
+    }
+}
+
+static int mode_of(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) < 0)
+        return -1;
+    return (int)(st.st_mode & 07777);
+}
+
+static void test_dir_prepare(void)
+{
+    static const mode_t masks[] = {0, 022, 077, 0277, 0777};
+    char dir[4400], sub[4500];
+    mode_t old = umask(0);
+
+    for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
+        umask(masks[m]);
+        snprintf(dir, sizeof dir, "%s/mask%zu/a//b/c/", g_root, m);
+        CHECK_OK(dds_hs_dir_prepare(dir));
+        umask(0);
+        snprintf(sub, sizeof sub, "%s/mask%zu", g_root, m);
+        CHECK_EQ(mode_of(sub), 0700);
+        snprintf(sub, sizeof sub, "%s/mask%zu/a", g_root, m);
+        CHECK_EQ(mode_of(sub), 0700);
+        snprintf(sub, sizeof sub, "%s/mask%zu/a/b/c", g_root, m);
+        CHECK_EQ(mode_of(sub), 0700);
+        /* again: nothing to do */
+        CHECK_OK(dds_hs_dir_prepare(dir));
+    }
+    umask(0);
+
+    /* existing directories are used as they are; group/other-writable ones
+     * warn once */
+    dds_log_set_level(DDS_LOG_WARN);
+    dds_log_set_sink(capture, NULL);
+    snprintf(dir, sizeof dir, "%s/shared755", g_root);
+    CHECK_OK(mkdir(dir, 0755));
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_EQ(mode_of(dir), 0755);
+    CHECK_EQ(g_warns, 0);
+    snprintf(dir, sizeof dir, "%s/shared777", g_root);
+    CHECK_OK(mkdir(dir, 0777));
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_EQ(mode_of(dir), 0777);
+    CHECK_EQ(g_warns, 1);
+    CHECK_CONTAINS(g_warn_line, dir);
+    CHECK_CONTAINS(g_warn_line, "writable");
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    snprintf(dir, sizeof dir, "%s/shared770", g_root);
+    CHECK_OK(mkdir(dir, 0770));
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_EQ(g_warns, 1); /* once */
+    dds_log_set_sink(NULL, NULL);
+    umask(old);
+
+    /* not a directory, empty */
+    snprintf(dir, sizeof dir, "%s/file", g_root);
+    {
+        int fd = open(dir, O_CREAT | O_WRONLY, 0600);
+        CHECK(fd >= 0);
+        close(fd);
+    }
+    CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), dir);
+    CHECK_CONTAINS(dds_last_error(), "not a directory");
+    snprintf(sub, sizeof sub, "%s/below", dir);
+    CHECK_RC(dds_hs_dir_prepare(sub), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), dir);
+    CHECK_RC(dds_hs_dir_prepare(""), -DDS_EINVAL);
+    CHECK_RC(dds_hs_dir_prepare(NULL), -DDS_EINVAL);
+}
+
+static void test_write_read(void)
+{
+    char dir[4400], path[4600], first[300];
+    dds_hs_record_t r, p;
+    mode_t old;
+    int n;
+
+    snprintf(dir, sizeof dir, "%s/rw/hs", g_root);
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    make_record(&r, 4, "train/x y");
+
+    /* mode 0600 whatever the umask */
+    old = umask(0277);
+    CHECK_OK(dds_hs_write(dir, &r));
+    umask(old);
+    snprintf(path, sizeof path, "%s/train%%2Fx%%20y.ddshs", dir);
+    CHECK_EQ(mode_of(path), 0600);
+    n = count_files(dir, first, sizeof first);
+    CHECK_EQ(n, 1);
+    CHECK_STREQ(first, "train%2Fx%20y.ddshs");
+    CHECK_OK(dds_hs_read(dir, "train/x y", &p));
+    check_same(&r, &p);
+    dds_hs_record_clear(&p);
+
+    /* atomic replacement: the second write wins, no temporary files left */
+    r.run_id = 0x42;
+    r.ranks[3].pid = 31337;
+    old = umask(0);
+    CHECK_OK(dds_hs_write(dir, &r));
+    umask(old);
+    CHECK_EQ(mode_of(path), 0600);
+    CHECK_OK(dds_hs_read(dir, "train/x y", &p));
+    CHECK_EQ_U(p.run_id, 0x42);
+    CHECK_EQ(p.ranks[3].pid, 31337);
+    dds_hs_record_clear(&p);
+    CHECK_EQ(count_files(dir, NULL, 0), 1);
+
+    /* a record that does not encode is not written */
+    r.ranks[0].pid = 0;
+    CHECK_RC(dds_hs_write(dir, &r), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "pid 0");
+    r.ranks[0].pid = 4000;
+    CHECK_EQ(count_files(dir, NULL, 0), 1);
+    /* into a directory that does not exist: -DDS_EIO, nothing left */
+    snprintf(path, sizeof path, "%s/rw/missing", g_root);
+    CHECK_RC(dds_hs_write(path, &r), -DDS_EIO);
+    CHECK_CONTAINS(dds_last_error(), path);
+    CHECK_RC(dds_hs_write(NULL, &r), -DDS_EINVAL);
+    CHECK_RC(dds_hs_write(dir, NULL), -DDS_EINVAL);
+
+    /* missing record */
+    memset(&p, 0x5a, sizeof p);
+    CHECK_RC(dds_hs_read(dir, "nope", &p), -DDS_ENOENT);
+    CHECK_CONTAINS(dds_last_error(), "nope.ddshs");
+    CHECK_CONTAINS(dds_last_error(), dir);
+    CHECK(all_zero(&p, sizeof p));
+
+    /* a record under another variable's file name */
+    {
+        char from[4600], to[4600];
+        snprintf(from, sizeof from, "%s/train%%2Fx%%20y.ddshs", dir);
+        snprintf(to, sizeof to, "%s/other.ddshs", dir);
+        CHECK_OK(link(from, to));
+        CHECK_RC(dds_hs_read(dir, "other", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), "other.ddshs");
+        CHECK_CONTAINS(dds_last_error(), "holds variable 'train/x y'");
+        CHECK(all_zero(&p, sizeof p));
+        CHECK_OK(dds_hs_remove(dir, "other"));
+    }
+
+    /* a corrupted file: the detail names the path and the field */
+    {
+        char fn[4600];
+        unsigned char byte = 0;
+        int fd;
+        snprintf(fn, sizeof fn, "%s/train%%2Fx%%20y.ddshs", dir);
+        fd = open(fn, O_RDWR);
+        CHECK(fd >= 0);
+        CHECK_EQ(pread(fd, &byte, 1, 600), 1);
+        byte ^= 0x40;
+        CHECK_EQ(pwrite(fd, &byte, 1, 600), 1);
+        close(fd);
+        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), fn);
+        CHECK_CONTAINS(dds_last_error(), "CRC mismatch");
+        /* truncated on disk */
+        CHECK_OK(truncate(fn, 700));
+        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), "truncated");
+        /* far too large: refused before reading (a sparse file) */
+        CHECK_OK(truncate(fn, 512 + 480ll * (DDS_HS_MAX_RANKS + 1)));
+        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), "more than the largest record");
+        /* another format version */
+        CHECK_OK(dds_hs_write(dir, &r));
+        fd = open(fn, O_RDWR);
+        CHECK(fd >= 0);
+        byte = 2;
+        CHECK_EQ(pwrite(fd, &byte, 1, 8), 1);
+        close(fd);
+        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ESTALE);
+        CHECK_CONTAINS(dds_last_error(), fn);
+        CHECK_CONTAINS(dds_last_error(), "format version 2");
+    }
+
+    /* not a regular file */
+    snprintf(path, sizeof path, "%s/adir.ddshs", dir);
+    CHECK_OK(mkdir(path, 0700));
+    CHECK_RC(dds_hs_read(dir, "adir", &p), -DDS_EIO);
+    CHECK_OK(rmdir(path));
+
+    /* remove; a missing file is fine */
+    CHECK_OK(dds_hs_remove(dir, "train/x y"));
+    CHECK_EQ(count_files(dir, NULL, 0), 0);
+    CHECK_OK(dds_hs_remove(dir, "train/x y"));
+    CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ENOENT);
+    CHECK_RC(dds_hs_remove(dir, ""), -DDS_EINVAL);
+
+    /* many names, one file each */
+    {
+        static const char *const names[] = {"a", ".b", "c d", "e%f", "g.h"};
+        for (int i = 0; i < 5; i++) {
+            snprintf(r.name, sizeof r.name, "%s", names[i]);
+            CHECK_OK(dds_hs_write(dir, &r));
+        }
+        CHECK_EQ(count_files(dir, NULL, 0), 5);
+        for (int i = 0; i < 5; i++) {
+            CHECK_OK(dds_hs_read(dir, names[i], &p));
+            CHECK_STREQ(p.name, names[i]);
+            dds_hs_record_clear(&p);
+            CHECK_OK(dds_hs_remove(dir, names[i]));
+        }
+        CHECK_EQ(count_files(dir, NULL, 0), 0);
+    }
+    dds_hs_record_clear(&r);
+}
+
+/* ---- processes ---------------------------------------------------------------------- */
+
+static void test_process(void)
+{
+    uint64_t t = dds_hs_self_start_ticks();
+    char oldname[32] = {0};
+    int pfd[2];
+    pid_t child;
+    int st;
+
+    CHECK(t != 0);
+    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t), 1);
+    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), 0), 1);
+    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t + 1), 0);
+    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t - 1), 0);
+    CHECK_EQ(dds_hs_process_alive(0, 0), 0);
+    CHECK_EQ(dds_hs_process_alive(-1, 0), 0);
+
+    /* a command name with spaces and parentheses does not fool the parser */
+    CHECK_OK(prctl(PR_GET_NAME, oldname, 0, 0, 0));
+    CHECK_OK(prctl(PR_SET_NAME, "x) 1 2 (y", 0, 0, 0));
+    CHECK_EQ_U(dds_hs_self_start_ticks(), t);
+    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t), 1);
+    CHECK_OK(prctl(PR_SET_NAME, oldname, 0, 0, 0));
+
+    /* a live child that reports its own start time */
+    CHECK_OK(pipe(pfd));
+    child = fork();
+    if (child == 0) {
+        uint64_t mine = dds_hs_self_start_ticks();
+        close(pfd[0]);
+        if (write(pfd[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
+            _exit(3);
+        pause();
+        _exit(0);
+    }
+    CHECK(child > 0);
+    close(pfd[1]);
+    {
+        uint64_t ct = 0;
+        CHECK_EQ(read(pfd[0], &ct, sizeof ct), (ssize_t)sizeof ct);
+        close(pfd[0]);
+        CHECK(ct != 0);
+        CHECK(ct >= t);
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 1);
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct + 5), 0);
+        /* exited but not reaped (a zombie): gone */
+        CHECK_OK(kill(child, SIGKILL));
+        {
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            CHECK_OK(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT));
+        }
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 0);
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+        /* reaped */
+        CHECK_EQ(waitpid(child, &st, 0), child);
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 0);
+        CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+    }
+
+    /* a short-lived child, reaped before the question */
+    child = fork();
+    if (child == 0)
+        _exit(0);
+    CHECK(child > 0);
+    CHECK_EQ(waitpid(child, &st, 0), child);
+    CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+}
+
+int main(void)
+{
+    make_root();
+    RUN_TEST(test_round_trip);
+    RUN_TEST(test_field_rules);
+    RUN_TEST(test_header_rules);
+    RUN_TEST(test_file_name);
+    RUN_TEST(test_dir_prepare);
+    RUN_TEST(test_write_read);
+    RUN_TEST(test_process);
+    rm_rf(g_root);
+    return CHECK_SUMMARY();
+}

@@ -1,0 +1,1050 @@
+/* ddstore-ofi adapter: method 2's handshake records
+ * (include/ddstore/handshake_transport.h).  libc + ddstore-core only (errors,
+ * logging, dtype sizes); no libfabric call, so the parser can be fuzzed alone
+ * (fuzz/handshake_fuzz.c).
+ *
+ * Byte order: every integer is read and written byte by byte
+ * (little-endian), never through a cast of the buffer, so the code does not
+ * depend on the host's endianness or on alignment.
+ *
+ * Parse order: magic, version (-DDS_ESTALE), sizes (header, entry, nranks,
+ * file bytes against the length we hold), CRC, then the fields.  Each
+ * failure names the field; dds_hs_read puts the file's path in front.
+ *
+ * Beyond the header's list, the parser (and the encoder) also reject what the
+ * encoder never writes and the reader could trip over: the reserved word
+ * non-zero, bytes after a string's NUL or after the address blob's length
+ * non-zero, disp == 0, and an itemsize that differs from a typed dtype's
+ * size (the store refuses both at add time).  So a record that parses
+ * re-encodes to the same bytes.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW */
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "ddstore/errors.h"
+#include "ddstore/handshake_transport.h"
+#include "ddstore/log.h"
+#include "ddstore/types.h"
+
+/* ---- layout ------------------------------------------------------------ */
+
+enum {
+    /* header */
+    OFF_MAGIC = 0,
+    OFF_VERSION = 8,
+    OFF_HDR_BYTES = 12,
+    OFF_FILE_BYTES = 16,
+    OFF_CRC = 24,
+    OFF_NRANKS = 28,
+    OFF_RUN_ID = 32,
+    OFF_CTIME = 40,
+    OFF_DTYPE = 48,
+    OFF_FLAGS = 52,
+    OFF_ITEMSIZE = 56,
+    OFF_DISP = 64,
+    OFF_ROW_BYTES = 72,
+    OFF_TOTAL_ROWS = 80,
+    OFF_ENTRY_BYTES = 88,
+    OFF_RESERVED = 92,
+    OFF_NAME = 96,
+    OFF_NS = 352,
+    OFF_PROV = 416,
+    OFF_DOMAIN = 480,
+    /* rank entry */
+    ROFF_ROWS = 0,
+    ROFF_BASE = 8,
+    ROFF_KEY = 16,
+    ROFF_BYTES = 24,
+    ROFF_PID = 32,
+    ROFF_ADDR_LEN = 36,
+    ROFF_START = 40,
+    ROFF_HOST = 48,
+    ROFF_MR = 112,
+    ROFF_ADDR = 160
+};
+
+#define FIELD_SIZE(type, f) sizeof(((type *)0)->f)
+
+_Static_assert(OFF_NAME + FIELD_SIZE(dds_hs_record_t, name) == OFF_NS,
+               "name field");
+_Static_assert(OFF_NS + FIELD_SIZE(dds_hs_record_t, exchange_ns) == OFF_PROV,
+               "exchange_ns field");
+_Static_assert(OFF_PROV + FIELD_SIZE(dds_hs_record_t, provider) == OFF_DOMAIN,
+               "provider field");
+_Static_assert(OFF_DOMAIN + FIELD_SIZE(dds_hs_record_t, domain) ==
+                   DDS_HS_HEADER_BYTES,
+               "domain field");
+_Static_assert(ROFF_HOST + FIELD_SIZE(dds_hs_rank_t, host) == ROFF_MR,
+               "host field");
+_Static_assert(ROFF_MR + FIELD_SIZE(dds_hs_rank_t, mr_blob) == ROFF_ADDR,
+               "region blob field");
+_Static_assert(ROFF_ADDR + FIELD_SIZE(dds_hs_rank_t, addr) ==
+                   DDS_HS_RANK_BYTES,
+               "address blob field");
+_Static_assert(sizeof(DDS_HS_MAGIC) == 8, "magic is 8 bytes with its NUL");
+
+/* The largest file a valid record can be (1 << 20 ranks: about 480 MiB). */
+#define HS_MAX_FILE_BYTES                                                      \
+    ((uint64_t)DDS_HS_HEADER_BYTES +                                           \
+     (uint64_t)DDS_HS_MAX_RANKS * (uint64_t)DDS_HS_RANK_BYTES)
+
+/* ---- little-endian access ---------------------------------------------- */
+
+static uint32_t ld32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static uint64_t ld64(const unsigned char *p)
+{
+    return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32;
+}
+
+static void st32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+    p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+static void st64(unsigned char *p, uint64_t v)
+{
+    st32(p, (uint32_t)v);
+    st32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Two's complement reinterpretation without implementation-defined
+ * conversions. */
+static int64_t as_i64(uint64_t v)
+{
+    if (v <= (uint64_t)INT64_MAX)
+        return (int64_t)v;
+    return -(int64_t)(~v) - 1;
+}
+
+static int32_t as_i32(uint32_t v)
+{
+    if (v <= (uint32_t)INT32_MAX)
+        return (int32_t)v;
+    return -(int32_t)(~v) - 1;
+}
+
+/* ---- CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320) -------------- */
+
+static const uint32_t crc_table[256] = {
+    0x00000000u, 0x77073096u, 0xee0e612cu, 0x990951bau, 0x076dc419u,
+    0x706af48fu, 0xe963a535u, 0x9e6495a3u, 0x0edb8832u, 0x79dcb8a4u,
+    0xe0d5e91eu, 0x97d2d988u, 0x09b64c2bu, 0x7eb17cbdu, 0xe7b82d07u,
+    0x90bf1d91u, 0x1db71064u, 0x6ab020f2u, 0xf3b97148u, 0x84be41deu,
+    0x1adad47du, 0x6ddde4ebu, 0xf4d4b551u, 0x83d385c7u, 0x136c9856u,
+    0x646ba8c0u, 0xfd62f97au, 0x8a65c9ecu, 0x14015c4fu, 0x63066cd9u,
+    0xfa0f3d63u, 0x8d080df5u, 0x3b6e20c8u, 0x4c69105eu, 0xd56041e4u,
+    0xa2677172u, 0x3c03e4d1u, 0x4b04d447u, 0xd20d85fdu, 0xa50ab56bu,
+    0x35b5a8fau, 0x42b2986cu, 0xdbbbc9d6u, 0xacbcf940u, 0x32d86ce3u,
+    0x45df5c75u, 0xdcd60dcfu, 0xabd13d59u, 0x26d930acu, 0x51de003au,
+    0xc8d75180u, 0xbfd06116u, 0x21b4f4b5u, 0x56b3c423u, 0xcfba9599u,
+    0xb8bda50fu, 0x2802b89eu, 0x5f058808u, 0xc60cd9b2u, 0xb10be924u,
+    0x2f6f7c87u, 0x58684c11u, 0xc1611dabu, 0xb6662d3du, 0x76dc4190u,
+    0x01db7106u, 0x98d220bcu, 0xefd5102au, 0x71b18589u, 0x06b6b51fu,
+    0x9fbfe4a5u, 0xe8b8d433u, 0x7807c9a2u, 0x0f00f934u, 0x9609a88eu,
+    0xe10e9818u, 0x7f6a0dbbu, 0x086d3d2du, 0x91646c97u, 0xe6635c01u,
+    0x6b6b51f4u, 0x1c6c6162u, 0x856530d8u, 0xf262004eu, 0x6c0695edu,
+    0x1b01a57bu, 0x8208f4c1u, 0xf50fc457u, 0x65b0d9c6u, 0x12b7e950u,
+    0x8bbeb8eau, 0xfcb9887cu, 0x62dd1ddfu, 0x15da2d49u, 0x8cd37cf3u,
+    0xfbd44c65u, 0x4db26158u, 0x3ab551ceu, 0xa3bc0074u, 0xd4bb30e2u,
+    0x4adfa541u, 0x3dd895d7u, 0xa4d1c46du, 0xd3d6f4fbu, 0x4369e96au,
+    0x346ed9fcu, 0xad678846u, 0xda60b8d0u, 0x44042d73u, 0x33031de5u,
+    0xaa0a4c5fu, 0xdd0d7cc9u, 0x5005713cu, 0x270241aau, 0xbe0b1010u,
+    0xc90c2086u, 0x5768b525u, 0x206f85b3u, 0xb966d409u, 0xce61e49fu,
+    0x5edef90eu, 0x29d9c998u, 0xb0d09822u, 0xc7d7a8b4u, 0x59b33d17u,
+    0x2eb40d81u, 0xb7bd5c3bu, 0xc0ba6cadu, 0xedb88320u, 0x9abfb3b6u,
+    0x03b6e20cu, 0x74b1d29au, 0xead54739u, 0x9dd277afu, 0x04db2615u,
+    0x73dc1683u, 0xe3630b12u, 0x94643b84u, 0x0d6d6a3eu, 0x7a6a5aa8u,
+    0xe40ecf0bu, 0x9309ff9du, 0x0a00ae27u, 0x7d079eb1u, 0xf00f9344u,
+    0x8708a3d2u, 0x1e01f268u, 0x6906c2feu, 0xf762575du, 0x806567cbu,
+    0x196c3671u, 0x6e6b06e7u, 0xfed41b76u, 0x89d32be0u, 0x10da7a5au,
+    0x67dd4accu, 0xf9b9df6fu, 0x8ebeeff9u, 0x17b7be43u, 0x60b08ed5u,
+    0xd6d6a3e8u, 0xa1d1937eu, 0x38d8c2c4u, 0x4fdff252u, 0xd1bb67f1u,
+    0xa6bc5767u, 0x3fb506ddu, 0x48b2364bu, 0xd80d2bdau, 0xaf0a1b4cu,
+    0x36034af6u, 0x41047a60u, 0xdf60efc3u, 0xa867df55u, 0x316e8eefu,
+    0x4669be79u, 0xcb61b38cu, 0xbc66831au, 0x256fd2a0u, 0x5268e236u,
+    0xcc0c7795u, 0xbb0b4703u, 0x220216b9u, 0x5505262fu, 0xc5ba3bbeu,
+    0xb2bd0b28u, 0x2bb45a92u, 0x5cb36a04u, 0xc2d7ffa7u, 0xb5d0cf31u,
+    0x2cd99e8bu, 0x5bdeae1du, 0x9b64c2b0u, 0xec63f226u, 0x756aa39cu,
+    0x026d930au, 0x9c0906a9u, 0xeb0e363fu, 0x72076785u, 0x05005713u,
+    0x95bf4a82u, 0xe2b87a14u, 0x7bb12baeu, 0x0cb61b38u, 0x92d28e9bu,
+    0xe5d5be0du, 0x7cdcefb7u, 0x0bdbdf21u, 0x86d3d2d4u, 0xf1d4e242u,
+    0x68ddb3f8u, 0x1fda836eu, 0x81be16cdu, 0xf6b9265bu, 0x6fb077e1u,
+    0x18b74777u, 0x88085ae6u, 0xff0f6a70u, 0x66063bcau, 0x11010b5cu,
+    0x8f659effu, 0xf862ae69u, 0x616bffd3u, 0x166ccf45u, 0xa00ae278u,
+    0xd70dd2eeu, 0x4e048354u, 0x3903b3c2u, 0xa7672661u, 0xd06016f7u,
+    0x4969474du, 0x3e6e77dbu, 0xaed16a4au, 0xd9d65adcu, 0x40df0b66u,
+    0x37d83bf0u, 0xa9bcae53u, 0xdebb9ec5u, 0x47b2cf7fu, 0x30b5ffe9u,
+    0xbdbdf21cu, 0xcabac28au, 0x53b39330u, 0x24b4a3a6u, 0xbad03605u,
+    0xcdd70693u, 0x54de5729u, 0x23d967bfu, 0xb3667a2eu, 0xc4614ab8u,
+    0x5d681b02u, 0x2a6f2b94u, 0xb40bbe37u, 0xc30c8ea1u, 0x5a05df1bu,
+    0x2d02ef8du,
+};
+
+static uint32_t crc_update(uint32_t crc, const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        crc = crc_table[(crc ^ p[i]) & 0xffu] ^ (crc >> 8);
+    return crc;
+}
+
+/* CRC of the whole file with its CRC field taken as zero. */
+static uint32_t record_crc(const unsigned char *p, size_t len)
+{
+    static const unsigned char zero[4] = {0, 0, 0, 0};
+    uint32_t crc = 0xffffffffu;
+    crc = crc_update(crc, p, OFF_CRC);
+    crc = crc_update(crc, zero, 4);
+    crc = crc_update(crc, p + OFF_CRC + 4, len - (OFF_CRC + 4));
+    return crc ^ 0xffffffffu;
+}
+
+/* ---- errors -------------------------------------------------------------- */
+
+/* Who reports: the code to return and the text in front of the detail
+ * ("handshake record /dir/x.ddshs", "dds_hs_encode"). */
+typedef struct hs_ctx {
+    int rc;
+    const char *what;
+    int strict; /* parse: padding after strings / blobs must be zero */
+} hs_ctx_t;
+
+static int hs_fail(const hs_ctx_t *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static int hs_fail(const hs_ctx_t *c, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dds_error(c->rc, "%s: %s", c->what, msg);
+}
+
+/* ---- field checks (shared by encode and parse) --------------------------- */
+
+/* a * b into *out; 0 on overflow. */
+static int mul_u64(uint64_t a, uint64_t b, uint64_t *out)
+{
+    if (a != 0 && b > UINT64_MAX / a)
+        return 0;
+    *out = a * b;
+    return 1;
+}
+
+/* A string field of `cap` bytes: NUL-terminated; with c->strict also
+ * NUL-padded; non-empty when `nonempty`. */
+static int check_str(const hs_ctx_t *c, const char *s, size_t cap,
+                     const char *field, int nonempty)
+{
+    size_t n = strnlen(s, cap);
+    if (n == cap)
+        return hs_fail(c, "%s is not NUL-terminated within its %zu bytes",
+                       field, cap);
+    if (nonempty && n == 0)
+        return hs_fail(c, "%s is empty", field);
+    if (c->strict) {
+        for (size_t i = n + 1; i < cap; i++)
+            if (s[i] != '\0')
+                return hs_fail(c,
+                               "%s has non-zero padding after its NUL "
+                               "(byte %zu of %zu)",
+                               field, i, cap);
+    }
+    return 0;
+}
+
+static int check_rank(const hs_ctx_t *c, const dds_hs_record_t *r, uint32_t i)
+{
+    const dds_hs_rank_t *k = &r->ranks[i];
+    uint64_t want;
+    char field[48];
+    int rc;
+
+    if (k->rows < 0)
+        return hs_fail(c, "rank %u: rows %lld must be >= 0", i,
+                       (long long)k->rows);
+    if (!mul_u64((uint64_t)k->rows, r->row_bytes, &want))
+        return hs_fail(c,
+                       "rank %u: bytes: rows %lld x row bytes %llu "
+                       "overflows",
+                       i, (long long)k->rows,
+                       (unsigned long long)r->row_bytes);
+    if (k->bytes != want)
+        return hs_fail(c,
+                       "rank %u: bytes %llu != rows %lld x row bytes %llu "
+                       "(%llu)",
+                       i, (unsigned long long)k->bytes, (long long)k->rows,
+                       (unsigned long long)r->row_bytes,
+                       (unsigned long long)want);
+    if (k->pid <= 0)
+        return hs_fail(c, "rank %u: pid %d must be > 0", i, (int)k->pid);
+    if (k->addr_len < 1 || k->addr_len > DDS_HS_ADDR_MAX)
+        return hs_fail(c, "rank %u: address length %u outside [1, %d]", i,
+                       (unsigned)k->addr_len, DDS_HS_ADDR_MAX);
+    if (c->strict) {
+        for (size_t j = k->addr_len; j < DDS_HS_ADDR_MAX; j++)
+            if (k->addr[j] != 0)
+                return hs_fail(c,
+                               "rank %u: address blob has non-zero bytes "
+                               "after its length %u (byte %zu)",
+                               i, (unsigned)k->addr_len, j);
+    }
+    snprintf(field, sizeof field, "rank %u: host", i);
+    rc = check_str(c, k->host, sizeof k->host, field, 0);
+    if (rc < 0)
+        return rc;
+    return 0;
+}
+
+/* Everything but the sizes, the CRC and the reserved word.  r->ranks holds
+ * r->nranks entries. */
+static int check_record(const hs_ctx_t *c, const dds_hs_record_t *r)
+{
+    uint64_t row_bytes, sum = 0;
+    size_t dsize;
+    int rc;
+
+    if (r->ctime_ns <= 0)
+        return hs_fail(c, "creation time %lld ns must be > 0",
+                       (long long)r->ctime_ns);
+    rc = check_str(c, r->name, sizeof r->name, "name", 1);
+    if (rc < 0)
+        return rc;
+    rc = check_str(c, r->exchange_ns, sizeof r->exchange_ns, "exchange_ns", 0);
+    if (rc < 0)
+        return rc;
+    rc = check_str(c, r->provider, sizeof r->provider, "provider", 0);
+    if (rc < 0)
+        return rc;
+    rc = check_str(c, r->domain, sizeof r->domain, "domain", 0);
+    if (rc < 0)
+        return rc;
+    if (r->dtype < 0 || r->dtype >= DDS_DTYPE_COUNT)
+        return hs_fail(c, "dtype %d is not a known dds_dtype_t [0, %d)",
+                       (int)r->dtype, (int)DDS_DTYPE_COUNT);
+    if (r->itemsize == 0)
+        return hs_fail(c, "itemsize 0 must be > 0");
+    dsize = dds_dtype_size((dds_dtype_t)r->dtype);
+    if (r->dtype != DDS_DTYPE_RAW && r->itemsize != dsize)
+        return hs_fail(c, "itemsize %llu does not match dtype %s (%zu bytes)",
+                       (unsigned long long)r->itemsize,
+                       dds_dtype_name((dds_dtype_t)r->dtype), dsize);
+    if (r->disp == 0)
+        return hs_fail(c, "disp 0 must be > 0");
+    if (!mul_u64(r->disp, r->itemsize, &row_bytes))
+        return hs_fail(c, "row bytes: disp %llu x itemsize %llu overflows",
+                       (unsigned long long)r->disp,
+                       (unsigned long long)r->itemsize);
+    if (r->row_bytes != row_bytes)
+        return hs_fail(c, "row bytes %llu != disp %llu x itemsize %llu (%llu)",
+                       (unsigned long long)r->row_bytes,
+                       (unsigned long long)r->disp,
+                       (unsigned long long)r->itemsize,
+                       (unsigned long long)row_bytes);
+    for (uint32_t i = 0; i < r->nranks; i++) {
+        rc = check_rank(c, r, i);
+        if (rc < 0)
+            return rc;
+        /* rows >= 0 here; global rows are int64_t */
+        if ((uint64_t)r->ranks[i].rows > (uint64_t)INT64_MAX - sum)
+            return hs_fail(c,
+                           "total rows: the sum of the ranks' rows overflows "
+                           "at rank %u",
+                           i);
+        sum += (uint64_t)r->ranks[i].rows;
+    }
+    if (r->total_rows != sum)
+        return hs_fail(c, "total rows %llu != sum of the ranks' rows %llu",
+                       (unsigned long long)r->total_rows,
+                       (unsigned long long)sum);
+    return 0;
+}
+
+/* ---- encode ---------------------------------------------------------------- */
+
+int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
+{
+    const hs_ctx_t c = {-DDS_EINVAL, "dds_hs_encode", 0};
+    unsigned char *b, *e;
+    size_t len;
+    int rc;
+
+    if (buf_p == NULL || len_p == NULL)
+        return hs_fail(&c, "NULL output");
+    *buf_p = NULL;
+    *len_p = 0;
+    if (r == NULL)
+        return hs_fail(&c, "NULL record");
+    if (r->nranks < 1 || r->nranks > (uint32_t)DDS_HS_MAX_RANKS)
+        return hs_fail(&c, "nranks %u outside [1, %d]", (unsigned)r->nranks,
+                       DDS_HS_MAX_RANKS);
+    if (r->ranks == NULL)
+        return hs_fail(&c, "ranks is NULL with nranks %u",
+                       (unsigned)r->nranks);
+    rc = check_record(&c, r);
+    if (rc < 0)
+        return rc;
+
+    len = (size_t)DDS_HS_HEADER_BYTES +
+          (size_t)r->nranks * (size_t)DDS_HS_RANK_BYTES;
+    b = calloc(1, len);
+    if (b == NULL)
+        return dds_error(-DDS_ENOMEM,
+                         "dds_hs_encode: out of memory (%zu bytes for "
+                         "variable '%s')",
+                         len, r->name);
+    memcpy(b + OFF_MAGIC, DDS_HS_MAGIC, sizeof(DDS_HS_MAGIC));
+    st32(b + OFF_VERSION, DDS_HS_VERSION);
+    st32(b + OFF_HDR_BYTES, DDS_HS_HEADER_BYTES);
+    st64(b + OFF_FILE_BYTES, (uint64_t)len);
+    st32(b + OFF_NRANKS, r->nranks);
+    st64(b + OFF_RUN_ID, r->run_id);
+    st64(b + OFF_CTIME, (uint64_t)r->ctime_ns);
+    st32(b + OFF_DTYPE, (uint32_t)r->dtype);
+    st32(b + OFF_FLAGS, r->flags);
+    st64(b + OFF_ITEMSIZE, r->itemsize);
+    st64(b + OFF_DISP, r->disp);
+    st64(b + OFF_ROW_BYTES, r->row_bytes);
+    st64(b + OFF_TOTAL_ROWS, r->total_rows);
+    st32(b + OFF_ENTRY_BYTES, DDS_HS_RANK_BYTES);
+    /* reserved, string padding: zero from calloc */
+    memcpy(b + OFF_NAME, r->name, strlen(r->name));
+    memcpy(b + OFF_NS, r->exchange_ns, strlen(r->exchange_ns));
+    memcpy(b + OFF_PROV, r->provider, strlen(r->provider));
+    memcpy(b + OFF_DOMAIN, r->domain, strlen(r->domain));
+    e = b + DDS_HS_HEADER_BYTES;
+    for (uint32_t i = 0; i < r->nranks; i++, e += DDS_HS_RANK_BYTES) {
+        const dds_hs_rank_t *k = &r->ranks[i];
+        st64(e + ROFF_ROWS, (uint64_t)k->rows);
+        st64(e + ROFF_BASE, k->base);
+        st64(e + ROFF_KEY, k->key);
+        st64(e + ROFF_BYTES, k->bytes);
+        st32(e + ROFF_PID, (uint32_t)k->pid);
+        st32(e + ROFF_ADDR_LEN, k->addr_len);
+        st64(e + ROFF_START, k->start_ticks);
+        memcpy(e + ROFF_HOST, k->host, strlen(k->host));
+        memcpy(e + ROFF_MR, k->mr_blob, DDS_HS_MR_BLOB);
+        memcpy(e + ROFF_ADDR, k->addr, k->addr_len);
+    }
+    st32(b + OFF_CRC, record_crc(b, len));
+    *buf_p = b;
+    *len_p = len;
+    return 0;
+}
+
+/* ---- parse ----------------------------------------------------------------- */
+
+static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
+                      const char *what)
+{
+    const hs_ctx_t c = {-DDS_ECORRUPT, what, 1};
+    const hs_ctx_t stale = {-DDS_ESTALE, what, 1};
+    const unsigned char *p = buf, *e;
+    dds_hs_record_t t;
+    uint32_t v, hdr, ent, nranks, crc, want_crc;
+    uint64_t fbytes, want;
+    int rc;
+
+    if (r == NULL)
+        return dds_error(-DDS_EINVAL, "%s: NULL output record", what);
+    memset(r, 0, sizeof *r);
+    if (buf == NULL && len > 0)
+        return dds_error(-DDS_EINVAL, "%s: NULL buffer of %zu bytes", what,
+                         len);
+    if (len > 0 && memcmp(p, DDS_HS_MAGIC, len < 8 ? len : 8) != 0)
+        return hs_fail(&c, "bad magic (not a ddstore handshake record)");
+    if (len < OFF_VERSION + 4)
+        return hs_fail(&c, "truncated: %zu bytes, shorter than the %u-byte "
+                           "header",
+                       len, DDS_HS_HEADER_BYTES);
+    v = ld32(p + OFF_VERSION);
+    if (v != DDS_HS_VERSION)
+        return hs_fail(&stale,
+                       "format version %u, this reader understands %u "
+                       "(record written by another ddstore version)",
+                       (unsigned)v, DDS_HS_VERSION);
+    if (len < DDS_HS_HEADER_BYTES)
+        return hs_fail(&c, "truncated: %zu bytes, shorter than the %u-byte "
+                           "header",
+                       len, DDS_HS_HEADER_BYTES);
+    hdr = ld32(p + OFF_HDR_BYTES);
+    if (hdr != DDS_HS_HEADER_BYTES)
+        return hs_fail(&c, "header bytes %u, expected %u", (unsigned)hdr,
+                       DDS_HS_HEADER_BYTES);
+    ent = ld32(p + OFF_ENTRY_BYTES);
+    if (ent != DDS_HS_RANK_BYTES)
+        return hs_fail(&c, "rank entry bytes %u, expected %u", (unsigned)ent,
+                       DDS_HS_RANK_BYTES);
+    nranks = ld32(p + OFF_NRANKS);
+    if (nranks < 1 || nranks > (uint32_t)DDS_HS_MAX_RANKS)
+        return hs_fail(&c, "nranks %u outside [1, %d]", (unsigned)nranks,
+                       DDS_HS_MAX_RANKS);
+    want = (uint64_t)DDS_HS_HEADER_BYTES +
+           (uint64_t)nranks * (uint64_t)DDS_HS_RANK_BYTES; /* < 2^29 */
+    fbytes = ld64(p + OFF_FILE_BYTES);
+    if (fbytes != want)
+        return hs_fail(&c, "file bytes %llu, expected %llu for nranks %u",
+                       (unsigned long long)fbytes, (unsigned long long)want,
+                       (unsigned)nranks);
+    if ((uint64_t)len < want)
+        return hs_fail(&c, "truncated: %zu bytes, file bytes says %llu", len,
+                       (unsigned long long)want);
+    if ((uint64_t)len > want)
+        return hs_fail(&c,
+                       "%zu bytes, more than the %llu that file bytes says "
+                       "(trailing data)",
+                       len, (unsigned long long)want);
+    crc = ld32(p + OFF_CRC);
+    want_crc = record_crc(p, len);
+    if (crc != want_crc)
+        return hs_fail(&c,
+                       "CRC mismatch (file is corrupted or was modified): "
+                       "stored 0x%08x, computed 0x%08x",
+                       (unsigned)crc, (unsigned)want_crc);
+    v = ld32(p + OFF_RESERVED);
+    if (v != 0)
+        return hs_fail(&c, "reserved 0x%08x, expected 0", (unsigned)v);
+
+    memset(&t, 0, sizeof t);
+    t.version = DDS_HS_VERSION;
+    t.nranks = nranks;
+    t.run_id = ld64(p + OFF_RUN_ID);
+    t.ctime_ns = as_i64(ld64(p + OFF_CTIME));
+    t.dtype = as_i32(ld32(p + OFF_DTYPE));
+    t.flags = ld32(p + OFF_FLAGS);
+    t.itemsize = ld64(p + OFF_ITEMSIZE);
+    t.disp = ld64(p + OFF_DISP);
+    t.row_bytes = ld64(p + OFF_ROW_BYTES);
+    t.total_rows = ld64(p + OFF_TOTAL_ROWS);
+    memcpy(t.name, p + OFF_NAME, sizeof t.name);
+    memcpy(t.exchange_ns, p + OFF_NS, sizeof t.exchange_ns);
+    memcpy(t.provider, p + OFF_PROV, sizeof t.provider);
+    memcpy(t.domain, p + OFF_DOMAIN, sizeof t.domain);
+    t.ranks = calloc(nranks, sizeof *t.ranks);
+    if (t.ranks == NULL)
+        return dds_error(-DDS_ENOMEM, "%s: out of memory (%u rank entries)",
+                         what, (unsigned)nranks);
+    e = p + DDS_HS_HEADER_BYTES;
+    for (uint32_t i = 0; i < nranks; i++, e += DDS_HS_RANK_BYTES) {
+        dds_hs_rank_t *k = &t.ranks[i];
+        k->rows = as_i64(ld64(e + ROFF_ROWS));
+        k->base = ld64(e + ROFF_BASE);
+        k->key = ld64(e + ROFF_KEY);
+        k->bytes = ld64(e + ROFF_BYTES);
+        k->pid = as_i32(ld32(e + ROFF_PID));
+        k->addr_len = ld32(e + ROFF_ADDR_LEN);
+        k->start_ticks = ld64(e + ROFF_START);
+        memcpy(k->host, e + ROFF_HOST, sizeof k->host);
+        memcpy(k->mr_blob, e + ROFF_MR, sizeof k->mr_blob);
+        memcpy(k->addr, e + ROFF_ADDR, sizeof k->addr);
+    }
+    rc = check_record(&c, &t);
+    if (rc < 0) {
+        free(t.ranks);
+        return rc;
+    }
+    *r = t;
+    return 0;
+}
+
+int dds_hs_parse(const void *buf, size_t len, dds_hs_record_t *r)
+{
+    return parse_impl(buf, len, r, "handshake record");
+}
+
+void dds_hs_record_clear(dds_hs_record_t *r)
+{
+    if (r == NULL)
+        return;
+    free(r->ranks);
+    memset(r, 0, sizeof *r);
+}
+
+/* ---- file names ------------------------------------------------------------ */
+
+static int plain_byte(unsigned char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+           (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+}
+
+int dds_hs_file_name(const char *name, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n, need = 0, o = 0;
+
+    if (name == NULL || out == NULL)
+        return dds_error(-DDS_EINVAL, "dds_hs_file_name: NULL argument");
+    n = strnlen(name, (size_t)DDS_HS_NAME_MAX + 1);
+    if (n == 0)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record file name: the variable name is "
+                         "empty");
+    if (n > DDS_HS_NAME_MAX)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record file name: the variable name is "
+                         "longer than %d bytes",
+                         DDS_HS_NAME_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        need += plain_byte(ch) && !(i == 0 && ch == '.') ? 1 : 3;
+    }
+    need += sizeof(DDS_HS_SUFFIX); /* suffix and NUL */
+    if (need > cap)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record file name for variable '%s' is "
+                         "too long: %zu bytes, room for %zu",
+                         name, need - 1, cap > 0 ? cap - 1 : 0);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)name[i];
+        if (plain_byte(ch) && !(i == 0 && ch == '.')) {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    memcpy(out + o, DDS_HS_SUFFIX, sizeof(DDS_HS_SUFFIX));
+    return 0;
+}
+
+/* ---- files ------------------------------------------------------------------ */
+
+static int write_all(int fd, const unsigned char *p, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads up to n bytes (until EOF); the count read, or -1. */
+static ssize_t read_upto(int fd, unsigned char *p, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+/* errno of a path problem (the caller's input) or of the system. */
+static int path_errno_code(int e)
+{
+    return e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP ? -DDS_EINVAL
+                                                           : -DDS_EIO;
+}
+
+/* One mkdir; 1 = created (and set to 0700 whatever the umask), 0 = was
+ * there, < 0 = error. */
+static int mkdir_one(const char *path)
+{
+    int e;
+    if (mkdir(path, 0700) == 0) {
+        if (chmod(path, 0700) < 0) {
+            e = errno;
+            return dds_error(-DDS_EIO,
+                             "handshake directory %s: cannot set mode 0700: "
+                             "%s",
+                             path, strerror(e));
+        }
+        return 1;
+    }
+    e = errno;
+    if (e == EEXIST)
+        return 0;
+    {
+        /* some file systems say EACCES / EROFS for a directory that is
+         * there */
+        struct stat st;
+        if (e != ENOENT && e != ENOTDIR && stat(path, &st) == 0 &&
+            S_ISDIR(st.st_mode))
+            return 0;
+    }
+    return dds_error(path_errno_code(e),
+                     "handshake directory: cannot create %s: %s", path,
+                     strerror(e));
+}
+
+int dds_hs_dir_prepare(const char *dir)
+{
+    char buf[PATH_MAX];
+    struct stat st;
+    size_t len;
+    int rc = 0, e;
+
+    if (dir == NULL || dir[0] == '\0')
+        return dds_error(-DDS_EINVAL, "handshake directory: path is empty");
+    len = strlen(dir);
+    if (len >= sizeof buf)
+        return dds_error(-DDS_EINVAL,
+                         "handshake directory: path of %zu bytes is too long "
+                         "(PATH_MAX %d)",
+                         len, PATH_MAX);
+    memcpy(buf, dir, len + 1);
+    while (len > 1 && buf[len - 1] == '/')
+        buf[--len] = '\0';
+    for (char *q = buf + 1; *q != '\0'; q++) {
+        if (*q != '/' || q[-1] == '/')
+            continue;
+        *q = '\0';
+        rc = mkdir_one(buf);
+        *q = '/';
+        if (rc < 0)
+            return rc;
+    }
+    rc = mkdir_one(buf);
+    if (rc < 0)
+        return rc;
+    if (stat(buf, &st) < 0) {
+        e = errno;
+        return dds_error(path_errno_code(e), "handshake directory %s: %s", dir,
+                         strerror(e));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return dds_error(-DDS_EINVAL,
+                         "handshake directory %s exists and is not a "
+                         "directory",
+                         dir);
+    if (access(buf, W_OK | X_OK) < 0) {
+        e = errno;
+        return dds_error(-DDS_EINVAL,
+                         "handshake directory %s is not writable: %s", dir,
+                         strerror(e));
+    }
+    if (rc == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+        DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_OFI,
+                     "handshake directory %s (mode %04o) is writable by its "
+                     "group or by others: they could replace the records; "
+                     "prefer a private (0700) directory",
+                     dir, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* {dir}/{file name of name}; 0 or -DDS_EINVAL. */
+static int record_path(const char *dir, const char *name, char *out,
+                       size_t cap)
+{
+    char fname[NAME_MAX + 1];
+    int rc, n;
+
+    if (dir == NULL || dir[0] == '\0')
+        return dds_error(-DDS_EINVAL, "handshake directory: path is empty");
+    rc = dds_hs_file_name(name, fname, sizeof fname);
+    if (rc < 0)
+        return rc;
+    n = snprintf(out, cap, "%s/%s", dir, fname);
+    if (n < 0 || (size_t)n >= cap)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record path %s/%s is too long (PATH_MAX "
+                         "%zu)",
+                         dir, fname, cap);
+    return 0;
+}
+
+static _Atomic unsigned g_tmp_seq;
+
+/* fsync a directory; file systems that cannot (EINVAL, ENOTSUP) pass. */
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e;
+    if (fd < 0) {
+        e = errno;
+        return dds_error(-DDS_EIO,
+                         "handshake directory %s: cannot open it to fsync: %s",
+                         dir, strerror(e));
+    }
+    if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP &&
+        errno != EROFS) {
+        e = errno;
+        close(fd);
+        return dds_error(-DDS_EIO, "handshake directory %s: fsync: %s", dir,
+                         strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+int dds_hs_write(const char *dir, const dds_hs_record_t *r)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    void *buf = NULL;
+    size_t len = 0;
+    int rc, fd = -1, e;
+
+    if (r == NULL)
+        return dds_error(-DDS_EINVAL, "dds_hs_write: NULL record");
+    rc = dds_hs_encode(r, &buf, &len);
+    if (rc < 0)
+        return rc;
+    rc = record_path(dir, r->name, path, sizeof path);
+    if (rc < 0)
+        goto out;
+    /* A name no record file can have (those never start with '.'). */
+    for (int tries = 0; fd < 0; tries++) {
+        unsigned seq = atomic_fetch_add(&g_tmp_seq, 1u);
+        int n = snprintf(tmp, sizeof tmp, "%s/.ddshs-tmp.%ld.%u", dir,
+                         (long)getpid(), seq);
+        if (n < 0 || (size_t)n >= sizeof tmp) {
+            rc = dds_error(-DDS_EINVAL,
+                           "handshake directory %s: path too long", dir);
+            goto out;
+        }
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0600);
+        if (fd < 0 && (errno != EEXIST || tries >= 100)) {
+            e = errno;
+            rc = dds_error(path_errno_code(e),
+                           "handshake record %s: cannot create temporary "
+                           "file %s: %s",
+                           path, tmp, strerror(e));
+            goto out;
+        }
+    }
+    /* 0600 whatever the umask */
+    if (fchmod(fd, 0600) < 0 || write_all(fd, buf, len) < 0 ||
+        fsync(fd) < 0) {
+        e = errno;
+        rc = dds_error(-DDS_EIO, "handshake record %s: cannot write %s: %s",
+                       path, tmp, strerror(e));
+        goto out_unlink;
+    }
+    rc = close(fd);
+    fd = -1;
+    if (rc < 0) {
+        e = errno;
+        rc = dds_error(-DDS_EIO, "handshake record %s: cannot write %s: %s",
+                       path, tmp, strerror(e));
+        goto out_unlink;
+    }
+    if (rename(tmp, path) < 0) {
+        e = errno;
+        rc = dds_error(-DDS_EIO, "handshake record %s: cannot rename %s: %s",
+                       path, tmp, strerror(e));
+        goto out_unlink;
+    }
+    rc = fsync_dir(dir);
+    goto out;
+
+out_unlink:
+    if (fd >= 0)
+        close(fd);
+    (void)unlink(tmp);
+out:
+    free(buf);
+    return rc;
+}
+
+int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r)
+{
+    char path[PATH_MAX], what[PATH_MAX + 32];
+    unsigned char *buf = NULL;
+    struct stat st;
+    ssize_t got;
+    size_t size;
+    int rc, fd, e;
+
+    if (r == NULL)
+        return dds_error(-DDS_EINVAL, "dds_hs_read: NULL output record");
+    memset(r, 0, sizeof *r);
+    rc = record_path(dir, name, path, sizeof path);
+    if (rc < 0)
+        return rc;
+    snprintf(what, sizeof what, "handshake record %s", path);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        e = errno;
+        if (e == ENOENT)
+            return dds_error(-DDS_ENOENT, "%s does not exist (yet)", what);
+        return dds_error(path_errno_code(e), "%s: cannot open: %s", what,
+                         strerror(e));
+    }
+    if (fstat(fd, &st) < 0) {
+        e = errno;
+        close(fd);
+        return dds_error(-DDS_EIO, "%s: fstat: %s", what, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return dds_error(-DDS_EIO, "%s is not a regular file", what);
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size > HS_MAX_FILE_BYTES) {
+        close(fd);
+        return dds_error(-DDS_ECORRUPT,
+                         "%s: %lld bytes, more than the largest record "
+                         "(%llu bytes for %d ranks)",
+                         what, (long long)st.st_size,
+                         (unsigned long long)HS_MAX_FILE_BYTES,
+                         DDS_HS_MAX_RANKS);
+    }
+    size = (size_t)st.st_size;
+    buf = malloc(size + 1); /* +1: notices a file that grew */
+    if (buf == NULL) {
+        close(fd);
+        return dds_error(-DDS_ENOMEM, "%s: out of memory (%zu bytes)", what,
+                         size);
+    }
+    got = read_upto(fd, buf, size + 1);
+    e = errno;
+    close(fd);
+    if (got < 0) {
+        rc = dds_error(-DDS_EIO, "%s: read: %s", what, strerror(e));
+    } else if ((size_t)got != size) {
+        rc = dds_error(-DDS_ECORRUPT,
+                       "%s: changed size while being read (%zu bytes, then "
+                       "%zd): written in place instead of renamed?",
+                       what, size, got);
+    } else {
+        rc = parse_impl(buf, size, r, what);
+        if (rc == 0 && strcmp(r->name, name) != 0) {
+            rc = dds_error(-DDS_ECORRUPT,
+                           "%s holds variable '%s', expected '%s'", what,
+                           r->name, name);
+            dds_hs_record_clear(r);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+int dds_hs_remove(const char *dir, const char *name)
+{
+    char path[PATH_MAX];
+    int rc = record_path(dir, name, path, sizeof path), e;
+    if (rc < 0)
+        return rc;
+    if (unlink(path) < 0 && errno != ENOENT) {
+        e = errno;
+        return dds_error(path_errno_code(e),
+                         "handshake record %s: cannot remove: %s", path,
+                         strerror(e));
+    }
+    return 0;
+}
+
+/* ---- processes -------------------------------------------------------------- */
+
+/* /proc/<who>/stat: the state (field 3) and the start time (field 22).
+ * Field 2 (comm) is in parentheses and may hold spaces and ')': parse after
+ * the last ')'.  0, -ENOENT (no such file), or -1 (other failure). */
+static int read_proc_stat(const char *path, char *state_p, uint64_t *start_p)
+{
+    char buf[4096];
+    const char *s;
+    char *end;
+    ssize_t n;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    unsigned long long v;
+
+    if (fd < 0)
+        return errno == ENOENT || errno == ESRCH ? -ENOENT : -1;
+    n = read_upto(fd, (unsigned char *)buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return n == 0 ? -ENOENT : -1; /* an empty file: the task is gone */
+    buf[n] = '\0';
+    s = strrchr(buf, ')');
+    if (s == NULL || s[1] != ' ' || s[2] == '\0')
+        return -1;
+    s += 2;
+    *state_p = *s;
+    /* s is at field 3; field 22 is 19 fields further */
+    for (int f = 3; f < 22; f++) {
+        s = strchr(s, ' ');
+        if (s == NULL)
+            return -1;
+        s++;
+    }
+    if (*s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || (*end != ' ' && *end != '\n' && *end != '\0'))
+        return -1;
+    *start_p = (uint64_t)v;
+    return 0;
+}
+
+uint64_t dds_hs_self_start_ticks(void)
+{
+    char state;
+    uint64_t t = 0;
+    if (read_proc_stat("/proc/self/stat", &state, &t) < 0)
+        return 0;
+    return t;
+}
+
+int dds_hs_process_alive(int32_t pid, uint64_t start_ticks)
+{
+    char path[64], state = '?';
+    uint64_t t = 0;
+    int rc;
+
+    if (pid <= 0)
+        return 0; /* no process has such a pid (and kill() would mean a group) */
+    if (kill((pid_t)pid, 0) < 0) {
+        if (errno == ESRCH)
+            return 0;
+        if (errno != EPERM)
+            return -1;
+        /* EPERM: it exists, it is someone else's */
+    }
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    rc = read_proc_stat(path, &state, &t);
+    if (rc == -ENOENT) {
+        /* gone since kill(), or no /proc at all */
+        if (access("/proc/self/stat", R_OK) == 0)
+            return 0;
+        return start_ticks != 0 ? -1 : 1;
+    }
+    if (rc < 0)
+        return start_ticks != 0 ? -1 : 1;
+    if (state == 'Z' || state == 'X' || state == 'x')
+        return 0; /* exited, not yet reaped */
+    if (start_ticks != 0 && t != start_ticks)
+        return 0; /* the pid was reused */
+    return 1;
+}

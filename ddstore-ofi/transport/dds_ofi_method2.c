@@ -1,0 +1,549 @@
+/* ddstore-ofi adapter: method 2, split jobs.
+ *
+ * A core job is method 1 plus, per variable, one record file in
+ * handshake_dir (ddstore/handshake_transport.h) that rank 0 writes when the
+ * variable is added (after every rank registered its shard) and removes
+ * when it is freed.  A reader job (n_core > 0) has no shard, no server
+ * endpoint and makes no collective call: join(name) waits for the record,
+ * checks it (namespace, liveness of the core ranks on this host, rank
+ * count, one core run per store), opens the fabric with the core job's
+ * provider at the first join, and imports the regions.  Reads are then the
+ * method-1 read path.
+ *
+ * A dead core job: records of an exited core process on this host are
+ * stale (join keeps waiting for a fresh record until the timeout, then
+ * fails naming the stale one); a core job that dies while a reader reads
+ * makes the read fail within DDSTORE_READ_TIMEOUT_S (ddofi_read's bound).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ddstore/config.h"
+#include "ddstore/errors.h"
+#include "ddstore/log.h"
+#include "ofi_tr_internal.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t realtime_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t random_id(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) != (ssize_t)sizeof v || v == 0)
+        v = (uint64_t)realtime_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    return v;
+}
+
+/* handshake_dir, namespace, timeout, host name. */
+static int hs_params(ofi_hs_t *hs, const ddofi_transport_params_t *tp)
+{
+    const char *dir = tp->handshake_dir, *ns = tp->exchange_ns;
+    int rc;
+    if ((!dir || !dir[0]) && (rc = dds_config_get_string("DDSTORE_HANDSHAKE_DIR", &dir)))
+        return rc;
+    if (!dir || !dir[0])
+        return dds_error(-DDS_ECONFIG, "method 2 needs a handshake directory shared by the "
+                         "core and reader jobs: handshake_dir= or DDSTORE_HANDSHAKE_DIR");
+    if (strlen(dir) >= sizeof hs->dir)
+        return dds_error(-DDS_ECONFIG, "handshake_dir is longer than %zu bytes",
+                         sizeof hs->dir - 1);
+    if ((!ns || !ns[0]) && (rc = dds_config_get_string("DDSTORE_EXCHANGE_NS", &ns)))
+        return rc;
+    if (!ns)
+        ns = "";
+    if (strlen(ns) > DDS_HS_NS_MAX)
+        return dds_error(-DDS_ECONFIG, "exchange_ns '%.20s...' is longer than %d bytes", ns,
+                         DDS_HS_NS_MAX);
+    if ((rc = dds_config_get_double("DDSTORE_HANDSHAKE_TIMEOUT_S", &hs->join_timeout_s)))
+        return rc;
+    if (!(hs->join_timeout_s > 0))
+        return dds_error(-DDS_ECONFIG, "DDSTORE_HANDSHAKE_TIMEOUT_S must be > 0, got %g",
+                         hs->join_timeout_s);
+    snprintf(hs->dir, sizeof hs->dir, "%s", dir);
+    snprintf(hs->ns, sizeof hs->ns, "%s", ns);
+    memset(hs->myhost, 0, sizeof hs->myhost);
+    if (gethostname(hs->myhost, sizeof hs->myhost - 1))
+        strcpy(hs->myhost, "?");
+    hs->on = 1;
+    hs->n_core = tp->n_core;
+    return 0;
+}
+
+void ofi_hs_free(ofi_hs_t *hs)
+{
+    free(hs->hosts);
+    free(hs->pids);
+    free(hs->ticks);
+    hs->hosts = NULL;
+    hs->pids = NULL;
+    hs->ticks = NULL;
+}
+
+/* ---------------- core job ---------------- */
+
+typedef struct hs_ident {
+    uint64_t run_id;
+    uint64_t ticks;
+    int32_t pid;
+    int32_t pad;
+} hs_ident_t;
+
+int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts)
+{
+    const dds_comm_t *c = &t->comm;
+    hs_ident_t me, *all = NULL;
+    int rc = hs_params(&t->hs, tp);
+    if (!rc && t->rank == 0)
+        rc = dds_hs_dir_prepare(t->hs.dir);
+    if (!rc) {
+        all = calloc((size_t)t->nranks, sizeof *all);
+        t->hs.hosts = malloc((size_t)t->nranks * HOST_MAX);
+        t->hs.pids = calloc((size_t)t->nranks, sizeof *t->hs.pids);
+        t->hs.ticks = calloc((size_t)t->nranks, sizeof *t->hs.ticks);
+        if (!all || !t->hs.hosts || !t->hs.pids || !t->hs.ticks)
+            rc = dds_error(-DDS_ENOMEM, "method 2: out of memory");
+    }
+    rc = dds_comm_agree(c, rc);
+    if (rc)
+        goto out;
+    memset(&me, 0, sizeof me);
+    me.run_id = random_id();
+    me.ticks = dds_hs_self_start_ticks();
+    me.pid = (int32_t)getpid();
+    rc = c->ops->allgather(c->ctx, &me, sizeof me, all);
+    if (rc) {
+        rc = dds_error(rc < 0 ? rc : -rc, "method 2: exchanging process identities: %s",
+                       dds_last_error());
+        goto out;
+    }
+    t->hs.run_id = all[0].run_id; /* rank 0's: one run id per core store */
+    for (int i = 0; i < t->nranks; i++) {
+        t->hs.pids[i] = all[i].pid;
+        t->hs.ticks[i] = all[i].ticks;
+    }
+    memcpy(t->hs.hosts, hosts, (size_t)t->nranks * HOST_MAX);
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+            "method 2 core job: run %016llx, namespace '%s', records in %s",
+            (unsigned long long)t->hs.run_id, t->hs.ns, t->hs.dir);
+out:
+    free(all);
+    return rc;
+}
+
+int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
+                   const unsigned char *mr_blobs)
+{
+    dds_hs_record_t rec;
+    int rc;
+    if (!d->offsets || d->nranks != t->nranks)
+        return dds_error(-DDS_EINVAL, "variable '%s': method 2 needs the store's row layout "
+                         "in region_create (a newer ddstore-core)", g->name);
+    memset(&rec, 0, sizeof rec);
+    rec.ranks = calloc((size_t)t->nranks, sizeof *rec.ranks);
+    if (!rec.ranks)
+        return dds_error(-DDS_ENOMEM, "variable '%s': out of memory", g->name);
+    rec.nranks = (uint32_t)t->nranks;
+    rec.run_id = t->hs.run_id;
+    rec.ctime_ns = realtime_ns();
+    rec.dtype = (int32_t)d->dtype;
+    rec.flags = t->fparams.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0;
+    rec.itemsize = d->itemsize;
+    rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
+    rec.row_bytes = d->row_bytes;
+    rec.total_rows = (uint64_t)d->offsets[t->nranks];
+    snprintf(rec.name, sizeof rec.name, "%s", d->name);
+    snprintf(rec.exchange_ns, sizeof rec.exchange_ns, "%s", t->hs.ns);
+    snprintf(rec.provider, sizeof rec.provider, "%s", t->prov);
+    snprintf(rec.domain, sizeof rec.domain, "%s", t->domain);
+    for (int i = 0; i < t->nranks; i++) {
+        dds_hs_rank_t *r = &rec.ranks[i];
+        r->rows = d->offsets[i + 1] - d->offsets[i];
+        r->base = g->remotes[i].base;
+        r->key = g->remotes[i].key;
+        r->bytes = (uint64_t)r->rows * d->row_bytes; /* == the registered size */
+        r->pid = t->hs.pids[i];
+        r->start_ticks = t->hs.ticks[i];
+        snprintf(r->host, sizeof r->host, "%s", t->hs.hosts + (size_t)i * HOST_MAX);
+        memcpy(r->mr_blob, mr_blobs + (size_t)i * DDOFI_MR_BLOB_SIZE, DDS_HS_MR_BLOB);
+        r->addr_len = DDOFI_ADDR_BLOB_MAX;
+        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, DDS_HS_ADDR_MAX);
+    }
+    rc = dds_hs_write(t->hs.dir, &rec);
+    if (rc == 0) {
+        g->published = 1;
+        DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+                "variable '%s': record published in %s (%lld rows on %d ranks)", g->name,
+                t->hs.dir, (long long)rec.total_rows, t->nranks);
+    } else {
+        char saved[768];
+        snprintf(saved, sizeof saved, "%s", dds_last_error());
+        rc = dds_error(rc, "variable '%s': publishing its method-2 record: %s", g->name,
+                       saved);
+    }
+    dds_hs_record_clear(&rec);
+    return rc;
+}
+
+void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g)
+{
+    if (!t->hs.on || t->hs.n_core > 0 || !g->published || getpid() != t->pid)
+        return;
+    g->published = 0;
+    if (dds_hs_remove(t->hs.dir, g->name) != 0)
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "variable '%s': removing its record: %s",
+                g->name, dds_last_error());
+}
+
+/* ---------------- reader job ---------------- */
+
+int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+                         dds_transport_t *transport_p)
+{
+    ofi_tr_t *t = calloc(1, sizeof *t);
+    int rc;
+    if (!t)
+        return dds_error(-DDS_ENOMEM, "method 2: out of memory");
+    t->comm = *comm;
+    t->rank = comm->rank;
+    t->nranks = 0;
+    t->pid = getpid();
+    pthread_mutex_init(&t->lock, NULL);
+    rc = hs_params(&t->hs, tp);
+    if (!rc && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
+        tp->nic_map[0]) {
+        if (strlen(tp->nic_map) >= sizeof t->hs.nic_map)
+            rc = dds_error(-DDS_ECONFIG, "nic_map is longer than %zu bytes",
+                           sizeof t->hs.nic_map - 1);
+        snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
+        t->hs.has_nic_map = 1;
+    }
+    if (!rc) {
+        /* libfabric reads its fork settings once, at its first use */
+        int r = ddofi_env_prepare(-1);
+        if (r < 0)
+            rc = ddofi_transport_error(r, NULL);
+    }
+    if (rc) {
+        char saved[768];
+        snprintf(saved, sizeof saved, "%s", dds_last_error());
+        ofi_tr_free(t);
+        return dds_error(rc, "%s", saved);
+    }
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+            "method 2 reader of %d core ranks: records in %s, namespace '%s'", t->hs.n_core,
+            t->hs.dir, t->hs.ns[0] ? t->hs.ns : "(any)");
+    ofi_tr_fill(t, transport_p);
+    return 0;
+}
+
+/* 0: usable; 1: stale (`why` says why; keep waiting for a fresh record);
+ * < 0: an error to report now. */
+static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, char *why,
+                    size_t cap)
+{
+    const double age = (double)(realtime_ns() - rec->ctime_ns) * 1e-9;
+    if (t->hs.ns[0] && strcmp(rec->exchange_ns, t->hs.ns) != 0) {
+        snprintf(why, cap,
+                 "%s was written by run namespace '%s' (core run %016llx, %.0f s ago); this "
+                 "reader expects namespace '%s' (exchange_ns / DDSTORE_EXCHANGE_NS)",
+                 path, rec->exchange_ns, (unsigned long long)rec->run_id, age, t->hs.ns);
+        return 1;
+    }
+    for (uint32_t i = 0; i < rec->nranks; i++) {
+        const dds_hs_rank_t *r = &rec->ranks[i];
+        if (strcmp(r->host, t->hs.myhost) != 0)
+            continue;
+        if (dds_hs_process_alive(r->pid, r->start_ticks) == 0) {
+            snprintf(why, cap,
+                     "%s is stale: it was written %.0f s ago by core run %016llx, whose rank "
+                     "%u (pid %d on %s) has exited",
+                     path, age, (unsigned long long)rec->run_id, i, (int)r->pid, r->host);
+            return 1;
+        }
+    }
+    if (__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE) && rec->run_id != t->hs.run_id) {
+        snprintf(why, cap,
+                 "%s belongs to core run %016llx, but this store reads core run %016llx "
+                 "(variables joined before); one store reads one core job",
+                 path, (unsigned long long)rec->run_id, (unsigned long long)t->hs.run_id);
+        return 1;
+    }
+    if ((int64_t)rec->nranks != (int64_t)t->hs.n_core)
+        return dds_error(-DDS_EINVAL,
+                         "join('%s'): the core job that published it has %u ranks, but this "
+                         "reader was created with n_core=%d (record %s)",
+                         rec->name, rec->nranks, t->hs.n_core, path);
+    return 0;
+}
+
+/* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S). */
+static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
+{
+    char path[4400], fname[1024], why[1400];
+    const double t0 = now_s(), deadline = t0 + t->hs.join_timeout_s;
+    double nap = 0.01;
+    int code = -DDS_ETIMEDOUT;
+    int rc = dds_hs_file_name(name, fname, sizeof fname);
+    if (rc)
+        return rc;
+    snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
+    for (;;) {
+        rc = dds_hs_read(t->hs.dir, name, rec);
+        if (rc == 0) {
+            rc = hs_check(t, path, rec, why, sizeof why);
+            if (rc == 0)
+                return 0;
+            dds_hs_record_clear(rec);
+            if (rc < 0)
+                return rc;
+            code = -DDS_ESTALE;
+        } else if (rc == -DDS_ENOENT) {
+            snprintf(why, sizeof why, "%s does not exist (is the core job running with "
+                     "method=2 and this handshake_dir, and has it added '%s'?)", path, name);
+            code = -DDS_ETIMEDOUT;
+        } else {
+            return rc; /* corrupted, foreign format, unreadable: no waiting fixes it */
+        }
+        const double now = now_s();
+        if (now >= deadline)
+            return dds_error(code,
+                             "join('%s'): no usable record after %g s "
+                             "(DDSTORE_HANDSHAKE_TIMEOUT_S): %s",
+                             name, t->hs.join_timeout_s, why);
+        double left = deadline - now, s = nap < left ? nap : left;
+        struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+        nanosleep(&ts, NULL);
+        nap = nap * 2 < 0.25 ? nap * 2 : 0.25;
+    }
+}
+
+/* First join: open the fabric the core job serves with, its ranks as peers. */
+static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
+{
+    const int n = (int)rec->nranks;
+    int same_host = 1, rc;
+    for (int i = 0; i < n; i++)
+        same_host &= !strcmp(rec->ranks[i].host, t->hs.myhost);
+    if (!same_host && (rec->flags & DDS_HS_FLAG_LOCAL_ONLY))
+        return dds_error(-DDS_ECONFIG,
+                         "join('%s'): the core job serves on 127.0.0.1 only (all its ranks "
+                         "run on %s and no interface was named), but this reader runs on "
+                         "%s: name an interface in the core job (FABRIC_IFACE) or set "
+                         "DDSTORE_FABRIC_LOCAL_ONLY=0 there",
+                         rec->name, rec->ranks[0].host, t->hs.myhost);
+    if (!same_host && !strcmp(rec->provider, "shm"))
+        return dds_error(-DDS_ECONFIG,
+                         "join('%s'): the core job serves with provider shm (same host "
+                         "only) on %s, but this reader runs on %s: set DDSTORE_FABRIC "
+                         "(cxi, verbs, tcp ...) in the core job",
+                         rec->name, rec->ranks[0].host, t->hs.myhost);
+
+    ddofi_transport_params_t tp;
+    memset(&tp, 0, sizeof tp);
+    if (t->hs.has_nic_map) {
+        tp.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
+        tp.nic_map = t->hs.nic_map;
+    }
+    ddofi_fabric_params_t fp;
+    rc = ofi_read_settings(&tp, same_host, 0, &fp);
+    if (rc)
+        return rc;
+    fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
+    fp.local_only = (rec->flags & DDS_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
+    const char *want = NULL, *e;
+    if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
+        return rc;
+    const int forced = want && want[0] && strcmp(want, "auto") != 0;
+    if (!forced) {
+        fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
+        fp.provider = rec->provider;
+    }
+    const int named = t->hs.has_nic_map || ((e = getenv("FABRIC_IFACE")) && *e) ||
+                      ((e = getenv("DDSTORE_NIC_MAP")) && *e);
+    if (!named && rec->domain[0]) {
+        fp.field_mask |= DDOFI_FABRIC_FIELD_IFACE;
+        fp.iface = rec->domain;
+    }
+    rc = ddofi_fabric_open(&fp, &t->fab);
+    if (rc)
+        return ddofi_transport_error(rc, "method 2: opening the core job's fabric");
+    ddofi_fabric_query(t->fab, &t->attr);
+    if (strcmp(t->attr.provider, rec->provider) != 0) {
+        rc = dds_error(-DDS_ECONFIG,
+                       "join('%s'): the core job serves with provider '%s', this reader's "
+                       "DDSTORE_FABRIC=%s opened '%s': unset DDSTORE_FABRIC here or set the "
+                       "same provider in both jobs",
+                       rec->name, rec->provider, want, t->attr.provider);
+        goto fail;
+    }
+    t->fparams = fp;
+    t->fparams.provider = NULL; /* pointed into the record */
+    t->fparams.iface = NULL;
+    t->fparams.nic_map = t->hs.has_nic_map ? t->hs.nic_map : NULL;
+    snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
+    snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
+    t->need_local_mr = t->attr.mr_local;
+    if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
+        t->thp = 0;
+    t->addrs = calloc((size_t)n, DDOFI_ADDR_BLOB_MAX);
+    t->hs.hosts = calloc((size_t)n, HOST_MAX);
+    t->hs.pids = calloc((size_t)n, sizeof *t->hs.pids);
+    t->hs.ticks = calloc((size_t)n, sizeof *t->hs.ticks);
+    if (!t->addrs || !t->hs.hosts || !t->hs.pids || !t->hs.ticks) {
+        rc = dds_error(-DDS_ENOMEM, "method 2: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < n; i++) {
+        const dds_hs_rank_t *r = &rec->ranks[i];
+        memcpy(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, r->addr, r->addr_len);
+        snprintf(t->hs.hosts + (size_t)i * HOST_MAX, HOST_MAX, "%s", r->host);
+        t->hs.pids[i] = r->pid;
+        t->hs.ticks[i] = r->start_ticks;
+    }
+    t->nranks = n;
+    t->hs.run_id = rec->run_id;
+    __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
+    rc = ofi_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    if (rc) {
+        __atomic_store_n(&t->ready, 0, __ATOMIC_RELEASE);
+        goto fail;
+    }
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+            "method 2 reader: core run %016llx, %d ranks, provider %s, domain %s", 
+            (unsigned long long)rec->run_id, n, t->attr.provider, t->attr.domain);
+    return 0;
+fail: {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", dds_last_error());
+    ddofi_fabric_close(t->fab);
+    t->fab = NULL;
+    memset(&t->attr, 0, sizeof t->attr);
+    free(t->addrs);
+    t->addrs = NULL;
+    ofi_hs_free(&t->hs);
+    t->nranks = 0;
+    dds_error(rc, "%s", saved);
+    return rc;
+}
+}
+
+/* The joined variable's region and layout. */
+static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
+                     dds_region_layout_t *lay, void **region_p)
+{
+    const int n = (int)rec->nranks;
+    ofi_region_t *g = calloc(1, sizeof *g);
+    int64_t *off = malloc(((size_t)n + 1) * sizeof *off);
+    int rc = 0;
+    if (!g || !off || !(g->remotes = calloc((size_t)n, sizeof *g->remotes))) {
+        rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory", rec->name);
+        goto fail;
+    }
+    snprintf(g->name, sizeof g->name, "%s", rec->name);
+    g->joined = 1;
+    off[0] = 0;
+    for (int i = 0; i < n; i++) {
+        const dds_hs_rank_t *r = &rec->ranks[i];
+        int e = ddofi_remote_import(r->mr_blob, DDS_HS_MR_BLOB, &g->remotes[i]);
+        if (e) {
+            char what[4600];
+            snprintf(what, sizeof what, "join('%s'): record %s: region of rank %d", rec->name,
+                     path, i);
+            rc = ddofi_transport_error(e, what);
+            if (e == -DDOFI_EBLOB)
+                rc = dds_error(-DDS_ECORRUPT, "%s", dds_last_error());
+            goto fail;
+        }
+        if (g->remotes[i].size != r->bytes || g->remotes[i].key != r->key ||
+            g->remotes[i].base != r->base) {
+            rc = dds_error(-DDS_ECORRUPT,
+                           "join('%s'): record %s: rank %d's region blob (base 0x%llx, key "
+                           "0x%llx, %llu bytes) disagrees with its entry (base 0x%llx, key "
+                           "0x%llx, %llu bytes)",
+                           rec->name, path, i, (unsigned long long)g->remotes[i].base,
+                           (unsigned long long)g->remotes[i].key,
+                           (unsigned long long)g->remotes[i].size,
+                           (unsigned long long)r->base, (unsigned long long)r->key,
+                           (unsigned long long)r->bytes);
+            goto fail;
+        }
+        off[i + 1] = off[i] + r->rows;
+    }
+    lay->nowners = n;
+    lay->offsets = off;
+    lay->row_bytes = rec->row_bytes;
+    lay->disp = rec->disp;
+    lay->itemsize = rec->itemsize;
+    lay->dtype = (dds_dtype_t)rec->dtype;
+    pthread_mutex_lock(&t->lock);
+    g->next = t->regions;
+    if (t->regions)
+        t->regions->prev = g;
+    t->regions = g;
+    pthread_mutex_unlock(&t->lock);
+    *region_p = g;
+    return 0;
+fail:
+    free(off);
+    if (g)
+        free(g->remotes);
+    free(g);
+    return rc;
+}
+
+int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, void **region_p)
+{
+    ofi_tr_t *t = ctx;
+    dds_hs_record_t rec;
+    char path[4400], fname[1024];
+    int rc;
+    if (!t->hs.on)
+        return dds_error(-DDS_EINVAL, "join('%s'): only method-2 readers join variables of "
+                         "another job; this store uses method 1", name);
+    if (t->hs.n_core == 0)
+        return dds_error(-DDS_EINVAL,
+                         "join('%s'): this is a method-2 core store (n_core=0): it publishes "
+                         "its variables; a reader job creates its store with n_core = the "
+                         "core job's rank count", name);
+    if (getpid() != t->pid)
+        return dds_error(-DDS_EINVAL, "join('%s'): a store cannot join variables in a forked "
+                         "process", name);
+    if ((rc = dds_hs_file_name(name, fname, sizeof fname)))
+        return rc;
+    snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
+    memset(&rec, 0, sizeof rec);
+    rc = hs_wait(t, name, &rec);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&t->lock);
+    if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE))
+        rc = hs_attach_locked(t, &rec);
+    else if (rec.run_id != t->hs.run_id)
+        rc = dds_error(-DDS_ESTALE,
+                       "join('%s'): %s belongs to core run %016llx, but this store reads "
+                       "core run %016llx; one store reads one core job",
+                       name, path, (unsigned long long)rec.run_id,
+                       (unsigned long long)t->hs.run_id);
+    pthread_mutex_unlock(&t->lock);
+    if (!rc)
+        rc = hs_region(t, path, &rec, lay, region_p);
+    dds_hs_record_clear(&rec);
+    return rc;
+}

@@ -1,0 +1,112 @@
+/* ddstore-ofi adapter: objects shared by the method-1 transport
+ * (dds_ofi_transport.c) and method 2's handshake (dds_ofi_method2.c).
+ * Internal: not installed, not part of any public API. */
+#ifndef DDSTORE_OFI_TR_INTERNAL_H
+#define DDSTORE_OFI_TR_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ddstore/comm.h"
+#include "ddstore/handshake_transport.h"
+#include "ddstore/ofi.h"
+#include "ddstore/ofi_transport.h"
+#include "ddstore/transport.h"
+
+#define HOST_MAX 64
+
+typedef struct ofi_tr ofi_tr_t;
+
+typedef struct ofi_reader {
+    ofi_tr_t *tr;
+    int flags;                 /* DDS_READER_*                               */
+    pid_t pid;                 /* process whose endpoint this is (0: none)   */
+    ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
+    ddofi_ep_t *ep;
+    ddofi_peer_t *peers;       /* nranks                                     */
+    pthread_mutex_t open_lock; /* lazy (re)open: forked readers, and method-2
+                                  readers opened before the first join       */
+} ofi_reader_t;
+
+typedef struct ofi_region {
+    ddofi_mr_t *mr;            /* NULL when the shard is empty or joined     */
+    ddofi_remote_t *remotes;   /* nranks                                     */
+    size_t bytes;
+    int joined;                /* method-2 reader: another job's variable    */
+    int published;             /* method-2 core: rank 0 wrote its record     */
+    struct ofi_region *prev, *next;
+    char name[256];
+} ofi_region_t;
+
+typedef struct ofi_recv {
+    ddofi_mr_t *mr;            /* NULL: the provider needs no registration  */
+    ddofi_fabric_t *fab;
+    pid_t pid;
+} ofi_recv_t;
+
+/* Method 2's state (handshake_dir given). */
+typedef struct ofi_hs {
+    int on;                    /* method 2                                   */
+    int n_core;                /* 0: core job; > 0: reader of n_core ranks   */
+    char dir[4096];
+    char ns[DDS_HS_NS_MAX + 1];
+    char myhost[HOST_MAX];
+    uint64_t run_id;           /* core: this job's; reader: the joined job's */
+    double join_timeout_s;     /* DDSTORE_HANDSHAKE_TIMEOUT_S                */
+    char *hosts;               /* nranks x HOST_MAX                          */
+    int32_t *pids;             /* nranks                                     */
+    uint64_t *ticks;           /* nranks: process start times                */
+    const ddofi_transport_params_t *tp; /* creation params (reader: used at
+                                  the first join only, copied below)         */
+    char nic_map[256];         /* reader: the creation params' nic_map       */
+    int has_nic_map;
+} ofi_hs_t;
+
+struct ofi_tr {
+    dds_comm_t comm;           /* copy; the store owns the communicator     */
+    int rank, nranks;
+    pid_t pid;
+    ddofi_fabric_params_t fparams; /* as opened (forked readers reopen them) */
+    char prov[64], domain[64];
+    ddofi_fabric_t *fab;       /* method-2 reader: NULL until the first join */
+    ddofi_fabric_attr_t attr;
+    ddofi_ep_t *server;        /* NULL for a method-2 reader                 */
+    unsigned char *addrs;      /* nranks x DDOFI_ADDR_BLOB_MAX               */
+    ofi_reader_t *dflt;
+    int need_local_mr;         /* FI_MR_LOCAL                                */
+    int thp;                   /* DDSTORE_OFI_THP                            */
+    int ready;                 /* fabric, addrs, dflt set (atomic access)    */
+    pthread_mutex_t lock;      /* regions list; method-2 reader's first join */
+    ofi_region_t *regions;
+    ofi_hs_t hs;
+};
+
+/* dds_ofi_transport.c */
+extern const dds_transport_ops_t ofi_tr_ops;
+int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p);
+void ofi_reader_free(ofi_reader_t *r);
+int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
+                      ddofi_fabric_params_t *p);
+void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p);
+void ofi_tr_free(ofi_tr_t *t);
+
+/* dds_ofi_method2.c */
+/* Creation (collective for a core job): handshake_dir, namespace, run id,
+ * every rank's pid/start time/host (hosts: nranks x HOST_MAX, gathered by
+ * the caller).  Called after the server addresses are exchanged. */
+int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts);
+/* Create a method-2 reader transport (no collective). */
+int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+                         dds_transport_t *transport_p);
+/* Core rank 0: write the record of a registered variable (mr_blobs: every
+ * rank's DDOFI_MR_BLOB_SIZE export). */
+int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
+                   const unsigned char *mr_blobs);
+/* Core rank 0: remove the record (errors logged, not returned). */
+void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g);
+int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *layout_p,
+                       void **region_p);
+void ofi_hs_free(ofi_hs_t *hs);
+
+#endif

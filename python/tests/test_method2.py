@@ -1,0 +1,434 @@
+"""Method 2, split jobs: a core job (tools/ddrun, MPI, m2_core.py) publishes
+records in a handshake directory; separate reader jobs join and read.
+
+The core job is a launch of its own; readers are plain processes (no MPI) or
+this test process.  These tests start their own jobs, so they run in the
+1-rank stage only (rank 0 of larger stages skips them, with that reason).
+"""
+import os
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import zlib
+
+import numpy as np
+import pytest
+
+import pyddstore
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(os.path.dirname(HERE))
+DDRUN = os.path.join(TOP, "tools", "ddrun")
+sys.path.insert(0, HERE)
+import m2_core  # noqa: E402
+
+
+def _world_size():
+    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 1
+
+
+pytestmark = pytest.mark.skipif(
+    _world_size() != 1, reason="method-2 split-job tests launch their own jobs: 1-rank stage only")
+
+# launcher variables that must not leak into the jobs started here
+_LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
+_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
+FABRICS = ["shm", "tcp"]
+
+
+def _available():
+    try:
+        s = pyddstore.PyDDStore(None, method=2, handshake_dir="/nonexistent-ddstore-probe",
+                                n_core=1)
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    s.free()
+    return None
+
+
+_WHY = _available()
+if _WHY is not None:
+    pytestmark = [pytestmark, pytest.mark.skip(reason=f"method 2 not available: {_WHY}")]
+
+
+def _env(top, extra=None):
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith(_LAUNCH) and k not in _KEEP)}
+    env["PYTHONPATH"] = top
+    env.update(extra or {})
+    return env
+
+
+class Core:
+    """A core job: tools/ddrun -n N python m2_core.py HS ..., its own
+    process group (so that it can be killed whole)."""
+
+    def __init__(self, top, hs, n, tag=1, ns="", fabric="shm", extra=None):
+        self.hs, self.n, self.tag = hs, n, tag
+        env = _env(top, {"DDSTORE_FABRIC": fabric, **(extra or {})})
+        self.p = subprocess.Popen(
+            [DDRUN, "-n", str(n), "--timeout", "300", "--", sys.executable,
+             os.path.join(HERE, "m2_core.py"), hs, "--ns", ns, "--tag", str(tag)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True)
+
+    def wait_ready(self, timeout=120):
+        ready = os.path.join(self.hs, f"core-ready-{self.tag}")
+        t0 = time.monotonic()
+        while not os.path.exists(ready):
+            if self.p.poll() is not None:
+                raise AssertionError(f"core job exited with {self.p.returncode}:\n"
+                                     f"{self.p.stdout.read()}")
+            assert time.monotonic() - t0 < timeout, "core job not ready in time"
+            time.sleep(0.05)
+
+    def stop(self, timeout=120):
+        open(os.path.join(self.hs, f"core-stop-{self.tag}"), "w").close()
+        try:
+            out, _ = self.p.communicate(timeout=timeout)
+        finally:
+            self.kill()
+        assert self.p.returncode == 0, f"core job failed ({self.p.returncode}):\n{out}"
+        return out
+
+    def kill(self):
+        """SIGKILL every process of the job: its session (timeout and
+        mpirun move the ranks into process groups of their own)."""
+        if self.p.returncode is None:
+            for _ in range(3):
+                for pid in _session(self.p.pid):
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.05)
+            self.p.wait()
+        while _session(self.p.pid):     # ranks reaped by init
+            time.sleep(0.05)
+        if not self.p.stdout.closed:
+            self.p.stdout.close()
+
+
+def _session(sid):
+    """pids of the processes of session `sid`."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(d))
+    return out
+
+
+@pytest.fixture
+def hs(tmp_path):
+    return str(tmp_path / "hs")
+
+
+def _reader(hs, n_core, **kw):
+    return pyddstore.PyDDStore(None, method=2, handshake_dir=hs, n_core=n_core, **kw)
+
+
+def _check_all(s, n, tag):
+    """join every variable and compare every value (get and get_batch)."""
+    want = m2_core.expected(n, tag)
+    for name, w in want.items():
+        s.join(name)
+        total, disp, _ = s.info(name)[:3]
+        assert (total, disp) == w.shape
+        got = np.zeros_like(w)
+        s.get(name, got, 0)
+        np.testing.assert_array_equal(got, w)
+        idx = np.random.default_rng(7).integers(0, total, 64)
+        got = np.zeros((len(idx), w.shape[1]), w.dtype)
+        s.get_batch(name, got, idx)
+        np.testing.assert_array_equal(got, w[idx])
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_split_jobs_two_launches(top, hs, fabric):
+    """Core job (2 ranks, MPI) and a reader job of 2 plain processes
+    (no MPI, SLURM_PROCID/SLURM_NTASKS) sharing only the directory; the
+    readers check every value, also from 8 threads at once."""
+    core = Core(top, hs, 2, fabric=fabric)
+    try:
+        code = textwrap.dedent(f"""
+            import sys, threading
+            import numpy as np
+            sys.path.insert(0, {HERE!r})
+            import m2_core, pyddstore
+            s = pyddstore.PyDDStore(None, method=2, handshake_dir={hs!r}, n_core=2)
+            want = m2_core.expected(2, 1)
+            for name in want:
+                s.join(name)
+            assert s.info("a")[0] == len(want["a"])
+            errs = []
+            def work(t):
+                try:
+                    rd = s.open_reader()
+                    rng = np.random.default_rng(t)
+                    for _ in range(30):
+                        for name, w in want.items():
+                            idx = rng.integers(0, len(w), 16)
+                            got = np.zeros((16, w.shape[1]), w.dtype)
+                            rd.get_batch(name, got, idx)
+                            if not np.array_equal(got, w[idx]):
+                                errs.append((t, name))
+                    rd.close()
+                except Exception as e:
+                    errs.append((t, repr(e)))
+            th = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+            [x.start() for x in th]
+            [x.join() for x in th]
+            assert not errs, errs
+            got = np.zeros_like(want["b"])
+            s.get("b", got)
+            assert np.array_equal(got, want["b"])
+            s.free()
+            print("READER-OK")
+        """)
+        readers = [subprocess.Popen([sys.executable, "-c", code],
+                                    env=_env(top, {"SLURM_PROCID": str(r), "SLURM_NTASKS": "2"}),
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                   for r in range(2)]
+        outs = []
+        for p in readers:
+            out, _ = p.communicate(timeout=240)
+            outs.append((p.returncode, out))
+        for rc, out in outs:
+            assert rc == 0 and "READER-OK" in out, out
+        # files: 0600 records in a 0700 directory the core job created
+        assert stat.S_IMODE(os.stat(hs).st_mode) == 0o700
+        recs = [f for f in os.listdir(hs) if f.endswith(".ddshs")]
+        assert sorted(recs) == ["a.ddshs", "b.ddshs", "c.ddshs"]
+        for f in recs:
+            assert stat.S_IMODE(os.stat(os.path.join(hs, f)).st_mode) == 0o600
+        core.stop()
+        # a core job that frees its variables removes their records
+        assert not [f for f in os.listdir(hs) if f.endswith(".ddshs")]
+    finally:
+        core.kill()
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_reader_in_this_process(top, hs, n):
+    """Core jobs of 1 and 4 ranks (rank 1 of 4 owns no row); join waits
+    for records that appear after it started; a second store joins too."""
+    core = Core(top, hs, n, tag=3)
+    try:
+        s = _reader(hs, n)          # before the core job has published
+        _check_all(s, n, 3)
+        assert s.info("a")[0] == m2_core.layout(n)[2]
+        with pytest.raises(ValueError, match="already exists"):
+            s.join("a")
+        with pytest.raises(ValueError, match="read-only"):
+            s.update("a", np.zeros((1, 4), np.int64), 0)
+        with pytest.raises(ValueError, match="n_core=%d" % n):
+            s.add("mine", np.zeros((2, 2), np.int64))
+        # a second reader store in the same process joins the same records
+        s2 = _reader(hs, n)
+        _check_all(s2, n, 3)
+        s2.free()
+        s.free()
+        core.stop()
+    finally:
+        core.kill()
+
+
+def test_wrong_n_core(top, hs):
+    core = Core(top, hs, 2, tag=4)
+    try:
+        core.wait_ready()
+        s = _reader(hs, 3)
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match=r"has 2 ranks.*n_core=3"):
+            s.join("a")
+        assert time.monotonic() - t0 < 10     # at once, not after the timeout
+        s.free()
+        core.stop()
+    finally:
+        core.kill()
+
+
+def test_join_timeout_names_missing_record(hs, monkeypatch):
+    monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "0.5")
+    s = _reader(hs, 2)
+    t0 = time.monotonic()
+    with pytest.raises(pyddstore.DDStoreError, match="DDSTORE_HANDSHAKE_TIMEOUT_S") as e:
+        s.join("nothing")
+    assert "nothing.ddshs does not exist" in str(e.value)
+    assert 0.4 < time.monotonic() - t0 < 10
+    s.free()
+
+
+def test_stale_record_of_a_killed_core_job(top, hs, monkeypatch):
+    """A core job killed with SIGKILL leaves its records behind: a reader
+    rejects them as stale (naming the dead rank), keeps waiting, and joins
+    the records of the next core run when it comes."""
+    old = Core(top, hs, 2, tag=5)
+    old.wait_ready()
+    old.kill()
+    assert os.path.exists(os.path.join(hs, "a.ddshs"))
+    monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "1")
+    s = _reader(hs, 2)
+    t0 = time.monotonic()
+    with pytest.raises(pyddstore.DDStoreError, match=r"stale.*has exited"):
+        s.join("a")
+    assert time.monotonic() - t0 < 10
+    s.free()
+    # the next run: join (started first) waits through the stale record
+    # (the timeout is read when a store is created)
+    monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "120")
+    s = _reader(hs, 2)
+    box = {}
+
+    def join():
+        try:
+            _check_all(s, 2, 6)
+            box["ok"] = True
+        except Exception as e:  # noqa: BLE001
+            box["err"] = e
+    th = threading.Thread(target=join)
+    th.start()
+    time.sleep(0.5)
+    new = Core(top, hs, 2, tag=6)
+    try:
+        th.join(180)
+        assert box.get("ok"), box
+        s.free()
+        new.stop()
+    finally:
+        new.kill()
+
+
+def test_exchange_ns(top, hs, monkeypatch):
+    core = Core(top, hs, 2, tag=7, ns="runA")
+    try:
+        core.wait_ready()
+        monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "0.5")
+        s = _reader(hs, 2, exchange_ns="runB")
+        with pytest.raises(pyddstore.DDStoreError, match="namespace 'runA'.*expects namespace 'runB'"):
+            s.join("a")
+        s.free()
+        monkeypatch.setenv("DDSTORE_EXCHANGE_NS", "runA")
+        s = _reader(hs, 2)
+        _check_all(s, 2, 7)
+        s.free()
+        core.stop()
+    finally:
+        core.kill()
+
+
+@pytest.mark.parametrize("fabric", FABRICS)
+def test_core_job_killed_while_reading(top, hs, fabric, monkeypatch):
+    """Reads from a core job that died fail within DDSTORE_READ_TIMEOUT_S,
+    with an error, not a hang; the store can still be freed."""
+    monkeypatch.setenv("DDSTORE_READ_TIMEOUT_S", "5")
+    core = Core(top, hs, 2, tag=8, fabric=fabric)
+    try:
+        s = _reader(hs, 2)
+        _check_all(s, 2, 8)
+        core.kill()
+        time.sleep(0.2)
+        w = m2_core.expected(2, 8)["a"]
+        got = np.zeros((len(w), 4), np.int64)
+        t0 = time.monotonic()
+        with pytest.raises(pyddstore.DDStoreError):
+            for _ in range(50):          # every read must fail, the first one included
+                s.get("a", got, 0)
+        assert time.monotonic() - t0 < 5 + 15
+        s.free()
+    finally:
+        core.kill()
+
+
+# -- corrupted records ------------------------------------------------------
+
+def _valid_record(top, hs):
+    core = Core(top, hs, 2, tag=9)
+    try:
+        core.wait_ready()
+        with open(os.path.join(hs, "a.ddshs"), "rb") as f:
+            data = f.read()
+        core.stop()
+    finally:
+        core.kill()
+    return data
+
+
+def _with_crc(b):
+    b = bytearray(b)
+    b[24:28] = b"\0\0\0\0"
+    b[24:28] = struct.pack("<I", zlib.crc32(bytes(b)) & 0xffffffff)
+    return bytes(b)
+
+
+def test_corrupted_records(top, hs, tmp_path, monkeypatch):
+    """Every damaged record is a clear, immediate error naming what is
+    wrong; the reader store stays usable."""
+    good = _valid_record(top, hs)
+    assert good[:8] == b"DDSHAKE\0" and len(good) == 512 + 2 * 480
+    assert _with_crc(good) == good       # the CRC is zlib's CRC-32
+    bad = {
+        "empty": (b"", "truncated|too short|size"),
+        "truncated": (good[:700], "truncated|size"),
+        "extended": (good + b"\0" * 16, "trailing data"),
+        "magic": (b"XXSHAKE\0" + good[8:], "magic"),
+        "bitflip": (good[:600] + bytes([good[600] ^ 1]) + good[601:], "CRC"),
+        "version": (_with_crc(good[:8] + struct.pack("<I", 7) + good[12:]), "version 7"),
+        "nranks": (_with_crc(good[:28] + struct.pack("<I", 3) + good[32:]), "size|nranks"),
+        "rows": (_with_crc(good[:512] + struct.pack("<q", -4) + good[520:]), "rows"),
+        "garbage": (os.urandom(1472), "magic|CRC"),
+    }
+    monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "30")
+    d = tmp_path / "bad"
+    d.mkdir(mode=0o700)
+    for what, (data, pat) in bad.items():
+        (d / "a.ddshs").write_bytes(data)
+        s = _reader(str(d), 2)
+        t0 = time.monotonic()
+        with pytest.raises(pyddstore.DDStoreError, match=pat) as e:
+            s.join("a")
+        assert time.monotonic() - t0 < 5, what          # not after the timeout
+        assert "a.ddshs" in str(e.value), (what, str(e.value))
+        s.free()
+    # the record of another variable name
+    (d / "x.ddshs").write_bytes(good)
+    s = _reader(str(d), 2)
+    with pytest.raises(pyddstore.DDStoreError, match="holds variable 'a', expected 'x'"):
+        s.join("x")
+    s.free()
+
+
+def test_tools_inspect(top, hs):
+    """tools/ddstore-handshake prints a record (and rejects a bad one)."""
+    tool = os.path.join(TOP, "tools", "ddstore-handshake")
+    if not os.path.exists(tool):
+        pytest.skip("tools/ddstore-handshake not in this tree")
+    good = _valid_record(top, hs)
+    p = os.path.join(hs, "copy.ddshs")
+    with open(p, "wb") as f:
+        f.write(good)
+    r = subprocess.run([sys.executable, tool, p], capture_output=True, text=True,
+                       env=_env(top))
+    assert r.returncode == 0, r.stderr
+    assert "name a" in r.stdout and "2 ranks" in r.stdout
+    with open(p, "wb") as f:
+        f.write(good[:100])
+    r = subprocess.run([sys.executable, tool, p], capture_output=True, text=True,
+                       env=_env(top))
+    assert r.returncode != 0 and "copy.ddshs" in r.stderr
