@@ -22,6 +22,9 @@ cd "${DDSTORE_TOP:-$HOME/ddstore}"
 
 export DDSTORE_FABRIC=cxi
 export FI_CXI_DISABLE_HOST_REGISTER=1
+# one run namespace for both steps: the extra step accepts only records of
+# this job's core step (leftovers of an earlier job in $HS are rejected)
+export DDSTORE_EXCHANGE_NS="job$SLURM_JOB_ID"
 HS=${HANDSHAKE_DIR:-$SCRATCH/ddstore-hs-$SLURM_JOB_ID}   # shared filesystem (Lustre)
 mkdir -p -m 700 "$HS"
 NCORE=${NCORE:-4}
