@@ -169,6 +169,24 @@ def wheel_stage(timeout=2400):
     return junit_counts("wheel", d, rc)
 
 
+def fuzz_stage(seconds=30):
+    """tools/fuzz-handshake.sh: libFuzzer on method 2's record parser for a
+    short while, starting from the tree's corpus (one test: no crash)."""
+    c = Counts()
+    if shutil.which("clang") is None:
+        print("SKIP: fuzz: clang not installed (libFuzzer needs it)")
+        c.skipped += 1
+        return c
+    rc, _ = run([os.path.join(TOP, "tools", "fuzz-handshake.sh"), str(seconds)],
+                timeout=seconds + 600)
+    if rc == 0:
+        c.passed += 1
+    else:
+        c.failed += 1
+        c.failures.append(f"fuzz: tools/fuzz-handshake.sh {seconds} exited {rc}")
+    return c
+
+
 def have_torch_ext():
     return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
 
@@ -181,6 +199,8 @@ STAGES = {
     "tsan": ("threaded read paths under ThreadSanitizer",
              lambda: bazel_tests("tsan", ["--config=tsan", "--test_tag_filters=threads"],
                                  ["//ddstore-core/...", "//ddstore-ofi/..."])),
+    "fuzz": ("method 2's record parser under libFuzzer for 30 s (tools/fuzz-handshake.sh)",
+             fuzz_stage),
     "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
     "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),

@@ -36,7 +36,11 @@
  * [1, DDS_HS_MAX_RANKS], every string NUL-terminated, name non-empty,
  * dtype known, itemsize > 0, row bytes == disp x itemsize (no overflow),
  * rows >= 0, bytes == rows x row bytes, total rows == sum of rows (no
- * overflow), address length in range, pid > 0, creation time > 0.
+ * overflow), address length in range, pid > 0, creation time > 0; and
+ * what the encoder never writes: a non-zero reserved word, non-zero bytes
+ * after a string's NUL or after the address blob, disp == 0, an itemsize
+ * other than a typed dtype's size.  So a record that parses re-encodes to
+ * the same bytes.  Flags are not checked (unknown bits are kept).
  *
  * Thread-safety: every function is reentrant.
  */
@@ -111,7 +115,9 @@ void dds_hs_record_clear(dds_hs_record_t *r);
 /* The record's file name for variable `name`: the name itself when it is
  * made of [A-Za-z0-9._-] and does not start with '.', else every other byte
  * (and a leading '.') as %XX; then DDS_HS_SUFFIX.  Writes at most `cap`
- * bytes (NUL included); returns 0 or -DDS_EINVAL (too long / empty). */
+ * bytes (NUL included); returns 0 or -DDS_EINVAL (too long / empty).
+ * dds_hs_write / _read / _remove also refuse a file name longer than 255
+ * bytes (the usual file-system limit): -DDS_EINVAL naming the variable. */
 int dds_hs_file_name(const char *name, char *out, size_t cap);
 
 /* Create `dir` (and missing parents) with mode 0700.  An existing directory
