@@ -2,6 +2,9 @@
 tools/ddrun as a job of its own:
 
     tools/ddrun -n N python m2_core.py HANDSHAKE_DIR [--ns NS] [--tag T]
+    SLURM_PROCID=r SLURM_NTASKS=N python m2_core.py HANDSHAKE_DIR --comm file
+
+(--comm file: no MPI, a pyddstore.FileComm in HANDSHAKE_DIR/comm.)
 
 Publishes, with PyDDStore(MPI.COMM_WORLD, method=2, handshake_dir=...):
   "a"  int64, 4 columns, row i = [T*10**6 + i*10 + j for j in 0..3]
@@ -43,12 +46,16 @@ def main():
     ap.add_argument("--ns", default="")
     ap.add_argument("--tag", type=int, default=1)
     ap.add_argument("--serve-s", type=float, default=300)
+    ap.add_argument("--comm", choices=("mpi", "file"), default="mpi")
     args = ap.parse_args()
-    from mpi4py import MPI
-
     import pyddstore
-    comm = MPI.COMM_WORLD
-    r, n = comm.Get_rank(), comm.Get_size()
+    if args.comm == "mpi":
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+        r, n, barrier = comm.Get_rank(), comm.Get_size(), comm.Barrier
+    else:
+        comm = pyddstore.FileComm(os.path.join(args.hs, "comm"), ns=f"core{args.tag}")
+        r, n, barrier = comm.rank, comm.size, comm.barrier
     counts, first, _ = layout(n)
     want = expected(n, args.tag)
     lo, hi = first[r], first[r] + counts[r]
@@ -58,7 +65,7 @@ def main():
     s.init("c", counts[r], 5, 1)
     if counts[r]:
         s.update("c", np.ascontiguousarray(want["c"][lo:hi]), 0)
-    comm.Barrier()
+    barrier()
     if r == 0:
         with open(os.path.join(args.hs, f"core-ready-{args.tag}"), "w") as f:
             f.write(str(os.getpid()))
@@ -66,7 +73,7 @@ def main():
     t0 = time.monotonic()
     while not os.path.exists(stop) and time.monotonic() - t0 < args.serve_s:
         time.sleep(0.05)
-    comm.Barrier()
+    barrier()
     s.free()
     return 0
 

@@ -224,6 +224,31 @@ def test_split_jobs_two_launches(top, hs, fabric):
         core.kill()
 
 
+def test_core_job_without_mpi(top, hs):
+    """A core job of plain processes (no MPI: FileComm, SLURM_PROCID /
+    SLURM_NTASKS) publishes; a reader joins and checks every value."""
+    os.makedirs(os.path.join(hs, "comm"), mode=0o700)
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "m2_core.py"), hs,
+                               "--comm", "file", "--tag", "11"],
+                              env=_env(top, {"SLURM_PROCID": str(r), "SLURM_NTASKS": "3",
+                                             "DDSTORE_FABRIC": "tcp"}),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(3)]
+    try:
+        s = _reader(hs, 3)
+        _check_all(s, 3, 11)
+        s.free()
+        open(os.path.join(hs, "core-stop-11"), "w").close()
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0, out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.mark.parametrize("n", [1, 4])
 def test_reader_in_this_process(top, hs, n):
     """Core jobs of 1 and 4 ranks (rank 1 of 4 owns no row); join waits
