@@ -444,6 +444,39 @@ def test_forked_workers_method1(persistent, monkeypatch):
         ds.free()
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_forked_workers_method2_reader(persistent, monkeypatch):
+    """DataLoader forked workers over a DistDatasetReader (method 2; the
+    core DistDataset is this same job, every rank also a reader)."""
+    from pyddstore.torch import DistDatasetReader
+    comm = world()
+    require_method(2, comm)
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=1)
+    hs = shared_tmpdir(comm, "hs2")
+    ds = DistDataset(Source("tuple"), fresh_name("fk2"), comm, method=2, handshake_dir=hs)
+    try:
+        rd = DistDatasetReader(ds.name, handshake_dir=hs)
+        loader = DataLoader(rd, batch_size=4, shuffle=True, num_workers=2,
+                            persistent_workers=persistent, multiprocessing_context="fork",
+                            generator=torch.Generator().manual_seed(3))
+        ref = _epoch(DataLoader(Source("tuple"), batch_size=4, shuffle=True,
+                                generator=torch.Generator().manual_seed(3)))
+        for epoch in range(2):
+            got = _epoch(loader)
+            if epoch == 0:
+                _cmp_epochs(comm, ref, got, f"forked reader epoch {epoch}")
+        del loader
+        # and threads with per-thread readers, direct collate
+        tl = ThreadDataLoader(rd, batch_size=4, shuffle=True, num_workers=2,
+                              generator=torch.Generator().manual_seed(3))
+        got = _epoch(tl)
+        tl.close()
+        _cmp_epochs(comm, ref, got, "thread loader over the reader")
+        rd.free()
+    finally:
+        ds.free()
+
+
 def test_thread_readers_method1(monkeypatch):
     comm = world()
     require_method(1, comm)
