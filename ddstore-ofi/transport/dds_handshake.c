@@ -12,9 +12,8 @@
  * failure names the field; dds_hs_read puts the file's path in front.
  *
  * Beyond the header's list, the parser (and the encoder) also reject what the
- * encoder never writes and the reader could trip over: the reserved word
- * non-zero, bytes after a string's NUL or after the address blob's length
- * non-zero, disp == 0, and an itemsize that differs from a typed dtype's
+ * encoder never writes and the reader could trip over: bytes after a
+ * string's NUL or after the address blob's length non-zero, disp == 0, and an itemsize that differs from a typed dtype's
  * size (the store refuses both at add time).  So a record that parses
  * re-encodes to the same bytes.
  */
@@ -59,7 +58,7 @@ enum {
     OFF_ROW_BYTES = 72,
     OFF_TOTAL_ROWS = 80,
     OFF_ENTRY_BYTES = 88,
-    OFF_RESERVED = 92,
+    OFF_PIDNS = 92,
     OFF_NAME = 96,
     OFF_NS = 352,
     OFF_PROV = 416,
@@ -322,7 +321,7 @@ static int check_rank(const hs_ctx_t *c, const dds_hs_record_t *r, uint32_t i)
     return 0;
 }
 
-/* Everything but the sizes, the CRC and the reserved word.  r->ranks holds
+/* Everything but the sizes, the CRC and the pid namespace.  r->ranks holds
  * r->nranks entries. */
 static int check_record(const hs_ctx_t *c, const dds_hs_record_t *r)
 {
@@ -433,7 +432,8 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
     st64(b + OFF_ROW_BYTES, r->row_bytes);
     st64(b + OFF_TOTAL_ROWS, r->total_rows);
     st32(b + OFF_ENTRY_BYTES, DDS_HS_RANK_BYTES);
-    /* reserved, string padding: zero from calloc */
+    st32(b + OFF_PIDNS, r->pidns);
+    /* string padding: zero from calloc */
     memcpy(b + OFF_NAME, r->name, strlen(r->name));
     memcpy(b + OFF_NS, r->exchange_ns, strlen(r->exchange_ns));
     memcpy(b + OFF_PROV, r->provider, strlen(r->provider));
@@ -527,11 +527,8 @@ static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
                        "CRC mismatch (file is corrupted or was modified): "
                        "stored 0x%08x, computed 0x%08x",
                        (unsigned)crc, (unsigned)want_crc);
-    v = ld32(p + OFF_RESERVED);
-    if (v != 0)
-        return hs_fail(&c, "reserved 0x%08x, expected 0", (unsigned)v);
-
     memset(&t, 0, sizeof t);
+    t.pidns = ld32(p + OFF_PIDNS);
     t.version = DDS_HS_VERSION;
     t.nranks = nranks;
     t.run_id = ld64(p + OFF_RUN_ID);
@@ -1006,6 +1003,14 @@ static int read_proc_stat(const char *path, char *state_p, uint64_t *start_p)
         return -1;
     *start_p = (uint64_t)v;
     return 0;
+}
+
+uint32_t dds_hs_self_pidns(void)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st) != 0)
+        return 0;
+    return (uint32_t)st.st_ino;
 }
 
 uint64_t dds_hs_self_start_ticks(void)

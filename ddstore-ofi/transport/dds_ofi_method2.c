@@ -164,6 +164,7 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
     rec.ctime_ns = realtime_ns();
     rec.dtype = (int32_t)d->dtype;
     rec.flags = t->fparams.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0;
+    rec.pidns = dds_hs_self_pidns();
     rec.itemsize = d->itemsize;
     rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
     rec.row_bytes = d->row_bytes;
@@ -266,7 +267,9 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
                  path, rec->exchange_ns, (unsigned long long)rec->run_id, age, t->hs.ns);
         return 1;
     }
-    for (uint32_t i = 0; i < rec->nranks; i++) {
+    /* pids mean something only on this host, in this pid namespace */
+    const int same_ns = rec->pidns == 0 || rec->pidns == dds_hs_self_pidns();
+    for (uint32_t i = 0; same_ns && i < rec->nranks; i++) {
         const dds_hs_rank_t *r = &rec->ranks[i];
         if (strcmp(r->host, t->hs.myhost) != 0)
             continue;

@@ -18,7 +18,9 @@
  *     40 i64 creation time (ns since the epoch, CLOCK_REALTIME)
  *     48 i32 dtype (dds_dtype_t)     52  u32 flags (DDS_HS_FLAG_*)
  *     56 u64 itemsize   64 u64 disp   72 u64 row bytes   80 u64 total rows
- *     88 u32 rank entry bytes (480)  92  u32 reserved (0)
+ *     88 u32 rank entry bytes (480)
+ *     92 u32 pid namespace of the core ranks (inode of /proc/self/ns/pid,
+ *        truncated; 0 = unknown): liveness checks need the same one
  *     96 char name[256]  352 char exchange_ns[64]  416 char provider[64]
  *     480 char domain[32]            (strings NUL-terminated, NUL-padded)
  *   nranks entries, DDS_HS_RANK_BYTES each:
@@ -37,8 +39,7 @@
  * dtype known, itemsize > 0, row bytes == disp x itemsize (no overflow),
  * rows >= 0, bytes == rows x row bytes, total rows == sum of rows (no
  * overflow), address length in range, pid > 0, creation time > 0; and
- * what the encoder never writes: a non-zero reserved word, non-zero bytes
- * after a string's NUL or after the address blob, disp == 0, an itemsize
+ * what the encoder never writes: non-zero bytes after a string's NUL or after the address blob, disp == 0, an itemsize
  * other than a typed dtype's size.  So a record that parses re-encodes to
  * the same bytes.  Flags are not checked (unknown bits are kept).
  *
@@ -90,6 +91,7 @@ typedef struct dds_hs_record {
     int64_t ctime_ns;
     int32_t dtype;             /* dds_dtype_t */
     uint32_t flags;            /* DDS_HS_FLAG_* */
+    uint32_t pidns;            /* core ranks' pid namespace (0 = unknown) */
     uint64_t itemsize, disp, row_bytes, total_rows;
     char name[DDS_HS_NAME_MAX + 1];
     char exchange_ns[DDS_HS_NS_MAX + 1];
@@ -140,6 +142,11 @@ int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r);
 /* Remove the record of `name` from `dir` (a missing file is not an error).
  * Returns 0 or -DDS_EIO. */
 int dds_hs_remove(const char *dir, const char *name);
+
+/* This process's pid namespace (inode of /proc/self/ns/pid, truncated to
+ * 32 bits), or 0 when unknown.  A recorded pid means something here only
+ * when the namespaces match (containers). */
+uint32_t dds_hs_self_pidns(void);
 
 /* This process's start time in clock ticks since boot (/proc/self/stat
  * field 22), or 0 when unknown. */
