@@ -290,61 +290,118 @@ def test_register_recv_device_buffer(emu):
         s.unregister_recv("v", d)
 
 
+class Agreed:
+    """Checks made between collective calls, agreed on by every rank.
+
+    ``with chk("what"): ...`` records the first exception of its block
+    instead of raising it, so that every rank still makes every collective
+    call; ``chk.agree(stage)`` (collective) then fails the test on every rank
+    alike if a check failed on any: the failing rank re-raises its own
+    exception (full traceback), the others fail naming it.  A plain assert
+    failing on one rank would leave the others waiting in the next
+    collective call (and, under ``pytest -x``, in the next test's)."""
+
+    def __init__(self, comm):
+        self.comm, self.what, self.first = comm, None, None
+
+    def __call__(self, what):
+        self.what = what
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, et, e, tb):
+        if not isinstance(e, Exception):
+            return False
+        if self.first is None:
+            self.first = (self.what, e)
+        return True
+
+    def agree(self, stage):
+        mine = None if self.first is None else \
+            f"{self.first[0]}: {type(self.first[1]).__name__}: {self.first[1]}"
+        every = self.comm.allgather(mine)
+        if self.first is not None:
+            raise self.first[1]
+        bad = [f"rank {r}: {m}" for r, m in enumerate(every) if m is not None]
+        if bad:
+            pytest.fail(f"{stage}: a check failed on another rank: " + " | ".join(bad),
+                        pytrace=False)
+
+
 def test_gpu_shard_readable_by_every_rank_and_kept_alive(emu):
+    MPI = pytest.importorskip("mpi4py.MPI", reason="the ranks agree on the "
+                              "outcome of each stage through mpi4py")
     s, streams, arrays = emu
+    chk = Agreed(MPI.COMM_WORLD)
     disp, rank, size = 4, s.rank, s.size
-    if size >= 4:
-        # Seen failing intermittently at 4 ranks on the loaded 2-core machine (one
-        # rank's check before the collective below fails, and the others then
-        # wait in it): known open bug of the emulated GPU-shard path, recorded in
-        # the GPU issue. Skipped rather than left to hang the suite.
-        pytest.skip("GPU-shard emulation test is flaky at >= 4 ranks (open bug, "
-                    "see the ddstore-gpu issue notes); runs at 1-3 ranks")
     rows = [3 + (r % 2) for r in range(size)]
     off = np.concatenate([[0], np.cumsum(rows)]).tolist()
-    st = _core._gpu_stream_create()
-    streams.append(st)
-    shard = DevArray((rows[rank], disp), np.float64, stream=st)
-    arrays.append(shard)
-    shard.write(values(np.float64, range(off[rank], off[rank + 1]), disp))
-    alive = weakref.ref(shard)
-    s.add("g", shard)
-    info = s.info_full("g")
-    assert info["mem"] == "cuda" and info["local_rows"] == rows[rank]
     total = off[-1]
+    with chk("shard setup"):
+        st = _core._gpu_stream_create()
+        streams.append(st)
+        shard = DevArray((rows[rank], disp), np.float64, stream=st)
+        arrays.append(shard)
+        shard.write(values(np.float64, range(off[rank], off[rank + 1]), disp))
+        alive = weakref.ref(shard)
+    chk.agree("setup")
+    with chk("add"):
+        s.add("g", shard)                               # collective
+    with chk("info"):
+        info = s.info_full("g")
+        assert info["mem"] == "cuda" and info["local_rows"] == rows[rank]
     out = np.zeros((total, disp))
-    s.get("g", out, 0)                                  # host destination
-    np.testing.assert_array_equal(out, values(np.float64, range(total), disp))
-    d = DevArray((total, disp), stream=st)
-    arrays.append(d)
-    s.get_batch("g", d, np.arange(total)[::-1])         # device destination
-    np.testing.assert_array_equal(d.host(), values(np.float64, range(total)[::-1], disp))
+    with chk("read into host memory"):
+        s.get("g", out, 0)
+        np.testing.assert_array_equal(out, values(np.float64, range(total), disp))
+    with chk("read into device memory"):
+        d = DevArray((total, disp), stream=st)
+        arrays.append(d)
+        s.get_batch("g", d, np.arange(total)[::-1])
+        np.testing.assert_array_equal(d.host(),
+                                      values(np.float64, range(total)[::-1], disp))
+    # Every rank has read every shard before any rank overwrites its own rows
+    # below: update() is local and unsynchronised, so without this a rank
+    # ahead of the others changed rows a slower peer had yet to read (seen at
+    # 4 ranks on 2 cores: a peer read [1000+r], [2000+r] for rows off[r] and
+    # off[r]+1 instead of the original values).
+    chk.agree("reads before the updates")
 
     # update from host memory and from device memory; every rank sees it
-    new = values(np.float64, [1000 + rank], disp)
-    s.update("g", new, 0)
-    src = DevArray((1, disp), stream=st)
-    arrays.append(src)
-    src.write(values(np.float64, [2000 + rank], disp))
-    s.update("g", src, 1)
-    np.testing.assert_array_equal(shard.host()[:2], np.vstack(
-        [new, values(np.float64, [2000 + rank], disp)]))
-    s.init("_barrier", 0, 1)  # collective: every rank updated before this
-    s.get("g", out, 0)
-    for r in range(size):
-        np.testing.assert_array_equal(out[off[r]], values(np.float64, [1000 + r], disp)[0])
-        np.testing.assert_array_equal(out[off[r] + 1], values(np.float64, [2000 + r], disp)[0])
+    with chk("update"):
+        new = values(np.float64, [1000 + rank], disp)
+        s.update("g", new, 0)
+        src = DevArray((1, disp), stream=st)
+        arrays.append(src)
+        src.write(values(np.float64, [2000 + rank], disp))
+        s.update("g", src, 1)
+        np.testing.assert_array_equal(shard.host()[:2], np.vstack(
+            [new, values(np.float64, [2000 + rank], disp)]))
+    chk.agree("updates")          # collective: every rank updated before this
+    with chk("read the updates"):
+        s.get("g", out, 0)
+        for r in range(size):
+            np.testing.assert_array_equal(out[off[r]],
+                                          values(np.float64, [1000 + r], disp)[0])
+            np.testing.assert_array_equal(out[off[r] + 1],
+                                          values(np.float64, [2000 + r], disp)[0])
 
     # the store keeps the GPU array alive until free()
     arrays.remove(shard)
     ptr = shard.ptr
     del shard
     gc.collect()
-    assert alive() is not None
-    s.free()
+    with chk("kept alive by the store"):
+        assert alive() is not None
+    with chk("free"):
+        s.free()                                        # collective
     gc.collect()
-    assert alive() is None
+    with chk("released by free()"):
+        assert alive() is None
     _core._gpu_free(ptr)
+    chk.agree("keep-alive")
 
 
 def test_failed_gpu_add_keeps_nothing(emu):
