@@ -423,6 +423,7 @@ int ddofi_fabric_query(const ddofi_fabric_t *f, ddofi_fabric_attr_t *a)
     a->max_outstanding = f->max_outstanding;
     a->tx_size = f->info->tx_attr ? f->info->tx_attr->size : 0;
     a->read_timeout_s = f->set.read_timeout_s;
+    a->local_only = f->set.local_only && (f->quirk->flags & DDOFI_Q_SOCKETS) != 0;
     if (f->quirk->flags & DDOFI_Q_CMA) {
         const char *c = getenv("DDSTORE_OFI_CMA");
         int on = 1;

@@ -163,7 +163,7 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
     rec.run_id = t->hs.run_id;
     rec.ctime_ns = realtime_ns();
     rec.dtype = (int32_t)d->dtype;
-    rec.flags = t->fparams.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0;
+    rec.flags = t->attr.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0; /* sockets on 127.0.0.1 */
     rec.pidns = dds_hs_self_pidns();
     rec.itemsize = d->itemsize;
     rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
@@ -299,7 +299,7 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
 /* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S). */
 static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
 {
-    char path[4400], fname[1024], why[1400];
+    char path[4400], fname[1024], why[1400], stale[1400] = "";
     const double t0 = now_s(), deadline = t0 + t->hs.join_timeout_s;
     double nap = 0.01;
     int code = -DDS_ETIMEDOUT;
@@ -317,6 +317,7 @@ static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
             if (rc < 0)
                 return rc;
             code = -DDS_ESTALE;
+            memcpy(stale, why, sizeof stale);
         } else if (rc == -DDS_ENOENT) {
             snprintf(why, sizeof why, "%s does not exist (is the core job running with "
                      "method=2 and this handshake_dir, and has it added '%s'?)", path, name);
@@ -328,8 +329,11 @@ static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
         if (now >= deadline)
             return dds_error(code,
                              "join('%s'): no usable record after %g s "
-                             "(DDSTORE_HANDSHAKE_TIMEOUT_S): %s",
-                             name, t->hs.join_timeout_s, why);
+                             "(DDSTORE_HANDSHAKE_TIMEOUT_S): %s%s%s%s",
+                             name, t->hs.join_timeout_s, why,
+                             stale[0] && code != -DDS_ESTALE ? " (before that: " : "",
+                             stale[0] && code != -DDS_ESTALE ? stale : "",
+                             stale[0] && code != -DDS_ESTALE ? ")" : "");
         double left = deadline - now, s = nap < left ? nap : left;
         struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
         nanosleep(&ts, NULL);

@@ -267,6 +267,8 @@ typedef struct ddofi_fabric_attr {
     int direct_reads;           /* same-node host reads go straight
                                    through process_vm_readv (shm; see
                                    DDSTORE_OFI_CMA)                       */
+    int local_only;             /* a socket provider bound to 127.0.0.1
+                                   (local_only asked for and applicable)  */
 } ddofi_fabric_attr_t;
 
 /* Fill *attr_p.  Returns 0 or -EINVAL. */

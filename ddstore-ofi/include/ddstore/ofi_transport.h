@@ -56,8 +56,10 @@ typedef struct ddofi_transport_params {
     int n_core;
 } ddofi_transport_params_t;
 
-/* Create the method-1 transport.  Collective over `comm`: every rank opens
- * the same provider (a rank that cannot fails every rank with its reason).
+/* Create the method-1 (or method-2) transport.  Collective over `comm`:
+ * every rank opens the same provider (a rank that cannot fails every rank
+ * with its reason) - except a method-2 reader (n_core > 0), which makes no
+ * collective call and opens its fabric at the first join.
  * `comm` is copied (its ops and ctx pointers, not its state): it must stay
  * valid until the transport is destroyed (a store owns both and destroys
  * the transport first).  params may be NULL.
