@@ -172,7 +172,7 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
     snprintf(rec.name, sizeof rec.name, "%s", d->name);
     snprintf(rec.exchange_ns, sizeof rec.exchange_ns, "%s", t->hs.ns);
     snprintf(rec.provider, sizeof rec.provider, "%s", t->prov);
-    snprintf(rec.domain, sizeof rec.domain, "%s", t->domain);
+    snprintf(rec.domain, sizeof rec.domain, "%.*s", DDS_HS_DOMAIN_MAX, t->domain);
     for (int i = 0; i < t->nranks; i++) {
         dds_hs_rank_t *r = &rec.ranks[i];
         r->rows = d->offsets[i + 1] - d->offsets[i];
@@ -299,7 +299,7 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
 /* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S). */
 static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
 {
-    char path[4400], fname[1024], why[1400], stale[1400] = "";
+    char path[5200], fname[1024], why[6000], stale[6000] = "";
     const double t0 = now_s(), deadline = t0 + t->hs.join_timeout_s;
     double nap = 0.01;
     int code = -DDS_ETIMEDOUT;
@@ -470,7 +470,7 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
         const dds_hs_rank_t *r = &rec->ranks[i];
         int e = ddofi_remote_import(r->mr_blob, DDS_HS_MR_BLOB, &g->remotes[i]);
         if (e) {
-            char what[4600];
+            char what[5600];
             snprintf(what, sizeof what, "join('%s'): record %s: region of rank %d", rec->name,
                      path, i);
             rc = ddofi_transport_error(e, what);
@@ -519,7 +519,7 @@ int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, vo
 {
     ofi_tr_t *t = ctx;
     dds_hs_record_t rec;
-    char path[4400], fname[1024];
+    char path[5200], fname[1024];
     int rc;
     if (!t->hs.on)
         return dds_error(-DDS_EINVAL, "join('%s'): only method-2 readers join variables of "
