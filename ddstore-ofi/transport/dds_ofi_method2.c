@@ -426,12 +426,14 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
     }
     t->nranks = n;
     t->hs.run_id = rec->run_id;
-    __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
+    /* the default reader first: nobody sees `ready` before it exists */
+    t->attacher = pthread_self();
+    __atomic_store_n(&t->attaching, 1, __ATOMIC_RELEASE);
     rc = ofi_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
-    if (rc) {
-        __atomic_store_n(&t->ready, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->attaching, 0, __ATOMIC_RELEASE);
+    if (rc)
         goto fail;
-    }
+    __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
             "method 2 reader: core run %016llx, %d ranks, provider %s, domain %s", 
             (unsigned long long)rec->run_id, n, t->attr.provider, t->attr.domain);

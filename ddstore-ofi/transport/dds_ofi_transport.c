@@ -211,11 +211,24 @@ static int reader_connect(ofi_reader_t *r)
         if (rc)
             return ddofi_transport_error(rc, "forked reader: opening the fabric");
     } else {
-        if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE))
+        /* ready, or the first join of a method-2 reader making its default
+         * reader (t->lock held by this thread) */
+        if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE) &&
+            !(__atomic_load_n(&t->attaching, __ATOMIC_ACQUIRE) &&
+              pthread_equal(t->attacher, pthread_self())))
             return dds_error(-DDS_EINVAL, "reader: no variable has been joined yet "
                              "(method 2: join() opens the fabric)");
         r->fab = t->fab;
     }
+    /* One peer per rank of the store (a method-2 reader opened before the
+     * first join knew no ranks yet). */
+    ddofi_peer_t *np = calloc((size_t)(t->nranks > 0 ? t->nranks : 1), sizeof *np);
+    if (!np) {
+        rc = dds_error(-DDS_ENOMEM, "reader: out of memory");
+        goto fail;
+    }
+    free(r->peers);
+    r->peers = np;
     rc = ddofi_ep_open(r->fab, NULL, &r->ep);
     if (rc) {
         rc = ddofi_transport_error(rc, "reader: opening an endpoint");

@@ -77,6 +77,9 @@ struct ofi_tr {
     int need_local_mr;         /* FI_MR_LOCAL                                */
     int thp;                   /* DDSTORE_OFI_THP                            */
     int ready;                 /* fabric, addrs, dflt set (atomic access)    */
+    int attaching;             /* method-2 reader: the first join is making
+                                  the default reader (under lock)           */
+    pthread_t attacher;        /* ... on this thread                         */
     pthread_mutex_t lock;      /* regions list; method-2 reader's first join */
     ofi_region_t *regions;
     ofi_hs_t hs;
