@@ -76,6 +76,7 @@ class _State:
         self.results = {}
         self.stop = False
         self.threads = []
+        self.gpu = False        # record/wait CUDA events around batches
 
     def shutdown(self, join=False):
         if not self.stop:
@@ -327,6 +328,9 @@ class _ThreadIter:
         self._reuse = loader.reuse_buffers
         self._is_iterable = isinstance(self._dataset, IterableDataset)
         self._state = _State()
+        # GPU batches from worker threads are handed to the consumer's stream
+        # with events (no synchronize): only where CUDA/HIP is usable
+        self._state.gpu = self._num_workers > 0 and torch.cuda.is_available()
         self._threads = []
         self._send_idx = 0
         self._rcvd_idx = 0
@@ -428,10 +432,12 @@ class _ThreadIter:
                 if deadline is not None and wait == 0.0:
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
                 st.cond.wait(wait)
-            ok, data = st.results.pop(key)
+            ok, data, events = st.results.pop(key)
         if self._in_order:
             self._rcvd_idx += 1
         self._outstanding -= 1
+        if events:
+            _wait_events(data, events)
         return ok, data
 
     def __next__(self):
@@ -485,6 +491,49 @@ class _ThreadIter:
             pass
 
 
+def _gpu_tensors(data):
+    """The CUDA/HIP tensors of a batch (dicts, lists, tuples, namedtuples)."""
+    if isinstance(data, torch.Tensor):
+        if data.is_cuda:
+            yield data
+    elif isinstance(data, dict):
+        for v in data.values():
+            yield from _gpu_tensors(v)
+    elif isinstance(data, (list, tuple)):
+        for v in data:
+            yield from _gpu_tensors(v)
+
+
+def _record_events(data):
+    """In the worker: one event per device after the reads and the collate
+    queued on this thread's current stream.  None for host batches."""
+    devices = {t.device for t in _gpu_tensors(data)}
+    if not devices:
+        return None
+    events = []
+    for d in devices:
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(d))
+        events.append((d, ev))
+    return events
+
+
+def _wait_events(data, events):
+    """In the consumer: its current stream waits for the worker's work (on
+    the device, the host does not wait), and the caching allocator learns
+    that the batch is used on that stream (so its memory is not reused by
+    the worker's stream while the consumer's kernels still read it)."""
+    streams = {}
+    for d, ev in events:
+        s = torch.cuda.current_stream(d)
+        s.wait_event(ev)
+        streams[d] = s
+    for t in _gpu_tensors(data):
+        s = streams.get(t.device)
+        if s is not None:
+            t.record_stream(s)
+
+
 def _worker_loop(loader_ref, st, wid, fetch):
     loader = loader_ref()
     if loader is None:
@@ -516,17 +565,20 @@ def _worker_loop(loader_ref, st, wid, fetch):
             if task is None or st.stop:
                 break
             seq, index = task
+            events = None
             if err is not None:
                 ok, data = False, err
             else:
                 try:
                     data, ok = fetch(index, slot), True
+                    if st.gpu:
+                        events = _record_events(data)
                 except StopIteration:
                     data, ok = _END, True
                 except BaseException as e:  # noqa: BLE001 - re-raised by the iterator
                     data, ok = e, False
             with st.cond:
-                st.results[seq] = (ok, data)
+                st.results[seq] = (ok, data, events)
                 st.cond.notify_all()
     finally:
         if slot is not None:
