@@ -5,6 +5,7 @@
 # package from outside the tree (so python/ is not on sys.path).
 #
 #   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--no-gpu-builds]
+#                       [--no-nompi]
 #
 #   1. venv     a fresh virtualenv at $WORK/venv (from the base interpreter of
 #               $DDSTORE_PYTHON / .venv), with numpy, mpi4py, $DDSTORE_TORCH_SPEC
@@ -28,6 +29,10 @@
 #               -- pytest python/tests/wheel_checks.py (the installed package,
 #               the isolated and GPU builds) test_core_basic.py
 #               test_torch_ext.py test_torch_dataset.py
+#   8. nompi    DDSTORE_MPI=0 DDSTORE_TORCH=0 build of _core (HAVE_MPI False),
+#               installed into $WORK/nompi/site, and pytest test_filecomm.py
+#               test_method2.py against it in plain processes (FileComm,
+#               SLURM_PROCID/SLURM_NTASKS; no mpirun).  --no-nompi skips it.
 #
 # --reuse-venv keeps an existing $WORK/venv and $WORK/build (a quick rerun
 # while working on the build; not what the suite runs).
@@ -45,12 +50,14 @@ RANKS=2
 REUSE=0
 ISOLATED=1
 GPU_BUILDS=1
+NOMPI=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --ranks) RANKS="$2"; shift 2 ;;
     --reuse-venv) REUSE=1; shift ;;
     --no-isolated) ISOLATED=0; shift ;;
     --no-gpu-builds) GPU_BUILDS=0; shift ;;
+    --no-nompi) NOMPI=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test_wheel: unknown option $1 (--help)" >&2; exit 2 ;;
     esac
@@ -179,5 +186,30 @@ env DDSTORE_WHEEL_TEST="$SUMMARY" DDSTORE_WHEEL_GPU="$GPU_SPEC" "${ISO_ENV[@]}" 
     "$T/wheel_checks.py" -k "not test_sources_match_bazel" \
     "$T/test_core_basic.py" "$T/test_torch_ext.py" "$T/test_torch_dataset.py" || rc=1
 lap "smoke tests on $RANKS ranks"
+
+# ---- 8. without MPI: DDSTORE_MPI=0 (HAVE_MPI False), plain processes -------
+# methods 1 and 2 over FileComm with SLURM_PROCID/SLURM_NTASKS, method 0 a
+# clear error (test_filecomm.py, test_method2.py against this build).
+if [ "$NOMPI" = 1 ]; then
+    ND="$WORK/nompi"
+    rm -rf "$ND"
+    mkdir -p "$ND"
+    if (cd "$TOP" && DDSTORE_MPI=0 DDSTORE_TORCH=0 "$PY" -m pip wheel --no-build-isolation \
+            --no-deps -v -w "$ND/dist" -Cbuild-dir="$ND/build" .) >"$ND/wheel.log" 2>&1 \
+        && "$PY" -m pip install -q --no-deps --target "$ND/site" "$ND"/dist/pyddstore-*.whl \
+            >>"$PIPLOG" 2>&1; then
+        lap "no-MPI build installed in $ND/site"
+        NJ=()
+        [ -n "${DDSTORE_JUNIT_DIR:-}" ] && NJ=("--junitxml=$DDSTORE_JUNIT_DIR/nompi.xml")
+        env PYTHONPATH="$ND/site" "$PY" -c 'import pyddstore as p; assert not p.HAVE_MPI, "HAVE_MPI"; assert p.HAVE_OFI, "HAVE_OFI"; print("test_wheel: no-MPI pyddstore from", p.__file__)' \
+            && env PYTHONPATH="$ND/site" "$PY" -m pytest -q -p no:cacheprovider -rs "${NJ[@]}" \
+                "$T/test_filecomm.py" "$T/test_method2.py" || rc=1
+        lap "no-MPI tests (plain processes)"
+    else
+        tail -30 "$ND/wheel.log"
+        say "the DDSTORE_MPI=0 build failed (log: $ND/wheel.log)"
+        rc=1
+    fi
+fi
 say "total $(( $(date +%s) - T0 )) s; $([ $rc = 0 ] && echo ok || echo FAILED)"
 exit $rc

@@ -4,7 +4,8 @@ tools/ddrun as a job of its own:
     tools/ddrun -n N python m2_core.py HANDSHAKE_DIR [--ns NS] [--tag T]
     SLURM_PROCID=r SLURM_NTASKS=N python m2_core.py HANDSHAKE_DIR --comm file
 
-(--comm file: no MPI, a pyddstore.FileComm in HANDSHAKE_DIR/comm.)
+(--comm file: no MPI, a pyddstore.FileComm in HANDSHAKE_DIR-comm, which
+must exist.)
 
 Publishes, with PyDDStore(MPI.COMM_WORLD, method=2, handshake_dir=...):
   "a"  int64, 4 columns, row i = [T*10**6 + i*10 + j for j in 0..3]
@@ -54,7 +55,7 @@ def main():
         comm = MPI.COMM_WORLD
         r, n, barrier = comm.Get_rank(), comm.Get_size(), comm.Barrier
     else:
-        comm = pyddstore.FileComm(os.path.join(args.hs, "comm"), ns=f"core{args.tag}")
+        comm = pyddstore.FileComm(args.hs.rstrip("/") + "-comm", ns=f"core{args.tag}")
         r, n, barrier = comm.rank, comm.size, comm.barrier
     counts, first, _ = layout(n)
     want = expected(n, args.tag)

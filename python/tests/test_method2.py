@@ -68,53 +68,69 @@ def _env(top, extra=None):
 
 
 class Core:
-    """A core job: tools/ddrun -n N python m2_core.py HS ..., its own
-    process group (so that it can be killed whole)."""
+    """A core job of n ranks running m2_core.py: tools/ddrun with MPI, or in
+    a build without MPI n plain processes over a FileComm (SLURM_PROCID /
+    SLURM_NTASKS).  Each launch is a session of its own, so that the whole
+    job can be killed."""
 
     def __init__(self, top, hs, n, tag=1, ns="", fabric="shm", extra=None):
         self.hs, self.n, self.tag = hs, n, tag
         env = _env(top, {"DDSTORE_FABRIC": fabric, **(extra or {})})
-        self.p = subprocess.Popen(
-            [DDRUN, "-n", str(n), "--timeout", "300", "--", sys.executable,
-             os.path.join(HERE, "m2_core.py"), hs, "--ns", ns, "--tag", str(tag)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
+        args = [sys.executable, os.path.join(HERE, "m2_core.py"), hs, "--ns", ns,
+                "--tag", str(tag)]
+        kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                  start_new_session=True)
+        if pyddstore.HAVE_MPI:
+            self.procs = [subprocess.Popen([DDRUN, "-n", str(n), "--timeout", "300", "--"]
+                                           + args, env=env, **kw)]
+        else:
+            os.makedirs(hs.rstrip("/") + "-comm", mode=0o700, exist_ok=True)
+            self.procs = [subprocess.Popen(args + ["--comm", "file"],
+                                           env=dict(env, SLURM_PROCID=str(r),
+                                                    SLURM_NTASKS=str(n)), **kw)
+                          for r in range(n)]
+
+    def _outputs(self):
+        return "\n".join(p.stdout.read() for p in self.procs if not p.stdout.closed)
 
     def wait_ready(self, timeout=120):
         ready = os.path.join(self.hs, f"core-ready-{self.tag}")
         t0 = time.monotonic()
         while not os.path.exists(ready):
-            if self.p.poll() is not None:
-                raise AssertionError(f"core job exited with {self.p.returncode}:\n"
-                                     f"{self.p.stdout.read()}")
+            dead = [p.returncode for p in self.procs if p.poll() is not None]
+            if dead:
+                raise AssertionError(f"core job exited with {dead}:\n{self._outputs()}")
             assert time.monotonic() - t0 < timeout, "core job not ready in time"
             time.sleep(0.05)
 
     def stop(self, timeout=120):
         open(os.path.join(self.hs, f"core-stop-{self.tag}"), "w").close()
+        outs = []
         try:
-            out, _ = self.p.communicate(timeout=timeout)
+            for p in self.procs:
+                outs.append(p.communicate(timeout=timeout)[0])
         finally:
             self.kill()
-        assert self.p.returncode == 0, f"core job failed ({self.p.returncode}):\n{out}"
-        return out
+        rcs = [p.returncode for p in self.procs]
+        assert rcs == [0] * len(rcs), f"core job failed ({rcs}):\n" + "\n".join(outs)
 
     def kill(self):
-        """SIGKILL every process of the job: its session (timeout and
+        """SIGKILL every process of the job: its sessions (timeout and
         mpirun move the ranks into process groups of their own)."""
-        if self.p.returncode is None:
-            for _ in range(3):
-                for pid in _session(self.p.pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+        for p in self.procs:
+            if p.returncode is None:
+                for _ in range(3):
+                    for pid in _session(p.pid):
+                        try:
+                            os.kill(pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    time.sleep(0.05)
+                p.wait()
+            while _session(p.pid):     # ranks reaped by init
                 time.sleep(0.05)
-            self.p.wait()
-        while _session(self.p.pid):     # ranks reaped by init
-            time.sleep(0.05)
-        if not self.p.stdout.closed:
-            self.p.stdout.close()
+            if not p.stdout.closed:
+                p.stdout.close()
 
 
 def _session(sid):
@@ -227,7 +243,7 @@ def test_split_jobs_two_launches(top, hs, fabric):
 def test_core_job_without_mpi(top, hs):
     """A core job of plain processes (no MPI: FileComm, SLURM_PROCID /
     SLURM_NTASKS) publishes; a reader joins and checks every value."""
-    os.makedirs(os.path.join(hs, "comm"), mode=0o700)
+    os.makedirs(hs.rstrip("/") + "-comm", mode=0o700)
     procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "m2_core.py"), hs,
                                "--comm", "file", "--tag", "11"],
                               env=_env(top, {"SLURM_PROCID": str(r), "SLURM_NTASKS": "3",
