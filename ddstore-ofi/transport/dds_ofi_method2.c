@@ -501,12 +501,7 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
     lay->disp = rec->disp;
     lay->itemsize = rec->itemsize;
     lay->dtype = (dds_dtype_t)rec->dtype;
-    pthread_mutex_lock(&t->lock);
-    g->next = t->regions;
-    if (t->regions)
-        t->regions->prev = g;
-    t->regions = g;
-    pthread_mutex_unlock(&t->lock);
+    ofi_region_link(t, g);
     *region_p = g;
     return 0;
 fail:

@@ -330,6 +330,18 @@ static int reader_ready(ofi_reader_t *r)
 
 /* ---------------- ops ---------------- */
 
+/* Put a region on the transport's list (released by destroy if the store
+ * did not). */
+void ofi_region_link(ofi_tr_t *t, ofi_region_t *g)
+{
+    pthread_mutex_lock(&t->lock);
+    g->next = t->regions;
+    if (t->regions)
+        t->regions->prev = g;
+    t->regions = g;
+    pthread_mutex_unlock(&t->lock);
+}
+
 static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_p)
 {
     ofi_tr_t *t = ctx;
@@ -404,12 +416,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     if (rc)
         goto fail;
     free(all);
-    pthread_mutex_lock(&t->lock);
-    g->next = t->regions;
-    if (t->regions)
-        t->regions->prev = g;
-    t->regions = g;
-    pthread_mutex_unlock(&t->lock);
+    ofi_region_link(t, g);
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_OFI, "variable '%s': %zu bytes registered (key 0x%llx)",
             g->name, d->bytes, (unsigned long long)g->remotes[t->rank].key);
     *region_p = g;

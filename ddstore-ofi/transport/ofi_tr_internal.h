@@ -93,6 +93,7 @@ int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int l
                       ddofi_fabric_params_t *p);
 void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p);
 void ofi_tr_free(ofi_tr_t *t);
+void ofi_region_link(ofi_tr_t *t, ofi_region_t *g);
 
 /* dds_ofi_method2.c */
 /* Creation (collective for a core job): handshake_dir, namespace, run id,
