@@ -159,11 +159,23 @@ def _reader(hs, n_core, **kw):
     return pyddstore.PyDDStore(None, method=2, handshake_dir=hs, n_core=n_core, **kw)
 
 
-def _check_all(s, n, tag):
-    """join every variable and compare every value (get and get_batch)."""
+def _wait_file(path, timeout=120):
+    t0 = time.monotonic()
+    while not os.path.exists(path):
+        assert time.monotonic() - t0 < timeout, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+def _check_all(s, n, tag, hs):
+    """join every variable (join waits for the records), then, once the core
+    job says its update()s are done (core-ready-TAG: a variable is published
+    at init(), before the rows it will hold are written), compare every
+    value (get and get_batch)."""
     want = m2_core.expected(n, tag)
-    for name, w in want.items():
+    for name in want:
         s.join(name)
+    _wait_file(os.path.join(hs, f"core-ready-{tag}"))
+    for name, w in want.items():
         total, disp, _ = s.info(name)[:3]
         assert (total, disp) == w.shape
         got = np.zeros_like(w)
@@ -183,7 +195,7 @@ def test_split_jobs_two_launches(top, hs, fabric):
     core = Core(top, hs, 2, fabric=fabric)
     try:
         code = textwrap.dedent(f"""
-            import sys, threading
+            import os, sys, threading, time
             import numpy as np
             sys.path.insert(0, {HERE!r})
             import m2_core, pyddstore
@@ -192,6 +204,9 @@ def test_split_jobs_two_launches(top, hs, fabric):
             for name in want:
                 s.join(name)
             assert s.info("a")[0] == len(want["a"])
+            # "c" is published at init(), its rows written by update() after
+            while not os.path.exists({os.path.join(hs, "core-ready-1")!r}):
+                time.sleep(0.02)
             errs = []
             def work(t):
                 try:
@@ -252,7 +267,7 @@ def test_core_job_without_mpi(top, hs):
              for r in range(3)]
     try:
         s = _reader(hs, 3)
-        _check_all(s, 3, 11)
+        _check_all(s, 3, 11, hs)
         s.free()
         open(os.path.join(hs, "core-stop-11"), "w").close()
         for p in procs:
@@ -272,7 +287,7 @@ def test_reader_in_this_process(top, hs, n):
     core = Core(top, hs, n, tag=3)
     try:
         s = _reader(hs, n)          # before the core job has published
-        _check_all(s, n, 3)
+        _check_all(s, n, 3, hs)
         assert s.info("a")[0] == m2_core.layout(n)[2]
         with pytest.raises(ValueError, match="already exists"):
             s.join("a")
@@ -282,7 +297,7 @@ def test_reader_in_this_process(top, hs, n):
             s.add("mine", np.zeros((2, 2), np.int64))
         # a second reader store in the same process joins the same records
         s2 = _reader(hs, n)
-        _check_all(s2, n, 3)
+        _check_all(s2, n, 3, hs)
         s2.free()
         s.free()
         core.stop()
@@ -339,7 +354,7 @@ def test_stale_record_of_a_killed_core_job(top, hs, monkeypatch):
 
     def join():
         try:
-            _check_all(s, 2, 6)
+            _check_all(s, 2, 6, hs)
             box["ok"] = True
         except Exception as e:  # noqa: BLE001
             box["err"] = e
@@ -367,7 +382,7 @@ def test_exchange_ns(top, hs, monkeypatch):
         s.free()
         monkeypatch.setenv("DDSTORE_EXCHANGE_NS", "runA")
         s = _reader(hs, 2)
-        _check_all(s, 2, 7)
+        _check_all(s, 2, 7, hs)
         s.free()
         core.stop()
     finally:
@@ -382,7 +397,7 @@ def test_core_job_killed_while_reading(top, hs, fabric, monkeypatch):
     core = Core(top, hs, 2, tag=8, fabric=fabric)
     try:
         s = _reader(hs, 2)
-        _check_all(s, 2, 8)
+        _check_all(s, 2, 8, hs)
         core.kill()
         time.sleep(0.2)
         w = m2_core.expected(2, 8)["a"]
