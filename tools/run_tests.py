@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sysconfig
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -187,6 +188,54 @@ def fuzz_stage(seconds=30):
     return c
 
 
+def nompi_stage(timeout=900):
+    """The Bazel build without MPI (--config=nompi: HAVE_MPI False, its own
+    output directory), its _core in a copy of the package, and the tests of
+    running without MPI against it in plain processes: FileComm with
+    SLURM_PROCID/SLURM_NTASKS (methods 1 and 2, method 0 a clear error)."""
+    c = Counts()
+    if not shutil.which("bazel"):
+        print("SKIP: nompi: bazel not installed")
+        c.skipped += 1
+        return c
+    rc, _ = run(["bazel", "build"] + BAZEL_CI + ["-c", "opt", "--config=nompi",
+                                                 "//python:pyddstore/_core.so"])
+    if rc != 0:
+        c.failed += 1
+        c.failures.append(f"nompi: bazel build --config=nompi exited {rc}")
+        return c
+    rc, out = run(["bazel", "info"] + BAZEL_CI + ["-c", "opt", "--config=nompi", "bazel-bin"])
+    lines = [l.strip() for l in out.splitlines() if l.strip().startswith("/")]
+    so = [os.path.join(lines[-1], "python", "pyddstore", "_core.so")] if lines else []
+    so = [f for f in so if os.path.exists(f)]
+    d = os.path.join(OUT, "nompi")
+    shutil.rmtree(d, ignore_errors=True)
+    pkg = os.path.join(d, "site", "pyddstore")
+    shutil.copytree(os.path.join(TOP, "python", "pyddstore"), pkg,
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    if rc != 0 or not so:
+        c.failed += 1
+        c.failures.append("nompi: cannot find the --config=nompi _core.so")
+        return c
+    ext = sysconfig.get_config_var("EXT_SUFFIX")
+    shutil.copy(so[0], os.path.join(pkg, "_core" + ext))
+    env = {"PYTHONPATH": os.path.join(d, "site"), "PYTHONNOUSERSITE": "1",
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    rc, _ = run([PY, "-c", "import pyddstore as p; assert not p.HAVE_MPI and p.HAVE_OFI, "
+                 "(p.__file__, p.HAVE_MPI, p.HAVE_OFI); print('nompi: pyddstore from', p.__file__)"],
+                env=env)
+    if rc != 0:
+        c.failed += 1
+        c.failures.append("nompi: the --config=nompi build is not HAVE_MPI False + HAVE_OFI")
+        return c
+    rc, _ = run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "-rs",
+                 f"--junitxml={os.path.join(d, 'nompi.xml')}",
+                 os.path.join(TOP, "python", "tests", "test_filecomm.py"),
+                 os.path.join(TOP, "python", "tests", "test_method2.py")],
+                env=env, timeout=timeout)
+    return junit_counts("nompi", d, rc)
+
+
 def have_torch_ext():
     return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
 
@@ -201,6 +250,8 @@ STAGES = {
                                  ["//ddstore-core/...", "//ddstore-ofi/..."])),
     "fuzz": ("method 2's record parser under libFuzzer for 30 s (tools/fuzz-handshake.sh)",
              fuzz_stage),
+    "nompi": ("the Bazel build without MPI (--config=nompi): FileComm, methods 1/2, plain processes",
+              nompi_stage),
     "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
     "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
