@@ -1305,7 +1305,10 @@ static PyMethodDef store_methods[] = {
      "open_reader() -> Reader with its own endpoints for one thread "
      "(beyond)."},
     {"join", (PyCFunction)store_join, METH_O,
-     "join(name): method 2 readers: wait for the core job's records."},
+     "join(name): method-2 readers: wait for the core job's record of "
+     "`name` (DDSTORE_HANDSHAKE_TIMEOUT_S), check it, then read it like any "
+     "variable (read-only here).  DDStoreError on timeout, a stale or "
+     "damaged record; ValueError for a wrong n_core."},
     {"__enter__", (PyCFunction)store_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)store_exit, METH_VARARGS,
      "free() on leaving a with-block."},
@@ -1336,6 +1339,11 @@ PyTypeObject pydds_StoreType = {
         "jobs; None = DDSTORE_METHOD (default 0).  nic_map: None, a str or a "
         "sequence of interface names.  rank/size: when given, checked "
         "against the communicator.\n"
+        "Method 2: n_core=0 is a core job (every add/init publishes a record "
+        "in handshake_dir, default DDSTORE_HANDSHAKE_DIR); n_core=N > 0 a "
+        "reader of a core job of N ranks (comm_or_none None: a one-rank "
+        "communicator, no MPI) that join()s the core job's variables; "
+        "exchange_ns (default DDSTORE_EXCHANGE_NS) names the run.\n"
         "Collective calls (constructor, init, add, free, epoch_*) must be "
         "made by every rank in the same order; they fail on every rank "
         "together.  Use free() (or a with-block) before dropping a store: "
