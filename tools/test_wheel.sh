@@ -5,7 +5,7 @@
 # package from outside the tree (so python/ is not on sys.path).
 #
 #   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--no-gpu-builds]
-#                       [--no-nompi]
+#                       [--no-nompi] [--no-mpich]
 #
 #   1. venv     a fresh virtualenv at $WORK/venv (from the base interpreter of
 #               $DDSTORE_PYTHON / .venv), with numpy, mpi4py, $DDSTORE_TORCH_SPEC
@@ -33,6 +33,9 @@
 #               installed into $WORK/nompi/site, and pytest test_filecomm.py
 #               test_method2.py against it in plain processes (FileComm,
 #               SLURM_PROCID/SLURM_NTASKS; no mpirun).  --no-nompi skips it.
+#   9. mpich    DDSTORE_MPI_IMPL=mpich build of _core, python/tests/mpi_smoke.py
+#               on 2 ranks under mpiexec.mpich (methods 0 and 1).  --no-mpich
+#               skips it.
 #
 # --reuse-venv keeps an existing $WORK/venv and $WORK/build (a quick rerun
 # while working on the build; not what the suite runs).
@@ -51,6 +54,7 @@ REUSE=0
 ISOLATED=1
 GPU_BUILDS=1
 NOMPI=1
+MPICH=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --ranks) RANKS="$2"; shift 2 ;;
@@ -58,6 +62,7 @@ while [ $# -gt 0 ]; do
     --no-isolated) ISOLATED=0; shift ;;
     --no-gpu-builds) GPU_BUILDS=0; shift ;;
     --no-nompi) NOMPI=0; shift ;;
+    --no-mpich) MPICH=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '/^set -euo/d' -e 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "test_wheel: unknown option $1 (--help)" >&2; exit 2 ;;
     esac
@@ -209,6 +214,50 @@ if [ "$NOMPI" = 1 ]; then
         tail -30 "$ND/wheel.log"
         say "the DDSTORE_MPI=0 build failed (log: $ND/wheel.log)"
         rc=1
+    fi
+fi
+
+# ---- 9. MPICH (the MPI of Cray systems): DDSTORE_MPI_IMPL=mpich --------------
+# _core built against Debian's MPICH, python/tests/mpi_smoke.py (no mpi4py,
+# which is built against Open MPI) on 2 ranks under mpiexec.mpich: methods 0
+# and 1 over MPI_COMM_WORLD.  Skipped without mpicc.mpich / mpiexec.mpich.
+junit_case() { # name status(pass|fail|skip) message
+    [ -n "${DDSTORE_JUNIT_DIR:-}" ] || return 0
+    local body=""
+    case "$2" in
+    fail) body="<failure message=\"$3\"/>" ;;
+    skip) body="<skipped message=\"$3\"/>" ;;
+    esac
+    printf '<testsuite name="wheel"><testcase classname="test_wheel" name="%s">%s</testcase></testsuite>\n' \
+        "$1" "$body" >"$DDSTORE_JUNIT_DIR/$1.xml"
+}
+if [ "$MPICH" = 1 ]; then
+    if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
+        MD="$WORK/mpich"
+        rm -rf "$MD"
+        mkdir -p "$MD"
+        if (cd "$TOP" && DDSTORE_MPI_IMPL=mpich DDSTORE_TORCH=0 "$PY" -m pip wheel \
+                --no-build-isolation --no-deps -v -w "$MD/dist" -Cbuild-dir="$MD/build" .) \
+                >"$MD/wheel.log" 2>&1 \
+            && "$PY" -m pip install -q --no-deps --target "$MD/site" "$MD"/dist/pyddstore-*.whl \
+                >>"$PIPLOG" 2>&1 \
+            && grep -q "mpich" "$MD/build/ddstore-build-summary.txt"; then
+            if env PYTHONPATH="$MD/site" "$TOP/tools/ddrun" --mpi mpich -n 2 --timeout 300 -- \
+                    "$PY" "$T/mpi_smoke.py"; then
+                junit_case mpich_smoke pass
+            else
+                junit_case mpich_smoke fail "mpi_smoke.py failed under MPICH"
+                rc=1
+            fi
+        else
+            tail -30 "$MD/wheel.log"
+            junit_case mpich_smoke fail "the DDSTORE_MPI_IMPL=mpich build failed"
+            rc=1
+        fi
+        lap "MPICH build + smoke test (2 ranks)"
+    else
+        say "SKIP: MPICH: no mpicc.mpich / mpiexec.mpich"
+        junit_case mpich_smoke skip "no mpicc.mpich / mpiexec.mpich"
     fi
 fi
 say "total $(( $(date +%s) - T0 )) s; $([ $rc = 0 ] && echo ok || echo FAILED)"
