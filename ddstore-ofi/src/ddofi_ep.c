@@ -341,6 +341,28 @@ static void ep_free_memory(ddofi_ep_t *ep)
     free(ep);
 }
 
+/* shm: the endpoint's region name is "fi_shm://<pid>:..." (before
+ * fi_enable).  When it starts with this process's pid, remove
+ * /dev/shm/<name>, a leftover of a dead process that had our pid.  Returns 1
+ * when the endpoint should be made again. */
+static int remove_stale_shm(struct fid_ep *e)
+{
+    char name[256], me[32], path[300];
+    size_t len = sizeof name - 1;
+    if (fi_getname(&e->fid, name, &len) != 0 || len >= sizeof name)
+        return 0;
+    name[len] = '\0';
+    const char *n = strncmp(name, "fi_shm://", 9) == 0 ? name + 9 : name;
+    snprintf(me, sizeof me, "%d:", (int)getpid());
+    if (strncmp(n, me, strlen(me)) != 0 || strchr(n, '/') != NULL)
+        return 0;
+    snprintf(path, sizeof path, "/dev/shm/%s", n);
+    if (unlink(path) == 0)
+        DDOFI_LOG(DDOFI_LOG_WARN, "shm: removed %s, left behind by a dead process that had "
+                  "this pid", path);
+    return 1;
+}
+
 /* Open the provider objects (AV, CQ, endpoint), insert the peers a lazy
  * endpoint collected, start the progress thread of a server endpoint. */
 static int ep_materialize(ddofi_ep_t *ep)
@@ -388,25 +410,40 @@ static int ep_materialize(ddofi_ep_t *ep)
         }
     }
 
-    rc = fi_endpoint(f->domain, f->info, &ep->ep, NULL);
-    if (rc) {
-        rc = ddofi_error_fi(rc, "fi_endpoint(%s, %s)", f->prov_name, f->domain_name);
-        goto fail;
-    }
-    rc = fi_ep_bind(ep->ep, &ep->av->fid, 0);
-    if (rc) {
-        rc = ddofi_error_fi(rc, "fi_ep_bind(av)");
-        goto fail;
-    }
-    rc = fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV);
-    if (rc) {
-        rc = ddofi_error_fi(rc, "fi_ep_bind(cq)");
-        goto fail;
-    }
-    rc = fi_enable(ep->ep);
-    if (rc) {
-        rc = ddofi_error_fi(rc, "fi_enable(endpoint)");
-        goto fail;
+    /* shm names its region "<pid>:<n>:<m>" in /dev/shm.  A process killed
+     * without cleanup leaves its regions behind, and a later process that
+     * gets the same pid fails fi_enable with EBUSY on the same name: that
+     * file belongs to a dead process (the pid is ours now, and the
+     * provider's counter never repeats a name in one process), so it is
+     * removed and the endpoint made again (the next one has a new name). */
+    for (int attempt = 0;; attempt++) {
+        rc = fi_endpoint(f->domain, f->info, &ep->ep, NULL);
+        if (rc) {
+            rc = ddofi_error_fi(rc, "fi_endpoint(%s, %s)", f->prov_name, f->domain_name);
+            goto fail;
+        }
+        rc = fi_ep_bind(ep->ep, &ep->av->fid, 0);
+        if (rc) {
+            rc = ddofi_error_fi(rc, "fi_ep_bind(av)");
+            goto fail;
+        }
+        rc = fi_ep_bind(ep->ep, &ep->cq->fid, FI_TRANSMIT | FI_RECV);
+        if (rc) {
+            rc = ddofi_error_fi(rc, "fi_ep_bind(cq)");
+            goto fail;
+        }
+        rc = fi_enable(ep->ep);
+        if (rc == -FI_EBUSY && (f->quirk->flags & DDOFI_Q_SINGLE_NODE) && attempt < 8 &&
+            remove_stale_shm(ep->ep)) {
+            fi_close(&ep->ep->fid);
+            ep->ep = NULL;
+            continue;
+        }
+        if (rc) {
+            rc = ddofi_error_fi(rc, "fi_enable(endpoint)");
+            goto fail;
+        }
+        break;
     }
     size_t alen = sizeof ep->addr - 48;
     rc = fi_getname(&ep->ep->fid, ep->addr, &alen);

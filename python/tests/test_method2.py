@@ -5,6 +5,7 @@ The core job is a launch of its own; readers are plain processes (no MPI) or
 this test process.  These tests start their own jobs, so they run in the
 1-rank stage only (rank 0 of larger stages skips them, with that reason).
 """
+import glob
 import os
 import signal
 import stat
@@ -117,10 +118,12 @@ class Core:
     def kill(self):
         """SIGKILL every process of the job: its sessions (timeout and
         mpirun move the ranks into process groups of their own)."""
+        killed = set()
         for p in self.procs:
             if p.returncode is None:
                 for _ in range(3):
                     for pid in _session(p.pid):
+                        killed.add(pid)
                         try:
                             os.kill(pid, signal.SIGKILL)
                         except ProcessLookupError:
@@ -131,6 +134,13 @@ class Core:
                 time.sleep(0.05)
             if not p.stdout.closed:
                 p.stdout.close()
+        # the shm provider's regions of killed ranks stay in /dev/shm
+        for pid in killed:
+            for f in glob.glob(f"/dev/shm/{pid}:*"):
+                try:
+                    os.unlink(f)
+                except OSError:
+                    pass
 
 
 def _session(sid):
