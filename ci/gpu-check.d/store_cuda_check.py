@@ -16,6 +16,7 @@ stream right after the read, with no host synchronisation in between: it can
 only see the rows if the store's copy was queued on that stream in order.
 """
 import gc
+import os
 import sys
 import time
 import weakref
@@ -26,27 +27,10 @@ import torch
 import pyddstore
 from pyddstore import _core
 
-DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float32, np.float64]
-
-
-def values(dtype, rows, disp):
-    """Reference rows, exact in every dtype (as python/tests/_util.py)."""
-    g = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
-    j = np.arange(disp, dtype=np.int64).reshape(1, -1)
-    dt = np.dtype(dtype)
-    if dt == np.bool_:
-        v = (g + j) % 3 == 0
-    elif dt == np.uint8:
-        v = (g * 7 + j) % 251
-    elif dt == np.int32:
-        v = g * 1000 + j - 7000
-    elif dt == np.int64:
-        v = g * (1 << 33) + j - 5
-    elif dt == np.float32:
-        v = g * 0.5 + j * 0.25
-    else:
-        v = g * 1250.0 + j / 4.0
-    return np.ascontiguousarray(v.astype(dt))
+# the reference rows of the tests (python/tests/_util.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "python", "tests"))
+from _util import DTYPES, values  # noqa: E402
 
 
 def tdtype(dtype):
