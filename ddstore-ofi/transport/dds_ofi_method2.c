@@ -81,6 +81,7 @@ static int hs_params(ofi_hs_t *hs, const ddofi_transport_params_t *tp)
     memset(hs->myhost, 0, sizeof hs->myhost);
     if (gethostname(hs->myhost, sizeof hs->myhost - 1))
         strcpy(hs->myhost, "?");
+    hs->mypidns = dds_hs_self_pidns();
     hs->on = 1;
     hs->n_core = tp->n_core;
     return 0;
@@ -164,7 +165,7 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
     rec.ctime_ns = realtime_ns();
     rec.dtype = (int32_t)d->dtype;
     rec.flags = t->attr.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0; /* sockets on 127.0.0.1 */
-    rec.pidns = dds_hs_self_pidns();
+    rec.pidns = t->hs.mypidns;
     rec.itemsize = d->itemsize;
     rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
     rec.row_bytes = d->row_bytes;
@@ -233,7 +234,6 @@ int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t 
             rc = dds_error(-DDS_ECONFIG, "nic_map is longer than %zu bytes",
                            sizeof t->hs.nic_map - 1);
         snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
-        t->hs.has_nic_map = 1;
     }
     if (!rc) {
         /* libfabric reads its fork settings once, at its first use */
@@ -268,7 +268,7 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
         return 1;
     }
     /* pids mean something only on this host, in this pid namespace */
-    const int same_ns = rec->pidns == 0 || rec->pidns == dds_hs_self_pidns();
+    const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     for (uint32_t i = 0; same_ns && i < rec->nranks; i++) {
         const dds_hs_rank_t *r = &rec->ranks[i];
         if (strcmp(r->host, t->hs.myhost) != 0)
@@ -296,17 +296,15 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
     return 0;
 }
 
-/* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S). */
-static int hs_wait(ofi_tr_t *t, const char *name, dds_hs_record_t *rec)
+/* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S); `path`
+ * is its file, for the messages. */
+static int hs_wait(ofi_tr_t *t, const char *name, const char *path, dds_hs_record_t *rec)
 {
-    char path[5200], fname[1024], why[6000], stale[6000] = "";
-    const double t0 = now_s(), deadline = t0 + t->hs.join_timeout_s;
+    char why[6000], stale[6000] = "";
+    const double deadline = now_s() + t->hs.join_timeout_s;
     double nap = 0.01;
     int code = -DDS_ETIMEDOUT;
-    int rc = dds_hs_file_name(name, fname, sizeof fname);
-    if (rc)
-        return rc;
-    snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
+    int rc;
     for (;;) {
         rc = dds_hs_read(t->hs.dir, name, rec);
         if (rc == 0) {
@@ -364,7 +362,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
 
     ddofi_transport_params_t tp;
     memset(&tp, 0, sizeof tp);
-    if (t->hs.has_nic_map) {
+    if (t->hs.nic_map[0]) {
         tp.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
         tp.nic_map = t->hs.nic_map;
     }
@@ -382,7 +380,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
         fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
         fp.provider = rec->provider;
     }
-    const int named = t->hs.has_nic_map || ((e = getenv("FABRIC_IFACE")) && *e) ||
+    const int named = t->hs.nic_map[0] || ((e = getenv("FABRIC_IFACE")) && *e) ||
                       ((e = getenv("DDSTORE_NIC_MAP")) && *e);
     if (!named && rec->domain[0]) {
         fp.field_mask |= DDOFI_FABRIC_FIELD_IFACE;
@@ -403,27 +401,20 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
     t->fparams = fp;
     t->fparams.provider = NULL; /* pointed into the record */
     t->fparams.iface = NULL;
-    t->fparams.nic_map = t->hs.has_nic_map ? t->hs.nic_map : NULL;
+    t->fparams.nic_map = t->hs.nic_map[0] ? t->hs.nic_map : NULL;
     snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
     snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
     t->need_local_mr = t->attr.mr_local;
     if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
         t->thp = 0;
     t->addrs = calloc((size_t)n, DDOFI_ADDR_BLOB_MAX);
-    t->hs.hosts = calloc((size_t)n, HOST_MAX);
-    t->hs.pids = calloc((size_t)n, sizeof *t->hs.pids);
-    t->hs.ticks = calloc((size_t)n, sizeof *t->hs.ticks);
-    if (!t->addrs || !t->hs.hosts || !t->hs.pids || !t->hs.ticks) {
+    if (!t->addrs) {
         rc = dds_error(-DDS_ENOMEM, "method 2: out of memory");
         goto fail;
     }
-    for (int i = 0; i < n; i++) {
-        const dds_hs_rank_t *r = &rec->ranks[i];
-        memcpy(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, r->addr, r->addr_len);
-        snprintf(t->hs.hosts + (size_t)i * HOST_MAX, HOST_MAX, "%s", r->host);
-        t->hs.pids[i] = r->pid;
-        t->hs.ticks[i] = r->start_ticks;
-    }
+    for (int i = 0; i < n; i++)
+        memcpy(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, rec->ranks[i].addr,
+               rec->ranks[i].addr_len);
     t->nranks = n;
     t->hs.run_id = rec->run_id;
     /* the default reader first: nobody sees `ready` before it exists */
@@ -446,7 +437,6 @@ fail: {
     memset(&t->attr, 0, sizeof t->attr);
     free(t->addrs);
     t->addrs = NULL;
-    ofi_hs_free(&t->hs);
     t->nranks = 0;
     dds_error(rc, "%s", saved);
     return rc;
@@ -533,7 +523,7 @@ int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, vo
         return rc;
     snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
     memset(&rec, 0, sizeof rec);
-    rc = hs_wait(t, name, &rec);
+    rc = hs_wait(t, name, path, &rec);
     if (rc)
         return rc;
     pthread_mutex_lock(&t->lock);

@@ -52,15 +52,13 @@ typedef struct ofi_hs {
     char dir[4096];
     char ns[DDS_HS_NS_MAX + 1];
     char myhost[HOST_MAX];
+    uint32_t mypidns;          /* dds_hs_self_pidns()                        */
     uint64_t run_id;           /* core: this job's; reader: the joined job's */
     double join_timeout_s;     /* DDSTORE_HANDSHAKE_TIMEOUT_S                */
-    char *hosts;               /* nranks x HOST_MAX                          */
-    int32_t *pids;             /* nranks                                     */
-    uint64_t *ticks;           /* nranks: process start times                */
-    const ddofi_transport_params_t *tp; /* creation params (reader: used at
-                                  the first join only, copied below)         */
-    char nic_map[256];         /* reader: the creation params' nic_map       */
-    int has_nic_map;
+    char *hosts;               /* core: nranks x HOST_MAX                    */
+    int32_t *pids;             /* core: nranks                               */
+    uint64_t *ticks;           /* core: nranks, process start times          */
+    char nic_map[256];         /* reader: the creation params' nic_map ("")  */
 } ofi_hs_t;
 
 struct ofi_tr {
