@@ -152,6 +152,8 @@ def main():
                                     "epoch consumed on a side stream")
         ctx.say(f"side-stream epoch: {nb} batches checked on a non-default stream "
                 f"in {dt * 1e3:.1f} ms")
+    else:
+        ctx.say("side-stream epoch: not run (CPU dry run: there are no streams)")
     # the ranks' epochs cover the dataset
     allseen = ctx.allgather(seen[0].tolist())
     cover = set(i for part in allseen for i in part)
