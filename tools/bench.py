@@ -6,7 +6,9 @@
 Runs bazel-bin/tools/ddstore_bench under tools/ddrun for method 0 (MPI RMA) and,
 when built with libfabric, method 1 on shm and tcp;ofi_rxm, with 1..8 reader threads
 for 3136-byte rows. Each point is measured next to memcpy of the same bytes in the
-same run. Results: OUT/bench.json (JSON lines) and OUT/bench.png.
+same run. First, the per-call cost of epoch_begin/epoch_end next to a bare
+MPI_Barrier at 2 and 4 ranks (records with "kind": "epoch").
+Results: OUT/bench.json (JSON lines) and OUT/bench.png.
 """
 import argparse
 import json
@@ -44,6 +46,7 @@ def plot(path_json, path_png):
         print("matplotlib missing: no plot")
         return
     rows = [json.loads(l) for l in open(path_json) if l.strip()]
+    rows = [r for r in rows if r.get("kind", "read") == "read"]
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     series = {}
     for r in rows:
@@ -99,6 +102,13 @@ def main():
     methods = args.methods.split(",") if args.methods else (
         ["0", "1shm", "1tcp"] if have_ofi() else ["0"])
     rc = 0
+    # epoch_begin / epoch_end per call next to MPI_Barrier, at 2 and 4 ranks
+    calls = "300" if args.quick else "2000"
+    for n in sorted({2, 4, args.ranks}):
+        for m in methods:
+            ext = ["--method", "0"] if m == "0" else \
+                ["--method", "1", "--fabric", {"1shm": "shm", "1tcp": "tcp;ofi_rxm"}[m]]
+            rc |= bench(args, n, ext + ["--epochs", calls])
     for m in methods:
         if m == "0":
             rc |= bench(args, args.ranks, ["--method", "0"] + common)

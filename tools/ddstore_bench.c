@@ -19,6 +19,10 @@
  *   --seconds S         time per point (default 0.3)
  *   --uniform           draw rows from every rank, own rows included
  *   --json PATH         append results as JSON lines
+ *   --epochs N          instead of reads: the per-call cost of
+ *                       dds_store_epoch_begin / epoch_end (N calls, median
+ *                       of 7 rounds) next to a bare MPI_Barrier on the same
+ *                       ranks
  *
  * A benchmark, not a test: it asserts nothing about speed; it does check that
  * the bytes read are right (a wrong read aborts the run with an error).
@@ -59,6 +63,7 @@ typedef struct {
     double seconds;
     int uniform;
     const char *json;
+    int epochs;
 } opts_t;
 
 static double now(void)
@@ -223,7 +228,73 @@ static void usage(void)
 {
     fprintf(stderr, "usage: ddstore_bench [--method M] [--fabric P] [--sizes L] [--batches L]"
                     " [--threads L] [--shard-mib N] [--max-batch-mib N] [--seconds S]"
-                    " [--uniform] [--json PATH]\n");
+                    " [--uniform] [--json PATH] [--epochs N]\n");
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median over `rounds` of the mean time per call of `n` calls of kind k:
+ * 0 = MPI_Barrier, 1 = epoch_begin, 2 = epoch_end. */
+static double epoch_us(dds_store_t *store, int kind, int n, int rounds)
+{
+    double t[16];
+    for (int r = 0; r < rounds && r < 16; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = now();
+        for (int i = 0; i < n; i++) {
+            int rc = kind == 0 ? MPI_Barrier(MPI_COMM_WORLD)
+                     : kind == 1 ? dds_store_epoch_begin(store)
+                                 : dds_store_epoch_end(store);
+            if (rc) {
+                fprintf(stderr, "epoch bench: %s\n", dds_last_error());
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+        t[r] = (now() - t0) / n * 1e6;
+    }
+    qsort(t, (size_t)rounds, sizeof t[0], cmp_double);
+    return t[rounds / 2];
+}
+
+/* --epochs: what epoch_begin/epoch_end cost per call (users call both
+ * around every batch), next to MPI_Barrier; the store holds one variable so
+ * that the transport's epoch step has a window to sync. */
+static int run_epochs(const opts_t *o, dds_store_t *store, FILE *json, const char *tname,
+                      int rank, int size)
+{
+    double row[8] = {0};
+    int rc = dds_store_var_add(store, "epochs", row, 1, 8, 8, DDS_DTYPE_FLOAT64, NULL,
+                               DDS_ADD_COPY);
+    if (rc) {
+        fprintf(stderr, "rank %d: add: %s\n", rank, dds_last_error());
+        return rc;
+    }
+    /* warm-up, then interleaved measures (one kind per round of each) */
+    (void)epoch_us(store, 1, o->epochs / 4 + 1, 1);
+    double bar = epoch_us(store, 0, o->epochs, 7);
+    double beg = epoch_us(store, 1, o->epochs, 7);
+    double end = epoch_us(store, 2, o->epochs, 7);
+    double bar2 = epoch_us(store, 0, o->epochs, 7);
+    double b = bar < bar2 ? bar : bar2;
+    if (rank == 0) {
+        printf("# epochs: %d ranks, method %d (%s%s%s), %d calls x 7 rounds (median)\n"
+               "  MPI_Barrier %8.2f us   epoch_begin %8.2f us (%.2fx)   epoch_end %8.2f us "
+               "(%.2fx)\n",
+               size, o->method, tname, o->fabric ? " " : "", o->fabric ? o->fabric : "",
+               o->epochs, b, beg, beg / b, end, end / b);
+        if (json)
+            fprintf(json,
+                    "{\"kind\": \"epoch\", \"method\": %d, \"transport\": \"%s\", "
+                    "\"fabric\": \"%s\", \"ranks\": %d, \"calls\": %d, "
+                    "\"barrier_us\": %.3f, \"epoch_begin_us\": %.3f, "
+                    "\"epoch_end_us\": %.3f}\n",
+                    o->method, tname, o->fabric ? o->fabric : "", size, o->epochs, b, beg, end);
+    }
+    return dds_store_var_free(store, "epochs");
 }
 
 int main(int argc, char **argv)
@@ -251,6 +322,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--max-batch-mib")) o.max_batch_bytes = strtoull(v, NULL, 10) << 20;
         else if (!strcmp(a, "--seconds")) o.seconds = atof(v);
         else if (!strcmp(a, "--json")) o.json = v;
+        else if (!strcmp(a, "--epochs")) o.epochs = atoi(v);
         else { usage(); return 2; }
         i++;
     }
@@ -273,13 +345,18 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     const char *tname = dds_store_transport(store)->ops->name;
-    if (rank == 0)
+    if (rank == 0 && o.epochs <= 0)
         printf("# ddstore-bench: %d ranks, method %d (%s%s%s), %s rows, %.2f s per point\n"
                "# %9s %6s %3s %10s %12s %9s %12s %9s\n",
                size, o.method, tname, o.fabric ? " " : "", o.fabric ? o.fabric : "",
                o.uniform ? "uniform" : "remote-only", o.seconds, "row_B", "batch", "thr",
                "us/row", "rows/s", "GB/s", "memcpy GB/s", "ratio");
 
+    if (o.epochs > 0) {
+        o.nsizes = 0; /* no read points */
+        if (run_epochs(&o, store, json, tname, rank, size) != 0)
+            MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     for (int si = 0; si < o.nsizes; si++) {
         size_t rb = o.sizes[si];
         int64_t nrows = (int64_t)(o.shard_bytes / rb);

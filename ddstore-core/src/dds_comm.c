@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "ddstore/comm.h"
+#include "ddstore/config.h"
 #include "ddstore/errors.h"
 
 /* ---- self ------------------------------------------------------------- */
@@ -52,6 +53,24 @@ int dds_comm_self(dds_comm_t *comm_p)
     return 0;
 }
 
+int dds_comm_timeout_s(double *timeout_s_p)
+{
+    double t = 0;
+    int rc;
+    if (timeout_s_p == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_timeout_s: NULL output");
+    dds_config_register_core();
+    rc = dds_config_get_double("DDSTORE_COLLECTIVE_TIMEOUT_S", &t);
+    if (rc != 0)
+        return rc;
+    if (!(t > 0))
+        return dds_error(-DDS_ECONFIG,
+                         "DDSTORE_COLLECTIVE_TIMEOUT_S must be > 0 seconds "
+                         "(or inf for no limit), got %g", t);
+    *timeout_s_p = t;
+    return 0;
+}
+
 void dds_comm_destroy(dds_comm_t *comm)
 {
     if (comm == NULL)
@@ -66,29 +85,50 @@ void dds_comm_destroy(dds_comm_t *comm)
 
 #define AGREE_WORDS 64 /* detail carried: 64 x 8 bytes, NUL included */
 
-/* Success path: one allreduce(MIN) of one int64 encoding (rank, code) of
- * every failing rank (INT64_MAX for success), so the lowest failing rank
- * wins.  Failure path only: a second allreduce(MIN) of 64 int64 words where
- * the winning rank contributes its detail text and every other rank
- * INT64_MAX, which carries the text to every rank without any memory that
- * grows with the number of ranks. */
+/* Success path: one allreduce(MIN) of three int64: one encoding (rank,
+ * code) of every failing rank (INT64_MAX for success), so the lowest failing
+ * rank wins, and the call's tag and its negation (mismatch check).
+ * Failure path only: a second allreduce(MIN) of 64 int64 words where the
+ * winning rank contributes its detail text and every other rank INT64_MAX,
+ * which carries the text to every rank without any memory that grows with
+ * the number of ranks. */
 int dds_comm_agree(const dds_comm_t *comm, int rc)
 {
-    int64_t key, words[AGREE_WORDS];
+    return dds_comm_agree_tag(comm, rc, 0);
+}
+
+int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag)
+{
+    int64_t key, words[AGREE_WORDS], first[3];
     int xrc, frank, fcode;
 
     if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
         return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
     if (rc > 0)
         rc = -rc;
+    if (tag < 0)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
     if (comm->size <= 1)
         return rc;
 
-    key = rc == 0 ? INT64_MAX
-                  : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
-    xrc = comm->ops->allreduce_i64(comm->ctx, &key, 1, DDS_REDUCE_MIN);
+    /* MIN of (key, tag, -tag): the lowest failing rank, and the smallest
+     * and largest tag */
+    first[0] = rc == 0 ? INT64_MAX
+                       : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
+    first[1] = tag;
+    first[2] = -tag;
+    xrc = comm->ops->allreduce_i64(comm->ctx, first, 3, DDS_REDUCE_MIN);
     if (xrc != 0)
         goto exchange_failed;
+    if (first[1] != -first[2])
+        return dds_error(-DDS_ETIMEDOUT,
+                         "collective mismatch: the ranks are in different "
+                         "collective calls (tags %lld .. %lld, this rank "
+                         "%lld): a rank skipped, added or reordered a "
+                         "collective call, so the ranks are out of step",
+                         (long long)first[1], (long long)-first[2],
+                         (long long)tag);
+    key = first[0];
     if (key == INT64_MAX)
         return 0;
     frank = (int)(key >> 32);
@@ -121,6 +161,8 @@ int dds_comm_agree(const dds_comm_t *comm, int rc)
 exchange_failed:
     if (xrc > 0)
         xrc = -xrc;
+    if (xrc == -DDS_ETIMEDOUT) /* the communicator's message says it all */
+        return xrc;
     dds_error(xrc, "error agreement: the exchange failed: %s",
               dds_last_error()[0] != '\0' ? dds_last_error()
                                           : dds_strerror(xrc));

@@ -40,8 +40,9 @@
 
 static const dds_config_entry_t filecomm_table[] = {
     {"DDSTORE_HANDSHAKE_TIMEOUT_S", DDS_CONFIG_DOUBLE, "120", NULL, "core",
-     "seconds a FileComm collective (and a method-2 join) waits for the "
-     "other ranks before failing with a timeout naming them"},
+     "seconds a method-2 join waits for the core job's records before "
+     "failing with a timeout naming them (FileComm collectives: "
+     "DDSTORE_COLLECTIVE_TIMEOUT_S)"},
     {"DDSTORE_FILECOMM_FSYNC", DDS_CONFIG_BOOL, "0", NULL, "core",
      "FileComm: fsync each file before publishing it (for shared file "
      "systems that need it)"},
@@ -116,8 +117,11 @@ typedef struct fc_ctx {
     unsigned inst;
     uint64_t seq;
     double timeout_s;
+    int timeout_from_env; /* timeout_s is DDSTORE_COLLECTIVE_TIMEOUT_S */
     int fsync;
     unsigned char *got; /* size flags */
+    char broken[200];   /* set when a step timed out: the ranks are out of
+                           step from then on, every later call fails */
 } fc_ctx_t;
 
 static const char *op_name(uint32_t op)
@@ -301,12 +305,16 @@ static int timeout_error(fc_ctx_t *c, uint32_t op)
     }
     if (nmiss > shown && len < sizeof list - 8)
         snprintf(list + len, sizeof list - len, ", ...");
+    snprintf(c->broken, sizeof c->broken, "%s (step %llu) timed out",
+             op_name(op), (unsigned long long)c->seq);
     return dds_error(-DDS_ETIMEDOUT,
                      "FileComm %s: %s (step %llu) timed out after %g s "
-                     "waiting for %d of %d ranks: %s "
-                     "(DDSTORE_HANDSHAKE_TIMEOUT_S)",
+                     "waiting for %d of %d ranks, which did not enter it: %s "
+                     "(%s)",
                      c->path, op_name(op), (unsigned long long)c->seq,
-                     c->timeout_s, nmiss, c->size, list);
+                     c->timeout_s, nmiss, c->size, list,
+                     c->timeout_from_env ? "DDSTORE_COLLECTIVE_TIMEOUT_S"
+                                         : "FileComm timeout=");
 }
 
 /* The one exchange behind every collective.  recv: size*bytes, or NULL when
@@ -324,6 +332,12 @@ static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
         c->seq++;
         return 0;
     }
+    if (c->broken[0] != '\0')
+        return dds_error(-DDS_ETIMEDOUT,
+                         "FileComm %s: %s refused: an earlier %s, so the "
+                         "ranks are out of step; create a new FileComm (a "
+                         "fresh ns)",
+                         c->path, op_name(op), c->broken);
     rc = publish(c, op, send, bytes);
     if (rc < 0)
         return rc;
@@ -609,7 +623,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
 {
     char nsbuf[256], path[PATH_MAX];
     fc_ctx_t *c;
-    int rc, fsync_on = 0;
+    int rc, fsync_on = 0, from_env = 0;
 
     dds_comm_file_register_config();
     if (comm_p == NULL)
@@ -630,13 +644,10 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     if (rc < 0)
         return rc;
     if (timeout_s <= 0) {
-        rc = dds_config_get_double("DDSTORE_HANDSHAKE_TIMEOUT_S", &timeout_s);
+        rc = dds_comm_timeout_s(&timeout_s);
         if (rc < 0)
             return rc;
-        if (!(timeout_s > 0))
-            return dds_error(-DDS_ECONFIG,
-                             "DDSTORE_HANDSHAKE_TIMEOUT_S must be > 0, got %g",
-                             timeout_s);
+        from_env = 1;
     }
     rc = dds_config_get_bool("DDSTORE_FILECOMM_FSYNC", &fsync_on);
     if (rc < 0)
@@ -665,6 +676,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     c->rank = rank;
     c->size = size;
     c->timeout_s = timeout_s;
+    c->timeout_from_env = from_env;
     c->fsync = fsync_on;
     rc = next_instance(path, &c->inst);
     if (rc < 0) {

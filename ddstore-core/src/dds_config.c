@@ -114,7 +114,8 @@ static int parse_double(const char *s, double *v)
         return -1;
     errno = 0;
     x = strtod(s, &end);
-    if (end == s || errno == ERANGE || !isfinite(x))
+    /* finite numbers, and +inf ("inf", "infinity") for "no limit" */
+    if (end == s || errno == ERANGE || isnan(x) || (isinf(x) && x < 0))
         return -1;
     while (isspace((unsigned char)*end))
         end++;
@@ -350,7 +351,7 @@ int dds_config_get_double(const char *name, double *value_p)
         return rc;
     text = value_text(e, &from_env);
     if (text != NULL && parse_double(text, &v) != 0)
-        return bad_value(e, text, from_env, "a finite number");
+        return bad_value(e, text, from_env, "a number (or inf)");
     if (value_p != NULL)
         *value_p = v;
     return 0;
@@ -455,6 +456,10 @@ static const dds_config_entry_t core_table[] = {
      "destination slots are scattered (0 = 64K)"},
     {"DDSTORE_READ_TIMEOUT_S", DDS_CONFIG_DOUBLE, "120", NULL, "core",
      "seconds before a read that made no progress fails with a timeout"},
+    {"DDSTORE_COLLECTIVE_TIMEOUT_S", DDS_CONFIG_DOUBLE, "1800", NULL, "core",
+     "seconds a collective call (add, init, free, epoch_begin/end, "
+     "DistDataset creation, FileComm steps) waits for every rank before "
+     "the ranks that arrived fail with a timeout; > 0, or inf for no limit"},
     {"DDSTORE_METHOD", DDS_CONFIG_ENUM, "0", "0|1|2", "core",
      "backend: 0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file "
      "handshake"},

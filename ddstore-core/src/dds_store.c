@@ -115,6 +115,10 @@ struct dds_store {
                                   HMEM for that kind, but registering such
                                   memory failed (-DDS_ENOSYS): staged since */
     unsigned fork_gen;      /* g_fork_gen when the store was created       */
+    char broken[200];       /* a collective timed out (coll_failed): which;
+                               the ranks are out of step from then on      */
+    uint64_t coll_seq;      /* collective calls made (coll_begin)          */
+    int64_t coll_tag;       /* the current call's tag for its agreements   */
 };
 
 /* Incremented in every child forked after the first store was created.
@@ -284,6 +288,85 @@ static int not_live(const dds_store_t *s, const char *name)
                          "by free()",
                          name);
     return dds_error(-DDS_ENOENT, "no variable named '%s'", name);
+}
+
+static int has_region_abandon(const dds_store_t *s);
+
+/* ---- collectives out of step -------------------------------------------
+ *
+ * A collective that not every rank entered times out in the communicator
+ * (-DDS_ETIMEDOUT).  From then on the ranks are out of step: a later
+ * collective could be matched with the wrong call of a peer, and a
+ * collective release (MPI_Win_free) could wait forever.  The store remembers
+ * it, refuses every later collective at once, and releases locally. */
+
+enum { COLL_INIT = 1, COLL_ADD, COLL_VAR_FREE, COLL_FREE, COLL_EPOCH_BEGIN,
+       COLL_EPOCH_END };
+
+/* A collective call starts (coll_mutex held): its agreements carry a tag
+ * (call number, kind), so that ranks in different calls fail instead of
+ * matching each other's exchanges. */
+static void coll_begin(dds_store_t *s, int kind)
+{
+    s->coll_seq++;
+    s->coll_tag = (int64_t)(((s->coll_seq << 3) | (uint64_t)kind) &
+                            (uint64_t)INT64_MAX);
+}
+
+static int coll_agree(dds_store_t *s, int rc)
+{
+    return dds_comm_agree_tag(&s->comm, rc, s->coll_tag);
+}
+
+/* A collective call's first check (coll_mutex held). */
+static int coll_refuse(const dds_store_t *s, const char *what,
+                       const char *name)
+{
+    if (s->broken[0] == '\0')
+        return 0;
+    return dds_error(-DDS_ETIMEDOUT,
+                     "%s%s%s%s refused: an earlier collective call (%s) timed "
+                     "out, so the ranks are out of step; free() now releases "
+                     "local resources only",
+                     what, name ? "('" : "()", name ? name : "",
+                     name ? "')" : "", s->broken);
+}
+
+/* A collective call's failure `rc` (its detail in dds_last_error()): a
+ * timeout marks the store out of step and names the call.  Returns rc. */
+static int coll_failed(dds_store_t *s, int rc, const char *what,
+                       const char *name)
+{
+    char detail[512];
+    if (rc != -DDS_ETIMEDOUT)
+        return rc;
+    snprintf(detail, sizeof detail, "%s", dds_last_error());
+    if (s->broken[0] == '\0')
+        snprintf(s->broken, sizeof s->broken, "%s%s%s%s", what,
+                 name ? "('" : "()", name ? name : "", name ? "')" : "");
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+            "%s%s%s%s: collective timed out; the store is out of step: %s",
+            what, name ? "('" : "()", name ? name : "", name ? "')" : "",
+            detail);
+    return dds_error(rc, "%s%s%s%s: %s", what, name ? "('" : "()",
+                     name ? name : "", name ? "')" : "", detail);
+}
+
+/* Out of step: forget v without any collective step.  Its region is
+ * abandoned (the transport's region_abandon, or leaked) and its shard
+ * leaked: peers may still read it until the process exits. */
+static void var_abandon(dds_store_t *s, dds_var_t *v)
+{
+    if (v == NULL)
+        return;
+    if (v->region != NULL && has_region_abandon(s))
+        s->tr.ops->region_abandon(s->tr.ctx, v->region);
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
+            "variable '%s': released locally (out of step); its shard of "
+            "%zu bytes stays allocated until the process exits",
+            v->name, v->shard_bytes);
+    free(v->offsets);
+    free(v);
 }
 
 static void var_release(dds_store_t *s, dds_var_t *v)
@@ -1025,6 +1108,12 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     int rc, created = 0, route = ROUTE_HOST, deferred = 0, all_shared;
 
     pthread_mutex_lock(&s->coll_mutex);
+    rc = coll_refuse(s, mode == MODE_INIT ? "init" : "add", name);
+    if (rc != 0) {
+        pthread_mutex_unlock(&s->coll_mutex);
+        return rc;
+    }
+    coll_begin(s, mode == MODE_INIT ? COLL_INIT : COLL_ADD);
 
     /* 1. local checks and allocation */
     rc = check_var_args(s, name, data, nrows, disp, itemsize, dtype, mem,
@@ -1091,7 +1180,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
                 memcpy(v->shard, data, bytes);
         }
     }
-    rc = dds_comm_agree(c, rc);
+    rc = coll_agree(s, rc);
     if (rc != 0)
         goto fail;
 
@@ -1110,7 +1199,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
                        name, dds_last_error());
     else
         rc = check_layout(name, all, c->size, v->offsets);
-    rc = dds_comm_agree(c, rc);
+    rc = coll_agree(s, rc);
     if (rc != 0)
         goto fail;
     v->local_first = v->offsets[c->rank];
@@ -1155,7 +1244,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
         else
             memcpy(v->shard, data, bytes);
     }
-    rc = dds_comm_agree(c, rc);
+    rc = coll_agree(s, rc);
     if (rc != 0)
         goto fail;
 
@@ -1188,7 +1277,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     } else {
         created = 1;
     }
-    rc = dds_comm_agree(c, rc);
+    rc = coll_agree(s, rc);
     if (rc != 0)
         goto fail;
 
@@ -1208,7 +1297,12 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     return 0;
 
 fail:
-    if (created) {
+    rc = coll_failed(s, rc, mode == MODE_INIT ? "init" : "add", name);
+    if (s->broken[0] != '\0' && v != NULL) {
+        /* out of step: nothing collective, and peers may still read */
+        var_abandon(s, v);
+        v = NULL;
+    } else if (created) {
         char saved[512];
         snprintf(saved, sizeof(saved), "%s", dds_last_error());
         (void)s->tr.ops->region_destroy(s->tr.ctx, v->region);
@@ -1245,11 +1339,23 @@ int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
         int rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
                            name ? name : "(null)", flags);
         pthread_mutex_lock(&s->coll_mutex);
-        rc = dds_comm_agree(&s->comm, rc);
+        if (coll_refuse(s, "add", name) == 0) {
+            coll_begin(s, COLL_ADD);
+            rc = coll_failed(s, coll_agree(s, rc), "add", name);
+        } else
+            rc = -DDS_ETIMEDOUT;
         pthread_mutex_unlock(&s->coll_mutex);
         return rc;
     }
     return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode);
+}
+
+static int has_region_abandon(const dds_store_t *s)
+{
+    const dds_transport_ops_t *o = s->tr.ops;
+    return o->size >= offsetof(dds_transport_ops_t, region_abandon) +
+                          sizeof(o->region_abandon) &&
+           o->region_abandon != NULL;
 }
 
 static int has_region_join(const dds_store_t *s)
@@ -1403,7 +1509,12 @@ int dds_store_var_free(dds_store_t *s, const char *name)
             rc = not_live(s, name);
         pthread_rwlock_unlock(&s->table_lock);
     }
-    rc = dds_comm_agree(&s->comm, rc);
+    if (rc == 0)
+        rc = coll_refuse(s, "free", name);
+    if (s->broken[0] != '\0')
+        goto out;
+    coll_begin(s, COLL_VAR_FREE);
+    rc = coll_failed(s, coll_agree(s, rc), "free", name);
     if (rc != 0)
         goto out;
     pthread_rwlock_wrlock(&s->table_lock);
@@ -1416,7 +1527,7 @@ int dds_store_var_free(dds_store_t *s, const char *name)
     }
     pthread_rwlock_unlock(&s->table_lock);
     rc = v != NULL ? var_destroy(s, v) : 0;
-    rc = dds_comm_agree(&s->comm, rc);
+    rc = coll_failed(s, coll_agree(s, rc), "free", name);
 out:
     pthread_mutex_unlock(&s->coll_mutex);
     return rc;
@@ -1451,13 +1562,31 @@ int dds_store_free(dds_store_t *s)
      * collective calls), so one agreement here is the fence.  Its failure
      * (e.g. a communicator already finalized) does not stop the local
      * cleanup. */
-    rc = dds_comm_agree(&s->comm, 0);
+    const int was_broken = s->broken[0] != '\0';
+    if (!was_broken) {
+        coll_begin(s, COLL_FREE);
+        rc = coll_failed(s, coll_agree(s, 0), "free", NULL);
+    }
     /* A communicator that reports -DDS_EFREED is gone (MPI finalized): the
      * peers are gone too, so free() is local cleanup and succeeds. */
     const int comm_gone = rc == -DDS_EFREED;
     if (comm_gone) {
         dds_error_clear();
         rc = 0;
+    }
+    if (s->broken[0] != '\0') {
+        /* out of step: release locally, never wait for a peer; the
+         * variables are gone here (later calls: DDStoreError "freed").
+         * free() of a store already out of step succeeds; the free() whose
+         * own agreement timed out reports that. */
+        for (size_t i = 0; i < n; i++)
+            var_abandon(s, vars[i]);
+        free(vars);
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+                "free(): %zu variables released locally (out of step since "
+                "%s timed out)", n, s->broken);
+        pthread_mutex_unlock(&s->coll_mutex);
+        return was_broken ? 0 : rc;
     }
     /* Same order on every rank: the table keeps insertion order. */
     for (size_t i = 0; i < n; i++) {
@@ -1467,7 +1596,7 @@ int dds_store_free(dds_store_t *s)
     }
     free(vars);
     if (!comm_gone) {
-        int arc = dds_comm_agree(&s->comm, rc);
+        int arc = coll_failed(s, coll_agree(s, rc), "free", NULL);
         if (rc == 0)
             rc = arc;
     }
@@ -2269,16 +2398,32 @@ int dds_store_profile_reset(dds_store_t *s, const char *name)
 static int epoch_call(dds_store_t *s, int begin)
 {
     int (*fn)(void *);
+    const char *what = begin ? "epoch_begin" : "epoch_end";
     int rc;
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "epoch: NULL store");
     fn = begin ? s->tr.ops->epoch_begin : s->tr.ops->epoch_end;
-    if (fn == NULL)
-        return 0;
     pthread_mutex_lock(&s->coll_mutex);
-    rc = fn(s->tr.ctx);
+    rc = coll_refuse(s, what, NULL);
+    if (rc != 0) {
+        pthread_mutex_unlock(&s->coll_mutex);
+        return rc;
+    }
+    coll_begin(s, begin ? COLL_EPOCH_BEGIN : COLL_EPOCH_END);
+    /* 1. local: this rank's updates into the transport's public copies */
+    rc = fn != NULL ? fn(s->tr.ctx) : 0;
+    if (rc > 0)
+        rc = -rc;
+    /* 2. one agreement: every rank's step 1 happened before any rank
+     * returns (the allreduce cannot complete earlier), and a failure on one
+     * rank fails every rank.  The fences order this thread's plain stores
+     * and later reads around the exchange (shared-memory peers read our
+     * shards with memcpy). */
+    atomic_thread_fence(memory_order_seq_cst);
+    rc = coll_failed(s, coll_agree(s, rc), what, NULL);
+    atomic_thread_fence(memory_order_seq_cst);
     pthread_mutex_unlock(&s->coll_mutex);
-    return rc > 0 ? -rc : rc;
+    return rc;
 }
 
 int dds_store_epoch_begin(dds_store_t *s)

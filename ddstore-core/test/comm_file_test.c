@@ -222,8 +222,17 @@ static void timeout_rank(int rank, int size, const char *dir, void *arg)
     CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
     clock_gettime(CLOCK_MONOTONIC, &ts);
     CHECK((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0 < 10.0);
-    CHECK_CONTAINS(dds_last_error(), "waiting for 2 of 4 ranks: 1, 3");
-    CHECK_CONTAINS(dds_last_error(), "DDSTORE_HANDSHAKE_TIMEOUT_S");
+    CHECK_CONTAINS(dds_last_error(), "waiting for 2 of 4 ranks");
+    CHECK_CONTAINS(dds_last_error(), "did not enter it: 1, 3");
+    CHECK_CONTAINS(dds_last_error(), "FileComm timeout=");
+    /* out of step from now on: the next collective fails at once */
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    t0 = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
+    CHECK_CONTAINS(dds_last_error(), "out of step");
+    CHECK_CONTAINS(dds_last_error(), "barrier (step 0) timed out");
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    CHECK((double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec - t0 < 0.4);
     dds_comm_destroy(&c);
 }
 
@@ -247,16 +256,24 @@ static void test_timeout_env(void)
     char dir[4200];
     dds_comm_t c;
     snprintf(dir, sizeof dir, "%s/tenv", g_root);
-    setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "0.3", 1);
+    setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "0.3", 1);
     CHECK_OK(dds_comm_file_create(dir, 0, 2, "x", 0, &c));
     CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
     CHECK_CONTAINS(dds_last_error(), "after 0.3 s");
-    CHECK_CONTAINS(dds_last_error(), "1 of 2 ranks: 1");
+    CHECK_CONTAINS(dds_last_error(), "1 of 2 ranks, which did not enter it: 1");
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_TIMEOUT_S");
     dds_comm_destroy(&c);
-    setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "soon", 1);
+    setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "soon", 1);
     CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 0, &c), -DDS_ECONFIG);
-    CHECK_CONTAINS(dds_last_error(), "DDSTORE_HANDSHAKE_TIMEOUT_S");
-    unsetenv("DDSTORE_HANDSHAKE_TIMEOUT_S");
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_TIMEOUT_S");
+    setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "0", 1);
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 0, &c), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "must be > 0");
+    setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "inf", 1);
+    CHECK_OK(dds_comm_file_create(dir, 0, 1, "inf", 0, &c));
+    CHECK_OK(c.ops->barrier(c.ctx));
+    dds_comm_destroy(&c);
+    unsetenv("DDSTORE_COLLECTIVE_TIMEOUT_S");
 }
 
 /* ---- mismatched collectives -------------------------------------------- */

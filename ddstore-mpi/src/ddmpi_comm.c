@@ -3,6 +3,9 @@
  *
  * Bazel generates ddstore/mpi_version.h from VERSION (#define DDMPI_VERSION
  * "x.y.z"); builds without it pass -DDDMPI_VERSION='"x.y.z"'. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* clock_gettime, nanosleep */
+#endif
 #if defined(__has_include)
 #if __has_include("ddstore/mpi_version.h")
 #include "ddstore/mpi_version.h"
@@ -11,8 +14,12 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
@@ -165,11 +172,14 @@ void ddmpi_serial_unlock(int serial)
 typedef struct ddmpi_comm {
     MPI_Comm comm;      /* our duplicate */
     int serial;         /* MPI below THREAD_MULTIPLE: take the serial lock */
+    double timeout_s;   /* DDSTORE_COLLECTIVE_TIMEOUT_S at creation        */
+    char broken[96];    /* set when a collective timed out: what it was    */
+    void *scratch;      /* the buffers of the collective in flight         */
+    size_t scratch_bytes;
 } ddmpi_comm_t;
 
 /* After MPI_Finalize the communicator is gone with MPI: -DDS_EFREED, so that
- * a caller cleaning up (the store's free() after MPI_Finalize) can tell "no
- * more communication possible" from a failed exchange. */
+ * the store's free() can tell "peers are gone" from a real failure. */
 static int ddmpi_comm_check_live(const char *what)
 {
     if (ddmpi_finalized())
@@ -177,38 +187,149 @@ static int ddmpi_comm_check_live(const char *what)
     return 0;
 }
 
+static double ddmpi_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Buffers of a nonblocking collective: the communicator's scratch memory,
+ * never the caller's.  MPI cannot cancel a collective request, so when one
+ * times out its buffers must stay valid for as long as the process lives (a
+ * late peer may still complete it): a timed-out communicator refuses every
+ * later collective and never frees its scratch memory. */
+typedef struct ddmpi_coll {
+    MPI_Request req;
+    void *buf;
+} ddmpi_coll_t;
+
+static void *ddmpi_scratch(ddmpi_comm_t *c, size_t bytes)
+{
+    if (bytes > c->scratch_bytes) {
+        void *p = realloc(c->scratch, bytes);
+        if (p == NULL)
+            return NULL;
+        c->scratch = p;
+        c->scratch_bytes = bytes;
+    }
+    return c->scratch;
+}
+
+/* Complete c's pending request `co` within the communicator's timeout:
+ * MPI_Test in a loop (progress), spinning for the first ~50 us, then
+ * yielding, then sleeping with a backoff up to 1 ms so that a rank waiting
+ * for a late peer does not take a core from it.  On timeout the
+ * communicator is marked out of step (every later collective fails at once)
+ * and -DDS_ETIMEDOUT is returned; the request and its buffer are leaked. */
+static int ddmpi_comm_wait(ddmpi_comm_t *c, ddmpi_coll_t *co, const char *what)
+{
+    const double t0 = ddmpi_now_s();
+    const double deadline = t0 + c->timeout_s; /* inf: never */
+    long sleep_ns = 20000;
+    unsigned spins = 0;
+    int done = 0, mrc;
+
+    for (;;) {
+        ddmpi_serial_lock(c->serial);
+        mrc = MPI_Test(&co->req, &done, MPI_STATUS_IGNORE);
+        ddmpi_serial_unlock(c->serial);
+        if (mrc != MPI_SUCCESS)
+            return ddmpi_translate_error(mrc, what);
+        if (done)
+            return 0;
+        spins++;
+        if ((spins & 63) != 0)
+            continue;
+        double now = ddmpi_now_s();
+        if (now > deadline) {
+            int size = 0;
+            MPI_Comm_size(c->comm, &size);
+            snprintf(c->broken, sizeof c->broken, "%s", what);
+            DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_MPI,
+                    "%s timed out after %g s; the request is abandoned and "
+                    "this communicator refuses further collectives",
+                    what, c->timeout_s);
+            return dds_error(-DDS_ETIMEDOUT,
+                             "%s timed out after %g s: not every one of the "
+                             "%d ranks entered it (a rank skipped the call, "
+                             "or is stuck or much slower; "
+                             "DDSTORE_COLLECTIVE_TIMEOUT_S)",
+                             what, c->timeout_s, size);
+        }
+        if (now - t0 < 50e-6)
+            continue;
+        if (now - t0 < 2e-3) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 1000000)
+            sleep_ns *= 2;
+    }
+}
+
+/* The checks every collective makes first: MPI alive, not out of step. */
+static int ddmpi_comm_usable(ddmpi_comm_t *c, const char *what)
+{
+    int rc = ddmpi_comm_check_live(what);
+    if (rc != 0)
+        return rc;
+    if (c->broken[0] != '\0')
+        return dds_error(-DDS_ETIMEDOUT,
+                         "%s refused: an earlier %s on this communicator "
+                         "timed out, so its ranks are out of step",
+                         what, c->broken);
+    return 0;
+}
+
 static int ddmpi_comm_allgather(void *ctx, const void *send, size_t bytes,
                                 void *recv)
 {
     ddmpi_comm_t *c = ctx;
-    int rc, mrc;
+    ddmpi_coll_t co;
+    int rc, mrc, size = 0;
 
     if (!c || (bytes && (!send || !recv)))
         return dds_error(-DDS_EINVAL, "mpi allgather: NULL argument");
     if (bytes > (size_t)INT_MAX)
         return dds_error(-DDS_EINVAL, "mpi allgather: %zu bytes per rank "
                          "exceed INT_MAX", bytes);
-    if ((rc = ddmpi_comm_check_live("mpi allgather")) != 0)
+    if ((rc = ddmpi_comm_usable(c, "MPI allgather")) != 0)
         return rc;
+    MPI_Comm_size(c->comm, &size);
+    /* [send | recv] in one buffer that outlives a timed-out request */
+    co.buf = ddmpi_scratch(c, bytes + bytes * (size_t)size + 1);
+    if (co.buf == NULL)
+        return dds_error(-DDS_ENOMEM, "mpi allgather: out of memory");
+    if (bytes)
+        memcpy(co.buf, send, bytes);
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes,
-                        MPI_BYTE, c->comm);
+    mrc = MPI_Iallgather(co.buf, (int)bytes, MPI_BYTE, (char *)co.buf + bytes,
+                         (int)bytes, MPI_BYTE, c->comm, &co.req);
     ddmpi_serial_unlock(c->serial);
-    return ddmpi_translate_error(mrc, "MPI_Allgather");
+    if (mrc != MPI_SUCCESS)
+        return ddmpi_translate_error(mrc, "MPI_Iallgather");
+    rc = ddmpi_comm_wait(c, &co, "MPI allgather");
+    if (rc == 0 && bytes)
+        memcpy(recv, (char *)co.buf + bytes, bytes * (size_t)size);
+    return rc;
 }
 
 static int ddmpi_comm_allreduce_i64(void *ctx, int64_t *inout, size_t n,
                                     dds_reduce_op_t op)
 {
     ddmpi_comm_t *c = ctx;
+    ddmpi_coll_t co;
     MPI_Op mop;
     int rc, mrc;
 
     if (!c || (n && !inout))
         return dds_error(-DDS_EINVAL, "mpi allreduce: NULL argument");
-    if (n > (size_t)INT_MAX)
+    if (n > (size_t)INT_MAX / 2)
         return dds_error(-DDS_EINVAL, "mpi allreduce: %zu elements exceed "
-                         "INT_MAX", n);
+                         "INT_MAX / 2", n);
     switch (op) {
     case DDS_REDUCE_MIN: mop = MPI_MIN; break;
     case DDS_REDUCE_MAX: mop = MPI_MAX; break;
@@ -216,28 +337,43 @@ static int ddmpi_comm_allreduce_i64(void *ctx, int64_t *inout, size_t n,
     default:
         return dds_error(-DDS_EINVAL, "mpi allreduce: unknown op %d", (int)op);
     }
-    if ((rc = ddmpi_comm_check_live("mpi allreduce")) != 0)
+    if ((rc = ddmpi_comm_usable(c, "MPI allreduce")) != 0)
         return rc;
+    /* [send | recv] */
+    co.buf = ddmpi_scratch(c, 2 * n * sizeof(int64_t) + 1);
+    if (co.buf == NULL)
+        return dds_error(-DDS_ENOMEM, "mpi allreduce: out of memory");
+    if (n)
+        memcpy(co.buf, inout, n * sizeof(int64_t));
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Allreduce(MPI_IN_PLACE, inout, (int)n, MPI_INT64_T, mop,
-                        c->comm);
+    mrc = MPI_Iallreduce(co.buf, (int64_t *)co.buf + n, (int)n, MPI_INT64_T,
+                         mop, c->comm, &co.req);
     ddmpi_serial_unlock(c->serial);
-    return ddmpi_translate_error(mrc, "MPI_Allreduce");
+    if (mrc != MPI_SUCCESS)
+        return ddmpi_translate_error(mrc, "MPI_Iallreduce");
+    rc = ddmpi_comm_wait(c, &co, "MPI allreduce");
+    if (rc == 0 && n)
+        memcpy(inout, (int64_t *)co.buf + n, n * sizeof(int64_t));
+    return rc;
 }
 
 static int ddmpi_comm_barrier(void *ctx)
 {
     ddmpi_comm_t *c = ctx;
+    ddmpi_coll_t co;
     int rc, mrc;
 
     if (!c)
         return dds_error(-DDS_EINVAL, "mpi barrier: NULL communicator");
-    if ((rc = ddmpi_comm_check_live("mpi barrier")) != 0)
+    if ((rc = ddmpi_comm_usable(c, "MPI barrier")) != 0)
         return rc;
+    co.buf = NULL;
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Barrier(c->comm);
+    mrc = MPI_Ibarrier(c->comm, &co.req);
     ddmpi_serial_unlock(c->serial);
-    return ddmpi_translate_error(mrc, "MPI_Barrier");
+    if (mrc != MPI_SUCCESS)
+        return ddmpi_translate_error(mrc, "MPI_Ibarrier");
+    return ddmpi_comm_wait(c, &co, "MPI barrier");
 }
 
 static void ddmpi_comm_destroy(void *ctx)
@@ -246,6 +382,8 @@ static void ddmpi_comm_destroy(void *ctx)
 
     if (!c)
         return;
+    if (c->broken[0] == '\0') /* else a late peer may still write into it */
+        free(c->scratch);
     /* MPI_Comm_free is local in effect (no synchronisation); after
      * MPI_Finalize it is not allowed, so only our memory goes. */
     if (c->comm != MPI_COMM_NULL && ddmpi_initialized() && !ddmpi_finalized()) {
@@ -270,6 +408,7 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     ddmpi_comm_t *c;
     MPI_Comm dup = MPI_COMM_NULL;
     int rank = 0, size = 0, serial, mrc, ok;
+    double timeout_s = 0;
 
     if (!comm_p)
         return dds_error(-DDS_EINVAL, "ddmpi_comm_create: comm_p is NULL");
@@ -280,6 +419,10 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
                          ddmpi_finalized() ? "already finalized"
                                            : "not initialised (ddmpi_init)");
 
+    /* the same environment everywhere: a bad value fails every rank */
+    mrc = dds_comm_timeout_s(&timeout_s);
+    if (mrc != 0)
+        return mrc;
     serial = ddmpi_need_serial();
     c = calloc(1, sizeof(*c));
     ddmpi_serial_lock(serial);
@@ -316,6 +459,7 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 
     c->comm = dup;
     c->serial = serial;
+    c->timeout_s = timeout_s;
     comm_p->ops = &ddmpi_comm_ops;
     comm_p->ctx = c;
     comm_p->rank = rank;

@@ -449,6 +449,27 @@ static int ddmpi_region_destroy(void *ctx, void *region)
     return rc;
 }
 
+/* Out of step (a collective of the store timed out): no MPI_Win_free, which
+ * is collective and could wait forever.  The window stays open (and off the
+ * finalize hook's list, which would free it); the shard it exposes is the
+ * store's, which leaks it too. */
+static void ddmpi_region_abandon(void *ctx, void *region)
+{
+    ddmpi_region_t *r = region;
+
+    (void)ctx;
+    if (!r)
+        return;
+    pthread_mutex_lock(&ddmpi_live_lock);
+    ddmpi_live_unlink(r);
+    pthread_mutex_unlock(&ddmpi_live_lock);
+    if (r->win != MPI_WIN_NULL)
+        DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_MPI,
+                "variable '%s': window abandoned (not freed) after a "
+                "collective timed out", r->name);
+    ddmpi_region_free_local(r);
+}
+
 /* ---- read ------------------------------------------------------------------ */
 
 static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
@@ -629,19 +650,31 @@ static int ddmpi_node_ranks(MPI_Comm comm, MPI_Comm node, int n, int *out)
 
 /* The passive-target epoch of every window is opened once at region_create
  * (MPI_Win_lock_all) and each read completes its own gets with
- * MPI_Win_flush_local, so there is no epoch to open or close here: these are
- * kept so that code written for the original (collective fence epochs) still
- * runs, at the cost of a function call. */
-static int ddmpi_epoch_begin(void *ctx)
+ * MPI_Win_flush_local.  What an epoch boundary needs from the transport is
+ * that this rank's own stores into its shards (var_update) reach the
+ * windows' public copies: MPI_Win_sync on every open window (a memory
+ * barrier in MPI's unified model, a copy in the separate one).  Local; the
+ * store synchronises the ranks afterwards. */
+static int ddmpi_epoch_sync(void *ctx)
 {
-    (void)ctx;
-    return 0;
-}
+    ddmpi_region_t *r;
+    int rc = 0;
 
-static int ddmpi_epoch_end(void *ctx)
-{
     (void)ctx;
-    return 0;
+    pthread_mutex_lock(&ddmpi_live_lock);
+    if (!ddmpi_gone()) {
+        for (r = ddmpi_live_head; r && rc == 0; r = r->next) {
+            if (r->win == MPI_WIN_NULL)
+                continue;
+            ddmpi_serial_lock(r->serial);
+            int mrc = MPI_Win_sync(r->win);
+            ddmpi_serial_unlock(r->serial);
+            if (mrc != MPI_SUCCESS)
+                rc = ddmpi_translate_error(mrc, "MPI_Win_sync");
+        }
+    }
+    pthread_mutex_unlock(&ddmpi_live_lock);
+    return rc;
 }
 
 /* ---- shard_alloc / shard_free ---------------------------------------------
@@ -862,11 +895,13 @@ static const dds_transport_ops_t ddmpi_transport_ops = {
     .recv_register = NULL,
     .recv_unregister = NULL,
     .progress = NULL,
-    .epoch_begin = ddmpi_epoch_begin,
-    .epoch_end = ddmpi_epoch_end,
+    .epoch_begin = ddmpi_epoch_sync,
+    .epoch_end = ddmpi_epoch_sync,
     .destroy = ddmpi_transport_destroy,
     .shard_alloc = ddmpi_shard_alloc,
     .shard_free = ddmpi_shard_free,
+    .region_join = NULL,
+    .region_abandon = ddmpi_region_abandon,
 };
 
 int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)

@@ -18,8 +18,10 @@ struct CommCtx {
     PyObject *obj;  // strong reference to the Python communicator
 };
 
-// A Python exception raised by a callback: logged (the comm interface has
-// no way to pass a message up), cleared, and turned into -DDS_EIO.
+// A Python exception raised by a callback: cleared, and turned into an
+// error code with its message as the detail (-DDS_ETIMEDOUT when the
+// collective timed out: TorchComm raises "... timed out after ..."; else
+// -DDS_EIO).  Logged too when _core is too old to take the detail.
 int callback_failed(const char *what)
 {
     std::string msg = "unknown error";
@@ -38,11 +40,19 @@ int callback_failed(const char *what)
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
-    if (api() != nullptr)
-        api()->log_write(DDS_LOG_ERROR, DDS_SUBSYS_TORCH,
-                         "torch.distributed communicator: %s failed: %s", what,
-                         msg.c_str());
-    return -DDS_EIO;
+    const int rc = msg.find(" timed out after ") != std::string::npos ||
+                           msg.find(" refused: an earlier collective") != std::string::npos
+                       ? -DDS_ETIMEDOUT
+                       : -DDS_EIO;
+    const pyddstore_api_t *a = api();
+    if (a != nullptr && a->size >= offsetof(pyddstore_api_t, error) + sizeof(a->error) &&
+        a->error != nullptr)
+        return a->error(rc, "torch.distributed %s: %s", what, msg.c_str());
+    if (a != nullptr)
+        a->log_write(DDS_LOG_ERROR, DDS_SUBSYS_TORCH,
+                     "torch.distributed communicator: %s failed: %s", what,
+                     msg.c_str());
+    return rc;
 }
 
 int comm_allgather(void *vctx, const void *send, size_t bytes, void *recv)

@@ -143,7 +143,7 @@ class _Api(ctypes.Structure):
             "unwrap", "raise_error", "var_info", "var_offsets", "var_add",
             "get", "get_batch", "recv_register", "recv_unregister", "profile",
             "last_error", "strerror", "log_write", "log_enabled",
-            "var_update", "acquire", "release", "keep_alive")]
+            "var_update", "acquire", "release", "keep_alive", "error")]
 
 
 def test_c_api_capsule(store):

@@ -49,6 +49,24 @@ int dds_comm_self(dds_comm_t *comm_p);
  * exchange's error is returned. */
 int dds_comm_agree(const dds_comm_t *comm, int rc);
 
+/* dds_comm_agree that also checks that every rank is in the same collective
+ * call: `tag` (>= 0) names the call (e.g. a sequence number and a kind), and
+ * when the ranks' tags differ every rank returns -DDS_ETIMEDOUT ("collective
+ * mismatch": a rank skipped, added or reordered a collective call, so the
+ * ranks are out of step) without a second exchange.  Same cost as
+ * dds_comm_agree on success (one allreduce of three int64). */
+int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
+
+/* How long a collective may wait for the other ranks:
+ * DDSTORE_COLLECTIVE_TIMEOUT_S (seconds, > 0; "inf" = no limit; default
+ * 1800).  Implementations of this interface (MPI, FileComm, torch) read it
+ * when they are created and fail a collective that not every rank entered
+ * within that time with -DDS_ETIMEDOUT; such a communicator is then out of
+ * step and fails every later collective at once (-DDS_ETIMEDOUT, naming the
+ * collective that timed out).  Returns 0 or -DDS_ECONFIG (bad value, the
+ * detail names the variable). */
+int dds_comm_timeout_s(double *timeout_s_p);
+
 /* Destroy via ops->destroy (NULL-safe). */
 void dds_comm_destroy(dds_comm_t *comm);
 

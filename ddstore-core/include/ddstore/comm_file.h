@@ -9,7 +9,8 @@
  * any time; destroy removes all but the last one.
  *
  * A communicator that waits longer than its timeout for a peer fails with
- * -DDS_ETIMEDOUT naming the missing ranks (never a hang).
+ * -DDS_ETIMEDOUT naming the missing ranks (never a hang); it is then out of
+ * step and every later collective on it fails at once (-DDS_ETIMEDOUT).
  *
  * Every rank must create its file communicators for one (dir, ns) in the same
  * order: the n-th communicator created in a process for (dir, ns) talks to
@@ -39,7 +40,7 @@ extern "C" {
  *              NULL or "" = SLURM_JOB_ID.SLURM_STEP_ID (or SLURM_JOB_ID)
  *              when set, else "default".
  *   timeout_s  seconds to wait for peers in one collective; <= 0 reads
- *              DDSTORE_HANDSHAKE_TIMEOUT_S (default 120).
+ *              DDSTORE_COLLECTIVE_TIMEOUT_S (dds_comm_timeout_s).
  * Returns 0, or -DDS_EINVAL (bad argument, directory not usable),
  * -DDS_ECONFIG (bad environment value), -DDS_ENOMEM. */
 int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
@@ -50,8 +51,8 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
 const char *dds_comm_file_ns(const dds_comm_t *comm);
 const char *dds_comm_file_path(const dds_comm_t *comm);
 
-/* Register FileComm's DDSTORE_* variables (DDSTORE_HANDSHAKE_TIMEOUT_S,
- * DDSTORE_FILECOMM_FSYNC) with the config registry; idempotent, and done by
+/* Register FileComm's DDSTORE_* variables (DDSTORE_HANDSHAKE_TIMEOUT_S for
+ * method-2 joins, DDSTORE_FILECOMM_FSYNC) with the config registry; idempotent, and done by
  * the first dds_comm_file_create anyway. */
 void dds_comm_file_register_config(void);
 

@@ -9,7 +9,14 @@
  * Collective calls (create, var_init, var_add, free, epoch_*, destroy when
  * not yet freed) must be made by every rank in the same order from one
  * thread.  They agree on failure: one rank's bad input fails every rank
- * with the same code (dds_comm_agree), none hangs.
+ * with the same code (dds_comm_agree), none hangs.  A collective that not
+ * every rank enters fails on the ranks that did after the communicator's
+ * timeout (DDSTORE_COLLECTIVE_TIMEOUT_S, comm.h) with -DDS_ETIMEDOUT
+ * naming the call and the variable; the store is then out of step: every
+ * later collective call fails at once with -DDS_ETIMEDOUT, and free() /
+ * destroy release local resources only (they never wait for peers; what
+ * peers may still read is leaked until the process exits).  Reads keep
+ * working.
  *
  * Local calls (var_update, get, get_batch, recv_*, info, profile, readers)
  * are safe from any number of threads at once.  Reads take the variable
@@ -184,7 +191,17 @@ int dds_store_profile(dds_store_t *store, const char *name,
                       dds_profile_t *profile_p);
 int dds_store_profile_reset(dds_store_t *store, const char *name);
 
-/* Compatibility epochs: collective for MPI, cheap; no-ops elsewhere. */
+/* Epochs (the original DDStore's fences), collective for every method and
+ * cheap: the transport's local epoch step (MPI: MPI_Win_sync), then one
+ * agreement over the communicator (one allreduce of one int64: the
+ * synchronisation and the error agreement in one step).
+ *   epoch_begin  when it returns, every var_update / var_init that any rank
+ *                finished before it entered epoch_begin is visible to every
+ *                read this rank makes afterwards.
+ *   epoch_end    when it returns, every rank has finished the reads it made
+ *                before it entered epoch_end, so an update made afterwards
+ *                cannot change what those reads returned.
+ * A one-rank communicator (a method-2 reader) synchronises nothing. */
 int dds_store_epoch_begin(dds_store_t *store);
 int dds_store_epoch_end(dds_store_t *store);
 

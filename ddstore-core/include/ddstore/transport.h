@@ -6,7 +6,7 @@
  * (ddstore-mpi) and libfabric (ddstore-ofi's adapter) implement it.
  *
  * Threading: region_create / region_destroy / destroy / epoch_* are called
- * by the store from one thread (they are collective over the store's
+ * by the store from one thread (region_* are collective over the store's
  * communicator, which the transport received at creation).  read,
  * recv_register, recv_unregister, reader_open / reader_close may be called
  * from many threads at once when caps has DDS_TRANSPORT_CAP_THREAD_SAFE;
@@ -107,7 +107,10 @@ typedef struct dds_transport_ops {
     /* Drive progress once (may be NULL). */
     int (*progress)(void *ctx);
 
-    /* Compatibility epochs (collective for MPI; may be NULL). */
+    /* Epoch boundaries (may be NULL): local steps the store runs before
+     * it synchronises the ranks in dds_store_epoch_begin/end, e.g. to make
+     * this rank's var_update stores visible to one-sided reads (MPI:
+     * MPI_Win_sync).  Not collective. */
     int (*epoch_begin)(void *ctx);
     int (*epoch_end)(void *ctx);
 
@@ -143,6 +146,15 @@ typedef struct dds_transport_ops {
      * locally.  On failure nothing is allocated. */
     int (*region_join)(void *ctx, const char *name,
                        dds_region_layout_t *layout_p, void **region_p);
+
+    /* Optional (may be NULL): forget a region without talking to any peer.
+     * The store calls it instead of region_destroy once its communicator is
+     * out of step (a collective timed out), when a collective release could
+     * wait forever.  Local, never blocks; whatever peers may still read (the
+     * registered shard) stays valid until the process exits, so the
+     * transport may leak it (MPI: the window is left open and is not closed
+     * at MPI_Finalize either).  When NULL the store leaks the region. */
+    void (*region_abandon)(void *ctx, void *region);
 } dds_transport_ops_t;
 
 typedef struct dds_transport {

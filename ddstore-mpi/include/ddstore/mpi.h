@@ -66,8 +66,16 @@ int ddmpi_finalize_if_ours(void);
 int ddmpi_finalized(void);
 
 /* A core communicator over MPI_Comm_dup(comm) with MPI_ERRORS_RETURN on the
- * duplicate.  ops->name is "mpi"; allgather (MPI_Allgather of MPI_BYTE,
- * `bytes` <= INT_MAX), allreduce_i64 (MPI_INT64_T, n <= INT_MAX), barrier.
+ * duplicate.  ops->name is "mpi"; allgather (MPI_Iallgather of MPI_BYTE,
+ * `bytes` <= INT_MAX), allreduce_i64 (MPI_Iallreduce of MPI_INT64_T,
+ * n <= INT_MAX / 2), barrier (MPI_Ibarrier), each completed by MPI_Test in a
+ * loop bounded by DDSTORE_COLLECTIVE_TIMEOUT_S (read at creation; comm.h's
+ * dds_comm_timeout_s): a collective that not every rank entered in time
+ * fails with -DDS_ETIMEDOUT on the ranks that did (MPI cannot tell which
+ * ranks are missing, nor cancel the request: it and its internal buffers
+ * are abandoned, the caller's memory is never touched afterwards), and the
+ * communicator then refuses every later collective at once.  The loop spins
+ * briefly, then yields, then sleeps (up to 1 ms) while it waits.
  * destroy frees the duplicate (skipped after MPI_Finalize) and the context.
  *   comm    in: any intracommunicator; the caller keeps it (the dup is
  *           independent of it).
@@ -104,6 +112,8 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
  *                   (the lowest failing rank's code).
  *   region_destroy  collective: MPI_Win_unlock_all + MPI_Win_free; after
  *                   MPI_Finalize frees local memory only and returns 0.
+ *   region_abandon  local: the window is left open (not freed, also not at
+ *                   MPI_Finalize), the region's own memory freed.
  *   read            local, no owner participation, any thread: every op is
  *                   checked first (owner in range, bytes inside the owner's
  *                   shard: -DDS_EINVAL / -DDS_ERANGE, nothing posted), then
@@ -121,11 +131,13 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
  *                   started: -DDS_EIO.  There is no read timeout: MPI has no
  *                   way to cancel a posted get, and a dead peer is handled by
  *                   MPI's own fault handling (usually the job aborts).
- *   epoch_begin/end cheap no-ops returning 0: the passive-target epoch is
- *                   opened once per window (lock_all at creation) and each
- *                   read completes itself with flush_local, so there is no
- *                   access epoch left to open or close; kept for API
- *                   compatibility with the original collective epochs.
+ *   epoch_begin/end local: MPI_Win_sync on every open window, so that
+ *                   the rows this rank wrote (var_update) are in the
+ *                   window's public copy before the store's synchronising
+ *                   step (the store then agrees over its communicator: see
+ *                   store.h).  The passive-target epoch itself stays open
+ *                   (lock_all at creation); each read completes its own gets
+ *                   with flush_local.
  *   destroy         frees the communicator duplicate (unless finalized).
  *   reader_open/close, recv_register/unregister, progress: NULL (one
  *                   default reader; nothing to register; MPI progresses

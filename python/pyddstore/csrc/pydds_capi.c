@@ -153,6 +153,7 @@ static const pyddstore_api_t capi_table = {
     .acquire = capi_acquire,
     .release = capi_release,
     .keep_alive = capi_keep_alive,
+    .error = dds_error,
 };
 
 PyObject *pydds_capi_capsule(void)

@@ -346,7 +346,7 @@ static PyGetSetDef filecomm_getset[] = {
      "dir/ns: where the files are", NULL},
     {"timeout", (getter)filecomm_get_timeout, NULL,
      "seconds a collective waits for peers (None: "
-     "DDSTORE_HANDSHAKE_TIMEOUT_S)",
+     "DDSTORE_COLLECTIVE_TIMEOUT_S)",
      NULL},
     {"_dds_comm", (getter)filecomm_get_capsule, NULL,
      "capsule 'pyddstore._dds_comm' (pyddstore_api.h): how PyDDStore makes "
@@ -365,7 +365,7 @@ static PyTypeObject pydds_FileCommType = {
         "to SLURM_PROCID/SLURM_NTASKS (then OMPI_COMM_WORLD_RANK/SIZE, "
         "PMI_RANK/PMI_SIZE); ns defaults to SLURM_JOB_ID.SLURM_STEP_ID, else "
         "'default', and must differ between runs sharing `dir`; timeout "
-        "defaults to DDSTORE_HANDSHAKE_TIMEOUT_S (120 s).",
+        "defaults to DDSTORE_COLLECTIVE_TIMEOUT_S (1800 s).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)filecomm_init,
     .tp_dealloc = (destructor)filecomm_dealloc,

@@ -1292,9 +1292,14 @@ static PyMethodDef store_methods[] = {
     {"names", (PyCFunction)store_names, METH_NOARGS,
      "names() -> list of live variable names (beyond)."},
     {"epoch_begin", (PyCFunction)store_epoch_begin, METH_NOARGS,
-     "epoch_begin(): collective for method 0 (kept for compatibility)."},
+     "epoch_begin(): collective (every method).  When it returns, every "
+     "update()/init() any rank finished before entering it is visible to "
+     "every read this rank makes.  One agreement over the communicator."},
     {"epoch_end", (PyCFunction)store_epoch_end, METH_NOARGS,
-     "epoch_end(): collective for method 0 (kept for compatibility)."},
+     "epoch_end(): collective (every method).  When it returns, every rank "
+     "has finished the reads it made before entering it, so later updates "
+     "cannot change what they returned.  One agreement over the "
+     "communicator."},
     {"free", (PyCFunction)store_free, METH_NOARGS,
      "free()\n\nCollective.  Release every variable; idempotent.  Reads of a "
      "released name raise DDStoreError until it is added again."},

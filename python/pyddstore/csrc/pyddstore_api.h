@@ -75,6 +75,11 @@ typedef struct pyddstore_api {
      * destroy): for shards registered in place (DDS_ADD_IN_PLACE).  `obj`
      * is a PyDDStore or reader.  GIL held.  0, or -1 + exception. */
     int (*keep_alive)(PyObject *obj, const char *name, PyObject *ref);
+
+    /* errors.h dds_error in _core's copy: record the detail that the next
+     * raise_error / last_error reports (a communicator implemented outside
+     * _core explains its failures this way).  Returns rc. */
+    int (*error)(int rc, const char *fmt, ...);
 } pyddstore_api_t;
 
 /* Communicators implemented outside _core (pyddstore.FileComm, a

@@ -74,19 +74,57 @@ class TorchComm:
         from ._ext import ext
         return ext.comm_capsule(self)
 
-    def allgather(self, obj):
+    # -- collectives, each bounded by DDSTORE_COLLECTIVE_TIMEOUT_S ---------------
+    def _device(self):
+        import torch
         import torch.distributed as dist
-        out = [None] * self.size
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
+        if dist.get_backend(self.group) == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _wait(self, work, what):
+        import datetime
+        _check_in_step(self, what)
+        timeout = env.collective_timeout()
+        try:
+            if timeout == float("inf"):
+                work.wait()
+            else:
+                work.wait(timeout=datetime.timedelta(seconds=timeout))
+        except RuntimeError as e:
+            if "timed out" not in str(e).lower() and "timeout" not in str(e).lower():
+                raise
+            raise _timed_out(self, what, timeout, self.size, str(e)) from None
+
+    def allgather(self, obj):
+        """Every rank's picklable `obj`, in rank order."""
+        return [pickle.loads(p) for p in self._allgather_parts(pickle.dumps(obj), "allgather")]
+
+    def _allgather_parts(self, data, what):
+        import torch
+        import torch.distributed as dist
+        _check_in_step(self, what)
+        dev = self._device()
+        n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
+        lens = [torch.zeros_like(n) for _ in range(self.size)]
+        self._wait(dist.all_gather(lens, n, group=self.group, async_op=True), what)
+        lens = [int(t.item()) for t in lens]
+        longest = max(lens)
+        buf = torch.zeros(max(longest, 1), dtype=torch.uint8)
+        if data:
+            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        buf = buf.to(dev)
+        outs = [torch.empty_like(buf) for _ in range(self.size)]
+        self._wait(dist.all_gather(outs, buf, group=self.group, async_op=True), what)
+        return [bytes(o[:k].cpu().numpy().tobytes()) for o, k in zip(outs, lens)]
 
     def allgather_bytes(self, data):
-        parts = self.allgather(bytes(data))
-        return b"".join(parts)
+        return b"".join(self._allgather_parts(bytes(data), "allgather"))
 
     def barrier(self):
         import torch.distributed as dist
-        dist.barrier(group=self.group)
+        _check_in_step(self, "barrier")
+        self._wait(dist.barrier(group=self.group, async_op=True), "barrier")
 
     def global_ranks(self):
         import torch.distributed as dist
@@ -111,27 +149,32 @@ class Comm:
         return f"Comm({self.kind}, rank {self.rank} of {self.size})"
 
     # -- collectives ---------------------------------------------------------
-    def allgather(self, obj):
+    # Each is bounded by DDSTORE_COLLECTIVE_TIMEOUT_S: when not every rank
+    # enters it in time, the ranks that did raise DDStoreError, and this
+    # Comm refuses every later collective (the ranks are out of step).
+    def allgather(self, obj, what="allgather"):
         """Every rank's `obj` (picklable), in rank order."""
         if self.size == 1:
             return [obj]
+        _check_in_step(self, what)
         if self.kind == "mpi":
-            return self.obj.allgather(obj)
+            return _mpi_allgather(self, obj, what)
         if self.kind == "torch":
             return self.obj.allgather(obj)
         return _file_allgather(self.obj, obj, self.size)
 
-    def barrier(self):
+    def barrier(self, what="barrier"):
         if self.size == 1:
             return
+        _check_in_step(self, what)
         if self.kind == "mpi":
-            self.obj.Barrier()
+            _mpi_wait(self, self.obj.Ibarrier(), what)
         elif self.kind == "torch":
             self.obj.barrier()
         elif hasattr(self.obj, "barrier"):
             self.obj.barrier()
         else:
-            self.allgather(None)
+            self.allgather(None, what)
 
     def split(self, width):
         """Groups of `width` consecutive ranks (the last may be smaller)."""
@@ -152,6 +195,73 @@ class Comm:
         size = min(width, self.size - color * width)
         fc = _make_filecomm(self.handshake_dir, key, size, f"{self.ns}.g{color}")
         return Comm("file", fc, key, size, fc, self.handshake_dir, f"{self.ns}.g{color}")
+
+
+# -- timeouts -----------------------------------------------------------------
+
+# Buffers of MPI requests that timed out: MPI cannot cancel a collective, and
+# a late peer may still complete it, so its buffers must outlive it.
+_ABANDONED = []
+
+
+def is_out_of_step(exc):
+    """True for the errors of a collective that timed out or was refused
+    because the ranks are out of step (Python or C layer)."""
+    msg = str(exc)
+    return (" timed out after " in msg or "out of step" in msg
+            or "collective mismatch" in msg)
+
+
+def _check_in_step(comm, what):
+    broken = getattr(comm, "_broken", None)
+    if broken:
+        raise pyddstore.DDStoreError(
+            f"{what} refused: an earlier collective ({broken}) timed out, so the ranks "
+            "are out of step")
+
+
+def _timed_out(comm, what, timeout, size, detail=""):
+    comm._broken = what
+    extra = f" ({detail})" if detail else ""
+    return pyddstore.DDStoreError(
+        f"{what} timed out after {timeout:g} s: not every one of the {size} ranks "
+        f"entered it (a rank skipped the call, or is stuck or much slower; "
+        f"DDSTORE_COLLECTIVE_TIMEOUT_S){extra}")
+
+
+def _mpi_wait(comm, req, what, keep=()):
+    """Complete an mpi4py request within the collective timeout (polling)."""
+    import time
+    timeout = env.collective_timeout()
+    t0 = time.monotonic()
+    pause = 0.0
+    while not req.Test():
+        waited = time.monotonic() - t0
+        if waited > timeout:
+            _ABANDONED.append((req, keep))
+            raise _timed_out(comm, what, timeout, comm.size)
+        if waited > 0.002:
+            pause = min(max(pause * 2, 2e-5), 1e-3)
+            time.sleep(pause)
+
+
+def _mpi_allgather(comm, obj, what):
+    """allgather of a picklable object with nonblocking MPI (bounded wait)."""
+    import numpy as np
+    from mpi4py import MPI
+    c = comm.obj
+    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    n = np.array([data.size], dtype=np.int64)
+    lens = np.zeros(comm.size, dtype=np.int64)
+    _mpi_wait(comm, c.Iallgather([n, MPI.INT64_T], [lens, MPI.INT64_T]), what, (n, lens))
+    counts = [int(k) for k in lens]
+    displs = [0] * comm.size
+    for i in range(1, comm.size):
+        displs[i] = displs[i - 1] + counts[i - 1]
+    out = np.empty(max(sum(counts), 1), dtype=np.uint8)
+    _mpi_wait(comm, c.Iallgatherv([data, MPI.BYTE], [out, (counts, displs), MPI.BYTE]), what,
+              (data, out))
+    return [pickle.loads(out[d:d + k].tobytes()) for d, k in zip(displs, counts)]
 
 
 def _file_allgather(fc, obj, size):
@@ -272,7 +382,7 @@ def agree(comm, exc, what=""):
         info = (cls.__module__, cls.__qualname__, str(exc))
     else:
         info = None
-    infos = comm.allgather(info)
+    infos = comm.allgather(info, f"error agreement ({what})" if what else "error agreement")
     failed = [(r, i) for r, i in enumerate(infos) if i is not None]
     if not failed:
         return

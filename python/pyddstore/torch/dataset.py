@@ -319,6 +319,18 @@ class DistDataset(_Stored):
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None,
                  add_device=None, method=None, handshake_dir=None, chunk_size=None,
                  encode=None, decode=None, fields=None):
+        try:
+            self._construct(source, name, comm, ddstore_width, device, add_device, method,
+                            handshake_dir, chunk_size, encode, decode, fields)
+        except pyddstore.DDStoreError as e:
+            if not _comm.is_out_of_step(e):
+                raise
+            # a collective step timed out (or the ranks are out of step): name
+            # the collective call the user made
+            raise pyddstore.DDStoreError(f"DistDataset({name!r}): {e}") from None
+
+    def _construct(self, source, name, comm, ddstore_width, device, add_device, method,
+                   handshake_dir, chunk_size, encode, decode, fields):
         if not isinstance(name, str) or not name or "/" in name or len(name) > 200:
             raise ValueError(f"name must be a non-empty string without '/' (at most 200 "
                              f"characters), got {name!r}")

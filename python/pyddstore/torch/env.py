@@ -9,7 +9,8 @@ import os
 
 __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
-           "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size"]
+           "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
+           "collective_timeout"]
 
 # (name, type, default, help) — same shape as core's config registry.
 ENTRIES = (
@@ -147,6 +148,23 @@ def handshake_timeout():
         raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds") from None
     if t < 0:
         raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds >= 0")
+    return t
+
+
+def collective_timeout():
+    """DDSTORE_COLLECTIVE_TIMEOUT_S (core's variable, the same rule): seconds
+    > 0, or inf for no limit; default 1800."""
+    v = _raw("DDSTORE_COLLECTIVE_TIMEOUT_S")
+    if v is None or v.strip() == "":
+        return 1800.0
+    try:
+        t = float(v)
+    except ValueError:
+        raise ValueError(f"DDSTORE_COLLECTIVE_TIMEOUT_S={v!r}: expected seconds "
+                         "(or inf)") from None
+    if not t > 0:
+        raise ValueError(f"DDSTORE_COLLECTIVE_TIMEOUT_S={v!r}: must be > 0 seconds "
+                         "(or inf for no limit)")
     return t
 
 
