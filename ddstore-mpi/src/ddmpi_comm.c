@@ -13,6 +13,7 @@
 #endif
 
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
@@ -306,8 +307,16 @@ static int ddmpi_comm_allgather(void *ctx, const void *send, size_t bytes,
     if (bytes)
         memcpy(co.buf, send, bytes);
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Iallgather(co.buf, (int)bytes, MPI_BYTE, (char *)co.buf + bytes,
-                         (int)bytes, MPI_BYTE, c->comm, &co.req);
+    if (isinf(c->timeout_s)) { /* no limit: MPI's (faster) blocking call */
+        mrc = MPI_Allgather(co.buf, (int)bytes, MPI_BYTE,
+                            (char *)co.buf + bytes, (int)bytes, MPI_BYTE,
+                            c->comm);
+        co.req = MPI_REQUEST_NULL;
+    } else {
+        mrc = MPI_Iallgather(co.buf, (int)bytes, MPI_BYTE,
+                             (char *)co.buf + bytes, (int)bytes, MPI_BYTE,
+                             c->comm, &co.req);
+    }
     ddmpi_serial_unlock(c->serial);
     if (mrc != MPI_SUCCESS)
         return ddmpi_translate_error(mrc, "MPI_Iallgather");
@@ -346,8 +355,14 @@ static int ddmpi_comm_allreduce_i64(void *ctx, int64_t *inout, size_t n,
     if (n)
         memcpy(co.buf, inout, n * sizeof(int64_t));
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Iallreduce(co.buf, (int64_t *)co.buf + n, (int)n, MPI_INT64_T,
-                         mop, c->comm, &co.req);
+    if (isinf(c->timeout_s)) {
+        mrc = MPI_Allreduce(co.buf, (int64_t *)co.buf + n, (int)n,
+                            MPI_INT64_T, mop, c->comm);
+        co.req = MPI_REQUEST_NULL;
+    } else {
+        mrc = MPI_Iallreduce(co.buf, (int64_t *)co.buf + n, (int)n,
+                             MPI_INT64_T, mop, c->comm, &co.req);
+    }
     ddmpi_serial_unlock(c->serial);
     if (mrc != MPI_SUCCESS)
         return ddmpi_translate_error(mrc, "MPI_Iallreduce");
@@ -369,7 +384,12 @@ static int ddmpi_comm_barrier(void *ctx)
         return rc;
     co.buf = NULL;
     ddmpi_serial_lock(c->serial);
-    mrc = MPI_Ibarrier(c->comm, &co.req);
+    if (isinf(c->timeout_s)) {
+        mrc = MPI_Barrier(c->comm);
+        co.req = MPI_REQUEST_NULL;
+    } else {
+        mrc = MPI_Ibarrier(c->comm, &co.req);
+    }
     ddmpi_serial_unlock(c->serial);
     if (mrc != MPI_SUCCESS)
         return ddmpi_translate_error(mrc, "MPI_Ibarrier");

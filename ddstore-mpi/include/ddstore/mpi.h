@@ -75,7 +75,9 @@ int ddmpi_finalized(void);
  * ranks are missing, nor cancel the request: it and its internal buffers
  * are abandoned, the caller's memory is never touched afterwards), and the
  * communicator then refuses every later collective at once.  The loop spins
- * briefly, then yields, then sleeps (up to 1 ms) while it waits.
+ * briefly, then yields, then sleeps (up to 1 ms) while it waits.  With
+ * DDSTORE_COLLECTIVE_TIMEOUT_S=inf the blocking MPI calls are used instead
+ * (MPI's nonblocking allreduce costs about twice its blocking one).
  * destroy frees the duplicate (skipped after MPI_Finalize) and the context.
  *   comm    in: any intracommunicator; the caller keeps it (the dup is
  *           independent of it).
