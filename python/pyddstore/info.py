@@ -100,5 +100,21 @@ def main(argv=None):
     return 0
 
 
+def _run():
+    """main() for the command line: a reader that stops early (`| head`)
+    ends the output quietly, as for any Unix tool."""
+    try:
+        rc = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # the reader is gone: point stdout at /dev/null so that the
+        # interpreter's final flush does not fail again
+        import os
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        rc = 0
+    return rc
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_run())

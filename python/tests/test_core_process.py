@@ -216,3 +216,17 @@ def test_forked_child_leaves_the_parents_store_alone(top):
         print("OK")
     """)
     assert "OK" in out and "child:" in out
+
+
+def test_info_output_cut_short_is_quiet(top):
+    # `python -m pyddstore.info | head -1`: the reader stops early; no
+    # BrokenPipeError traceback, exit status 0
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_")) and k not in KEEP)}
+    env["PYTHONPATH"] = top
+    p = subprocess.run(f"{sys.executable} -m pyddstore.info | head -1; "
+                       "exit ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("pyddstore "), p.stdout
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr, p.stderr
