@@ -236,6 +236,17 @@ def nompi_stage(timeout=900):
     return junit_counts("nompi", d, rc)
 
 
+def docs_stage(timeout=3600):
+    """ci/doc_snippets.py: every runnable code block of README.md and docs/*.md,
+    at the rank count its info string states (one test per block)."""
+    d = os.path.join(OUT, "docs")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([PY, os.path.join(TOP, "ci", "doc_snippets.py"), "--junit", d],
+                timeout=timeout)
+    return junit_counts("docs", d, rc)
+
+
 def have_torch_ext():
     return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
 
@@ -257,6 +268,8 @@ STAGES = {
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
     "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (tools/test_wheel.sh)",
               wheel_stage),
+    "docs": ("every runnable code block of README.md and docs/*.md (ci/doc_snippets.py)",
+             docs_stage),
 }
 
 
