@@ -95,10 +95,47 @@ def test_shapes_dtypes_and_store():
     ds = DistDataset(Source("dict"), fresh_name("s"), comm)
     try:
         assert ds.shapes == {"x": (2,), "y": (), 3: (4,)}
-        assert ds.dtypes == {"x": torch.int64, "y": float, 3: np.dtype(bool)}
+        assert ds.dtypes == {"x": "int64", "y": "float64", 3: "bool"}   # as the original
         assert isinstance(ds.ddstore, pyddstore.PyDDStore)
         assert ds.fields == ["x", "y", 3]
         assert list(ds[0].keys()) == ["x", "y", 3]          # dict keys keep their type
+    finally:
+        ds.free()
+
+
+def _expected_dtype_shape(v):
+    """What ds.dtypes / ds.shapes say of one field value (the original's
+    convention: the stored element type's name, the per-sample shape)."""
+    if isinstance(v, torch.Tensor):
+        return str(v.dtype).replace("torch.", ""), tuple(v.shape)
+    if isinstance(v, (np.ndarray, np.generic)):
+        return v.dtype.name, tuple(np.shape(v))
+    return {bool: "bool", int: "int64", float: "float64"}[type(v)], ()
+
+
+@pytest.mark.parametrize("kind", KINDS + RECORD_KINDS)
+def test_dtypes_are_names_and_shapes_plain_tuples(kind):
+    """ds.dtypes: {key: 'float32' | 'int64' | ...} strings; ds.shapes: {key:
+    tuple of ints} (not torch.Size, no numpy integers)."""
+    comm = world()
+    ds = DistDataset(Source(kind), fresh_name("dt"), comm)
+    try:
+        s0 = make_sample(kind, 0)
+        items = s0.items() if isinstance(s0, dict) else \
+            enumerate(s0) if isinstance(s0, (tuple, list)) else [(0, s0)]
+        want = {k: _expected_dtype_shape(v) for k, v in items}
+        dtypes, shapes = ds.dtypes, ds.shapes
+        bad = ""
+        if dtypes != {k: d for k, (d, _) in want.items()}:
+            bad = f"dtypes {dtypes} != {want}"
+        elif shapes != {k: sh for k, (_, sh) in want.items()}:
+            bad = f"shapes {shapes} != {want}"
+        elif not all(type(d) is str for d in dtypes.values()):
+            bad = f"dtypes not str: {dtypes!r}"
+        elif not all(type(sh) is tuple and all(type(x) is int for x in sh)
+                     for sh in shapes.values()):
+            bad = f"shapes not tuples of int: {shapes!r}"
+        assert_all(comm, not bad, bad)
     finally:
         ds.free()
 
@@ -268,7 +305,7 @@ def _remote_type(t):
 
 
 @pytest.mark.parametrize("case,exc,match", [
-    ("float16", TypeError, "float16"),
+    ("int8", TypeError, "int8"),
     ("int16", TypeError, "int16"),
     ("nested", TypeError, "nested"),
     ("object", TypeError, "str"),
@@ -277,7 +314,7 @@ def _remote_type(t):
 ])
 def test_unsupported_samples(case, exc, match):
     comm = world()
-    fn = {"float16": lambda i: torch.zeros(2, dtype=torch.float16),
+    fn = {"int8": lambda i: torch.zeros(2, dtype=torch.int8),
           "int16": lambda i: np.zeros(2, dtype=np.int16),
           "nested": lambda i: (torch.zeros(2), (1, 2)),
           "object": lambda i: {"x": torch.zeros(2), "name": "abc"},
@@ -490,6 +527,7 @@ def test_method2_reader():
         rd = DistDatasetReader(name, handshake_dir=hs)
         try:
             assert rd.shapes == ds.shapes
+            assert rd.dtypes == ds.dtypes == {"x": "int64", "y": "float64", 3: "bool"}
             _check_items(comm, rd, lambda i: make_sample("dict", i), N_ODD)
         finally:
             rd.free()

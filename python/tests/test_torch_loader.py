@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 def datasets():
     comm = world()
     out = {}
-    for kind in ("tuple", "dict", "namedtuple", "tensor", "list", "int"):
+    for kind in ("tuple", "dict", "namedtuple", "tensor", "list", "int", "half"):
         out[kind] = DistDataset(Source(kind), fresh_name("L" + kind), comm)
     yield comm, out
     for ds in out.values():
@@ -43,7 +43,8 @@ def _cmp_epochs(comm, a, b, what):
     assert_all(comm, not w, w)
 
 
-@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "tensor", "list", "int"])
+@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "tensor", "list", "int",
+                                  "half"])
 @pytest.mark.parametrize("workers", [0, 1, 3])
 @pytest.mark.parametrize("fast", [1, 0])
 def test_epochs_equal_plain_dataloader(datasets, kind, workers, fast, monkeypatch):

@@ -147,11 +147,14 @@ typedef struct pydds_buffer {
     dds_buf_t buf;               /* described for core                        */
     size_t nbytes;               /* whole buffer                              */
     int gpu;                     /* buf.mem is CUDA/ROCm memory               */
+    PyObject *dlpack;            /* a held "dltensor" capsule (CPU tensors
+                                    through __dlpack__), or NULL            */
 } pydds_buffer_t;
 
 /* Describe `obj` as a dds_buf_t: any object with the buffer protocol (host
  * memory), else one exposing __cuda_array_interface__ (GPU memory,
- * pydds_cai_get).  C-contiguous required (else ValueError), format -> dtype
+ * pydds_cai_get), else a host array exporting __dlpack__ (CPU torch tensors:
+ * float16/bfloat16 too, which have no buffer-protocol format for bfloat16).  C-contiguous required (else ValueError), format -> dtype
  * (else TypeError naming it), 1-D = rows of one element, N-D = shape[0]
  * rows of prod(shape[1:]) elements.  `writable`: a destination (read-only
  * -> ValueError).  `what` names the argument in messages.  Returns 0 or -1

@@ -123,14 +123,16 @@ class _Stored(torch.utils.data.Dataset):
 
     @property
     def shapes(self):
-        """{key: shape of the field} (keys: dict keys, tuple/list positions, or 0)."""
-        return {f.key: f.shape for f in self.schema.fields}
+        """{key: per-sample shape of the field, a tuple of ints} (keys: dict
+        keys, tuple/list positions, or 0)."""
+        return {f.key: tuple(int(d) for d in f.shape) for f in self.schema.fields}
 
     @property
     def dtypes(self):
-        """{key: dtype}: torch dtypes for tensors, numpy dtypes for arrays, numpy
-        scalars and records, int / float / bool for Python numbers."""
-        return {f.key: f.user_dtype() for f in self.schema.fields}
+        """{key: dtype name}, strings as the original: 'float32', 'int64',
+        'bfloat16', ... (the stored element type; Python int / float / bool
+        fields are 'int64' / 'float64' / 'bool'; records 'void<bits>')."""
+        return {f.key: f.dtype_name() for f in self.schema.fields}
 
     @property
     def fields(self):
@@ -512,10 +514,10 @@ class DistDataset(_Stored):
             for k, (f, a) in enumerate(zip(fields, arrays)):
                 flat = a.reshape(share, -1)
                 if f.kind == "tensor" and self.add_device is not None:
-                    t = torch.from_numpy(flat).to(self.add_device)
+                    t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
                     ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
                 else:
-                    self.ddstore.add(f.var, flat)
+                    self.ddstore.add(f.var, f.for_store(flat))
                 arrays[k] = None   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
@@ -533,7 +535,8 @@ class DistDataset(_Stored):
                 j1 = min(j0 + chunk, share)
                 self._fill(source, encode, first_stored, fields, arrays, j0, j1, bar)
                 for f, a in zip(fields, arrays):
-                    self.ddstore.update(f.var, a[:j1 - j0].reshape(j1 - j0, -1), j0)
+                    self.ddstore.update(f.var, f.for_store(a[:j1 - j0].reshape(j1 - j0, -1)),
+                                        j0)
         # no collective inside: a failing rank stops, the others finish, then all agree
         _comm.run_agreed(self.comm, fill_all, f"loading '{self.name}'")
 
@@ -721,11 +724,14 @@ class WindowedDataset(torch.utils.data.Dataset):
 
     @property
     def shapes(self):
-        return {f.key: (self.window,) + f.shape for f in self.schema.fields}
+        """{key: (window, *field shape)}, tuples of ints."""
+        return {f.key: (self.window,) + tuple(int(d) for d in f.shape)
+                for f in self.schema.fields}
 
     @property
     def dtypes(self):
-        return {f.key: f.user_dtype() for f in self.schema.fields}
+        """{key: dtype name} as DistDataset.dtypes."""
+        return {f.key: f.dtype_name() for f in self.schema.fields}
 
     def _rows(self, idx):
         idx = as_index_tensor(idx)
