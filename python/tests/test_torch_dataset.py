@@ -284,6 +284,45 @@ def test_read_rows_and_alloc_reuse():
         ds[0]
 
 
+def test_read_rows_unknown_field_is_key_error():
+    comm = world()
+    ds = DistDataset(Source("dict"), fresh_name("uk"), comm)
+    try:
+        for fields in (["nope"], ["x", "nope"], "nope", [0]):
+            with pytest.raises(KeyError, match="nope" if fields != [0] else "0") as e:
+                ds.read_rows([0, 1], fields=fields)
+            assert "not in the sample's fields" in str(e.value)   # a message, not repr
+        with pytest.raises(KeyError, match="nope"):
+            ds.alloc(2, fields=["nope"])
+        with pytest.raises(KeyError, match="nope"):
+            ds.get_profile("nope")
+        r = ds.read_rows([2], fields=["y"])                # the dataset is fine
+        assert_all(comm, list(r) == ["y"] and r["y"].tolist() == [0.5], f"{r}")
+    finally:
+        ds.free()
+
+
+@pytest.mark.parametrize("method", [0, 1])
+def test_release_after_free(method):
+    """release() of alloc() buffers after free() is a ValueError for every
+    method; alloc() after free() a DDStoreError; free() stays idempotent."""
+    comm = world()
+    ds = _make(Source("tuple"), fresh_name("rf"), comm, method)
+    bufs = ds.alloc(3)
+    ds.release(bufs)
+    ds.release(bufs)                                  # idempotent while alive
+    bufs2 = ds.alloc(3)
+    ds.free()
+    with pytest.raises(ValueError, match="free"):
+        ds.release(bufs2)
+    with pytest.raises(ValueError, match="free"):
+        ds.release(bufs)
+    with pytest.raises(pyddstore.DDStoreError, match="free"):
+        ds.alloc(2)
+    ds.free()
+    assert_all(comm, not ds._allocs, f"{len(ds._allocs)} buffer sets left")
+
+
 # ---------------------------------------------------- errors on every rank --
 def _expect_all(comm, exc_types, fn, match=None):
     """fn() raises one of exc_types on every rank (never hangs, never passes)."""

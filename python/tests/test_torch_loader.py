@@ -341,8 +341,12 @@ def test_reuse_buffers_misuse(datasets):
         ThreadDataLoader(ds, batch_size=None, reuse_buffers=True)
     with pytest.raises(ValueError, match="collate"):
         ThreadDataLoader(ds, batch_size=4, reuse_buffers=True, collate_fn=lambda b: b)
-    with pytest.raises(ValueError, match="alloc"):
-        ThreadDataLoader(Source("tuple"), batch_size=4, reuse_buffers=True)
+    # a dataset without alloc(): TypeError naming its type (also a ValueError,
+    # as it was), at construction
+    for plain in (Source("tuple"), torch.utils.data.TensorDataset(torch.zeros(8, 2))):
+        with pytest.raises(TypeError, match=f"alloc.*{type(plain).__name__}") as e:
+            ThreadDataLoader(plain, batch_size=4, reuse_buffers=True)
+        assert isinstance(e.value, ValueError)
     with pytest.raises(ValueError, match="batch_size"):
         ThreadDataLoader(ds, batch_sampler=[[0, 1], [2, 3]], reuse_buffers=True)
 
@@ -366,6 +370,49 @@ def test_reuse_buffers(datasets, workers, fast, monkeypatch):
     _cmp_epochs(comm, ref2, e2, "epoch 2")
     assert_all(comm, n_allocs == max(1, workers) and len(ds._allocs) == 0,
                f"{n_allocs} buffer sets, {len(ds._allocs)} left after close()")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reuse", [False, True])
+def test_iterator_close(datasets, workers, reuse):
+    """it.close() ends the epoch like generator.close(): next() raises
+    StopIteration, the worker threads stop, prefetched batches and the
+    reuse_buffers sets are released; idempotent; a new epoch still works."""
+    comm, dss = datasets
+    ds = dss["dict"]
+    allocs0 = len(ds._allocs)
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=workers, reuse_buffers=reuse)
+    it = iter(loader)
+    first = next(it)
+    threads = list(it._threads)
+    held = len(ds._allocs) - allocs0
+    it.close()
+    stopped = []
+    for _ in range(2):
+        try:
+            next(it)
+            stopped.append(False)
+        except StopIteration:
+            stopped.append(True)
+    it.close()                                          # idempotent
+    after_close = len(ds._allocs) - allocs0
+    alive = [t.name for t in threads if t.is_alive()]
+    prefetched = len(it._state.results) + it._state.tasks.qsize()
+    ref = list(DataLoader(Source("dict"), batch_size=4))
+    again = list(loader)                                 # a new epoch after close()
+    loader.close()
+    bad = same(first, ref[0], "first batch") or same(again, ref, "epoch after close()")
+    if not bad and not all(stopped):
+        bad = f"next() after close(): {stopped}"
+    if not bad and alive:
+        bad = f"threads still running after close(): {alive}"
+    if not bad and prefetched:
+        bad = f"{prefetched} batches/tasks kept after close()"
+    if not bad and (held != (max(1, workers) if reuse else 0) or after_close != 0):
+        bad = f"buffer sets: {held} held, {after_close} left after close()"
+    if not bad and len(ds._allocs) != allocs0:
+        bad = f"{len(ds._allocs) - allocs0} buffer sets left after loader.close()"
+    assert_all(comm, not bad, bad)
 
 
 def test_reuse_buffers_collate_copies(datasets):

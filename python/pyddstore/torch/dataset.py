@@ -216,6 +216,9 @@ class _Stored(torch.utils.data.Dataset):
         n = operator.index(n)
         if n < 1:
             raise ValueError(f"alloc: n must be >= 1, got {n}")
+        if self._freed:
+            raise pyddstore.DDStoreError(f"{type(self).__name__} '{self.name}': alloc() "
+                                         "after free()")
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
         dev = self._read_device()
         ts = self._fresh(sel, n, dev)
@@ -236,11 +239,13 @@ class _Stored(torch.utils.data.Dataset):
         return bufs
 
     def release(self, bufs):
-        """Unregister buffers from alloc().  Idempotent."""
+        """Unregister buffers from alloc().  Idempotent while the dataset
+        lives; after free() (which released them all) a ValueError."""
+        if self._freed:
+            raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
+                             "free(): free() already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
         if ts is None:
-            return
-        if self._freed:
             return
         err = None
         for t in ts:
@@ -672,13 +677,21 @@ def _diff(a, b):
     return "different descriptions"
 
 
+class WindowRangeError(IndexError, ValueError):
+    """A WindowedDataset start whose window leaves the dataset: an IndexError
+    that is also a ValueError (what it was before)."""
+
+
 class WindowedDataset(torch.utils.data.Dataset):
     """Samples made of several stored rows (time windows, clips).
 
     WindowedDataset(ds, window, stride=1, dilation=1, starts=None, fields=None):
     sample i is rows s, s+dilation, ..., s+(window-1)*dilation with
-    s = i*stride or starts[i]; every field stacked (window, *shape) (tensors;
-    records as numpy structured arrays).  A batch is one read_rows().
+    s = i*stride or starts[i]; every field stacked (window, *shape), keeping
+    its kind: tensor fields are tensors, numpy array and numpy scalar fields
+    numpy arrays, records numpy structured arrays, Python numbers tensors
+    (int64 / float64 / bool).  ``fields`` selects as DistDataset's does.  A
+    batch is one read_rows().
     """
 
     def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
@@ -709,8 +722,9 @@ class WindowedDataset(torch.utils.data.Dataset):
             bad = np.nonzero((s < 0) | (s + span > n))[0]
             if bad.size:
                 k = int(bad[0])
-                raise ValueError(f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
-                                 f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
+                raise WindowRangeError(
+                    f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
+                    f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
             self._starts = torch.from_numpy(s)
             self._len = int(s.size)
         self._offsets = torch.arange(self.window, dtype=torch.int64) * self.dilation
@@ -744,6 +758,8 @@ class WindowedDataset(torch.utils.data.Dataset):
         return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
 
     def _windows(self, indices):
+        """Per field, the batch of windows (n, window, *shape): tensors
+        (records: numpy structured arrays)."""
         rows, n = self._rows(indices)
         got = self.ds.read_rows(rows, fields=self._keys)
         out = []
@@ -752,17 +768,27 @@ class WindowedDataset(torch.utils.data.Dataset):
             out.append(v.reshape((n, self.window) + tuple(v.shape[1:])))
         return out
 
+    def _per_sample(self, vals):
+        """Per field, the list of per-sample windows, of the field's kind."""
+        cols = []
+        for f, v in zip(self.schema.fields, vals):
+            if f.kind in ("ndarray", "npscalar"):
+                a = v.numpy() if v.device.type == "cpu" else v.cpu().numpy()
+                cols.append(list(a))
+            elif isinstance(v, torch.Tensor):
+                cols.append(list(v.unbind(0)))
+            else:
+                cols.append(list(v))
+        return cols
+
     def __getitem__(self, i):
         i = operator.index(i)
         if i < 0:
             i += self._len
-        vals = self._windows([i])
-        return self.schema.build([v[0] for v in vals])
+        return self.schema.build([c[0] for c in self._per_sample(self._windows([i]))])
 
     def __getitems__(self, indices):
-        vals = self._windows(indices)
-        return self.schema.build_many(
-            [list(v.unbind(0)) if isinstance(v, torch.Tensor) else list(v) for v in vals])
+        return self.schema.build_many(self._per_sample(self._windows(indices)))
 
     def read_rows(self, rows, fields=None, out=None):
         return self.ds.read_rows(rows, fields=fields, out=out)
@@ -787,17 +813,18 @@ class WindowedDataset(torch.utils.data.Dataset):
 
 def row_of(concat, source, index):
     """In a DistDataset over the ConcatDataset `concat`, the row of sample
-    `index` of `concat.datasets[source]`."""
+    `index` of `concat.datasets[source]`.  `source` and `index` must be in
+    range: a negative or too large one is an IndexError (no counting from
+    the end: a window start computed past a file's beginning must not land
+    in that file's tail)."""
     datasets = concat.datasets
     source = operator.index(source)
     if not 0 <= source < len(datasets):
         raise IndexError(f"row_of: source {source} out of range [0, {len(datasets)})")
     n = len(datasets[source])
     index = operator.index(index)
-    if index < 0:
-        index += n
     if not 0 <= index < n:
-        raise IndexError(f"row_of: index {index} out of range for source {source} "
-                         f"({n} samples)")
+        raise IndexError(f"row_of: index {index} out of range [0, {n}) of source "
+                         f"{source}")
     start = concat.cumulative_sizes[source - 1] if source > 0 else 0
     return start + index

@@ -29,7 +29,16 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["Field", "Schema", "SUPPORTED", "classify"]
+__all__ = ["Field", "Schema", "SUPPORTED", "classify", "UnknownFieldError"]
+
+
+class UnknownFieldError(KeyError, ValueError):
+    """A field key that the dataset does not have: a KeyError (read_rows,
+    alloc, get_profile look fields up by key) that is also a ValueError (a bad
+    ``fields=`` argument, as it always was)."""
+
+    def __str__(self):          # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
 
 SUPPORTED = ("bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
              "float64")
@@ -223,6 +232,10 @@ class Field:
         return self.split(t)[0]
 
 
+def _keys_msg(keys):
+    return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
+
+
 def _tuplify(x):
     if isinstance(x, list):
         return [tuple(_tuplify(e) for e in item) if isinstance(item, list) else item
@@ -282,8 +295,8 @@ class Schema:
             have = dict(items)
             missing = [k for k in keys if k not in have]
             if missing:
-                raise ValueError(f"fields: {missing!r} not in the sample's fields "
-                                 f"{[k for k, _ in items]!r}")
+                raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
+                                        f"fields {[k for k, _ in items]!r}")
             items = [(k, have[k]) for k in keys]
             if structure == "namedtuple":
                 structure, ntype = "tuple", None
@@ -323,7 +336,8 @@ class Schema:
             raise ValueError("fields: an empty list selects nothing")
         missing = [k for k in keys if k not in self._pos]
         if missing:
-            raise ValueError(f"fields: {missing!r} not in the sample's fields {self.keys!r}")
+            raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
+                                    f"fields {self.keys!r}")
         if len(set(keys)) != len(keys):
             raise ValueError(f"fields: repeated keys in {keys!r}")
         structure = self.structure
@@ -334,8 +348,9 @@ class Schema:
     def field(self, key):
         try:
             return self.fields[self._pos[key]]
-        except KeyError:
-            raise ValueError(f"field {key!r} not in {self.keys!r}") from None
+        except (KeyError, TypeError):
+            raise UnknownFieldError(f"field {key!r} not in the sample's fields "
+                                    f"{self.keys!r}") from None
 
     # -- values ------------------------------------------------------------
     def values(self, sample, where="sample"):
