@@ -211,6 +211,16 @@ typedef struct pydds_comm_res {
  * capsule).  rank / size: the constructor's hints (rank -1 / size 0 = none);
  * when given they must match the communicator.  Returns 0 or -1 with an
  * exception.  May initialise MPI (comm None or mpi4py). */
+/* The environment variables that say how many processes a launcher started
+ * (pydds_comm.c; NULL-terminated), and the positive integer value of one
+ * (0 when unset or not a positive integer). */
+typedef struct pydds_launch_var {
+    const char *var;
+    const char *launcher;
+} pydds_launch_var_t;
+extern const pydds_launch_var_t pydds_launch_vars[];
+long pydds_launch_env_size(const char *var);
+
 int pydds_comm_resolve(PyObject *obj, int rank, int size,
                        pydds_comm_res_t *res);
 /* Destroy the communicator if it was not handed to a store. */
