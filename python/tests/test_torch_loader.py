@@ -461,6 +461,68 @@ def test_affinity(datasets, monkeypatch):
     assert os.sched_getaffinity(0) == allowed     # the main thread is not pinned
 
 
+# ---------------------------------------------------------- sampler_kwargs --
+def test_sampler_kwargs(datasets):
+    """DistributedSampler(ds, **sampler_kwargs(ds)) without a process group:
+    the job's ranks from the dataset's communicator (also through
+    WindowedDataset / Subset, and with ddstore_width: every rank of the job);
+    the ranks' samplers split the dataset."""
+    from pyddstore.torch import WindowedDataset, sampler_kwargs
+    from torch.utils.data.distributed import DistributedSampler
+    comm, dss = datasets
+    ds = dss["tuple"]
+    want = {"num_replicas": comm.Get_size(), "rank": comm.Get_rank()}
+    narrow = DistDataset(Source("tuple"), fresh_name("sk"), comm, ddstore_width=1)
+    try:
+        got = [sampler_kwargs(ds), sampler_kwargs(narrow),
+               sampler_kwargs(WindowedDataset(ds, 2)),
+               sampler_kwargs(torch.utils.data.Subset(ds, [3, 1, 4])),
+               sampler_kwargs(torch.utils.data.ConcatDataset([ds, narrow]))]
+    finally:
+        narrow.free()
+    bad = "" if all(g == want for g in got) else f"{got} != {want}"
+    sampler = DistributedSampler(ds, **sampler_kwargs(ds), shuffle=True, seed=3)
+    sampler.set_epoch(1)
+    mine = list(sampler)
+    every = comm.allgather(mine)
+    covered = sorted(i for part in every for i in part)
+    if not bad and set(covered) != set(range(N_ODD)):
+        bad = f"the ranks' samplers cover {sorted(set(covered))}"
+    if not bad and len({len(p) for p in every}) != 1:
+        bad = f"uneven shares {[len(p) for p in every]}"
+    assert_all(comm, not bad, bad)
+    with pytest.raises(TypeError, match="DistDataset"):
+        sampler_kwargs(Source("tuple"))
+
+
+_SNIPPETS = [("README.md", "With PyTorch"), ("docs/pytorch.md", "# PyTorch integration"),
+             ("docs/quickstart.md", "With PyTorch")]
+
+
+@pytest.mark.parametrize("doc,after", _SNIPPETS, ids=[d for d, _ in _SNIPPETS])
+def test_docs_pytorch_snippets_run_as_written(doc, after):
+    """The first PyTorch snippet after `after` in README.md, docs/pytorch.md
+    and docs/quickstart.md runs as written under mpirun (every rank)."""
+    import re
+    comm = world()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, doc)) as fh:
+        text = fh.read()
+    start = text.index(after)
+    code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    assert "sampler_kwargs" in code and "my_dataset =" in code, code
+    ns = {"__name__": "__snippet__"}
+    err = None
+    try:
+        exec(compile(code, f"{doc} snippet", "exec"), ns)
+    except Exception as e:  # noqa: BLE001 - agreed below
+        err = e
+    for v in list(ns.values()):                  # free what the snippet left alive
+        if isinstance(v, DistDataset):
+            v.free()
+    assert_all(comm, err is None, f"{doc}: {type(err).__name__}: {err}")
+
+
 # ------------------------------------------------------------ forked workers --
 def test_forked_workers_method0_clear_error(datasets):
     comm, dss = datasets

@@ -23,7 +23,8 @@ from . import comm as _comm
 from ._ext import as_index_tensor, ext, stream_of
 from .schema import Schema
 
-__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of"]
+__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
+           "sampler_kwargs"]
 
 _META_FORMAT = "pyddstore.torch.meta"
 _META_VERSION = 1
@@ -828,3 +829,58 @@ def row_of(concat, source, index):
                          f"{source}")
     start = concat.cumulative_sizes[source - 1] if source > 0 else 0
     return start + index
+
+
+def sampler_kwargs(dataset):
+    """``{"num_replicas": P, "rank": r}`` for
+    ``torch.utils.data.distributed.DistributedSampler(dataset, **...)``: the
+    data-parallel ranks of the whole job, from the dataset's communicator, so
+    that no torch.distributed process group is needed (MPI jobs).
+
+    With ``ddstore_width`` the store groups are replicas, not data-parallel
+    partitions: the sampler still spans every rank of the job.  `dataset` is
+    a DistDataset, a WindowedDataset, a Subset / ConcatDataset of them, or a
+    DistDatasetReader (an extra job: its torch.distributed world when
+    initialised, else MPI.COMM_WORLD, else RANK / WORLD_SIZE or Slurm's)."""
+    comms, readers, seen, todo = [], [], set(), [dataset]
+    while todo:
+        d = todo.pop()
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        if isinstance(d, DistDataset):
+            comms.append(d.comm)
+        elif isinstance(d, DistDatasetReader):
+            readers.append(d)
+        elif isinstance(d, WindowedDataset):
+            todo.append(d.ds)
+        else:
+            inner = getattr(d, "dataset", None)
+            if inner is not None:
+                todo.append(inner)
+            todo.extend(getattr(d, "datasets", None) or ())
+    if comms:
+        sizes = {(c.rank, c.size) for c in comms}
+        if len(sizes) > 1:
+            raise ValueError(f"sampler_kwargs: the datasets in {type(dataset).__name__} "
+                             f"live on different communicators (rank, size): {sorted(sizes)}")
+        rank, size = sizes.pop()
+    elif readers:
+        rank, size = _job_rank_size()
+    else:
+        raise TypeError(f"sampler_kwargs: expected a DistDataset, DistDatasetReader or "
+                        f"WindowedDataset (or a Subset/ConcatDataset of them), got "
+                        f"{type(dataset).__name__}")
+    return {"num_replicas": int(size), "rank": int(rank)}
+
+
+def _job_rank_size():
+    """(rank, size) of this process in its job, for a DistDatasetReader."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if getattr(pyddstore, "HAVE_MPI", False) and env.use_mpi():
+        from mpi4py import MPI
+        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    rs = env.slurm_rank_size()
+    return rs if rs is not None else (0, 1)
