@@ -567,6 +567,9 @@ def test_method2_reader():
         try:
             assert rd.shapes == ds.shapes
             assert rd.dtypes == ds.dtypes == {"x": "int64", "y": "float64", 3: "bool"}
+            from pyddstore.torch import sampler_kwargs
+            assert sampler_kwargs(rd) == sampler_kwargs(ds) == \
+                {"num_replicas": comm.Get_size(), "rank": comm.Get_rank()}
             _check_items(comm, rd, lambda i: make_sample("dict", i), N_ODD)
         finally:
             rd.free()

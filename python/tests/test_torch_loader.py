@@ -385,6 +385,9 @@ def test_iterator_close(datasets, workers, reuse):
     it = iter(loader)
     first = next(it)
     threads = list(it._threads)
+    deadline = time.monotonic() + 30          # every worker has taken its slot
+    while len(it._state.slots) < workers and time.monotonic() < deadline:
+        time.sleep(0.01)
     held = len(ds._allocs) - allocs0
     it.close()
     stopped = []
