@@ -31,12 +31,12 @@ except AttributeError:  # pragma: no cover
     pass
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
+_END = object()      # a worker's "sampler exhausted" result (iterable datasets)
 
 
 class NoAllocError(TypeError, ValueError):
     """reuse_buffers=True over a dataset without alloc(): a TypeError (the
     dataset's type is wrong) that is also a ValueError (what it was)."""
-_END = object()      # a worker's "sampler exhausted" result (iterable datasets)
 
 
 def _store_datasets(ds):
