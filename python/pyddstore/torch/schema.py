@@ -40,6 +40,7 @@ class UnknownFieldError(KeyError, ValueError):
     def __str__(self):          # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
 
+
 SUPPORTED = ("bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
              "float64")
 # numpy has no bfloat16: its host storage is int16 (the same bits), and only
