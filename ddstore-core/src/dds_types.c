@@ -5,9 +5,10 @@
 #include "ddstore/types.h"
 
 static const char *const dtype_names[DDS_DTYPE_COUNT] = {
-    "raw", "bool", "uint8", "int32", "int64", "float32", "float64"};
+    "raw",     "bool",    "uint8",   "int32",   "int64",
+    "float32", "float64", "float16", "bfloat16"};
 
-static const size_t dtype_sizes[DDS_DTYPE_COUNT] = {0, 1, 1, 4, 8, 4, 8};
+static const size_t dtype_sizes[DDS_DTYPE_COUNT] = {0, 1, 1, 4, 8, 4, 8, 2, 2};
 
 const char *dds_dtype_name(dds_dtype_t dt)
 {

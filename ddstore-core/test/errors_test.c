@@ -95,12 +95,16 @@ static void test_detail_thread_local(void)
 
 static void test_dtypes_and_version(void)
 {
-    static const char *const names[] = {"raw", "bool", "uint8", "int32",
-                                        "int64", "float32", "float64"};
-    static const size_t sizes[] = {0, 1, 1, 4, 8, 4, 8};
+    static const char *const names[] = {"raw",     "bool",    "uint8",
+                                        "int32",   "int64",   "float32",
+                                        "float64", "float16", "bfloat16"};
+    static const size_t sizes[] = {0, 1, 1, 4, 8, 4, 8, 2, 2};
     const char *v = dds_core_version();
     int a, b, c;
     char tail;
+    CHECK_EQ(DDS_DTYPE_COUNT, sizeof(sizes) / sizeof(sizes[0]));
+    CHECK_EQ(DDS_DTYPE_FLOAT16, 7);   /* in method 2's records: never renumber */
+    CHECK_EQ(DDS_DTYPE_BFLOAT16, 8);
     for (int i = 0; i < DDS_DTYPE_COUNT; i++) {
         CHECK_STREQ(dds_dtype_name((dds_dtype_t)i), names[i]);
         CHECK_EQ(dds_dtype_size((dds_dtype_t)i), sizes[i]);

@@ -87,6 +87,8 @@ static void check_record(const dds_hs_record_t *r, const unsigned char *in,
                              (size_t)r->nranks * DDS_HS_RANK_BYTES);
     CHECK_OR_TRAP(r->ctime_ns > 0);
     CHECK_OR_TRAP(r->dtype >= 0 && r->dtype < DDS_DTYPE_COUNT);
+    CHECK_OR_TRAP(r->dtype == DDS_DTYPE_RAW ||
+                  r->itemsize == dds_dtype_size((dds_dtype_t)r->dtype));
     CHECK_OR_TRAP(r->itemsize > 0 && r->disp > 0);
     CHECK_OR_TRAP(r->disp <= UINT64_MAX / r->itemsize);
     CHECK_OR_TRAP(r->row_bytes == r->disp * r->itemsize);

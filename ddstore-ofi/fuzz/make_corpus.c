@@ -177,6 +177,16 @@ int main(int argc, char **argv)
     free(t);
     dds_hs_record_clear(&r);
 
+    make(&r, 2, "half", DDS_DTYPE_FLOAT16, 2, 4, 0, rows2);
+    emit("valid-float16", &r, &t, &l);
+    free(t);
+    dds_hs_record_clear(&r);
+
+    make(&r, 1, "bf", DDS_DTYPE_BFLOAT16, 2, 3, DDS_HS_FLAG_LOCAL_ONLY, rows1);
+    emit("valid-bfloat16-local-only", &r, &t, &l);
+    free(t);
+    dds_hs_record_clear(&r);
+
     /* every string at its longest, the largest address blob */
     make(&r, 1, "n", DDS_DTYPE_INT32, 4, 1, 0, rows1);
     memset(r.name, 'n', DDS_HS_NAME_MAX);
@@ -238,6 +248,16 @@ int main(int argc, char **argv)
         put64(t + 64, (uint64_t)1 << 62); /* disp x 8 overflows */
         fix_crc(t, l1);
         out("bad-row-bytes-overflow", t, l1, -DDS_ECORRUPT);
+
+        memcpy(t, b1, l1);
+        put32(t + 48, DDS_DTYPE_COUNT); /* one past the last dtype */
+        fix_crc(t, l1);
+        out("bad-dtype-count", t, l1, -DDS_ECORRUPT);
+
+        memcpy(t, b1, l1);
+        put32(t + 48, DDS_DTYPE_BFLOAT16); /* 2-byte dtype, itemsize 8 */
+        fix_crc(t, l1);
+        out("bad-itemsize-bfloat16", t, l1, -DDS_ECORRUPT);
         free(t);
     }
     free(b1);

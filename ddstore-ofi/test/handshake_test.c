@@ -262,6 +262,13 @@ static void test_round_trip(void)
             for (uint32_t i = 0; i < r.nranks; i++)
                 r.ranks[i].bytes = (uint64_t)r.ranks[i].rows * 120;
         }
+        if (t == 1 || t == 3) { /* 2-byte floats: dtypes 7 and 8 */
+            r.dtype = t == 1 ? DDS_DTYPE_FLOAT16 : DDS_DTYPE_BFLOAT16;
+            r.itemsize = 2;
+            r.row_bytes = 6;
+            for (uint32_t i = 0; i < r.nranks; i++)
+                r.ranks[i].bytes = (uint64_t)r.ranks[i].rows * 6;
+        }
         CHECK_OK(dds_hs_encode(&r, &buf, &len));
         CHECK_EQ_U(len, 512u + 480u * counts[t]);
         b = buf;
@@ -360,6 +367,10 @@ static void m_dom_unterm(dds_hs_record_t *r)
 }
 static void m_dtype_neg(dds_hs_record_t *r) { r->dtype = -1; }
 static void m_dtype_big(dds_hs_record_t *r) { r->dtype = DDS_DTYPE_COUNT; }
+static void m_itemsize_half(dds_hs_record_t *r)
+{
+    r->dtype = DDS_DTYPE_BFLOAT16; /* 2 bytes; itemsize stays 4 */
+}
 static void m_itemsize0(dds_hs_record_t *r)
 {
     r->dtype = DDS_DTYPE_RAW;
@@ -436,7 +447,8 @@ static const struct {
     {m_prov_unterm, "provider is not NUL-terminated"},
     {m_dom_unterm, "domain is not NUL-terminated"},
     {m_dtype_neg, "dtype -1"},
-    {m_dtype_big, "dtype 7"},
+    {m_dtype_big, "dtype 9 is not a known dds_dtype_t [0, 9)"},
+    {m_itemsize_half, "itemsize 4 does not match dtype bfloat16 (2 bytes)"},
     {m_itemsize0, "itemsize 0"},
     {m_itemsize_dtype, "itemsize 8 does not match dtype float32"},
     {m_disp0, "disp 0"},

@@ -20,8 +20,11 @@ at::ScalarType scalar_type_of(const std::string &name)
     if (name == "int64") return at::kLong;
     if (name == "float32") return at::kFloat;
     if (name == "float64") return at::kDouble;
+    if (name == "float16") return at::kHalf;
+    if (name == "bfloat16") return at::kBFloat16;
     throw_py(PyExc_TypeError, "unsupported field dtype '" + name +
-                                  "' (bool, uint8, int32, int64, float32, float64, raw)");
+                                  "' (bool, uint8, int32, int64, float16, bfloat16, float32, "
+                                  "float64, raw)");
 }
 
 }  // namespace

@@ -62,6 +62,10 @@ py::object comm_capsule(py::object obj);
 void set_gpu_kind(int kind);
 int gpu_kind();
 
+// The store's element type of a torch dtype (bool, uint8, int32, int64,
+// float16, bfloat16, float32, float64); false for any other.
+bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt);
+
 // A destination tensor checked against a variable and described for core.
 // Checks (before any read): dtype (equal to the variable's, any dtype for a
 // raw variable whose row bytes match), device (CPU, or CUDA/ROCm), C

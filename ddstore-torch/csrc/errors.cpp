@@ -95,20 +95,9 @@ const char *dtype_name(dds_dtype_t dt)
     case DDS_DTYPE_INT64: return "int64";
     case DDS_DTYPE_FLOAT32: return "float32";
     case DDS_DTYPE_FLOAT64: return "float64";
+    case DDS_DTYPE_FLOAT16: return "float16";
+    case DDS_DTYPE_BFLOAT16: return "bfloat16";
     default: return "unknown";
-    }
-}
-
-bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt)
-{
-    switch (st) {
-    case at::kBool: *dt = DDS_DTYPE_BOOL; return true;
-    case at::kByte: *dt = DDS_DTYPE_UINT8; return true;
-    case at::kInt: *dt = DDS_DTYPE_INT32; return true;
-    case at::kLong: *dt = DDS_DTYPE_INT64; return true;
-    case at::kFloat: *dt = DDS_DTYPE_FLOAT32; return true;
-    case at::kDouble: *dt = DDS_DTYPE_FLOAT64; return true;
-    default: return false;
     }
 }
 
@@ -121,6 +110,21 @@ std::string shape_str(const at::Tensor &t)
 }
 
 }  // namespace
+
+bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt)
+{
+    switch (st) {
+    case at::kBool: *dt = DDS_DTYPE_BOOL; return true;
+    case at::kByte: *dt = DDS_DTYPE_UINT8; return true;
+    case at::kInt: *dt = DDS_DTYPE_INT32; return true;
+    case at::kLong: *dt = DDS_DTYPE_INT64; return true;
+    case at::kFloat: *dt = DDS_DTYPE_FLOAT32; return true;
+    case at::kDouble: *dt = DDS_DTYPE_FLOAT64; return true;
+    case at::kHalf: *dt = DDS_DTYPE_FLOAT16; return true;
+    case at::kBFloat16: *dt = DDS_DTYPE_BFLOAT16; return true;
+    default: return false;
+    }
+}
 
 dds_buf_t describe(const Target &t, const std::string &name,
                    const at::Tensor &out, int64_t nrows, uintptr_t stream)
@@ -163,7 +167,8 @@ dds_buf_t describe(const Target &t, const std::string &name,
     if (!to_dds_dtype(out.scalar_type(), &dt))
         throw_py(PyExc_TypeError,
                  what + " has dtype " + std::string(c10::toString(out.scalar_type())) +
-                     "; supported: bool, uint8, int32, int64, float32, float64");
+                     "; supported: bool, uint8, int32, int64, float16, bfloat16, "
+                     "float32, float64");
     if (info.dtype != DDS_DTYPE_RAW && dt != info.dtype)
         throw_py(PyExc_TypeError, what + " has dtype " + dtype_name(dt) +
                                       ", the variable holds " + dtype_name(info.dtype));

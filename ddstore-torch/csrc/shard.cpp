@@ -20,17 +20,11 @@ void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t
         throw_py(PyExc_ValueError, "add_tensor('" + name +
                                        "'): expected a C-contiguous tensor with rows first");
     dds_dtype_t dt = DDS_DTYPE_RAW;
-    switch (t.scalar_type()) {
-    case at::kBool: dt = DDS_DTYPE_BOOL; break;
-    case at::kByte: dt = DDS_DTYPE_UINT8; break;
-    case at::kInt: dt = DDS_DTYPE_INT32; break;
-    case at::kLong: dt = DDS_DTYPE_INT64; break;
-    case at::kFloat: dt = DDS_DTYPE_FLOAT32; break;
-    case at::kDouble: dt = DDS_DTYPE_FLOAT64; break;
-    default:
+    if (!to_dds_dtype(t.scalar_type(), &dt))
         throw_py(PyExc_TypeError, "add_tensor('" + name + "'): unsupported dtype " +
-                                      std::string(c10::toString(t.scalar_type())));
-    }
+                                      std::string(c10::toString(t.scalar_type())) +
+                                      "; supported: bool, uint8, int32, int64, float16, "
+                                      "bfloat16, float32, float64");
     dds_mem_t mem{};
     int flags = DDS_ADD_COPY;
     if (t.device().is_cuda()) {

@@ -139,6 +139,19 @@ def make_sample(kind, i):
                 3: np.arange(4) % (i + 2) == 0}
     if kind == "namedtuple":
         return Point(torch.full((2,), float(i)), np.int64(i * 3))
+    if kind == "half":
+        # 2-byte floats, bit patterns a conversion would change (NaN payloads,
+        # -0.0, infinities, subnormals): tensors, a numpy array, a numpy scalar
+        from _util import half_bits
+        k = np.arange(4) * 37 + i * 613
+        bits = torch.from_numpy(half_bits(k, special=(k + i) % 2 == 0).astype(np.int16))
+        return {"h": bits[:3].clone().view(torch.float16),
+                "b": bits.clone().view(torch.bfloat16).reshape(2, 2),
+                "n": bits[1:].numpy().copy().view(np.float16),
+                # a scalar: no NaN (default_collate converts numpy scalars
+                # through Python floats, which keeps -0.0 and infinities only)
+                "s": np.array([0x8000, 0x7C00, 0x0001, 0xFC00, 0x3C00][i % 5],
+                              dtype=np.uint16).view(np.float16)[()]}
     if kind == "void":
         return rec_of(i)[()]
     if kind == "structured":
@@ -151,7 +164,7 @@ def make_sample(kind, i):
 
 
 KINDS = ["tensor", "tensor0d", "ndarray", "int", "float", "bool", "npscalar", "tuple",
-         "list", "dict", "namedtuple"]
+         "list", "dict", "namedtuple", "half"]
 RECORD_KINDS = ["void", "structured", "recarray", "recdict"]
 
 
@@ -182,7 +195,12 @@ def same(a, b, path="sample"):
             return f"{path}: {type(a).__name__} vs {type(b).__name__}"
         if a.dtype != b.dtype or a.shape != b.shape:
             return f"{path}: {a.dtype}{tuple(a.shape)} vs {b.dtype}{tuple(b.shape)}"
-        if not torch.equal(a.cpu(), b.cpu()):
+        if a.is_floating_point():
+            # bit-exact: NaN payloads and -0.0 count (torch.equal: NaN != NaN)
+            ia = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+            if not torch.equal(a.cpu().contiguous().view(ia), b.cpu().contiguous().view(ia)):
+                return f"{path}: values differ (bitwise)"
+        elif not torch.equal(a.cpu(), b.cpu()):
             return f"{path}: values differ"
         return ""
     if isinstance(a, (np.ndarray, np.generic)) or isinstance(b, (np.ndarray, np.generic)):

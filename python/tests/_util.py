@@ -7,8 +7,8 @@ not depend on the number of ranks.
 """
 import numpy as np
 
-DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float32, np.float64]
-DTYPE_IDS = ["bool", "uint8", "int32", "int64", "float32", "float64"]
+DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64]
+DTYPE_IDS = ["bool", "uint8", "int32", "int64", "float16", "float32", "float64"]
 
 
 def local_rows(rank, zero_odd=False):
@@ -40,11 +40,31 @@ def values(dtype, rows, disp):
         v = g * 1000 + j - 7000
     elif dt == np.int64:
         v = g * (1 << 33) + j - 5
+    elif dt == np.float16:
+        # bit patterns: NaNs with payloads, infinities, -0.0, subnormals
+        return half_bits(g * 977 + j * 131 + (g + j) % 8, special=(g * 3 + j) % 2 == 0) \
+            .view(np.float16)
     elif dt == np.float32:
         v = g * 0.5 + j * 0.25
     else:
         v = g * 1250.0 + j / 4.0
     return np.ascontiguousarray(v.astype(dt))
+
+
+# 2-byte float bit patterns that a conversion or arithmetic would change:
+# -0.0, +-inf and NaNs with payloads in float16 (0x7C00 = inf) and in bfloat16
+# (0x7F80 = inf), a signalling NaN, the smallest subnormals.
+HALF_SPECIALS = np.array([0x8000, 0x7C00, 0xFC00, 0x7E01, 0x7C01, 0xFFFF, 0x0001,
+                          0x7F81, 0xFF80, 0x7FC1, 0x8001], dtype=np.uint16)
+
+
+def half_bits(k, special=False):
+    """uint16 bit patterns for 2-byte floats (float16, bfloat16): k mod 2**16,
+    or HALF_SPECIALS[k mod len] where `special` (a bool array like k)."""
+    k = np.asarray(k, dtype=np.int64)
+    bits = (k % 65536).astype(np.uint16)
+    sp = HALF_SPECIALS[k % len(HALF_SPECIALS)]
+    return np.ascontiguousarray(np.where(special, sp, bits).astype(np.uint16))
 
 
 def add_var(store, name, dtype, disp, zero_odd=False, oned=False):

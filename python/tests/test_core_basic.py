@@ -20,11 +20,13 @@ def test_every_dtype_roundtrip(store, dtype, disp):
     out = np.zeros((total, disp), dtype)
     store.get("v", out, 0)
     np.testing.assert_array_equal(out, values(dtype, range(total), disp))
+    assert out.tobytes() == values(dtype, range(total), disp).tobytes()   # bit-exact
     rng = np.random.default_rng(7)
     idx = rng.integers(0, total, 3 * total)
     b = np.zeros((len(idx), disp), dtype)
     store.get_batch("v", b, idx)
     np.testing.assert_array_equal(b, values(dtype, idx, disp))
+    assert b.tobytes() == values(dtype, idx, disp).tobytes()
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -185,12 +187,101 @@ def test_init_with_dtype(store):
     store.init("t3", 1, 2, dtype=np.bool_)
     assert store.info("t3") == (store.size, 2, 1)
     assert store.info_full("t3")["dtype"] == "bool"
-    e1 = outcome(lambda: store.init("t4", 1, 2, dtype="float16"))
+    e1 = outcome(lambda: store.init("t4", 1, 2, dtype="int16"))
     e2 = outcome(lambda: store.init("t4", 1, 2, itemsize=8, dtype="float32"))
-    assert isinstance(e1, TypeError) and "float16" in str(e1)
+    assert isinstance(e1, TypeError) and "int16" in str(e1)
     assert isinstance(e2, ValueError) and "itemsize" in str(e2)
     with pytest.raises(TypeError):
         store.get("t", np.zeros((1, 3), np.float32), 0)
+
+
+def test_float16_init_update_bit_exact(store):
+    """numpy float16: init by dtype, update, get, get_batch keep every bit
+    (NaN payloads, -0.0, infinities, subnormals)."""
+    off = layout(store.size)
+    lo, hi = off[store.rank], off[store.rank + 1]
+    total = off[-1]
+    store.init("h", hi - lo, 3, dtype="float16")
+    store.init("h2", hi - lo, 3, dtype=np.float16)
+    store.update("h", values(np.float16, range(lo, hi), 3), 0)
+    store.init("_sync", 0, 1)                       # every rank has updated
+    out = np.zeros((total, 3), np.float16)
+    store.get("h", out)
+    idx = [total - 1, 0, total - 1, 2 % total]
+    b = np.zeros((len(idx), 3), np.float16)
+    store.get_batch("h", b, idx)
+    assert store.info("h") == (total, 3, 2)
+    assert store.info_full("h")["dtype"] == store.info_full("h2")["dtype"] == "float16"
+    assert out.view(np.uint16).tobytes() == values(np.float16, range(total), 3).tobytes()
+    assert b.view(np.uint16).tobytes() == values(np.float16, idx, 3).tobytes()
+    with pytest.raises(TypeError, match="float16"):            # a float16 variable
+        store.get("h", np.zeros((1, 3), np.int16), 0)            # is not raw bytes
+
+
+def _half_tensor(torch, dtype, rows, disp):
+    from _util import half_bits
+    g = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+    j = np.arange(disp, dtype=np.int64).reshape(1, -1)
+    bits = half_bits(g * 613 + j * 29 + 7, special=(g + j) % 3 != 1).astype(np.int16)
+    return torch.from_numpy(np.ascontiguousarray(bits)).view(dtype)
+
+
+@pytest.mark.parametrize("tdtype", ["float16", "bfloat16", "float32"])
+def test_torch_cpu_tensors_bit_exact(store, tdtype):
+    """CPU torch tensors (through __dlpack__, without pyddstore.torch): add,
+    init by torch dtype, update, get, get_batch, register_recv; float16 and
+    bfloat16 bit-exact."""
+    torch = pytest.importorskip("torch")
+    dt = getattr(torch, tdtype)
+    off = layout(store.size)
+    lo, hi = off[store.rank], off[store.rank + 1]
+    total = off[-1]
+    width = {"float32": torch.int32}.get(tdtype, torch.int16)
+
+    def ref(rows):
+        t = _half_tensor(torch, torch.bfloat16, rows, 4).view(torch.int16)
+        return t.to(torch.int32).view(dt) if tdtype == "float32" else t.view(dt)
+
+    shard = ref(range(lo, hi)).clone()
+    store.add("t", shard)
+    shard.view(width).zero_()                         # host data is copied
+    store.init("u", hi - lo, 4, dtype=dt)
+    store.update("u", ref(range(lo, hi)), 0)
+    store.init("_sync", 0, 1)                         # every rank has updated
+    out = torch.zeros((total, 4), dtype=dt)
+    store.get("t", out)
+    out_u = torch.zeros((total, 4), dtype=dt)
+    store.register_recv("u", out_u)
+    store.get("u", out_u)
+    idx = torch.tensor([total - 1, 0, 1 % total, total - 1])
+    b = torch.zeros((4, 4), dtype=dt)
+    store.get_batch("t", b, idx)
+    store.unregister_recv("u", out_u)
+    assert store.info_full("t")["dtype"] == store.info_full("u")["dtype"] == tdtype
+    assert store.info("t") == (total, 4, dt.itemsize)
+    assert torch.equal(out.view(width), ref(range(total)).view(width))
+    assert torch.equal(out_u.view(width), ref(range(total)).view(width))
+    assert torch.equal(b.view(width), ref(idx.tolist()).view(width))
+    other = {"float16": torch.bfloat16, "bfloat16": torch.float16,
+             "float32": torch.int32}[tdtype]
+    with pytest.raises(TypeError, match=tdtype):      # same size, another dtype
+        store.get("t", torch.zeros((1, 4), dtype=other), 0)
+
+
+def test_torch_cpu_tensor_errors(store):
+    torch = pytest.importorskip("torch")
+    add_var(store, "v", np.float32, 2)
+    with pytest.raises(TypeError, match="int16"):
+        store.get("v", torch.zeros((1, 2), dtype=torch.int16), 0)
+    with pytest.raises(ValueError, match="contiguous"):
+        store.get("v", torch.zeros((2, 4))[:, ::2], 0)
+    with pytest.raises(ValueError, match="0-D"):
+        store.get("v", torch.tensor(1.0), 0)
+    e = outcome(lambda: store.add("g", torch.zeros((2, 2), requires_grad=True)))
+    assert isinstance(e, TypeError) and "gradient" in str(e), e
+    out = torch.zeros((store.info("v")[0], 2))
+    store.get("v", out)                               # the store is still usable
+    assert out.numpy().tobytes() == values(np.float32, range(len(out)), 2).tobytes()
 
 
 def test_structured_records_are_raw_bytes(store):

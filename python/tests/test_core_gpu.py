@@ -24,7 +24,7 @@ import pytest
 
 import pyddstore
 from pyddstore import _core
-from _util import add_var, values
+from _util import add_var, half_bits, layout, values
 
 GPU = _core._gpu_info()
 EMULATION = _core.GPU_BACKEND == "none"
@@ -100,10 +100,10 @@ def test_backend_is_reported():
 
 
 @pytest.mark.parametrize("iface,exc,match", [
-    (dict(typestr="<f2"), TypeError, "float16"),
+    (dict(typestr="<u2"), TypeError, "uint16"),
     (dict(typestr="<i2"), TypeError, "int16"),
     (dict(typestr="<c8"), TypeError, "complex"),
-    (dict(typestr="<V2"), TypeError, "bfloat16"),      # what torch.bfloat16 says
+    (dict(typestr="<V4"), TypeError, "<V4"),           # only '<V2' (bfloat16) has an order
     (dict(typestr=">f8"), TypeError, "byte order"),
     (dict(typestr="xx"), TypeError, "typestr"),
     (dict(shape=()), ValueError, "0-D"),
@@ -271,6 +271,45 @@ def test_stream_order_after_queued_work(emu):
     s.get("v", d, 0)
     assert (d.peek() == 0).all()                        # neither ran yet
     np.testing.assert_array_equal(d.host(), values(np.int64, range(total), 2))
+
+
+def test_half_floats_in_device_memory(emu):
+    """float16 ('<f2') and bfloat16 ('<V2', torch's typestr) GPU arrays: add,
+    update, get, get_batch bit-exact (NaN payloads, -0.0)."""
+    s, streams, arrays = emu
+    st = emu.stream()
+    off = layout(s.size)
+    lo, hi = off[s.rank], off[s.rank + 1]
+    total = off[-1]
+    add_var(s, "h", np.float16, 3)
+    d = DevArray((total, 3), np.float16, stream=st)
+    arrays.append(d)
+    d.fill(0xAB)
+    s.get("h", d, 0)
+    got_h = d.host()
+    # bfloat16: no numpy dtype; the bits travel as uint16 under typestr '<V2'
+    s.init("b", hi - lo, 3, dtype="bfloat16")
+    src = DevArray((hi - lo, 3), np.uint16, stream=st)
+    src.iface["typestr"] = "<V2"
+    arrays.append(src)
+    src.write(half_bits(np.arange(lo, hi)[:, None] * 7 + np.arange(3),
+                        special=(np.arange(lo, hi)[:, None] + np.arange(3)) % 2 == 0))
+    s.update("b", src, 0)
+    s.init("_sync", 0, 1)                              # every rank has updated
+    idx = np.array([total - 1, 0, total - 1, 1])
+    out = DevArray((len(idx), 3), np.uint16, stream=st)
+    out.iface["typestr"] = "<V2"
+    arrays.append(out)
+    out.fill(0xAB)
+    s.get_batch("b", out, idx)
+    got_b = out.host()
+    want_b = half_bits(idx[:, None] * 7 + np.arange(3),
+                       special=(idx[:, None] + np.arange(3)) % 2 == 0)
+    assert got_h.tobytes() == values(np.float16, range(total), 3).tobytes()
+    assert s.info_full("b")["dtype"] == "bfloat16"
+    assert got_b.tobytes() == want_b.tobytes()
+    with pytest.raises(TypeError, match="holds bfloat16"):
+        s.get("b", d, 0)                               # float16 into bfloat16: no
 
 
 def test_register_recv_device_buffer(emu):

@@ -95,10 +95,47 @@ def test_shapes_dtypes_and_store():
     ds = DistDataset(Source("dict"), fresh_name("s"), comm)
     try:
         assert ds.shapes == {"x": (2,), "y": (), 3: (4,)}
-        assert ds.dtypes == {"x": torch.int64, "y": float, 3: np.dtype(bool)}
+        assert ds.dtypes == {"x": "int64", "y": "float64", 3: "bool"}   # as the original
         assert isinstance(ds.ddstore, pyddstore.PyDDStore)
         assert ds.fields == ["x", "y", 3]
         assert list(ds[0].keys()) == ["x", "y", 3]          # dict keys keep their type
+    finally:
+        ds.free()
+
+
+def _expected_dtype_shape(v):
+    """What ds.dtypes / ds.shapes say of one field value (the original's
+    convention: the stored element type's name, the per-sample shape)."""
+    if isinstance(v, torch.Tensor):
+        return str(v.dtype).replace("torch.", ""), tuple(v.shape)
+    if isinstance(v, (np.ndarray, np.generic)):
+        return v.dtype.name, tuple(np.shape(v))
+    return {bool: "bool", int: "int64", float: "float64"}[type(v)], ()
+
+
+@pytest.mark.parametrize("kind", KINDS + RECORD_KINDS)
+def test_dtypes_are_names_and_shapes_plain_tuples(kind):
+    """ds.dtypes: {key: 'float32' | 'int64' | ...} strings; ds.shapes: {key:
+    tuple of ints} (not torch.Size, no numpy integers)."""
+    comm = world()
+    ds = DistDataset(Source(kind), fresh_name("dt"), comm)
+    try:
+        s0 = make_sample(kind, 0)
+        items = s0.items() if isinstance(s0, dict) else \
+            enumerate(s0) if isinstance(s0, (tuple, list)) else [(0, s0)]
+        want = {k: _expected_dtype_shape(v) for k, v in items}
+        dtypes, shapes = ds.dtypes, ds.shapes
+        bad = ""
+        if dtypes != {k: d for k, (d, _) in want.items()}:
+            bad = f"dtypes {dtypes} != {want}"
+        elif shapes != {k: sh for k, (_, sh) in want.items()}:
+            bad = f"shapes {shapes} != {want}"
+        elif not all(type(d) is str for d in dtypes.values()):
+            bad = f"dtypes not str: {dtypes!r}"
+        elif not all(type(sh) is tuple and all(type(x) is int for x in sh)
+                     for sh in shapes.values()):
+            bad = f"shapes not tuples of int: {shapes!r}"
+        assert_all(comm, not bad, bad)
     finally:
         ds.free()
 
@@ -247,6 +284,45 @@ def test_read_rows_and_alloc_reuse():
         ds[0]
 
 
+def test_read_rows_unknown_field_is_key_error():
+    comm = world()
+    ds = DistDataset(Source("dict"), fresh_name("uk"), comm)
+    try:
+        for fields in (["nope"], ["x", "nope"], "nope", [0]):
+            with pytest.raises(KeyError, match="nope" if fields != [0] else "0") as e:
+                ds.read_rows([0, 1], fields=fields)
+            assert "not in the sample's fields" in str(e.value)   # a message, not repr
+        with pytest.raises(KeyError, match="nope"):
+            ds.alloc(2, fields=["nope"])
+        with pytest.raises(KeyError, match="nope"):
+            ds.get_profile("nope")
+        r = ds.read_rows([2], fields=["y"])                # the dataset is fine
+        assert_all(comm, list(r) == ["y"] and r["y"].tolist() == [0.5], f"{r}")
+    finally:
+        ds.free()
+
+
+@pytest.mark.parametrize("method", [0, 1])
+def test_release_after_free(method):
+    """release() of alloc() buffers after free() is a ValueError for every
+    method; alloc() after free() a DDStoreError; free() stays idempotent."""
+    comm = world()
+    ds = _make(Source("tuple"), fresh_name("rf"), comm, method)
+    bufs = ds.alloc(3)
+    ds.release(bufs)
+    ds.release(bufs)                                  # idempotent while alive
+    bufs2 = ds.alloc(3)
+    ds.free()
+    with pytest.raises(ValueError, match="free"):
+        ds.release(bufs2)
+    with pytest.raises(ValueError, match="free"):
+        ds.release(bufs)
+    with pytest.raises(pyddstore.DDStoreError, match="free"):
+        ds.alloc(2)
+    ds.free()
+    assert_all(comm, not ds._allocs, f"{len(ds._allocs)} buffer sets left")
+
+
 # ---------------------------------------------------- errors on every rank --
 def _expect_all(comm, exc_types, fn, match=None):
     """fn() raises one of exc_types on every rank (never hangs, never passes)."""
@@ -268,7 +344,7 @@ def _remote_type(t):
 
 
 @pytest.mark.parametrize("case,exc,match", [
-    ("float16", TypeError, "float16"),
+    ("int8", TypeError, "int8"),
     ("int16", TypeError, "int16"),
     ("nested", TypeError, "nested"),
     ("object", TypeError, "str"),
@@ -277,7 +353,7 @@ def _remote_type(t):
 ])
 def test_unsupported_samples(case, exc, match):
     comm = world()
-    fn = {"float16": lambda i: torch.zeros(2, dtype=torch.float16),
+    fn = {"int8": lambda i: torch.zeros(2, dtype=torch.int8),
           "int16": lambda i: np.zeros(2, dtype=np.int16),
           "nested": lambda i: (torch.zeros(2), (1, 2)),
           "object": lambda i: {"x": torch.zeros(2), "name": "abc"},
@@ -490,6 +566,10 @@ def test_method2_reader():
         rd = DistDatasetReader(name, handshake_dir=hs)
         try:
             assert rd.shapes == ds.shapes
+            assert rd.dtypes == ds.dtypes == {"x": "int64", "y": "float64", 3: "bool"}
+            from pyddstore.torch import sampler_kwargs
+            assert sampler_kwargs(rd) == sampler_kwargs(ds) == \
+                {"num_replicas": comm.Get_size(), "rank": comm.Get_rank()}
             _check_items(comm, rd, lambda i: make_sample("dict", i), N_ODD)
         finally:
             rd.free()

@@ -79,6 +79,50 @@ def test_read_fields_and_collate(st):
     assert_all(comm, ok, "read_fields/collate mismatch")
 
 
+@pytest.mark.parametrize("tdtype", ["float16", "bfloat16"])
+def test_half_floats_bit_exact(tdtype):
+    """add_tensor, get, get_batch, read_fields and collate with float16 /
+    bfloat16 tensors keep every bit (NaN payloads, -0.0, infinities)."""
+    from _util import half_bits
+    comm = world()
+    dt = getattr(torch, tdtype)
+    r, n = comm.Get_rank(), comm.Get_size()
+
+    def ref(rows):
+        g = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+        k = g * 211 + np.arange(5) * 3
+        return torch.from_numpy(half_bits(k, special=(g + np.arange(5)) % 2 == 0)
+                                .astype(np.int16)).view(dt)
+
+    s = pyddstore.PyDDStore(comm, method=0)
+    try:
+        ext.add_tensor(s, "h", ref(range(3 * r, 3 * r + 3)), 0)
+        total = 3 * n
+        full = torch.empty((total, 5), dtype=dt)
+        ext.get(s, "h", full, 0)
+        idx = [total - 1, 0, total - 1, 1]
+        b = torch.empty((4, 5), dtype=dt)
+        ext.get_batch(s, "h", b, idx)
+        more = torch.empty((6, 5), dtype=dt)
+        ext.read_fields(s, ["h"], [more], idx)
+        (col,) = ext.collate(s, [("h", (5,), tdtype, False)], idx)
+        bits = lambda t: t.view(torch.int16)  # noqa: E731
+        ok = (torch.equal(bits(full), bits(ref(range(total)))) and
+              torch.equal(bits(b), bits(ref(idx))) and
+              torch.equal(bits(more[:4]), bits(ref(idx))) and
+              col.dtype == dt and torch.equal(bits(col), bits(ref(idx))) and
+              s.info_full("h")["dtype"] == tdtype)
+        err = None
+        try:                                 # same size, the other dtype
+            ext.get(s, "h", torch.empty((1, 5), dtype=torch.int16), 0)
+        except TypeError as e:
+            err = e
+    finally:
+        s.free()
+    assert_all(comm, ok, f"{tdtype} rows differ")
+    assert_all(comm, err is not None and tdtype in str(err), f"int16 into {tdtype}: {err!r}")
+
+
 @pytest.mark.parametrize("case", ["dtype", "noncontig", "width", "rows", "zero_d",
                                   "index_range", "index_neg", "index_float", "name",
                                   "device"])

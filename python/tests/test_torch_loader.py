@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 def datasets():
     comm = world()
     out = {}
-    for kind in ("tuple", "dict", "namedtuple", "tensor", "list", "int"):
+    for kind in ("tuple", "dict", "namedtuple", "tensor", "list", "int", "half"):
         out[kind] = DistDataset(Source(kind), fresh_name("L" + kind), comm)
     yield comm, out
     for ds in out.values():
@@ -43,7 +43,8 @@ def _cmp_epochs(comm, a, b, what):
     assert_all(comm, not w, w)
 
 
-@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "tensor", "list", "int"])
+@pytest.mark.parametrize("kind", ["tuple", "dict", "namedtuple", "tensor", "list", "int",
+                                  "half"])
 @pytest.mark.parametrize("workers", [0, 1, 3])
 @pytest.mark.parametrize("fast", [1, 0])
 def test_epochs_equal_plain_dataloader(datasets, kind, workers, fast, monkeypatch):
@@ -340,8 +341,12 @@ def test_reuse_buffers_misuse(datasets):
         ThreadDataLoader(ds, batch_size=None, reuse_buffers=True)
     with pytest.raises(ValueError, match="collate"):
         ThreadDataLoader(ds, batch_size=4, reuse_buffers=True, collate_fn=lambda b: b)
-    with pytest.raises(ValueError, match="alloc"):
-        ThreadDataLoader(Source("tuple"), batch_size=4, reuse_buffers=True)
+    # a dataset without alloc(): TypeError naming its type (also a ValueError,
+    # as it was), at construction
+    for plain in (Source("tuple"), torch.utils.data.TensorDataset(torch.zeros(8, 2))):
+        with pytest.raises(TypeError, match=f"alloc.*{type(plain).__name__}") as e:
+            ThreadDataLoader(plain, batch_size=4, reuse_buffers=True)
+        assert isinstance(e.value, ValueError)
     with pytest.raises(ValueError, match="batch_size"):
         ThreadDataLoader(ds, batch_sampler=[[0, 1], [2, 3]], reuse_buffers=True)
 
@@ -365,6 +370,52 @@ def test_reuse_buffers(datasets, workers, fast, monkeypatch):
     _cmp_epochs(comm, ref2, e2, "epoch 2")
     assert_all(comm, n_allocs == max(1, workers) and len(ds._allocs) == 0,
                f"{n_allocs} buffer sets, {len(ds._allocs)} left after close()")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("reuse", [False, True])
+def test_iterator_close(datasets, workers, reuse):
+    """it.close() ends the epoch like generator.close(): next() raises
+    StopIteration, the worker threads stop, prefetched batches and the
+    reuse_buffers sets are released; idempotent; a new epoch still works."""
+    comm, dss = datasets
+    ds = dss["dict"]
+    allocs0 = len(ds._allocs)
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=workers, reuse_buffers=reuse)
+    it = iter(loader)
+    first = next(it)
+    threads = list(it._threads)
+    deadline = time.monotonic() + 30          # every worker has taken its slot
+    while len(it._state.slots) < workers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    held = len(ds._allocs) - allocs0
+    it.close()
+    stopped = []
+    for _ in range(2):
+        try:
+            next(it)
+            stopped.append(False)
+        except StopIteration:
+            stopped.append(True)
+    it.close()                                          # idempotent
+    after_close = len(ds._allocs) - allocs0
+    alive = [t.name for t in threads if t.is_alive()]
+    prefetched = len(it._state.results) + it._state.tasks.qsize()
+    ref = list(DataLoader(Source("dict"), batch_size=4))
+    again = list(loader)                                 # a new epoch after close()
+    loader.close()
+    bad = same(first, ref[0], "first batch") or same(again, ref, "epoch after close()")
+    if not bad and not all(stopped):
+        bad = f"next() after close(): {stopped}"
+    if not bad and alive:
+        bad = f"threads still running after close(): {alive}"
+    if not bad and prefetched:
+        bad = f"{prefetched} batches/tasks kept after close()"
+    if not bad and (held != (max(1, workers) if reuse else 0) or after_close != 0):
+        bad = f"buffer sets: {held} held, {after_close} left after close()"
+    if not bad and len(ds._allocs) != allocs0:
+        bad = f"{len(ds._allocs) - allocs0} buffer sets left after loader.close()"
+    assert_all(comm, not bad, bad)
 
 
 def test_reuse_buffers_collate_copies(datasets):
@@ -411,6 +462,68 @@ def test_affinity(datasets, monkeypatch):
         all(s == allowed for s in seen.values())
     assert_all(comm, ok and len(seen) == 2, f"affinity {seen}, wanted {want}")
     assert os.sched_getaffinity(0) == allowed     # the main thread is not pinned
+
+
+# ---------------------------------------------------------- sampler_kwargs --
+def test_sampler_kwargs(datasets):
+    """DistributedSampler(ds, **sampler_kwargs(ds)) without a process group:
+    the job's ranks from the dataset's communicator (also through
+    WindowedDataset / Subset, and with ddstore_width: every rank of the job);
+    the ranks' samplers split the dataset."""
+    from pyddstore.torch import WindowedDataset, sampler_kwargs
+    from torch.utils.data.distributed import DistributedSampler
+    comm, dss = datasets
+    ds = dss["tuple"]
+    want = {"num_replicas": comm.Get_size(), "rank": comm.Get_rank()}
+    narrow = DistDataset(Source("tuple"), fresh_name("sk"), comm, ddstore_width=1)
+    try:
+        got = [sampler_kwargs(ds), sampler_kwargs(narrow),
+               sampler_kwargs(WindowedDataset(ds, 2)),
+               sampler_kwargs(torch.utils.data.Subset(ds, [3, 1, 4])),
+               sampler_kwargs(torch.utils.data.ConcatDataset([ds, narrow]))]
+    finally:
+        narrow.free()
+    bad = "" if all(g == want for g in got) else f"{got} != {want}"
+    sampler = DistributedSampler(ds, **sampler_kwargs(ds), shuffle=True, seed=3)
+    sampler.set_epoch(1)
+    mine = list(sampler)
+    every = comm.allgather(mine)
+    covered = sorted(i for part in every for i in part)
+    if not bad and set(covered) != set(range(N_ODD)):
+        bad = f"the ranks' samplers cover {sorted(set(covered))}"
+    if not bad and len({len(p) for p in every}) != 1:
+        bad = f"uneven shares {[len(p) for p in every]}"
+    assert_all(comm, not bad, bad)
+    with pytest.raises(TypeError, match="DistDataset"):
+        sampler_kwargs(Source("tuple"))
+
+
+_SNIPPETS = [("README.md", "With PyTorch"), ("docs/pytorch.md", "# PyTorch integration"),
+             ("docs/quickstart.md", "With PyTorch")]
+
+
+@pytest.mark.parametrize("doc,after", _SNIPPETS, ids=[d for d, _ in _SNIPPETS])
+def test_docs_pytorch_snippets_run_as_written(doc, after):
+    """The first PyTorch snippet after `after` in README.md, docs/pytorch.md
+    and docs/quickstart.md runs as written under mpirun (every rank)."""
+    import re
+    comm = world()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, doc)) as fh:
+        text = fh.read()
+    start = text.index(after)
+    code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    assert "sampler_kwargs" in code and "my_dataset =" in code, code
+    ns = {"__name__": "__snippet__"}
+    err = None
+    try:
+        exec(compile(code, f"{doc} snippet", "exec"), ns)
+    except Exception as e:  # noqa: BLE001 - agreed below
+        err = e
+    for v in list(ns.values()):                  # free what the snippet left alive
+        if isinstance(v, DistDataset):
+            v.free()
+    assert_all(comm, err is None, f"{doc}: {type(err).__name__}: {err}")
 
 
 # ------------------------------------------------------------ forked workers --

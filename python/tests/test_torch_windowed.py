@@ -21,18 +21,22 @@ def base():
     ds.free()
 
 
+def _stack(vals):
+    """Values of one field over a window, stacked keeping the field's kind:
+    tensors stay tensors, numpy arrays / scalars become a numpy array,
+    Python numbers a tensor (int64 / float64 / bool)."""
+    if isinstance(vals[0], torch.Tensor):
+        return torch.stack(vals)
+    if isinstance(vals[0], (np.ndarray, np.generic)):
+        return np.stack(vals)
+    return torch.as_tensor(np.asarray(vals))
+
+
 def _window(kind, s, window, dilation, keys=None):
-    """The expected window sample: fields stacked (window, *shape) as tensors."""
+    """The expected window sample: fields stacked (window, *shape)."""
     rows = [make_sample(kind, s + k * dilation) for k in range(window)]
     keys = keys or list(rows[0].keys())
-    out = {}
-    for key in keys:
-        vals = [r[key] for r in rows]
-        if isinstance(vals[0], torch.Tensor):
-            out[key] = torch.stack(vals)
-        else:
-            out[key] = torch.as_tensor(np.stack([np.asarray(v) for v in vals]))
-    return out
+    return {key: _stack([r[key] for r in rows]) for key in keys}
 
 
 @pytest.mark.parametrize("window,stride,dilation", [(1, 1, 1), (3, 1, 1), (3, 2, 2),
@@ -69,11 +73,67 @@ def test_starts_and_fields(base):
         w.__getitems__([len(starts)])
 
 
-@pytest.mark.parametrize("starts", [[0, N_ODD - 2], [-1], [N_ODD]])
+@pytest.mark.parametrize("starts", [[0, N_ODD - 2], [-1], [N_ODD], [0, N_ODD - 3, N_ODD - 1]])
 def test_out_of_range_starts(base, starts):
+    """A start whose window reaches past the end (or before 0): IndexError at
+    construction, naming it (also a ValueError, as it was)."""
     comm, ds = base
-    with pytest.raises(ValueError, match="starts"):
+    with pytest.raises(IndexError, match=r"starts\[") as e:
         WindowedDataset(ds, 3, starts=starts)
+    assert isinstance(e.value, ValueError)
+    assert len(WindowedDataset(ds, 3, starts=[0, N_ODD - 3])) == 2     # the last fits
+
+
+@pytest.mark.parametrize("kind", ["list", "namedtuple", "half", "tuple", "structured"])
+def test_windows_keep_field_kinds(kind):
+    """A window's fields keep their kind, as DistDataset's samples do: numpy
+    fields are numpy arrays, tensors tensors (Python numbers: tensors)."""
+    comm = world()
+    ds = DistDataset(Source(kind), fresh_name("WK"), comm)
+    try:
+        w = WindowedDataset(ds, 3, dilation=2)
+
+        def want(i):
+            rows = [make_sample(kind, i + 2 * k) for k in range(3)]
+            if isinstance(rows[0], dict):
+                return {key: _stack([r[key] for r in rows]) for key in rows[0]}
+            if isinstance(rows[0], (tuple, list)):
+                vals = [_stack([r[j] for r in rows]) for j in range(len(rows[0]))]
+                if hasattr(rows[0], "_fields"):             # a namedtuple stays one
+                    return type(rows[0])(*vals)
+                return list(vals) if isinstance(rows[0], list) else tuple(vals)
+            return _stack(rows)
+        bad = ""
+        for i in (0, len(w) - 1):
+            bad = bad or same(w[i], want(i), f"w[{i}]")
+        for i, got in zip([4, 0, 4], w.__getitems__([4, 0, 4])):
+            bad = bad or same(got, want(i), f"items[{i}]")
+        assert_all(comm, not bad, bad)
+    finally:
+        ds.free()
+
+
+def test_fields_select_as_distdataset(base):
+    """fields= on WindowedDataset selects as on DistDataset: a single key or a
+    list, in the given order; an unknown key is a ValueError naming it."""
+    comm, ds = base
+    for fields in ("x", [3, "x"], ["y"]):
+        sub = DistDataset(Source("dict"), fresh_name("Wf"), comm, fields=fields)
+        try:
+            w1 = WindowedDataset(ds, 2, fields=fields)
+            w2 = WindowedDataset(sub, 2)
+            bad = "" if w1.shapes == w2.shapes and w1.dtypes == w2.dtypes else \
+                f"{fields}: {w1.shapes} {w1.dtypes} vs {w2.shapes} {w2.dtypes}"
+            bad = bad or same(w1[5], w2[5], f"fields={fields!r}")
+            bad = bad or same(w1.__getitems__([1, 0]), w2.__getitems__([1, 0]), "items")
+            assert_all(comm, not bad, bad)
+        finally:
+            sub.free()
+    for bad_fields in (["nope"], "nope", ["x", "nope"]):
+        with pytest.raises(ValueError, match="'nope'"):
+            WindowedDataset(ds, 2, fields=bad_fields)
+        with pytest.raises(ValueError, match="'nope'"):
+            DistDataset(Source("dict"), fresh_name("Wn"), comm, fields=bad_fields)
 
 
 def test_bad_arguments(base):
@@ -109,9 +169,13 @@ def test_row_of():
     parts = [Source("tuple", n=4), Source("tuple", n=7), Source("tuple", n=5)]
     cat = ConcatDataset(parts)
     assert [row_of(cat, 0, 0), row_of(cat, 1, 0), row_of(cat, 1, 6), row_of(cat, 2, 4),
-            row_of(cat, 2, -1)] == [0, 4, 10, 15, 15]
-    for args in ((cat, 3, 0), (cat, 0, 4), (cat, 1, -8)):
-        with pytest.raises(IndexError):
+            row_of(cat, 2, 0)] == [0, 4, 10, 15, 11]
+    # negative or out-of-range source and index: IndexError naming it (no
+    # counting from the end)
+    for args, what in (((cat, 3, 0), "source 3"), ((cat, -1, 0), "source -1"),
+                       ((cat, 0, 4), "index 4"), ((cat, 1, -8), "index -8"),
+                       ((cat, 2, -1), "index -1"), ((cat, 1, -1), "index -1")):
+        with pytest.raises(IndexError, match=what):
             row_of(*args)
     # windows inside each file, as in the docs
     ds = DistDataset(cat, fresh_name("cat"), comm)

@@ -10,7 +10,11 @@ extern "C" {
 #endif
 
 /* Element types.  DDS_DTYPE_RAW: untyped bytes of `itemsize` (init() with an
- * itemsize, numpy structured records). */
+ * itemsize, numpy structured records).  FLOAT16 is IEEE 754 binary16 (numpy
+ * float16, torch.float16); BFLOAT16 is bfloat16 (torch.bfloat16).  The store
+ * moves bytes: both are copied bit-exact (NaN payloads, -0.0).  New values are
+ * only ever added before DDS_DTYPE_COUNT (the number is in method 2's
+ * handshake records). */
 typedef enum {
     DDS_DTYPE_RAW = 0,
     DDS_DTYPE_BOOL = 1,
@@ -19,10 +23,13 @@ typedef enum {
     DDS_DTYPE_INT64 = 4,
     DDS_DTYPE_FLOAT32 = 5,
     DDS_DTYPE_FLOAT64 = 6,
-    DDS_DTYPE_COUNT = 7
+    DDS_DTYPE_FLOAT16 = 7,
+    DDS_DTYPE_BFLOAT16 = 8,
+    DDS_DTYPE_COUNT = 9
 } dds_dtype_t;
 
-/* "raw", "bool", "uint8", "int32", "int64", "float32", "float64". */
+/* "raw", "bool", "uint8", "int32", "int64", "float32", "float64", "float16",
+ * "bfloat16"; "unknown" outside [0, DDS_DTYPE_COUNT). */
 const char *dds_dtype_name(dds_dtype_t dt);
 /* Element size in bytes (RAW: 0 = given by itemsize). */
 size_t dds_dtype_size(dds_dtype_t dt);

@@ -147,11 +147,14 @@ typedef struct pydds_buffer {
     dds_buf_t buf;               /* described for core                        */
     size_t nbytes;               /* whole buffer                              */
     int gpu;                     /* buf.mem is CUDA/ROCm memory               */
+    PyObject *dlpack;            /* a held "dltensor" capsule (CPU tensors
+                                    through __dlpack__), or NULL            */
 } pydds_buffer_t;
 
 /* Describe `obj` as a dds_buf_t: any object with the buffer protocol (host
  * memory), else one exposing __cuda_array_interface__ (GPU memory,
- * pydds_cai_get).  C-contiguous required (else ValueError), format -> dtype
+ * pydds_cai_get), else a host array exporting __dlpack__ (CPU torch tensors:
+ * float16/bfloat16 too, which have no buffer-protocol format for bfloat16).  C-contiguous required (else ValueError), format -> dtype
  * (else TypeError naming it), 1-D = rows of one element, N-D = shape[0]
  * rows of prod(shape[1:]) elements.  `writable`: a destination (read-only
  * -> ValueError).  `what` names the argument in messages.  Returns 0 or -1
@@ -208,6 +211,16 @@ typedef struct pydds_comm_res {
  * capsule).  rank / size: the constructor's hints (rank -1 / size 0 = none);
  * when given they must match the communicator.  Returns 0 or -1 with an
  * exception.  May initialise MPI (comm None or mpi4py). */
+/* The environment variables that say how many processes a launcher started
+ * (pydds_comm.c; NULL-terminated), and the positive integer value of one
+ * (0 when unset or not a positive integer). */
+typedef struct pydds_launch_var {
+    const char *var;
+    const char *launcher;
+} pydds_launch_var_t;
+extern const pydds_launch_var_t pydds_launch_vars[];
+long pydds_launch_env_size(const char *var);
+
 int pydds_comm_resolve(PyObject *obj, int rank, int size,
                        pydds_comm_res_t *res);
 /* Destroy the communicator if it was not handed to a store. */

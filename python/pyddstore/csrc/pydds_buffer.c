@@ -1,8 +1,10 @@
 /* pyddstore._core: buffers (Py_buffer -> dds_buf_t) and row indices.
  *
  * No numpy import: everything goes through the buffer protocol and its
- * struct-module format strings ('?', 'B', 'i', 'l', 'q', 'f', 'd', 'T{..}',
- * 'Nx').
+ * struct-module format strings ('?', 'B', 'i', 'l', 'q', 'e', 'f', 'd',
+ * 'T{..}', 'Nx'); GPU arrays through __cuda_array_interface__ (pydds_gpu.c);
+ * host arrays without the buffer protocol (CPU torch tensors) through
+ * __dlpack__, whose dtype codes also name bfloat16.  No torch import either.
  */
 #include "pydds.h"
 
@@ -119,6 +121,9 @@ static int format_dtype(const char *what, const char *fmt, Py_ssize_t itemsize,
                 if (itemsize == 4) { *dt_p = DDS_DTYPE_INT32; return 0; }
                 if (itemsize == 8) { *dt_p = DDS_DTYPE_INT64; return 0; }
                 break;
+            case 'e':
+                if (itemsize == 2) { *dt_p = DDS_DTYPE_FLOAT16; return 0; }
+                break;
             case 'f':
                 if (itemsize == 4) { *dt_p = DDS_DTYPE_FLOAT32; return 0; }
                 break;
@@ -133,8 +138,9 @@ static int format_dtype(const char *what, const char *fmt, Py_ssize_t itemsize,
     format_name(fmt, itemsize, name, sizeof name);
     PyErr_Format(PyExc_TypeError,
                  "%s: unsupported dtype %s; expected bool, uint8, int32, "
-                 "int64, float32, float64 (or numpy structured/void records, "
-                 "stored as raw bytes)",
+                 "int64, float16, float32, float64 (bfloat16: a torch "
+                 "tensor; or numpy structured/void records, stored as raw "
+                 "bytes)",
                  what, name);
     return -1;
 }
@@ -142,13 +148,190 @@ static int format_dtype(const char *what, const char *fmt, Py_ssize_t itemsize,
 static int not_a_buffer(PyObject *obj, const char *what)
 {
     const char *tn = Py_TYPE(obj)->tp_name;
-    int is_tensor = strstr(tn, "Tensor") != NULL;
     PyErr_Format(PyExc_TypeError,
-                 "%s: expected a C-contiguous numpy array (or another object "
-                 "with the buffer protocol, or a GPU array with "
-                 "__cuda_array_interface__), got %s%s",
-                 what, tn,
-                 is_tensor ? "; for torch tensors use pyddstore.torch" : "");
+                 "%s: expected a C-contiguous numpy array or CPU torch tensor "
+                 "(an object with the buffer protocol or __dlpack__), or a "
+                 "GPU array with __cuda_array_interface__; got %s",
+                 what, tn);
+    return -1;
+}
+
+/* ---- DLPack (host arrays without the buffer protocol) -------------------
+ *
+ * The stable (pre-1.0, "dltensor" capsule) ABI, declared here so that no
+ * header is needed: https://dmlc.github.io/dlpack/latest/c_api.html */
+typedef struct {
+    int32_t device_type;
+    int32_t device_id;
+} pydds_dl_device_t;
+
+typedef struct {
+    uint8_t code;
+    uint8_t bits;
+    uint16_t lanes;
+} pydds_dl_dtype_t;
+
+typedef struct {
+    void *data;
+    pydds_dl_device_t device;
+    int32_t ndim;
+    pydds_dl_dtype_t dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} pydds_dl_tensor_t;
+
+typedef struct {
+    pydds_dl_tensor_t dl_tensor;
+    void *manager_ctx;
+    void (*deleter)(void *self);
+} pydds_dl_managed_t;
+
+enum { DL_CPU = 1, DL_CUDA_HOST = 3, DL_ROCM_HOST = 11 };
+enum { DL_INT = 0, DL_UINT = 1, DL_FLOAT = 2, DL_BFLOAT = 4, DL_BOOL = 6 };
+
+static int dl_dtype(const char *what, pydds_dl_dtype_t t, dds_dtype_t *dt_p)
+{
+    static const char *const codes[] = {"int", "uint", "float", "opaque",
+                                        "bfloat", "complex", "bool"};
+    if (t.lanes == 1) {
+        switch (t.code) {
+        case DL_BOOL:
+            if (t.bits == 8) { *dt_p = DDS_DTYPE_BOOL; return 0; }
+            break;
+        case DL_UINT:
+            if (t.bits == 8) { *dt_p = DDS_DTYPE_UINT8; return 0; }
+            break;
+        case DL_INT:
+            if (t.bits == 32) { *dt_p = DDS_DTYPE_INT32; return 0; }
+            if (t.bits == 64) { *dt_p = DDS_DTYPE_INT64; return 0; }
+            break;
+        case DL_FLOAT:
+            if (t.bits == 16) { *dt_p = DDS_DTYPE_FLOAT16; return 0; }
+            if (t.bits == 32) { *dt_p = DDS_DTYPE_FLOAT32; return 0; }
+            if (t.bits == 64) { *dt_p = DDS_DTYPE_FLOAT64; return 0; }
+            break;
+        case DL_BFLOAT:
+            if (t.bits == 16) { *dt_p = DDS_DTYPE_BFLOAT16; return 0; }
+            break;
+        default:
+            break;
+        }
+    }
+    PyErr_Format(PyExc_TypeError,
+                 "%s: unsupported dtype %s%d%s (DLPack); expected bool, "
+                 "uint8, int32, int64, float16, bfloat16, float32, float64",
+                 what, t.code < 7 ? codes[t.code] : "code?", (int)t.bits,
+                 t.lanes == 1 ? "" : " with lanes");
+    return -1;
+}
+
+/* Re-raise the current exception as a TypeError naming `what` and the type
+ * (e.g. torch: "Can't export tensors that require gradient"). */
+static int dl_refused(PyObject *obj, const char *what)
+{
+    PyObject *t, *v, *tb, *str;
+    PyErr_Fetch(&t, &v, &tb);
+    str = v ? PyObject_Str(v) : NULL;
+    PyErr_Format(PyExc_TypeError, "%s: %s: %s", what, Py_TYPE(obj)->tp_name,
+                 str && PyUnicode_Check(str) ? PyUnicode_AsUTF8(str)
+                                             : "__dlpack__ failed");
+    Py_XDECREF(str);
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    return -1;
+}
+
+/* 1: obj exports host memory through __dlpack__ (described into b, the
+ * capsule held in b->dlpack); 0: it has no __dlpack__ or the memory is not
+ * host memory (nothing set); -1: an exception. */
+static int dlpack_get(PyObject *obj, const char *what, pydds_buffer_t *b)
+{
+    PyObject *dev, *cap;
+    const pydds_dl_managed_t *m;
+    const pydds_dl_tensor_t *t;
+    long devtype;
+    int32_t i;
+    int64_t per_row = 1, expect, nelem = 1;
+    size_t isz;
+    dds_dtype_t dt;
+
+    if (!PyObject_HasAttrString(obj, "__dlpack__") ||
+        !PyObject_HasAttrString(obj, "__dlpack_device__"))
+        return 0;
+    dev = PyObject_CallMethod(obj, "__dlpack_device__", NULL);
+    if (dev == NULL)
+        return dl_refused(obj, what);
+    if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) < 1) {
+        Py_DECREF(dev);
+        return 0;
+    }
+    devtype = PyLong_AsLong(PyTuple_GET_ITEM(dev, 0));
+    Py_DECREF(dev);
+    if (devtype == -1 && PyErr_Occurred())
+        return dl_refused(obj, what);
+    if (devtype != DL_CPU && devtype != DL_CUDA_HOST && devtype != DL_ROCM_HOST)
+        return 0;
+    cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    if (cap == NULL)
+        return dl_refused(obj, what);
+    m = PyCapsule_IsValid(cap, "dltensor")
+            ? (const pydds_dl_managed_t *)PyCapsule_GetPointer(cap, "dltensor")
+            : NULL;
+    if (m == NULL) {
+        PyErr_Clear();
+        Py_DECREF(cap);
+        PyErr_Format(PyExc_TypeError,
+                     "%s: %s.__dlpack__() did not return a 'dltensor' "
+                     "capsule", what, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    t = &m->dl_tensor;
+    if (dl_dtype(what, t->dtype, &dt) < 0)
+        goto fail;
+    isz = dds_dtype_size(dt);
+    if (t->ndim < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected a 1-D or 2-D array (rows), got a 0-D %s",
+                     what, Py_TYPE(obj)->tp_name);
+        goto fail;
+    }
+    for (i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s: negative shape", what);
+            goto fail;
+        }
+        nelem *= t->shape[i];
+        if (i > 0)
+            per_row *= t->shape[i];
+    }
+    if (t->strides != NULL && nelem > 0) {
+        expect = 1;
+        for (i = t->ndim - 1; i >= 0; i--) {
+            if (t->shape[i] != 1 && t->strides[i] != expect) {
+                PyErr_Format(PyExc_ValueError,
+                             "%s: expected a C-contiguous array, got a "
+                             "non-contiguous %d-D %s (use .contiguous())",
+                             what, (int)t->ndim, Py_TYPE(obj)->tp_name);
+                goto fail;
+            }
+            expect *= t->shape[i];
+        }
+    }
+    b->dlpack = cap;   /* its destructor (the producer's) frees the export */
+    b->buf.ptr = (char *)t->data + t->byte_offset;
+    b->buf.nrows = t->shape[0];
+    b->buf.row_bytes = (size_t)per_row * isz;
+    b->buf.dtype = dt;
+    b->buf.itemsize = isz;
+    b->buf.mem.kind = DDS_MEM_HOST;
+    b->buf.mem.device = 0;
+    b->buf.mem.stream = NULL;
+    b->nbytes = (size_t)nelem * isz;
+    return 1;
+fail:
+    Py_DECREF(cap);
     return -1;
 }
 
@@ -166,6 +349,10 @@ int pydds_buffer_get(PyObject *obj, const char *what, int writable,
             PyObject *t, *v, *tb, *str;
             if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
                 PyErr_Clear();
+                /* host arrays without the buffer protocol: CPU tensors */
+                rc = dlpack_get(obj, what, b);
+                if (rc != 0)
+                    return rc < 0 ? -1 : 0;
                 return not_a_buffer(obj, what);
             }
             /* e.g. torch: "Can't get __cuda_array_interface__ on Variable
@@ -243,6 +430,7 @@ fail:
 
 void pydds_buffer_release(pydds_buffer_t *b)
 {
+    Py_CLEAR(b->dlpack);
     if (b->have_view) {
         PyBuffer_Release(&b->view);
         b->have_view = 0;
@@ -417,6 +605,117 @@ static int indices_from_sequence(PyObject *obj, pydds_indices_t *ix)
     return 0;
 }
 
+/* A 1-D integer tensor in host memory through __dlpack__ (CPU torch
+ * tensors).  1 = done, 0 = not such an object (nothing set), -1 = error. */
+static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
+{
+    PyObject *cap;
+    const pydds_dl_managed_t *m;
+    const pydds_dl_tensor_t *t;
+    int64_t n, stride, i;
+    const char *base;
+    int sign;
+
+    if (PyObject_CheckBuffer(obj) || PySequence_Check(obj) ||
+        !PyObject_HasAttrString(obj, "__dlpack__") ||
+        PyObject_HasAttrString(obj, "__cuda_array_interface__"))
+        return 0;
+    cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    if (cap == NULL)
+        return dl_refused(obj, "indices");
+    m = PyCapsule_IsValid(cap, "dltensor")
+            ? (const pydds_dl_managed_t *)PyCapsule_GetPointer(cap, "dltensor")
+            : NULL;
+    if (m == NULL) {
+        PyErr_Clear();
+        Py_DECREF(cap);
+        return 0;
+    }
+    t = &m->dl_tensor;
+    if (t->device.device_type != DL_CPU &&
+        t->device.device_type != DL_CUDA_HOST &&
+        t->device.device_type != DL_ROCM_HOST) {
+        Py_DECREF(cap);
+        PyErr_SetString(PyExc_TypeError,
+                        "indices: expected host memory (a CPU tensor), got a "
+                        "device tensor");
+        return -1;
+    }
+    sign = t->dtype.code == DL_INT ? 1 : t->dtype.code == DL_UINT ? 0 : -1;
+    if (sign < 0 || t->dtype.lanes != 1 ||
+        (t->dtype.bits != 8 && t->dtype.bits != 16 && t->dtype.bits != 32 &&
+         t->dtype.bits != 64)) {
+        Py_DECREF(cap);
+        PyErr_SetString(PyExc_TypeError, "indices: expected integers (DLPack "
+                                         "tensor of another dtype)");
+        return -1;
+    }
+    if (t->ndim > 1) {
+        Py_DECREF(cap);
+        PyErr_Format(PyExc_ValueError,
+                     "indices: expected 1-D, got %d dimensions", (int)t->ndim);
+        return -1;
+    }
+    n = t->ndim == 0 ? 1 : t->shape[0];
+    stride = (t->ndim == 1 && t->strides != NULL) ? t->strides[0] : 1;
+    base = (const char *)t->data + t->byte_offset;
+    ix->n = (size_t)n;
+    if (n == 0) {
+        Py_DECREF(cap);
+        ix->rows = empty_rows;
+        return 1;
+    }
+    ix->owned = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    if (ix->owned == NULL) {
+        Py_DECREF(cap);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        const char *p = base + i * stride * (t->dtype.bits / 8);
+        uint64_t u = 0;
+        int64_t v;
+        switch (t->dtype.bits) {
+        case 8: {
+            uint8_t x;
+            memcpy(&x, p, 1);
+            v = sign ? (int8_t)x : (int64_t)x;
+            u = x;
+            break;
+        }
+        case 16: {
+            uint16_t x;
+            memcpy(&x, p, 2);
+            v = sign ? (int16_t)x : (int64_t)x;
+            u = x;
+            break;
+        }
+        case 32: {
+            uint32_t x;
+            memcpy(&x, p, 4);
+            v = sign ? (int32_t)x : (int64_t)x;
+            u = x;
+            break;
+        }
+        default:
+            memcpy(&u, p, 8);
+            v = (int64_t)u;
+            break;
+        }
+        if (!sign && u > (uint64_t)INT64_MAX) {
+            Py_DECREF(cap);
+            PyErr_Format(PyExc_IndexError,
+                         "indices[%lld] = %llu is out of range", (long long)i,
+                         (unsigned long long)u);
+            return -1;
+        }
+        ix->owned[i] = v;
+    }
+    Py_DECREF(cap);
+    ix->rows = ix->owned;
+    return 1;
+}
+
 int pydds_indices_get(PyObject *obj, pydds_indices_t *ix)
 {
     int rc;
@@ -424,6 +723,8 @@ int pydds_indices_get(PyObject *obj, pydds_indices_t *ix)
     if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) &&
         !PyByteArray_Check(obj))
         rc = indices_from_buffer(obj, ix);
+    else if ((rc = indices_from_dlpack(obj, ix)) != 0)
+        rc = rc < 0 ? -1 : 0;
     else
         rc = indices_from_sequence(obj, ix);
     if (rc < 0)

@@ -1,8 +1,9 @@
 /* pyddstore._core: communicator resolution for PyDDStore(comm_or_none).
  *
  *   None                     MPI_COMM_WORLD (HAVE_MPI; MPI is started here,
- *                            never at import), else a one-rank "self"
- *                            communicator when size <= 1
+ *                            never at import; of one rank while the
+ *                            launcher says several: RuntimeError), else a
+ *                            one-rank "self" communicator when size <= 1
  *   object with `_dds_comm`  a capsule PYDDSTORE_COMM_CAPSULE holding a
  *                            pyddstore_comm_provider_t (FileComm, torch
  *                            groups: pyddstore_api.h)
@@ -11,11 +12,82 @@
  */
 #include "pydds.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 int pydds_mpi_started_by_us = 0;
 pid_t pydds_mpi_pid = 0;
+
+/* ---- how many processes the launcher started ------------------------------
+ *
+ * The variables a launcher sets in every process it starts, naming the size
+ * of *this* launch.  SLURM_NTASKS is not one: it is set in the whole
+ * allocation, also for a one-task `python` in the batch script; srun sets
+ * SLURM_STEP_NUM_TASKS for the tasks of its step. */
+const pydds_launch_var_t pydds_launch_vars[] = {
+    {"OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun"},
+    {"PMI_SIZE",
+     "a PMI launcher (MPICH's or Intel MPI's mpiexec, srun --mpi=pmi2)"},
+    {"MV2_COMM_WORLD_SIZE", "MVAPICH's mpirun_rsh"},
+    {"SLURM_STEP_NUM_TASKS", "srun"},
+    {"WORLD_SIZE", "torchrun"},
+    {NULL, NULL}};
+
+long pydds_launch_env_size(const char *var)
+{
+    const char *v = getenv(var);
+    char *end = NULL;
+    long n;
+    if (v == NULL || *v == '\0')
+        return 0;
+    n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 1)
+        return 0;
+    return n;
+}
+
+#ifdef HAVE_MPI
+/* comm_or_none=None gave MPI_COMM_WORLD of one rank: an error when the
+ * launcher says the job has several (the MPI library is not the launcher's,
+ * every process would hold a one-rank store).  0, or -1 with RuntimeError. */
+static int check_launch(const pydds_comm_res_t *res)
+{
+    const pydds_launch_var_t *lv, *most = NULL;
+    long n = 1;
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING + 1];
+    int len = 0;
+    if (res->comm.size != 1)
+        return 0;
+    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
+        long k = pydds_launch_env_size(lv->var);
+        if (k > n) {
+            n = k;
+            most = lv;
+        }
+    }
+    if (most == NULL)
+        return 0;
+    MPI_Get_library_version(lib, &len);
+    lib[len < 0 ? 0 : len] = '\0';
+    lib[strcspn(lib, "\n,")] = '\0';
+    PyErr_Format(
+        PyExc_RuntimeError,
+        "PyDDStore(comm_or_none=None): MPI_COMM_WORLD has 1 rank, but "
+        "%s=%ld says %s started %ld processes: this pyddstore's MPI (%s) "
+        "did not see that launch, so every process would hold a store of "
+        "its own.  Launch with the launcher of the MPI pyddstore and "
+        "mpi4py were built with (e.g. not MPICH's mpiexec for an Open MPI "
+        "build; srun with the PMI plugin the MPI needs)%s, or pass "
+        "comm_or_none=MPI.COMM_SELF for a deliberate one-rank store",
+        most->var, n, most->launcher, n, lib,
+        strcmp(most->var, "WORLD_SIZE") == 0
+            ? "; under torchrun pass a torch.distributed group "
+              "(pyddstore.torch.TorchComm(), methods 1 and 2)"
+            : "");
+    return -1;
+}
+#endif
 
 static int raise_rc(int rc)
 {
@@ -220,6 +292,10 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 #ifdef HAVE_MPI
         (void)rank;
         rc = resolve_mpi(MPI_COMM_WORLD, res);
+        if (rc == 0 && check_launch(res) < 0) {
+            pydds_comm_res_cleanup(res);
+            return -1;
+        }
 #else
         if (size > 1) {
             PyErr_SetString(PyExc_ValueError,

@@ -248,15 +248,16 @@ static int typestr_dtype(const char *what, const char *ts, dds_dtype_t *dt_p,
     case 'f':
         if (n == 4) { *dt_p = DDS_DTYPE_FLOAT32; return 0; }
         if (n == 8) { *dt_p = DDS_DTYPE_FLOAT64; return 0; }
-        name = n == 2 ? "float16" : NULL;
+        if (n == 2) { *dt_p = DDS_DTYPE_FLOAT16; return 0; }
         break;
     case 'V':
-        /* raw records ('|V16', numpy void); '<V2' is torch.bfloat16 */
+        /* raw records ('|V16', numpy void); '<V2' is torch.bfloat16 (and
+         * ml_dtypes.bfloat16): the only 2-byte 'V' with a byte order */
         if (order == '|') {
             *dt_p = DDS_DTYPE_RAW;
             return 0;
         }
-        name = n == 2 ? "bfloat16" : NULL;
+        if (n == 2) { *dt_p = DDS_DTYPE_BFLOAT16; return 0; }
         break;
     case 'c':
         name = "complex";
@@ -267,14 +268,14 @@ static int typestr_dtype(const char *what, const char *ts, dds_dtype_t *dt_p,
     if (name != NULL)
         PyErr_Format(PyExc_TypeError,
                      "%s: unsupported dtype %s (typestr '%s'); expected bool, "
-                     "uint8, int32, int64, float32, float64 (or raw 'V' "
-                     "records)",
+                     "uint8, int32, int64, float16, bfloat16, float32, "
+                     "float64 (or raw '|V' records)",
                      what, name, ts);
     else
         PyErr_Format(PyExc_TypeError,
                      "%s: unsupported dtype (typestr '%s'); expected bool, "
-                     "uint8, int32, int64, float32, float64 (or raw 'V' "
-                     "records)",
+                     "uint8, int32, int64, float16, bfloat16, float32, "
+                     "float64 (or raw '|V' records)",
                      what, ts);
     return -1;
 bad:

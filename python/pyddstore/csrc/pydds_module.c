@@ -255,7 +255,39 @@ static PyObject *mod_self_comm(PyObject *m, PyObject *unused)
                          NULL);
 }
 
+/* _launch_env() -> [(variable, size, launcher)] for the launch variables
+ * set to a positive integer (pydds_launch_vars order). */
+static PyObject *mod_launch_env(PyObject *m, PyObject *unused)
+{
+    const pydds_launch_var_t *lv;
+    PyObject *out = PyList_New(0);
+    (void)m;
+    (void)unused;
+    if (out == NULL)
+        return NULL;
+    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
+        long n = pydds_launch_env_size(lv->var);
+        PyObject *t;
+        if (n < 1)
+            continue;
+        t = Py_BuildValue("(sls)", lv->var, n, lv->launcher);
+        if (t == NULL || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(t);
+    }
+    return out;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"_launch_env", mod_launch_env, METH_NOARGS,
+     "_launch_env() -> [(variable, size, launcher)]: the launch variables "
+     "(OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE, "
+     "SLURM_STEP_NUM_TASKS, WORLD_SIZE) set to a positive integer; "
+     "comm_or_none=None with a one-rank MPI_COMM_WORLD while one says more "
+     "is an error."},
     {"_self_comm", mod_self_comm, METH_NOARGS,
      "A '_dds_comm' capsule for a one-rank communicator (what an object "
      "passed as comm_or_none exposes; see pyddstore_api.h)."},

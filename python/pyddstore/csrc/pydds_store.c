@@ -183,6 +183,10 @@ static int as_i64(PyObject *o, const char *what, int64_t *v_p)
 static int dtype_from_name(const char *s, dds_dtype_t *dt_p)
 {
     int i;
+    if (strncmp(s, "torch.", 6) == 0)   /* str(torch.bfloat16) */
+        s += 6;
+    if (strcmp(s, "half") == 0)
+        s = "float16";
     for (i = 0; i < DDS_DTYPE_COUNT; i++) {
         const char *n = dds_dtype_name((dds_dtype_t)i);
         if (n != NULL && strcmp(n, s) == 0) {
@@ -881,7 +885,8 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
         if (dtype_from_name(dn, &dt) < 0) {
             PyErr_Format(PyExc_TypeError,
                          "init: unsupported dtype '%s'; expected raw, bool, "
-                         "uint8, int32, int64, float32 or float64",
+                         "uint8, int32, int64, float16, bfloat16, float32 or "
+                         "float64",
                          dn);
             Py_DECREF(str);
             return collective_fail(s);
@@ -1237,8 +1242,9 @@ static PyMethodDef store_methods[] = {
      "init(name, nrows, disp, itemsize=1, dtype=None)\n\n"
      "Collective.  This rank's shard of `name`: `nrows` zeroed rows of "
      "`disp` elements of `itemsize` bytes.  Untyped ('raw') unless `dtype` "
-     "(beyond: 'bool', 'uint8', 'int32', 'int64', 'float32', 'float64' or a "
-     "numpy dtype) is given; raw variables accept any buffer whose element "
+     "(beyond: 'bool', 'uint8', 'int32', 'int64', 'float16', 'bfloat16', "
+     "'float32', 'float64', a numpy dtype or a torch dtype) is given; raw "
+     "variables accept any buffer whose element "
      "size is `itemsize`."},
     {"add", (PyCFunction)(void (*)(void))store_add,
      METH_VARARGS | METH_KEYWORDS,
@@ -1284,8 +1290,8 @@ static PyMethodDef store_methods[] = {
     {"info_full", (PyCFunction)store_info_full, METH_O,
      "info_full(name) -> dict (beyond): total_rows, local_rows, local_first, "
      "disp, itemsize, row_bytes, dtype ('raw', 'bool', 'uint8', 'int32', "
-     "'int64', 'float32', 'float64'), mem ('host', 'cuda', 'rocm'), device, "
-     "nranks."},
+     "'int64', 'float32', 'float64', 'float16', 'bfloat16'), mem ('host', "
+     "'cuda', 'rocm'), device, nranks."},
     {"offsets", (PyCFunction)store_offsets, METH_O,
      "offsets(name) -> tuple of nranks+1 ints (beyond): rank r owns global "
      "rows [offsets[r], offsets[r+1])."},

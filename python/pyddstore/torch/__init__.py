@@ -2,10 +2,11 @@
 
     import torch                                   # import torch before MPI starts
     from mpi4py import MPI
-    from pyddstore.torch import DistDataset, ThreadDataLoader
+    from pyddstore.torch import DistDataset, ThreadDataLoader, sampler_kwargs
 
     trainset = DistDataset(my_dataset, "train", MPI.COMM_WORLD)   # each rank loads its share
-    sampler = torch.utils.data.distributed.DistributedSampler(trainset)
+    sampler = torch.utils.data.distributed.DistributedSampler(
+        trainset, **sampler_kwargs(trainset))      # ranks from MPI: no process group needed
     loader = ThreadDataLoader(trainset, batch_size=128, sampler=sampler, num_workers=1)
 
 See docs/pytorch.md (guide) and docs/reference-torch.md (reference).
@@ -20,7 +21,8 @@ import torch as _torch  # noqa: F401
 
 from ._ext import ext as _ext  # noqa: E402
 from .comm import Comm, TorchComm  # noqa: E402
-from .dataset import DistDataset, DistDatasetReader, WindowedDataset, row_of  # noqa: E402
+from .dataset import (DistDataset, DistDatasetReader, WindowedDataset, row_of,  # noqa: E402
+                      sampler_kwargs)
 from .loader import ThreadDataLoader  # noqa: E402
 
 try:
@@ -32,4 +34,4 @@ except OSError:
 __version__ = getattr(_ext, "__version__", None) or _src_version or "0.1.0"
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
-           "ThreadDataLoader", "TorchComm", "Comm", "__version__"]
+           "sampler_kwargs", "ThreadDataLoader", "TorchComm", "Comm", "__version__"]

@@ -7,11 +7,18 @@
   exchange: no MPI needed),
 * a ``pyddstore.FileComm``,
 * ``None``: ``MPI.COMM_WORLD`` when pyddstore has MPI (and ``DDSTORE_MPI`` is
-  not 0), else the default ``torch.distributed`` group when it is
+  not 0) - unless ``torch.distributed`` is initialised with several ranks
+  while MPI's world has one (torchrun), which takes the torch.distributed
+  group; without MPI the default ``torch.distributed`` group when it is
   initialized, else a ``FileComm`` in ``handshake_dir`` with rank and size
-  from Slurm (``SLURM_PROCID`` / ``SLURM_NTASKS``).
+  from Slurm (``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS``, else
+  ``SLURM_NTASKS``).
 
-``DDSTORE_COMM=mpi|torch|file`` forces the kind for ``comm=None``.
+``DDSTORE_COMM=mpi|torch|file`` forces the kind for ``comm=None``.  Never a
+silent one-rank store: when the communicator resolved from ``None`` has one
+rank but the launcher says it started several (``env.launch_sizes()``), a
+RuntimeError says so and how to fix it; ``comm=MPI.COMM_SELF`` (explicit) is
+a deliberate one-rank store.
 
 Everything is wrapped in :class:`Comm`, which gives the Python layer the
 object collectives it needs (``allgather``, ``barrier``, ``split``) and the
@@ -339,23 +346,96 @@ def resolve(comm=None, handshake_dir=None, name=""):
     kind = env.comm_kind()
     have_mpi = bool(getattr(pyddstore, "HAVE_MPI", False)) and env.use_mpi()
     if kind is None:
+        tsize = _torch_world_size()
         if have_mpi:
-            kind = "mpi"
+            # torchrun (several torch.distributed ranks, a one-rank MPI
+            # world): the torch.distributed group, never a one-rank store
+            kind = "torch" if tsize > 1 and _mpi_world_size() == 1 else "mpi"
         else:
-            try:
-                import torch.distributed as dist
-                kind = "torch" if dist.is_available() and dist.is_initialized() else "file"
-            except ImportError:  # pragma: no cover
-                kind = "file"
+            kind = "torch" if tsize > 0 else "file"
     if kind == "mpi":
         if not getattr(pyddstore, "HAVE_MPI", False):
             raise ValueError("DDSTORE_COMM=mpi, but this build of pyddstore has no MPI "
                              "(pyddstore.HAVE_MPI is False)")
         from mpi4py import MPI
-        return _mpi_comm(MPI.COMM_WORLD)
-    if kind == "torch":
-        return _torch_comm(None)
-    return _file_comm(handshake_dir, name)
+        c = _mpi_comm(MPI.COMM_WORLD)
+    elif kind == "torch":
+        c = _torch_comm(None)
+    else:
+        c = _file_comm(handshake_dir, name)
+    _check_launch(c)
+    return c
+
+
+def _torch_world_size():
+    """The default torch.distributed group's size, 0 when not initialised."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover
+        return 0
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0
+    return dist.get_world_size()
+
+
+_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE",
+                    "SLURM_STEP_NUM_TASKS")
+
+
+def _mpi_world_size():
+    """MPI_COMM_WORLD's size.  MPI is started only if it may have several
+    ranks: already initialised, or an MPI launcher (mpirun, mpiexec, srun)
+    says so; under plain torchrun this is 1 without initialising MPI."""
+    state = pyddstore._core._mpi_state()
+    if not state["initialized"]:
+        if not any(v in _MPI_LAUNCH_VARS and n > 1 for v, n, _ in env.launch_sizes()):
+            return 1
+    if state["finalized"]:
+        return 1
+    from mpi4py import MPI
+    return MPI.COMM_WORLD.Get_size()
+
+
+def _mpi_library():
+    try:
+        from mpi4py import MPI
+        return MPI.Get_library_version().splitlines()[0].split(",")[0].strip()
+    except Exception:  # noqa: BLE001 - only for the message
+        return "this MPI"
+
+
+def _check_launch(c):
+    """comm=None resolved to a one-rank communicator while the launcher says
+    it started several processes: each would build a one-rank store holding
+    the whole dataset.  RuntimeError saying so and how to fix it."""
+    if c.size != 1:
+        return
+    several = [(v, n, who) for v, n, who in env.launch_sizes() if n > 1]
+    if not several:
+        return
+    var, n, who = max(several, key=lambda t: t[1])
+    if c.kind == "mpi":
+        what = (f"MPI.COMM_WORLD has 1 rank: mpi4py/pyddstore's MPI ({_mpi_library()}) "
+                "did not see that launch")
+        if var == "WORLD_SIZE":
+            fix = ("under torchrun call torch.distributed.init_process_group() before "
+                   "(comm=None then uses the torch.distributed group, method 1), or "
+                   "launch with the MPI's own launcher")
+        else:
+            fix = ("launch with the launcher of the MPI that mpi4py and pyddstore were "
+                   "built with (not, e.g., MPICH's mpiexec for an Open MPI build; srun "
+                   "with the PMI plugin that MPI needs)")
+    elif c.kind == "torch":
+        what = "the torch.distributed default group has 1 rank"
+        fix = "initialise torch.distributed with every process (world_size, rank)"
+    else:
+        what = "the FileComm has 1 rank (rank and size from SLURM_PROCID/SLURM_NTASKS, " \
+               "RANK/WORLD_SIZE, ...)"
+        fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)"
+    raise RuntimeError(
+        f"comm=None: {what}, but {var}={n} says {who} started {n} processes; each "
+        f"would hold a one-rank store with the whole dataset.  Fix: {fix}; or pass "
+        "comm=MPI.COMM_SELF for a deliberate one-rank store per process")
 
 
 # -- error agreement ----------------------------------------------------------

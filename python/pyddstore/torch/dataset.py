@@ -23,7 +23,8 @@ from . import comm as _comm
 from ._ext import as_index_tensor, ext, stream_of
 from .schema import Schema
 
-__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of"]
+__all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
+           "sampler_kwargs"]
 
 _META_FORMAT = "pyddstore.torch.meta"
 _META_VERSION = 1
@@ -123,14 +124,16 @@ class _Stored(torch.utils.data.Dataset):
 
     @property
     def shapes(self):
-        """{key: shape of the field} (keys: dict keys, tuple/list positions, or 0)."""
-        return {f.key: f.shape for f in self.schema.fields}
+        """{key: per-sample shape of the field, a tuple of ints} (keys: dict
+        keys, tuple/list positions, or 0)."""
+        return {f.key: tuple(int(d) for d in f.shape) for f in self.schema.fields}
 
     @property
     def dtypes(self):
-        """{key: dtype}: torch dtypes for tensors, numpy dtypes for arrays, numpy
-        scalars and records, int / float / bool for Python numbers."""
-        return {f.key: f.user_dtype() for f in self.schema.fields}
+        """{key: dtype name}, strings as the original: 'float32', 'int64',
+        'bfloat16', ... (the stored element type; Python int / float / bool
+        fields are 'int64' / 'float64' / 'bool'; records 'void<bits>')."""
+        return {f.key: f.dtype_name() for f in self.schema.fields}
 
     @property
     def fields(self):
@@ -214,6 +217,9 @@ class _Stored(torch.utils.data.Dataset):
         n = operator.index(n)
         if n < 1:
             raise ValueError(f"alloc: n must be >= 1, got {n}")
+        if self._freed:
+            raise pyddstore.DDStoreError(f"{type(self).__name__} '{self.name}': alloc() "
+                                         "after free()")
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
         dev = self._read_device()
         ts = self._fresh(sel, n, dev)
@@ -234,11 +240,13 @@ class _Stored(torch.utils.data.Dataset):
         return bufs
 
     def release(self, bufs):
-        """Unregister buffers from alloc().  Idempotent."""
+        """Unregister buffers from alloc().  Idempotent while the dataset
+        lives; after free() (which released them all) a ValueError."""
+        if self._freed:
+            raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
+                             "free(): free() already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
         if ts is None:
-            return
-        if self._freed:
             return
         err = None
         for t in ts:
@@ -524,10 +532,10 @@ class DistDataset(_Stored):
             for k, (f, a) in enumerate(zip(fields, arrays)):
                 flat = a.reshape(share, -1)
                 if f.kind == "tensor" and self.add_device is not None:
-                    t = torch.from_numpy(flat).to(self.add_device)
+                    t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
                     ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
                 else:
-                    self.ddstore.add(f.var, flat)
+                    self.ddstore.add(f.var, f.for_store(flat))
                 arrays[k] = None   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
@@ -545,7 +553,8 @@ class DistDataset(_Stored):
                 j1 = min(j0 + chunk, share)
                 self._fill(source, encode, first_stored, fields, arrays, j0, j1, bar)
                 for f, a in zip(fields, arrays):
-                    self.ddstore.update(f.var, a[:j1 - j0].reshape(j1 - j0, -1), j0)
+                    self.ddstore.update(f.var, f.for_store(a[:j1 - j0].reshape(j1 - j0, -1)),
+                                        j0)
         # no collective inside: a failing rank stops, the others finish, then all agree
         _comm.run_agreed(self.comm, fill_all, f"loading '{self.name}'")
 
@@ -681,13 +690,21 @@ def _diff(a, b):
     return "different descriptions"
 
 
+class WindowRangeError(IndexError, ValueError):
+    """A WindowedDataset start whose window leaves the dataset: an IndexError
+    that is also a ValueError (what it was before)."""
+
+
 class WindowedDataset(torch.utils.data.Dataset):
     """Samples made of several stored rows (time windows, clips).
 
     WindowedDataset(ds, window, stride=1, dilation=1, starts=None, fields=None):
     sample i is rows s, s+dilation, ..., s+(window-1)*dilation with
-    s = i*stride or starts[i]; every field stacked (window, *shape) (tensors;
-    records as numpy structured arrays).  A batch is one read_rows().
+    s = i*stride or starts[i]; every field stacked (window, *shape), keeping
+    its kind: tensor fields are tensors, numpy array and numpy scalar fields
+    numpy arrays, records numpy structured arrays, Python numbers tensors
+    (int64 / float64 / bool).  ``fields`` selects as DistDataset's does.  A
+    batch is one read_rows().
     """
 
     def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
@@ -718,8 +735,9 @@ class WindowedDataset(torch.utils.data.Dataset):
             bad = np.nonzero((s < 0) | (s + span > n))[0]
             if bad.size:
                 k = int(bad[0])
-                raise ValueError(f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
-                                 f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
+                raise WindowRangeError(
+                    f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
+                    f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
             self._starts = torch.from_numpy(s)
             self._len = int(s.size)
         self._offsets = torch.arange(self.window, dtype=torch.int64) * self.dilation
@@ -733,11 +751,14 @@ class WindowedDataset(torch.utils.data.Dataset):
 
     @property
     def shapes(self):
-        return {f.key: (self.window,) + f.shape for f in self.schema.fields}
+        """{key: (window, *field shape)}, tuples of ints."""
+        return {f.key: (self.window,) + tuple(int(d) for d in f.shape)
+                for f in self.schema.fields}
 
     @property
     def dtypes(self):
-        return {f.key: f.user_dtype() for f in self.schema.fields}
+        """{key: dtype name} as DistDataset.dtypes."""
+        return {f.key: f.dtype_name() for f in self.schema.fields}
 
     def _rows(self, idx):
         idx = as_index_tensor(idx)
@@ -750,6 +771,8 @@ class WindowedDataset(torch.utils.data.Dataset):
         return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
 
     def _windows(self, indices):
+        """Per field, the batch of windows (n, window, *shape): tensors
+        (records: numpy structured arrays)."""
         rows, n = self._rows(indices)
         got = self.ds.read_rows(rows, fields=self._keys)
         out = []
@@ -758,17 +781,27 @@ class WindowedDataset(torch.utils.data.Dataset):
             out.append(v.reshape((n, self.window) + tuple(v.shape[1:])))
         return out
 
+    def _per_sample(self, vals):
+        """Per field, the list of per-sample windows, of the field's kind."""
+        cols = []
+        for f, v in zip(self.schema.fields, vals):
+            if f.kind in ("ndarray", "npscalar"):
+                a = v.numpy() if v.device.type == "cpu" else v.cpu().numpy()
+                cols.append(list(a))
+            elif isinstance(v, torch.Tensor):
+                cols.append(list(v.unbind(0)))
+            else:
+                cols.append(list(v))
+        return cols
+
     def __getitem__(self, i):
         i = operator.index(i)
         if i < 0:
             i += self._len
-        vals = self._windows([i])
-        return self.schema.build([v[0] for v in vals])
+        return self.schema.build([c[0] for c in self._per_sample(self._windows([i]))])
 
     def __getitems__(self, indices):
-        vals = self._windows(indices)
-        return self.schema.build_many(
-            [list(v.unbind(0)) if isinstance(v, torch.Tensor) else list(v) for v in vals])
+        return self.schema.build_many(self._per_sample(self._windows(indices)))
 
     def read_rows(self, rows, fields=None, out=None):
         return self.ds.read_rows(rows, fields=fields, out=out)
@@ -793,17 +826,73 @@ class WindowedDataset(torch.utils.data.Dataset):
 
 def row_of(concat, source, index):
     """In a DistDataset over the ConcatDataset `concat`, the row of sample
-    `index` of `concat.datasets[source]`."""
+    `index` of `concat.datasets[source]`.  `source` and `index` must be in
+    range: a negative or too large one is an IndexError (no counting from
+    the end: a window start computed past a file's beginning must not land
+    in that file's tail)."""
     datasets = concat.datasets
     source = operator.index(source)
     if not 0 <= source < len(datasets):
         raise IndexError(f"row_of: source {source} out of range [0, {len(datasets)})")
     n = len(datasets[source])
     index = operator.index(index)
-    if index < 0:
-        index += n
     if not 0 <= index < n:
-        raise IndexError(f"row_of: index {index} out of range for source {source} "
-                         f"({n} samples)")
+        raise IndexError(f"row_of: index {index} out of range [0, {n}) of source "
+                         f"{source}")
     start = concat.cumulative_sizes[source - 1] if source > 0 else 0
     return start + index
+
+
+def sampler_kwargs(dataset):
+    """``{"num_replicas": P, "rank": r}`` for
+    ``torch.utils.data.distributed.DistributedSampler(dataset, **...)``: the
+    data-parallel ranks of the whole job, from the dataset's communicator, so
+    that no torch.distributed process group is needed (MPI jobs).
+
+    With ``ddstore_width`` the store groups are replicas, not data-parallel
+    partitions: the sampler still spans every rank of the job.  `dataset` is
+    a DistDataset, a WindowedDataset, a Subset / ConcatDataset of them, or a
+    DistDatasetReader (an extra job: its torch.distributed world when
+    initialised, else MPI.COMM_WORLD, else RANK / WORLD_SIZE or Slurm's)."""
+    comms, readers, seen, todo = [], [], set(), [dataset]
+    while todo:
+        d = todo.pop()
+        if id(d) in seen:
+            continue
+        seen.add(id(d))
+        if isinstance(d, DistDataset):
+            comms.append(d.comm)
+        elif isinstance(d, DistDatasetReader):
+            readers.append(d)
+        elif isinstance(d, WindowedDataset):
+            todo.append(d.ds)
+        else:
+            inner = getattr(d, "dataset", None)
+            if inner is not None:
+                todo.append(inner)
+            todo.extend(getattr(d, "datasets", None) or ())
+    if comms:
+        sizes = {(c.rank, c.size) for c in comms}
+        if len(sizes) > 1:
+            raise ValueError(f"sampler_kwargs: the datasets in {type(dataset).__name__} "
+                             f"live on different communicators (rank, size): {sorted(sizes)}")
+        rank, size = sizes.pop()
+    elif readers:
+        rank, size = _job_rank_size()
+    else:
+        raise TypeError(f"sampler_kwargs: expected a DistDataset, DistDatasetReader or "
+                        f"WindowedDataset (or a Subset/ConcatDataset of them), got "
+                        f"{type(dataset).__name__}")
+    return {"num_replicas": int(size), "rank": int(rank)}
+
+
+def _job_rank_size():
+    """(rank, size) of this process in its job, for a DistDatasetReader."""
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    if getattr(pyddstore, "HAVE_MPI", False) and env.use_mpi():
+        from mpi4py import MPI
+        return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    rs = env.slurm_rank_size()
+    return rs if rs is not None else (0, 1)

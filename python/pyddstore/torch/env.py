@@ -10,7 +10,7 @@ import os
 __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout"]
+           "collective_timeout", "launch_sizes"]
 
 # (name, type, default, help) — same shape as core's config registry.
 ENTRIES = (
@@ -178,14 +178,29 @@ def local_rank():
     return 0
 
 
+def launch_sizes():
+    """[(variable, size, launcher)]: what the launcher says about the number
+    of processes it started (OMPI_COMM_WORLD_SIZE, PMI_SIZE,
+    MV2_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS, WORLD_SIZE; not SLURM_NTASKS,
+    which a whole allocation carries).  The rule lives in pyddstore._core,
+    which applies it to PyDDStore(None) too."""
+    import pyddstore
+    fn = getattr(pyddstore._core, "_launch_env", None)
+    return list(fn()) if fn is not None else []
+
+
 def job_step():
     """(SLURM_JOB_ID, SLURM_STEP_ID) or empty strings."""
     return _raw("SLURM_JOB_ID") or "", _raw("SLURM_STEP_ID") or ""
 
 
 def slurm_rank_size():
-    """(rank, size) from SLURM_PROCID / SLURM_NTASKS (or RANK / WORLD_SIZE), or None."""
-    for r, s in (("SLURM_PROCID", "SLURM_NTASKS"), ("RANK", "WORLD_SIZE"),
+    """(rank, size) from SLURM_PROCID / SLURM_STEP_NUM_TASKS (else SLURM_NTASKS;
+    or RANK / WORLD_SIZE, Open MPI's, PMI's), or None."""
+    step = _raw("SLURM_STEP_NUM_TASKS")
+    slurm_size = "SLURM_STEP_NUM_TASKS" if step is not None and step.strip().isdigit() \
+        else "SLURM_NTASKS"
+    for r, s in (("SLURM_PROCID", slurm_size), ("RANK", "WORLD_SIZE"),
                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
                  ("PMI_RANK", "PMI_SIZE")):
         rv, sv = _raw(r), _raw(s)

@@ -34,6 +34,11 @@ _HAS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
 _END = object()      # a worker's "sampler exhausted" result (iterable datasets)
 
 
+class NoAllocError(TypeError, ValueError):
+    """reuse_buffers=True over a dataset without alloc(): a TypeError (the
+    dataset's type is wrong) that is also a ValueError (what it was)."""
+
+
 def _store_datasets(ds):
     """DistDataset-like objects reachable from `ds` (through .dataset / .datasets
     of Subset, ConcatDataset, WindowedDataset ...)."""
@@ -76,6 +81,7 @@ class _State:
         self.results = {}
         self.stop = False
         self.threads = []
+        self.slots = []         # the worker slots this epoch took (iterator close())
         self.gpu = False        # record/wait CUDA events around batches
 
     def shutdown(self, join=False):
@@ -160,10 +166,10 @@ class ThreadDataLoader(DataLoader):
                 raise ValueError("reuse_buffers=True reuses each worker's buffers, so the "
                                  "collate_fn must copy: use the default collate_fn, or pass "
                                  "collate_copies=True if yours copies")
-            if not hasattr(dataset, "alloc"):
-                raise ValueError(f"reuse_buffers=True needs a dataset with alloc() "
-                                 f"(DistDataset, DistDatasetReader), got "
-                                 f"{type(dataset).__name__}")
+            if not callable(getattr(dataset, "alloc", None)):
+                raise NoAllocError(f"reuse_buffers=True needs a dataset with alloc() "
+                                   f"(DistDataset, DistDatasetReader), got "
+                                   f"{type(dataset).__module__}.{type(dataset).__qualname__}")
         self._slots = []                 # free _Slot objects
         self._all_slots = []
         self._slots_lock = threading.Lock()
@@ -206,7 +212,18 @@ class ThreadDataLoader(DataLoader):
         with self._slots_lock:
             for k, slot in enumerate(self._slots):
                 if bool(slot.readers) == (readers and bool(self._reader_stores())):
-                    return self._slots.pop(k)
+                    slot = self._slots.pop(k)
+                    break
+            else:
+                slot = None
+        if slot is not None:
+            if self.reuse_buffers and slot.bufs is None:   # released by an iterator's close()
+                try:
+                    slot.bufs = self.dataset.alloc(self.batch_size)
+                except BaseException:
+                    self._give_slot(slot)
+                    raise
+            return slot
         slot = _Slot(wid)
         if readers:
             for d in self._reader_stores():
@@ -227,6 +244,22 @@ class ThreadDataLoader(DataLoader):
     def _give_slot(self, slot):
         with self._slots_lock:
             self._slots.append(slot)
+
+    def _release_bufs(self, slots):
+        """Unregister the reuse_buffers sets of `slots` that are back in the
+        pool (an iterator's close(); a slot taken again meanwhile belongs to
+        another iterator and keeps its set).  A later epoch allocates anew."""
+        with self._slots_lock:
+            drop = []
+            for slot in slots:
+                if slot.bufs is not None and any(slot is x for x in self._slots):
+                    drop.append(slot.bufs)
+                    slot.bufs = None
+        for bufs in drop:
+            try:
+                self.dataset.release(bufs)
+            except Exception:  # noqa: BLE001 - the dataset was freed: nothing left
+                pass
 
     def close(self):
         """Stop every iterator, wait for fetches in flight, close thread readers
@@ -338,9 +371,11 @@ class _ThreadIter:
         self._ended = False
         self._outstanding = 0
         self._slot = None
+        self._closed = False
         if self._num_workers == 0:
             if self._reuse:
                 self._slot = loader._take_slot(0, readers=False)
+                self._state.slots.append(self._slot)
             self._main_fetch = self._make_fetch()
             return
         for wid in range(self._num_workers):
@@ -478,6 +513,32 @@ class _ThreadIter:
     def __len__(self):
         return len(self._index_sampler)
 
+    def close(self):
+        """End this epoch early, as generator.close() does: later next()
+        raises StopIteration.  Waits for the fetches in flight, stops the
+        worker threads, drops the prefetched batches and unregisters the
+        reuse_buffers sets this epoch used (the loader allocates new ones if
+        iterated again; its thread readers are kept).  Idempotent.  Call it
+        from the thread that iterates."""
+        if self._closed:
+            return
+        self._closed = True
+        self._ended = True
+        self._exhausted = True
+        st = self._state
+        self._shutdown(join=True)
+        with st.cond:
+            st.results.clear()
+        while True:
+            try:
+                st.tasks.get_nowait()
+            except queue.Empty:
+                break
+        self._outstanding = 0
+        self._sampler_iter = iter(())
+        self._loader._release_bufs(st.slots)
+        st.slots = []
+
     def _shutdown(self, join=False):
         self._state.shutdown(join)
         if getattr(self, "_slot", None) is not None:
@@ -551,6 +612,7 @@ def _worker_loop(loader_ref, st, wid, fetch):
         err = e
     else:
         err = None
+        st.slots.append(slot)
     try:
         for d, r in (slot.readers if slot is not None else ()):
             d._bind_reader(r)

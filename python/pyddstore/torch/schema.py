@@ -18,8 +18,9 @@ record   np.void / structured ndarray /   uint8, nbytes           same class and
          np.recarray                                              layout
 ======== ================================ ======================= ==============
 
-Dtypes: bool, uint8, int32, int64, float32, float64.  float16, other integer
-widths, complex, objects, strings and nested containers raise TypeError.
+Dtypes: bool, uint8, int32, int64, float16, bfloat16 (tensors), float32,
+float64; float16 and bfloat16 are stored bit-exact.  Other integer widths,
+complex, objects, strings and nested containers raise TypeError.
 """
 
 import collections.abc
@@ -28,16 +29,31 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["Field", "Schema", "SUPPORTED", "classify"]
+__all__ = ["Field", "Schema", "SUPPORTED", "classify", "UnknownFieldError"]
 
-SUPPORTED = ("bool", "uint8", "int32", "int64", "float32", "float64")
-_NP = {name: np.dtype(name) for name in SUPPORTED}
+
+class UnknownFieldError(KeyError, ValueError):
+    """A field key that the dataset does not have: a KeyError (read_rows,
+    alloc, get_profile look fields up by key) that is also a ValueError (a bad
+    ``fields=`` argument, as it always was)."""
+
+    def __str__(self):          # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+SUPPORTED = ("bool", "uint8", "int32", "int64", "float16", "bfloat16", "float32",
+             "float64")
+# numpy has no bfloat16: its host storage is int16 (the same bits), and only
+# tensors hold it
+_NP_STORAGE = {name: np.dtype("int16" if name == "bfloat16" else name)
+               for name in SUPPORTED}
 _TORCH = {"bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32,
-          "int64": torch.int64, "float32": torch.float32, "float64": torch.float64}
+          "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
+          "float32": torch.float32, "float64": torch.float64}
 _FROM_TORCH = {v: k for k, v in _TORCH.items()}
-_FROM_NP = {v: k for k, v in _NP.items()}
-_PY = {"bool": bool, "int": int, "float": float}
-_SUPPORTED_MSG = "supported: bool, uint8, int32, int64, float32, float64"
+_FROM_NP = {np.dtype(k): k for k in SUPPORTED if k != "bfloat16"}
+_SUPPORTED_MSG = ("supported: bool, uint8, int32, int64, float16, bfloat16 (tensors), "
+                  "float32, float64")
 
 
 def _unsupported(where, what):
@@ -101,7 +117,7 @@ class Field:
         self.rdtype = rdtype                    # record dtype (np.dtype) or None
         self.rclass = rclass                    # "void" | "ndarray" | "recarray"
         self.var = var
-        self.np_dtype = _NP[dtype]
+        self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
         n = math.prod(self.shape)
         if kind == "record":
@@ -131,15 +147,15 @@ class Field:
         return cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype,
                    d.get("rclass"), var)
 
-    def user_dtype(self):
-        """The dtype as the source had it (ds.dtypes)."""
-        if self.kind == "tensor":
-            return self.torch_dtype
-        if self.kind in ("ndarray", "npscalar"):
-            return self.np_dtype
+    def dtype_name(self):
+        """The field's element type as a string (ds.dtypes, as the original):
+        the stored dtype's name ('float32', 'int64', 'bfloat16', ...; Python
+        int / float / bool are stored as 'int64' / 'float64' / 'bool'); a
+        record's numpy name ('void<bits>': one record of rdtype.itemsize
+        bytes per element of the shape)."""
         if self.kind == "record":
-            return self.rdtype
-        return _PY[self.kind]
+            return self.rdtype.name
+        return self.dtype
 
     def matches(self, value, where):
         """Raise ValueError/TypeError if `value` does not fit this field."""
@@ -162,6 +178,8 @@ class Field:
             t = value.detach()
             if t.device.type != "cpu":
                 t = t.cpu()
+            if t.dtype == torch.bfloat16:
+                t = t.view(torch.int16)         # the same bits (storage int16)
             arr[j] = t.numpy()
         elif k == "record":
             arr[j] = np.frombuffer(np.ascontiguousarray(value).tobytes()
@@ -169,6 +187,14 @@ class Field:
                                    dtype=np.uint8)
         else:
             arr[j] = value
+
+    def for_store(self, a):
+        """What the store gets for host storage `a` (np_dtype): `a` itself, or
+        for bfloat16 a tensor view of its bits (the store's dtype then is
+        bfloat16, not int16)."""
+        if self.dtype == "bfloat16":
+            return torch.from_numpy(a).view(torch.bfloat16)
+        return a
 
     def split(self, t):
         """Per-sample values of a batch tensor (n, *row_shape)."""
@@ -205,6 +231,10 @@ class Field:
     def single(self, t):
         """The value of row 0 of a (1, *row_shape) tensor."""
         return self.split(t)[0]
+
+
+def _keys_msg(keys):
+    return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
 
 
 def _tuplify(x):
@@ -266,8 +296,8 @@ class Schema:
             have = dict(items)
             missing = [k for k in keys if k not in have]
             if missing:
-                raise ValueError(f"fields: {missing!r} not in the sample's fields "
-                                 f"{[k for k, _ in items]!r}")
+                raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
+                                        f"fields {[k for k, _ in items]!r}")
             items = [(k, have[k]) for k in keys]
             if structure == "namedtuple":
                 structure, ntype = "tuple", None
@@ -307,7 +337,8 @@ class Schema:
             raise ValueError("fields: an empty list selects nothing")
         missing = [k for k in keys if k not in self._pos]
         if missing:
-            raise ValueError(f"fields: {missing!r} not in the sample's fields {self.keys!r}")
+            raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
+                                    f"fields {self.keys!r}")
         if len(set(keys)) != len(keys):
             raise ValueError(f"fields: repeated keys in {keys!r}")
         structure = self.structure
@@ -318,8 +349,9 @@ class Schema:
     def field(self, key):
         try:
             return self.fields[self._pos[key]]
-        except KeyError:
-            raise ValueError(f"field {key!r} not in {self.keys!r}") from None
+        except (KeyError, TypeError):
+            raise UnknownFieldError(f"field {key!r} not in the sample's fields "
+                                    f"{self.keys!r}") from None
 
     # -- values ------------------------------------------------------------
     def values(self, sample, where="sample"):
