@@ -300,8 +300,14 @@ static int has_region_abandon(const dds_store_t *s);
  * collective release (MPI_Win_free) could wait forever.  The store remembers
  * it, refuses every later collective at once, and releases locally. */
 
-enum { COLL_INIT = 1, COLL_ADD, COLL_VAR_FREE, COLL_FREE, COLL_EPOCH_BEGIN,
-       COLL_EPOCH_END };
+enum {
+    COLL_INIT = DDS_COLL_INIT,
+    COLL_ADD = DDS_COLL_ADD,
+    COLL_VAR_FREE = DDS_COLL_VAR_FREE,
+    COLL_FREE = DDS_COLL_FREE,
+    COLL_EPOCH_BEGIN = DDS_COLL_EPOCH_BEGIN,
+    COLL_EPOCH_END = DDS_COLL_EPOCH_END
+};
 
 /* A collective call starts (coll_mutex held): its agreements carry a tag
  * (call number, kind), so that ranks in different calls fail instead of
@@ -2393,6 +2399,44 @@ int dds_store_profile_reset(dds_store_t *s, const char *name)
         dds_prof_clear(&v->prof);
     pthread_rwlock_unlock(&s->table_lock);
     return rc;
+}
+
+static const char *coll_name(dds_coll_t call)
+{
+    switch (call) {
+    case DDS_COLL_INIT: return "init";
+    case DDS_COLL_ADD: return "add";
+    case DDS_COLL_VAR_FREE: return "free";
+    case DDS_COLL_FREE: return "free";
+    case DDS_COLL_EPOCH_BEGIN: return "epoch_begin";
+    case DDS_COLL_EPOCH_END: return "epoch_end";
+    }
+    return "collective";
+}
+
+int dds_store_coll_fail(dds_store_t *s, dds_coll_t call, const char *name,
+                        int rc)
+{
+    const char *what = coll_name(call);
+    char detail[512];
+    int arc;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_coll_fail: NULL store");
+    if (rc >= 0)
+        rc = dds_error(-DDS_EINVAL, "dds_store_coll_fail: rc must be < 0");
+    snprintf(detail, sizeof detail, "%s", dds_last_error());
+    pthread_mutex_lock(&s->coll_mutex);
+    if (coll_refuse(s, what, name) != 0) {
+        pthread_mutex_unlock(&s->coll_mutex);
+        return dds_error(rc, "%s", detail); /* nobody waits for us */
+    }
+    coll_begin(s, (int)call);
+    dds_error(rc, "%s", detail);
+    arc = coll_failed(s, coll_agree(s, rc), what, name);
+    pthread_mutex_unlock(&s->coll_mutex);
+    if (arc == rc)
+        dds_error(rc, "%s", detail); /* our own detail, not "rank R: ..." */
+    return arc;
 }
 
 static int epoch_call(dds_store_t *s, int begin)

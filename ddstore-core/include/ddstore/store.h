@@ -205,6 +205,25 @@ int dds_store_profile_reset(dds_store_t *store, const char *name);
 int dds_store_epoch_begin(dds_store_t *store);
 int dds_store_epoch_end(dds_store_t *store);
 
+/* The store's collective calls, as dds_store_coll_fail names them. */
+typedef enum {
+    DDS_COLL_INIT = 1,
+    DDS_COLL_ADD = 2,
+    DDS_COLL_VAR_FREE = 3,
+    DDS_COLL_FREE = 4,
+    DDS_COLL_EPOCH_BEGIN = 5,
+    DDS_COLL_EPOCH_END = 6
+} dds_coll_t;
+
+/* For a caller whose own checks failed before it could make collective
+ * call `call` (e.g. a binding that could not convert its arguments): takes
+ * part in that call's first agreement with `rc` (< 0, detail in
+ * dds_last_error()), exactly as the call would have, so the ranks that did
+ * make it fail together with this one and the calls stay numbered alike.
+ * Returns rc (or the agreement's own failure). */
+int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char *name,
+                        int rc);
+
 /* Names of live variables: calls fn for each (under the table's read lock;
  * fn must not call back into the store). */
 int dds_store_var_foreach(dds_store_t *store,

@@ -123,14 +123,14 @@ static void coll_leave(pydds_store_obj *s, PyThreadState *ts)
 
 /* A local failure before a collective call (Python exception set): let the
  * other ranks' collective call fail too, then raise it here. */
-static PyObject *collective_fail(pydds_store_obj *s)
+static PyObject *collective_fail(pydds_store_obj *s, dds_coll_t call)
 {
     PyObject *t, *v, *tb;
     PyThreadState *ts;
     int rc = pydds_rc_from_pyerr();
     PyErr_Fetch(&t, &v, &tb);
     if (coll_enter(s, 0, &ts) == 0) {
-        (void)dds_comm_agree(dds_store_comm(s->store), rc);
+        (void)dds_store_coll_fail(s->store, call, NULL, rc);
         coll_leave(s, ts);
     }
     PyErr_Restore(t, v, tb);
@@ -862,13 +862,13 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO:init", kwlist, &name_o,
                                      &nrows_o, &disp_o, &itemsize_o, &dtype_o))
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_INIT);
     if ((name = var_name(name_o)) == NULL ||
         as_i64(nrows_o, "nrows", &nrows) < 0 ||
         as_i64(disp_o, "disp", &disp) < 0 ||
         (itemsize_o != NULL && itemsize_o != Py_None &&
          as_i64(itemsize_o, "itemsize", &itemsize) < 0))
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_INIT);
     if (dtype_o != NULL && dtype_o != Py_None) {
         /* 'float32', numpy.dtype('float32') (str), numpy.float32 (__name__) */
         PyObject *str = PyType_Check(dtype_o)
@@ -880,7 +880,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
             if (!PyErr_Occurred())
                 PyErr_SetString(PyExc_TypeError, "init: dtype has no name");
             Py_XDECREF(str);
-            return collective_fail(s);
+            return collective_fail(s, DDS_COLL_INIT);
         }
         if (dtype_from_name(dn, &dt) < 0) {
             PyErr_Format(PyExc_TypeError,
@@ -889,7 +889,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
                          "float64",
                          dn);
             Py_DECREF(str);
-            return collective_fail(s);
+            return collective_fail(s, DDS_COLL_INIT);
         }
         Py_DECREF(str);
         if (dt != DDS_DTYPE_RAW) {
@@ -901,7 +901,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
                              "init: itemsize %lld does not match dtype %s "
                              "(%zu bytes)",
                              (long long)itemsize, dds_dtype_name(dt), es);
-                return collective_fail(s);
+                return collective_fail(s, DDS_COLL_INIT);
             }
         }
     }
@@ -911,7 +911,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
                      ">= 1; got nrows %lld, disp %lld, itemsize %lld",
                      name, (long long)nrows, (long long)disp,
                      (long long)itemsize);
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_INIT);
     }
     if ((rc = coll_enter(s, 0, &ts)) < 0)
         return pydds_raise(rc);
@@ -933,17 +933,17 @@ static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
     int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:add", kwlist, &name_o,
                                      &arr))
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_ADD);
     if ((name = var_name(name_o)) == NULL)
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_ADD);
     if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
-        return collective_fail(s);
+        return collective_fail(s, DDS_COLL_ADD);
     if (b.gpu) {
         /* GPU memory is registered in place: the store keeps `arr` alive
          * until the variable is released (free(), destruction).  Kept
          * before the collective call, dropped again if it fails. */
         if (pydds_store_keep(s, name, arr) < 0)
-            return collective_fail(s);
+            return collective_fail(s, DDS_COLL_ADD);
         list = PyDict_GetItemString(s->keep, name);   /* borrowed */
         Py_XINCREF(list);
     }
