@@ -59,6 +59,7 @@ typedef struct ddmpi_transport {
     size_t max_read;        /* largest MPI_Get count (<= INT_MAX)            */
     MPI_Comm node;          /* our ranks on this node (MPI_COMM_TYPE_SHARED) */
     int *node_rank;         /* per rank of comm: its rank in `node`, or -1  */
+    ddmpi_cid_plan_t cids;  /* Open MPI 4.x: context ids of our windows     */
     uint64_t n_gets;        /* MPI_Get calls (atomic; for tests)            */
     uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
 } ddmpi_transport_t;
@@ -352,14 +353,22 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         r->local_only = 1;
         created = 1;
     } else {
+        MPI_Comm *held = NULL;
+        int nheld;
+        char label[DDMPI_NAME_MAX + 16];
+
         if (MPI_Info_create(&info) == MPI_SUCCESS) {
             MPI_Info_set(info, "no_locks", "false");
             MPI_Info_set(info, "same_disp_unit", "true");
         } else {
             info = MPI_INFO_NULL;
         }
+        /* Open MPI 4.x: a context id no other group on this node uses */
+        snprintf(label, sizeof(label), "variable '%s'", r->name);
+        nheld = ddmpi_cid_steer(t->comm, &t->cids, label, &held);
         mrc = MPI_Win_create(r->base, (MPI_Aint)r->bytes, 1, info, t->comm,
                              &r->win);
+        ddmpi_cid_release(held, nheld);
         if (info != MPI_INFO_NULL)
             MPI_Info_free(&info);
         if (mrc != MPI_SUCCESS) {
@@ -957,6 +966,7 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     }
     MPI_Comm_rank(dup, &t->rank);
     MPI_Comm_size(dup, &t->size);
+    ddmpi_cid_plan_init(dup, node, &t->cids);
     ddmpi_serial_unlock(serial);
 
     t->comm = dup;

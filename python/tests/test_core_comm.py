@@ -7,7 +7,7 @@ import pytest
 
 import pyddstore
 from pyddstore import DDStoreError, _core
-from _util import add_var, values
+from _util import add_var, layout, values
 
 needs_mpi = pytest.mark.skipif(not pyddstore.HAVE_MPI,
                                reason="this build has no MPI (HAVE_MPI False)")
@@ -29,24 +29,154 @@ def test_mpi4py_world_and_split_communicators(store):
     sub = world.Split(color=world.rank % 2, key=world.rank)
     sub_rank, sub_size = sub.rank, sub.size
     try:
-        # One group at a time: Open MPI 4.1's osc/rdma names the shared-memory
-        # backing file of a window after the communicator's context id, which
-        # two disjoint groups can share, so windows of both groups alive at
-        # once on one node collide (MPI_Win_create fails or hangs).
-        for turn in (0, 1):
-            if world.rank % 2 == turn:
-                with pyddstore.PyDDStore(sub, method=0) as s:
-                    got = (s.rank, s.size)
-                    off = add_var(s, "w", np.int32, 3)
-                    out = np.zeros((off[-1], 3), np.int32)
-                    s.get("w", out)
-                del s
-            world.Barrier()
+        # Both groups at once (Open MPI 4.x: the windows of the two groups must
+        # not share osc/rdma's backing files; ddmpi_ompi_cid.c).
+        with pyddstore.PyDDStore(sub, method=0) as s:
+            got = (s.rank, s.size)
+            off = add_var(s, "w", np.int32, 3)
+            out = np.zeros((off[-1], 3), np.int32)
+            s.get("w", out)
+        del s
     finally:
         sub.Free()
     assert got == (sub_rank, sub_size)
     assert off == [0] + list(np.cumsum([2 + (7 * r + 3) % 5 for r in range(sub_size)]))
     np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))
+
+
+# colour of each world rank: contiguous groups of 2 (HydraGNN's ddstore_width),
+# groups of 3 + 1, 1 + 3 and interleaved (odd/even) groups
+SPLITS = {
+    "width2": lambda r, n: r // 2,
+    "width3": lambda r, n: r // 3,
+    "one_and_rest": lambda r, n: 0 if r == 0 else 1,
+    "odd_even": lambda r, n: r % 2,
+}
+
+
+@needs_mpi
+@pytest.mark.parametrize("split", sorted(SPLITS))
+def test_split_groups_create_windows_at_once(split):
+    """Every group of a split creates and frees stores with several variables
+    at the same time, repeatedly, with no method argument (method 0); every
+    read is checked.  Open MPI 4.1 failed here (MPI_ERR_WIN in MPI_Win_create)
+    or let two groups' windows share their state."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    sub = world.Split(SPLITS[split](world.rank, world.size), world.rank)
+    dts = [np.float64, np.int32, np.uint8, np.int64]
+    errors = []
+    try:
+        for rep in range(10):
+            err = None
+            world.Barrier()      # the groups create their windows at the same time
+            s = pyddstore.PyDDStore(sub)
+            try:
+                offs = [add_var(s, f"v{k}", dt, k + 1) for k, dt in enumerate(dts)]
+                for k, (dt, off) in enumerate(zip(dts, offs)):
+                    out = np.zeros((off[-1], k + 1), dt)
+                    s.get(f"v{k}", out)
+                    np.testing.assert_array_equal(out, values(dt, range(off[-1]), k + 1))
+                    rows = np.arange(off[-1])[::-1].copy()
+                    s.get_batch(f"v{k}", out, rows)
+                    np.testing.assert_array_equal(out, values(dt, rows, k + 1))
+            except Exception as e:  # noqa: BLE001 - agreed below
+                err = e
+            finally:
+                s.free()
+            if err is not None:
+                errors.append(f"rep {rep}: {type(err).__name__}: {err}")
+    finally:
+        sub.Free()
+    every = world.allgather(errors)
+    assert not any(every), f"{split}: " + "; ".join(
+        f"rank {r}: {e}" for r, es in enumerate(every) for e in es)
+
+
+class _Creations:
+    """Names of files created in a directory since the last take() (inotify)."""
+    IN_CREATE, IN_NONBLOCK = 0x100, 0o4000
+
+    def __init__(self, path):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        if self.fd < 0 or self.libc.inotify_add_watch(
+                self.fd, os.fsencode(path), self.IN_CREATE) < 0:
+            raise OSError(ctypes.get_errno(), f"inotify on {path}")
+
+    def take(self):
+        names, buf = [], b""
+        while True:
+            try:
+                chunk = os.read(self.fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            buf += chunk
+        i = 0
+        while i + 16 <= len(buf):
+            n = int.from_bytes(buf[i + 12:i + 16], "little")
+            names.append(buf[i + 16:i + 16 + n].split(b"\0")[0].decode())
+            i += 16 + n
+        return names
+
+    def close(self):
+        os.close(self.fd)
+
+
+@needs_mpi
+@pytest.mark.parametrize("split", sorted(SPLITS))
+def test_split_groups_window_files_never_shared(split):
+    """Open MPI 4.x osc/rdma: each window has a shared-memory file per node
+    named after its communicator's context id.  The groups of a split, all
+    alive at once, must never use the same name (else windows created at the
+    same time collide).  The groups take turns creating their stores (kept
+    alive) so that the names each turn creates can be told apart; before the
+    fix the groups' windows took the same ids, hence the same names."""
+    from mpi4py import MPI
+    world = MPI.COMM_WORLD
+    if "Open MPI v" not in MPI.Get_library_version() or \
+            not MPI.Get_library_version().split("Open MPI v")[1][:2] in ("2.", "3.", "4."):
+        pytest.skip("osc/rdma's file names are an Open MPI 2-4 matter")
+    color = SPLITS[split](world.rank, world.size)
+    colors = world.allgather(color)
+    groups = sorted(set(colors))
+    if sum(1 for g in groups if colors.count(g) > 1) < 2:
+        pytest.skip(f"{split} at {world.size} ranks: fewer than two multi-rank groups")
+    backing = os.environ.get("OMPI_MCA_osc_rdma_backing_directory", "/dev/shm")
+    watch = _Creations(backing)
+    sub = world.Split(color, world.rank)
+    stores, made = [], {}
+    try:
+        for g in groups:
+            watch.take()
+            world.Barrier()
+            if color == g:
+                s = pyddstore.PyDDStore(sub)
+                stores.append(s)
+                for k in range(3):
+                    add_var(s, f"v{k}", np.float64, 2)
+            world.Barrier()
+            made[g] = {n for n in watch.take() if n.startswith("osc_rdma.")}
+        for s in stores:
+            off = layout(s.size)
+            for k in range(3):
+                out = np.zeros((off[-1], 2))
+                s.get(f"v{k}", out)
+                np.testing.assert_array_equal(out, values(np.float64, range(off[-1]), 2))
+    finally:
+        for s in stores:
+            s.free()
+        sub.Free()
+        watch.close()
+    multi = [g for g in groups if colors.count(g) > 1]
+    if not any(made[g] for g in multi):
+        pytest.skip(f"no osc_rdma files in {backing}: another osc component")
+    for i, a in enumerate(multi):
+        for b in multi[i + 1:]:
+            assert not made[a] & made[b], \
+                f"{split}: groups {a} and {b} both created {sorted(made[a] & made[b])}"
 
 
 @needs_mpi
