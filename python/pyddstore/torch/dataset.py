@@ -414,17 +414,6 @@ class DistDataset(_Stored):
         self.schema = full
 
         # 5. the store and the shard
-        self._id_pad = []
-        if self.method == 0 and self.store_comm is not self.comm and \
-                self.store_comm.kind == "mpi":
-            # Open MPI 4.1's osc/rdma names a window's shared-memory segment after
-            # its communicator's context id, and disjoint groups of a split get
-            # the same ids: windows of different groups would collide on one
-            # node.  Group g holds g*K extra ids (K > ids one store uses: two
-            # dups + one window per field) so the groups' ids never meet.
-            group = self.comm.rank // width
-            k = len(self.schema.fields) + 4
-            self._id_pad = [self.store_comm.obj.Dup() for _ in range(group * k)]
         try:
             store, err = self._make_store(), None
         except Exception as e:  # noqa: BLE001 - agreed below
@@ -434,14 +423,12 @@ class DistDataset(_Stored):
         except BaseException:
             if store is not None:     # another group failed: release ours (collective
                 store.free()          # within our group, whose members all succeeded)
-            self._free_id_pad()
             raise
         self.ddstore = store
         try:
             self._load(source, encode, first_stored)
         except BaseException:
             self.ddstore = None
-            self._free_id_pad()
             raise
         if self.method == 2 and self.store_comm.rank == 0:
             _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
@@ -556,15 +543,6 @@ class DistDataset(_Stored):
         self._release_all()
         self._freed = True
         self.ddstore.free()
-        self._free_id_pad()
-
-    def _free_id_pad(self):
-        pad, self._id_pad = getattr(self, "_id_pad", []), []
-        for c in pad:
-            try:
-                c.Free()
-            except Exception:  # noqa: BLE001 - after MPI_Finalize
-                pass
 
 
 class DistDatasetReader(_Stored):
