@@ -255,11 +255,85 @@ def test_reader_keeps_its_store_alive():
     st.free()
 
 
-def test_fork_reader_method0_is_a_clear_error(store):
-    add_var(store, "v", np.float32, 1)
-    # MPI cannot be used after fork: method 0 has no forked readers
-    with pytest.raises(DDStoreError, match="forked"):
-        store.fork_reader()
+def _in_child(fn):
+    """Run fn() in a forked child; its return value (or exception text) comes
+    back through a pipe.  The child never calls MPI and leaves with _exit."""
+    import pickle
+    rfd, wfd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(rfd)
+        try:
+            res = ("ok", fn())
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            res = ("err", f"{type(e).__name__}: {e}")
+        with os.fdopen(wfd, "wb") as f:
+            pickle.dump(res, f)
+        os._exit(0)
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return pickle.loads(data)
+
+
+def test_fork_reader_method0_reads_this_nodes_shards(store):
+    """Method 0 in a forked process: no MPI; every shard of this node is read
+    from the inherited shared memory, through fork_reader() or the store."""
+    off = add_var(store, "v", np.float32, 3)
+    total = off[-1]
+    rows = [total - 1, 0, total // 2, 0]
+
+    def child():
+        rd = store.fork_reader()
+        a = np.zeros((total, 3), np.float32)
+        rd.get("v", a)
+        b = np.zeros((len(rows), 3), np.float32)
+        store.get_batch("v", b, rows)
+        return rd.kind, a, b
+
+    status, res = _in_child(child)
+    ok = status == "ok" and res[0] == "forked" and \
+        np.array_equal(res[1], values(np.float32, range(total), 3)) and \
+        np.array_equal(res[2], values(np.float32, rows, 3))
+    assert ok, res
+    out = np.zeros((total, 3), np.float32)       # the parent's store is untouched
+    store.get("v", out)
+    np.testing.assert_array_equal(out, values(np.float32, range(total), 3))
+
+
+@needs_mpi
+def test_fork_reader_method0_other_node_is_a_clear_error(monkeypatch):
+    """A shard not mapped here (another node; DDSTORE_MPI_SHM=0 simulates it)
+    cannot be read after fork (no MPI there): an error naming ThreadDataLoader
+    and method 1, never an MPI call.  This rank's own rows still read."""
+    from mpi4py import MPI
+    monkeypatch.setenv("DDSTORE_MPI_SHM", "0")
+    s = pyddstore.PyDDStore(MPI.COMM_WORLD)
+    try:
+        off = add_var(s, "v", np.int64, 2)
+        lo, hi = off[s.rank], off[s.rank + 1]
+
+        def child():
+            own = np.zeros((hi - lo, 2), np.int64)
+            s.get("v", own, lo)
+            out = np.zeros((off[-1], 2), np.int64)
+            try:
+                s.get("v", out)
+            except DDStoreError as e:
+                return own, str(e)
+            return own, None
+
+        status, res = _in_child(child)
+        assert status == "ok", res
+        np.testing.assert_array_equal(res[0], values(np.int64, range(lo, hi), 2))
+        if s.size == 1:
+            assert res[1] is None
+        else:
+            assert res[1] is not None and "forked" in res[1] and \
+                "ThreadDataLoader" in res[1] and "method=1" in res[1], res[1]
+    finally:
+        s.free()
 
 
 def test_join_needs_method2(store):

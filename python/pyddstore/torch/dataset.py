@@ -100,11 +100,11 @@ class _Stored(torch.utils.data.Dataset):
         pid = os.getpid()
         if self._fork is not None and self._fork[0] == pid:
             return self._fork[1]
-        if self.method == 0:
-            raise RuntimeError(
-                f"DistDataset '{self.name}': method=0 (MPI) cannot be read from a forked "
-                "DataLoader worker (no MPI after fork); use ThreadDataLoader, or method 1/2")
-        if not env.fork_workers():
+        # method 0: no MPI after fork; the worker reads the shards of this node's
+        # ranks from the shared memory it inherited (no libfabric, so
+        # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
+        # error at the first read naming ThreadDataLoader and method 1.
+        if self.method != 0 and not env.fork_workers():
             raise RuntimeError(
                 f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
                 "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
@@ -294,9 +294,9 @@ class _Stored(torch.utils.data.Dataset):
     def __reduce__(self):
         raise TypeError(
             f"{type(self).__name__} '{self.name}' cannot be pickled: its data lives in the "
-            "job's store.  DataLoader workers must be forked (the default on Linux; set "
-            "DDSTORE_FORK_WORKERS=1, methods 1/2) - spawn/forkserver are not supported; "
-            "or use ThreadDataLoader")
+            "job's store.  DataLoader workers must be forked (the default on Linux; methods "
+            "1/2: set DDSTORE_FORK_WORKERS=1; method 0: every rank on one node) - "
+            "spawn/forkserver are not supported; or use ThreadDataLoader")
 
     def __repr__(self):
         return (f"{type(self).__name__}('{self.name}', {self.total} samples, "
