@@ -651,6 +651,24 @@ static long reg_exact(const dds_store_t *s, uintptr_t p, size_t bytes)
     return -1;
 }
 
+/* Caller holds reg_lock.  1: (ptr, bytes) is not registered; 0: it is,
+ * as memory of kind m->kind (registering it again is a no-op); < 0: it is,
+ * as another kind of memory (error set). */
+static int reg_again(const dds_store_t *s, const void *ptr, size_t bytes,
+                     const dds_mem_t *m)
+{
+    long i = reg_exact(s, (uintptr_t)ptr, bytes);
+
+    if (i < 0)
+        return 1;
+    if (s->regs[i].mem.kind != m->kind)
+        return dds_error(-DDS_EINVAL, "recv_register: %zu bytes at %p are "
+                         "already registered as %s memory, not %s", bytes,
+                         ptr, mem_name(s->regs[i].mem.kind),
+                         mem_name(m->kind));
+    return 0;
+}
+
 /* Handle of a registration containing [p, p+bytes), or NULL. */
 static void *reg_lookup(dds_store_t *s, const void *ptr, size_t bytes)
 {
@@ -2201,13 +2219,13 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
         if (rc != 0)
             return rc;
     }
+    /* Exactly this range again: a no-op (as in the original), unless it
+     * was registered as another kind of memory. */
     pthread_rwlock_rdlock(&s->reg_lock);
-    rc = reg_exact(s, (uintptr_t)ptr, bytes) >= 0;
+    rc = reg_again(s, ptr, bytes, &m);
     pthread_rwlock_unlock(&s->reg_lock);
-    if (rc)
-        return dds_error(-DDS_EEXIST,
-                         "recv_register: %zu bytes at %p are already "
-                         "registered", bytes, ptr);
+    if (rc != 1)
+        return rc;
     /* Staged GPU memory is never touched by the transport: only recorded. */
     if (route != ROUTE_STAGED && s->tr.ops->recv_register != NULL) {
         if (s->serialize)
@@ -2226,25 +2244,30 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
             return rc;
     }
     pthread_rwlock_wrlock(&s->reg_lock);
-    if (reg_exact(s, (uintptr_t)ptr, bytes) >= 0) {
-        rc = dds_error(-DDS_EEXIST, "recv_register: %zu bytes at %p are "
-                                    "already registered", bytes, ptr);
-    } else if (grow_array((void **)&s->regs, &s->cap_regs, s->nregs + 1,
-                          sizeof(reg_entry_t)) != 0) {
-        rc = dds_error(-DDS_ENOMEM, "recv_register: out of memory");
-    } else {
-        pos = reg_upper(s, (uintptr_t)ptr);
-        memmove(&s->regs[pos + 1], &s->regs[pos],
-                (s->nregs - pos) * sizeof(reg_entry_t));
-        s->regs[pos].lo = (uintptr_t)ptr;
-        s->regs[pos].bytes = bytes;
-        s->regs[pos].mem = m;
-        s->regs[pos].handle = handle;
-        s->nregs++;
-        if (bytes > s->reg_max_bytes)
-            s->reg_max_bytes = bytes;
-        atomic_store_explicit(&s->reg_count, s->nregs, memory_order_relaxed);
-    }
+    rc = reg_again(s, ptr, bytes, &m);
+    if (rc == 0) {
+        rc = -DDS_EEXIST;  /* another thread registered it meanwhile: ours
+                              goes (below) and the call is a no-op */
+    } else if (rc == 1) {
+        rc = 0;
+        if (grow_array((void **)&s->regs, &s->cap_regs, s->nregs + 1,
+                       sizeof(reg_entry_t)) != 0) {
+            rc = dds_error(-DDS_ENOMEM, "recv_register: out of memory");
+        } else {
+            pos = reg_upper(s, (uintptr_t)ptr);
+            memmove(&s->regs[pos + 1], &s->regs[pos],
+                    (s->nregs - pos) * sizeof(reg_entry_t));
+            s->regs[pos].lo = (uintptr_t)ptr;
+            s->regs[pos].bytes = bytes;
+            s->regs[pos].mem = m;
+            s->regs[pos].handle = handle;
+            s->nregs++;
+            if (bytes > s->reg_max_bytes)
+                s->reg_max_bytes = bytes;
+            atomic_store_explicit(&s->reg_count, s->nregs,
+                                  memory_order_relaxed);
+        }
+    } /* else: registered meanwhile as another kind (error set) */
     pthread_rwlock_unlock(&s->reg_lock);
     if (rc != 0 && handle != NULL && s->tr.ops->recv_unregister != NULL) {
         if (s->serialize)
@@ -2253,7 +2276,7 @@ int dds_store_recv_register(dds_store_t *s, void *ptr, size_t bytes,
         if (s->serialize)
             pthread_mutex_unlock(&s->tmutex);
     }
-    return rc;
+    return rc == -DDS_EEXIST ? 0 : rc;
 }
 
 int dds_store_recv_unregister(dds_store_t *s, void *ptr, size_t bytes)

@@ -17,6 +17,31 @@ int ddmpi_need_serial(void);
 void ddmpi_serial_lock(int serial);
 void ddmpi_serial_unlock(int serial);
 
+/* Open MPI 4.x osc/rdma names the shared-memory file of a window after the
+ * context id of the window's communicator, which disjoint communicators
+ * (the groups of a split) share: windows of two groups created at once on
+ * one node collide (ddmpi_ompi_cid.c).  A plan gives this communicator's
+ * windows context ids = res (mod mod); mod 0: nothing to do (another MPI,
+ * Open MPI 5+, a communicator that cannot meet another one on a node, or
+ * anything unexpected; a debug message says which). */
+typedef struct ddmpi_cid_plan {
+    int mod;
+    int res;
+} ddmpi_cid_plan_t;
+
+/* Collective over comm (node: comm's ranks on this node).  Never fails:
+ * problems disable the plan on every member alike. */
+void ddmpi_cid_plan_init(MPI_Comm comm, MPI_Comm node, ddmpi_cid_plan_t *plan);
+
+/* Collective over comm, just before MPI_Win_create(comm): duplicates comm
+ * until the next duplicate's context id matches the plan, holding the
+ * others.  Returns how many are held in *held_p (free them with
+ * ddmpi_cid_release after MPI_Win_create).  Never fails (a miss is only
+ * logged); every member takes the same decisions. */
+int ddmpi_cid_steer(MPI_Comm comm, const ddmpi_cid_plan_t *plan,
+                    const char *what, MPI_Comm **held_p);
+void ddmpi_cid_release(MPI_Comm *held, int n);
+
 /* Test hook (ddmpi_transport.c): MPI_Get calls and ops served by memcpy
  * from a same-node peer's shared window since the transport was created. */
 #include <stdint.h>

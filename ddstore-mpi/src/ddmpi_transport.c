@@ -17,6 +17,11 @@
  * created on that memory.  Shards change only by var_update on the owner: a
  * reader sees an update once the owner's call returned and the two
  * synchronised, as with RMA.
+ *
+ * Forked children (DataLoader workers) never call MPI: they read with
+ * memcpy from the MAP_SHARED mappings they inherited, which works when every
+ * rank's shard is mapped here (one node); otherwise the read fails with an
+ * error naming the alternatives (ddmpi_read_forked).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,12 +42,17 @@
 #include "ddmpi_internal.h"
 
 #define DDMPI_ENV_MAX_READ_BYTES "DDSTORE_MPI_MAX_READ_BYTES"
+#define DDMPI_ENV_SHM "DDSTORE_MPI_SHM"
 #define DDMPI_NAME_MAX 127  /* variable names are kept for messages only */
 
 static const dds_config_entry_t ddmpi_config_table[] = {
     {DDMPI_ENV_MAX_READ_BYTES, DDS_CONFIG_INT, "1G", NULL, "mpi",
      "largest single MPI_Get of method 0 in bytes (1 .. 2147483647); larger "
      "reads are split"},
+    {DDMPI_ENV_SHM, DDS_CONFIG_BOOL, "1", NULL, "mpi",
+     "method 0: map the shards of ranks on this node (POSIX shared memory) "
+     "and read them with memcpy, also from forked DataLoader workers; 0 reads "
+     "them with MPI_Get as if they were on other nodes"},
 };
 
 void ddmpi_config_register(void)
@@ -59,6 +69,8 @@ typedef struct ddmpi_transport {
     size_t max_read;        /* largest MPI_Get count (<= INT_MAX)            */
     MPI_Comm node;          /* our ranks on this node (MPI_COMM_TYPE_SHARED) */
     int *node_rank;         /* per rank of comm: its rank in `node`, or -1  */
+    ddmpi_cid_plan_t cids;  /* Open MPI 4.x: context ids of our windows     */
+    int shm;                /* DDSTORE_MPI_SHM: map same-node shards        */
     uint64_t n_gets;        /* MPI_Get calls (atomic; for tests)            */
     uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
 } ddmpi_transport_t;
@@ -68,7 +80,9 @@ typedef struct ddmpi_transport {
 typedef struct ddmpi_shard {
     void *base;             /* this rank's shard                             */
     size_t bytes;
-    int mapped;             /* base is a shared-memory mapping (else malloc) */
+    int mapped;             /* base is a MAP_SHARED mapping (a POSIX shared
+                               memory object, or anonymous), shared with
+                               forked children; else malloc                */
     int nnode;              /* ranks of the node communicator                */
     const char **peer;      /* per node rank: its shard mapped here, or NULL */
     size_t *peer_bytes;
@@ -85,6 +99,11 @@ typedef struct ddmpi_region {
                                in a shared window                        */
     int local_only;         /* one-rank communicator: no window (all reads
                                are of our own shard)                         */
+    int fork_bad;           /* -1: every rank's rows are in MAP_SHARED memory
+                               mapped here, so a forked child reads them all
+                               with memcpy; else the first rank whose
+                               shard is not (on another node, no shared
+                               memory, DDSTORE_MPI_SHM=0)                  */
     int serial;             /* the transport's serial flag                   */
     struct ddmpi_region *prev, *next;   /* live windows, creation order      */
     char name[DDMPI_NAME_MAX + 1];
@@ -342,6 +361,22 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         }
         free(r->shared);
         r->shared = NULL;
+
+        /* can a forked child of this rank read every shard by memcpy? */
+        r->fork_bad = -1;
+        for (int o = 0; o < t->size && r->fork_bad < 0; o++) {
+            int ok;
+
+            if (r->shard_bytes[o] == 0)
+                continue;
+            if (o == t->rank)
+                ok = sh && sh->mapped && sh->bytes == local->bytes &&
+                     sh->base == local->base;
+            else
+                ok = r->peer_base[o] != NULL;
+            if (!ok)
+                r->fork_bad = o;
+        }
     }
 
     rc = 0;
@@ -352,14 +387,22 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         r->local_only = 1;
         created = 1;
     } else {
+        MPI_Comm *held = NULL;
+        int nheld;
+        char label[DDMPI_NAME_MAX + 16];
+
         if (MPI_Info_create(&info) == MPI_SUCCESS) {
             MPI_Info_set(info, "no_locks", "false");
             MPI_Info_set(info, "same_disp_unit", "true");
         } else {
             info = MPI_INFO_NULL;
         }
+        /* Open MPI 4.x: a context id no other group on this node uses */
+        snprintf(label, sizeof(label), "variable '%s'", r->name);
+        nheld = ddmpi_cid_steer(t->comm, &t->cids, label, &held);
         mrc = MPI_Win_create(r->base, (MPI_Aint)r->bytes, 1, info, t->comm,
                              &r->win);
+        ddmpi_cid_release(held, nheld);
         if (info != MPI_INFO_NULL)
             MPI_Info_free(&info);
         if (mrc != MPI_SUCCESS) {
@@ -503,6 +546,77 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
     return 0;
 }
 
+/* ---- reads in a forked child ------------------------------------------------
+ *
+ * A process forked from a rank (a DataLoader worker) must not call MPI.  It
+ * inherited the rank's mappings, which are MAP_SHARED: its own shard and
+ * those of the same-node ranks it mapped (shard_alloc).  When every rank's
+ * shard of the variable is among them (fork_bad < 0: one node, shared memory
+ * available), the child reads every row with memcpy and sees each update
+ * as the ranks' own reads do; otherwise every read that needs another rank
+ * is refused with an error naming the alternatives (nothing is copied). */
+
+static int ddmpi_in_child;
+static pthread_once_t ddmpi_fork_once = PTHREAD_ONCE_INIT;
+
+static void ddmpi_fork_child(void)
+{
+    __atomic_store_n(&ddmpi_in_child, 1, __ATOMIC_RELAXED);
+}
+
+static void ddmpi_fork_hook(void)
+{
+    (void)pthread_atfork(NULL, NULL, ddmpi_fork_child);
+}
+
+/* Non-zero in a process forked after the first transport was created. */
+static int ddmpi_forked(void)
+{
+    return __atomic_load_n(&ddmpi_in_child, __ATOMIC_RELAXED);
+}
+
+static int ddmpi_read_forked(const ddmpi_transport_t *t,
+                             const ddmpi_region_t *r, const dds_read_op_t *ops,
+                             size_t nops, void *dst, void *staging,
+                             dds_prof_t *prof)
+{
+    uint64_t t0;
+    size_t i;
+    int rc;
+
+    if (r->win == MPI_WIN_NULL && !r->local_only)
+        return dds_error(-DDS_EIO, "variable '%s': read in a forked process "
+                         "after the window was freed", r->name);
+    if (r->fork_bad >= 0)
+        return dds_error(-DDS_ENOSYS, "variable '%s': a forked process (a "
+                         "DataLoader worker) cannot read it with method 0: "
+                         "rank %d's shard is not in shared memory on this "
+                         "node (%s), and MPI cannot be used after fork. Use "
+                         "ThreadDataLoader (threads), or method=1 with "
+                         "DDSTORE_FORK_WORKERS=1 for forked workers",
+                         r->name, r->fork_bad,
+                         r->fork_bad == t->rank
+                         ? "no shared memory for it"
+                         : t->shm ? "another node, or no shared memory"
+                                  : "DDSTORE_MPI_SHM=0");
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
+        return rc;
+    t0 = dds_prof_now();
+    for (i = 0; i < nops; i++) {
+        const dds_read_op_t *op = &ops[i];
+        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
+        const char *from = op->owner == t->rank ? (const char *)r->base
+                                                : r->peer_base[op->owner];
+
+        if (op->len == 0)
+            continue;
+        memcpy(to, from + op->src_offset, op->len);
+    }
+    if (t0)
+        dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - t0);
+    return 0;
+}
+
 static int ddmpi_read(void *ctx, void *reader, void *region,
                       const dds_read_op_t *ops, size_t nops, void *dst,
                       void *dst_handle, const dds_mem_t *dst_mem,
@@ -529,6 +643,8 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
                          "(memory kind %d) need staging, which the MPI "
                          "transport does not do yet", r->name,
                          (int)dst_mem->kind);
+    if (ddmpi_forked())
+        return ddmpi_read_forked(t, r, ops, nops, dst, staging, prof);
     if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
         return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
                          r->name, ddmpi_gone() ? "MPI_Finalize"
@@ -776,9 +892,20 @@ static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
     }
     names = calloc((size_t)(nnode ? nnode : 1), DDMPI_SHM_NAME);
     ok = sh && sh->peer && sh->peer_bytes && names;
-    if (ok && bytes > 0 && !(nnode > 1 && ddmpi_shm_create(sh, bytes, mine))) {
-        sh->base = malloc(bytes);
-        ok = sh->base != NULL;
+    if (ok && bytes > 0 &&
+        !(nnode > 1 && t->shm && ddmpi_shm_create(sh, bytes, mine))) {
+        /* not shared with peers: anonymous MAP_SHARED memory still is
+         * shared with forked children (they see later updates) */
+        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+        if (p != MAP_FAILED) {
+            sh->base = p;
+            sh->mapped = 1;
+        } else {
+            sh->base = malloc(bytes);
+            ok = sh->base != NULL;
+        }
     }
     if (!ok)
         mine[0] = '\0';
@@ -802,7 +929,7 @@ static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
             void *p;
             int fd;
 
-            if (i == me || nm[0] == '\0')
+            if (i == me || nm[0] == '\0' || !t->shm)
                 continue;
             fd = shm_open(nm, O_RDONLY, 0);
             if (fd < 0)
@@ -909,7 +1036,7 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     ddmpi_transport_t *t = NULL;
     MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
     int64_t max_read = (int64_t)DDMPI_MAX_READ_BYTES_DEFAULT;
-    int rc = 0, mrc, serial, fin, init = 0, v[2];
+    int rc = 0, mrc, serial, fin, init = 0, v[2], shm = 1;
 
     if (!transport_p)
         return dds_error(-DDS_EINVAL, "ddmpi_transport_create: transport_p "
@@ -930,6 +1057,8 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     if (rc == 0 && (max_read < 1 || max_read > INT_MAX))
         rc = dds_error(-DDS_ECONFIG, "%s=%lld: must be in [1, %d]",
                        DDMPI_ENV_MAX_READ_BYTES, (long long)max_read, INT_MAX);
+    if (rc == 0)
+        rc = dds_config_get_bool(DDMPI_ENV_SHM, &shm);
     if (rc == 0) {
         t = calloc(1, sizeof(*t));
         if (!t)
@@ -992,16 +1121,20 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     }
     MPI_Comm_rank(dup, &t->rank);
     MPI_Comm_size(dup, &t->size);
+    ddmpi_cid_plan_init(dup, node, &t->cids);
     ddmpi_serial_unlock(serial);
 
     t->comm = dup;
     t->node = node;
     t->serial = serial;
+    t->shm = shm;
     t->max_read = (size_t)max_read;
+    pthread_once(&ddmpi_fork_once, ddmpi_fork_hook);
 
     transport_p->ops = &ddmpi_transport_ops;
     transport_p->ctx = t;
     transport_p->caps = DDS_TRANSPORT_CAP_LOCAL_SELF |
+                        DDS_TRANSPORT_CAP_FORK |    /* same-node shards */
                         (serial ? 0 : DDS_TRANSPORT_CAP_THREAD_SAFE);
     transport_p->max_read_bytes = t->max_read;
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_MPI, "transport created: rank %d of "

@@ -127,6 +127,11 @@ void unregister_recv(py::handle obj, at::Tensor buf)
         py::gil_scoped_release nogil;
         rc = api()->recv_unregister(t.store, buf.data_ptr(), bytes);
     }
+    if (rc == -DDS_ENOENT)   // as PyDDStore.unregister_recv: a ValueError
+        throw_py(PyExc_ValueError,
+                 "unregister_recv: this tensor (" + std::to_string(bytes) +
+                     " bytes) is not registered (never registered, or "
+                     "unregistered already)");
     check(rc);
 }
 

@@ -331,7 +331,9 @@ def test_profile_counters(store):
     p0 = store.get_profile("v")
     names = {"calls", "rows", "bytes", "reads", "local_bytes", "staged_bytes",
              "registrations", "lock_wait_ns", "register_ns", "post_ns",
-             "complete_ns", "gpu_sync_ns", "other_ns", "total_ns"}
+             "complete_ns", "gpu_sync_ns", "other_ns", "total_ns",
+             # the original DDStore's names (test_profile_original_names)
+             "lock_wait", "mr", "mr_miss", "read", "cq"}
     assert set(p0) == names
     out = np.zeros((off[-1], 2), np.float32)
     store.get("v", out)
@@ -344,23 +346,83 @@ def test_profile_counters(store):
     assert store.get_profile("v")["calls"] == 0
 
 
+# the original DDStore's get_profile names -> ours (same meaning, nanoseconds)
+ORIGINAL_PROFILE_NAMES = {"calls": "calls", "rows": "rows", "lock_wait": "lock_wait_ns",
+                          "mr": "register_ns", "mr_miss": "registrations",
+                          "read": "post_ns", "cq": "complete_ns"}
+
+
+def test_profile_original_names(store):
+    """get_profile keeps our counters and offers the original's names too,
+    with the same values (one snapshot), also through a reader."""
+    off = add_var(store, "v", np.int64, 3)
+    total = off[-1]
+    out = np.zeros((total, 3), np.int64)
+    for _ in range(3):
+        store.get("v", out)
+        store.get_batch("v", out[:4], [total - 1, 0, total // 2, 0])
+    rd = store.open_reader()
+    try:
+        rd.get("v", out)
+        for p in (store.get_profile("v"), rd.get_profile("v")):
+            for orig, ours in ORIGINAL_PROFILE_NAMES.items():
+                assert orig in p, orig
+                assert isinstance(p[orig], int)
+                assert p[orig] == p[ours], (orig, ours, p)
+            assert p["calls"] == 7
+            assert p["rows"] == 4 * total + 12
+    finally:
+        rd.close()
+    store.reset_profile("v")
+    p = store.get_profile("v")
+    assert all(p[k] == 0 for k in ORIGINAL_PROFILE_NAMES)
+
+
 def test_register_recv(store):
     off = add_var(store, "v", np.float64, 3)
     total = off[-1]
     buf = np.zeros((total, 3))
     store.register_recv("v", buf)
-    with pytest.raises(ValueError, match="already registered"):
-        store.register_recv("v", buf)
+    store.register_recv("v", buf)    # again: a no-op, as in the original
     store.get("v", buf)
     np.testing.assert_array_equal(buf, values(np.float64, range(total), 3))
     buf[:] = 0
     store.get_batch("v", buf[1:3], [total - 1, 0])   # a slice of it
     np.testing.assert_array_equal(buf[1:3], values(np.float64, [total - 1, 0], 3))
-    store.unregister_recv("v", buf)
+    store.unregister_recv("v", buf)  # one unregister undoes both registrations
     with pytest.raises(ValueError, match="not registered"):
         store.unregister_recv("v", buf)
     with pytest.raises(pyddstore.DDStoreKeyError):
         store.register_recv("nope", buf)
+
+
+def test_register_recv_again_is_a_noop(store):
+    """The original's contract: registering a registered buffer again is a
+    no-op; unregistering one that is not registered (never, or twice) is a
+    ValueError (not a KeyError: the name is fine)."""
+    off = add_var(store, "v", np.int64, 2)
+    total = off[-1]
+    buf = np.zeros((total, 2), np.int64)
+    other = np.zeros((total, 2), np.int64)
+    with pytest.raises(ValueError, match="not registered") as ei:
+        store.unregister_recv("v", buf)           # never registered
+    assert not isinstance(ei.value, KeyError)
+    for _ in range(3):
+        store.register_recv("v", buf)
+    store.register_recv("v", buf[1:])             # another range: its own registration
+    view = buf.view()                             # the same memory through another object
+    store.register_recv("v", view)
+    store.get_batch("v", buf, list(range(total))[::-1])
+    np.testing.assert_array_equal(buf, values(np.int64, list(range(total))[::-1], 2))
+    store.unregister_recv("v", buf)
+    store.unregister_recv("v", buf[1:])
+    for b in (buf, view, buf[1:]):
+        with pytest.raises(ValueError, match="not registered"):
+            store.unregister_recv("v", b)
+    with pytest.raises(ValueError, match="not registered"):
+        store.unregister_recv("v", other)
+    store.get("v", other)                         # reads still work, unregistered
+    np.testing.assert_array_equal(other, values(np.int64, range(total), 2))
 
 
 def test_properties_and_repr(store):

@@ -320,8 +320,7 @@ def test_register_recv_device_buffer(emu):
     d = DevArray((off[-1], 3), stream=st)
     arrays.append(d)
     s.register_recv("v", d)
-    with pytest.raises(ValueError, match="already registered"):
-        s.register_recv("v", d)
+    s.register_recv("v", d)          # again: a no-op, as in the original
     s.get("v", d, 0)
     np.testing.assert_array_equal(d.host(), values(np.float64, range(off[-1]), 3))
     s.unregister_recv("v", d)

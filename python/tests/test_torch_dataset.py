@@ -476,7 +476,7 @@ def test_ddstore_width():
 def test_ddstore_width_several_alive():
     """Several partitioned datasets alive at once, with several fields each
     (Open MPI 4.1 on one node names window segments after context ids, which
-    disjoint groups share: DistDataset keeps the groups' ids apart)."""
+    disjoint groups share: the MPI transport keeps the groups' ids apart)."""
     comm = world()
     width = 2 if comm.Get_size() >= 2 else 1
     a = DistDataset(Source("dict"), fresh_name("wa"), comm, ddstore_width=width)

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 
 from _torch_util import (N_ODD, Source, assert_all, env_set, fresh_name,  # noqa: E402
                          require_method, same, shared_tmpdir, world)
+import pyddstore  # noqa: E402
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
@@ -527,12 +528,107 @@ def test_docs_pytorch_snippets_run_as_written(doc, after):
 
 
 # ------------------------------------------------------------ forked workers --
-def test_forked_workers_method0_clear_error(datasets):
+@pytest.mark.parametrize("persistent", [False, True])
+def test_forked_workers_method0_one_node(datasets, persistent):
+    """DataLoader with forked workers over a method-0 DistDataset, every rank on
+    this node: the workers read every shard through the shared memory they
+    inherited (no MPI after fork, no DDSTORE_FORK_WORKERS needed); every
+    batch equals a plain DataLoader's over the source, for every field kind."""
     comm, dss = datasets
-    ds = dss["tuple"]
-    loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
-    with pytest.raises(RuntimeError, match="method=0"):
-        next(iter(loader))
+    rs = torch.utils.data.RandomSampler    # own generators: the same order in every
+    for kind in ("tuple", "dict", "tensor"):   # epoch, persistent workers or not
+        loader = DataLoader(dss[kind], batch_size=4, num_workers=2,
+                            sampler=rs(dss[kind], generator=torch.Generator().manual_seed(5)),
+                            persistent_workers=persistent, multiprocessing_context="fork")
+        ref_loader = DataLoader(Source(kind), batch_size=4,
+                                sampler=rs(Source(kind), generator=torch.Generator().manual_seed(5)))
+        for epoch in range(2):
+            _cmp_epochs(comm, _epoch(ref_loader), _epoch(loader),
+                        f"method 0 forked {kind} epoch {epoch}")
+        del loader
+
+
+class _Rows(torch.utils.data.Dataset):
+    """The original's user pattern: __getitem__ reads one row with store.get."""
+
+    def __init__(self, store, name, total, disp):
+        self.store, self.name, self.total, self.disp = store, name, total, disp
+
+    def __len__(self):
+        return self.total
+
+    def __getitem__(self, i):
+        out = np.zeros((1, self.disp), np.float64)
+        self.store.get(self.name, out, i)
+        return torch.from_numpy(out[0]), i
+
+
+def test_forked_workers_method0_see_updates():
+    """Persistent forked workers read rows updated by every rank before
+    epoch_begin() (the shards are MAP_SHARED: no snapshot at fork)."""
+    comm = world()
+    s = pyddstore.PyDDStore(comm)
+    disp, mine = 3, 5 + comm.rank % 3
+    counts = comm.allgather(mine)
+    lo, total = sum(counts[:comm.rank]), sum(counts)
+    base = np.arange(lo, lo + mine, dtype=np.float64).reshape(-1, 1)
+    s.add("u", np.repeat(base, disp, axis=1))
+    try:
+        loader = DataLoader(_Rows(s, "u", total, disp), batch_size=3, shuffle=True,
+                            num_workers=2, persistent_workers=True,
+                            multiprocessing_context="fork",
+                            generator=torch.Generator().manual_seed(1))
+        bad = ""
+        for epoch in range(3):
+            # every rank rewrites its rows: value = 1000 * epoch + global row.
+            # (The barriers keep this test about forked workers and shared memory,
+            # whatever epoch_begin/epoch_end synchronise: docs/concurrency.md.)
+            comm.Barrier()
+            s.update("u", np.repeat(base + 1000 * epoch, disp, axis=1), 0)
+            s.epoch_begin()
+            comm.Barrier()
+            seen = 0
+            for x, idx in loader:
+                want = (1000.0 * epoch + idx.double()).reshape(-1, 1).expand(-1, disp)
+                if not bad and not torch.equal(x, want):
+                    bad = f"epoch {epoch}: rows {idx.tolist()} read {x[:, 0].tolist()}"
+                seen += len(idx)
+            s.epoch_end()
+            if not bad and seen != total:
+                bad = f"epoch {epoch}: {seen} rows of {total}"
+        del loader
+        assert_all(comm, not bad, bad)
+    finally:
+        s.free()
+
+
+def test_forked_workers_method0_other_node_clear_error(monkeypatch):
+    """A shard that is not in shared memory here (another node; simulated with
+    DDSTORE_MPI_SHM=0) cannot be read after fork: a clear error naming
+    ThreadDataLoader and method 1, on every rank (nothing collective, no
+    hang).  One rank: only its own shard, which its workers read."""
+    comm = world()
+    env_set(monkeypatch, DDSTORE_MPI_SHM=0)
+    ds = DistDataset(Source("tuple"), fresh_name("f0x"), comm)
+    try:
+        loader = DataLoader(ds, batch_size=4, num_workers=1, multiprocessing_context="fork")
+        err = None
+        try:
+            got = _epoch(loader)
+        except RuntimeError as e:
+            err = e
+        if comm.Get_size() == 1:
+            assert err is None, err
+            _cmp_epochs(comm, _epoch(DataLoader(Source("tuple"), batch_size=4)), got,
+                        "one rank, DDSTORE_MPI_SHM=0")
+        else:
+            msg = str(err)
+            ok = isinstance(err, pyddstore.DDStoreError) and "ThreadDataLoader" in msg \
+                and "method=1" in msg and "forked" in msg and "DDSTORE_MPI_SHM=0" in msg
+            assert_all(comm, ok, f"{type(err).__name__}: {msg}")
+        del loader
+    finally:
+        ds.free()
 
 
 @pytest.mark.parametrize("persistent", [False, True])

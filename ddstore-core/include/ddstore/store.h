@@ -171,12 +171,15 @@ int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const int64_t *rows, size_t n);
 
 /* Register a destination so reads into it or any slice of it skip
- * registration.  Returns -DDS_EEXIST if exactly this range is registered.
- * GPU memory that the transport cannot reach (staged reads) is recorded
- * without a transport registration. */
+ * registration.  Registering exactly this range again is a no-op that
+ * returns 0 (registrations are not counted: one unregister removes it), or
+ * -DDS_EINVAL if it was registered as another kind of memory.  Overlapping
+ * ranges are separate registrations.  GPU memory that the transport cannot
+ * reach (staged reads) is recorded without a transport registration. */
 int dds_store_recv_register(dds_store_t *store, void *ptr, size_t bytes,
                             const dds_mem_t *mem);
-/* -DDS_ENOENT if (ptr, bytes) was not registered. */
+/* -DDS_ENOENT if (ptr, bytes) is not registered (never was, or was
+ * unregistered already). */
 int dds_store_recv_unregister(dds_store_t *store, void *ptr, size_t bytes);
 
 /* Readers: separate read contexts (endpoints) for threads or forked

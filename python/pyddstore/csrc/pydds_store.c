@@ -749,6 +749,19 @@ PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name_o)
     return t;
 }
 
+/* The original DDStore's counter names, next to ours (same values; times in
+ * nanoseconds like ours).  calls and rows are already both. */
+static const struct {
+    const char *name;
+    dds_prof_counter_t counter;
+} pydds_orig_counters[] = {
+    {"lock_wait", DDS_PROF_NS_LOCK_WAIT}, /* time waiting for locks        */
+    {"mr", DDS_PROF_NS_REGISTER},         /* time registering memory       */
+    {"mr_miss", DDS_PROF_REGISTRATIONS},  /* registrations not in registry */
+    {"read", DDS_PROF_NS_POST},           /* time posting reads            */
+    {"cq", DDS_PROF_NS_COMPLETE},         /* time waiting for completions  */
+};
+
 PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
 {
     dds_profile_t p;
@@ -767,6 +780,19 @@ PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
         if (v == NULL ||
             PyDict_SetItemString(d, dds_prof_counter_name((dds_prof_counter_t)i),
                                  v) < 0) {
+            Py_XDECREF(v);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(v);
+    }
+    for (i = 0; d != NULL && i < (int)(sizeof(pydds_orig_counters) /
+                                       sizeof(pydds_orig_counters[0]));
+         i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(
+            p.v[pydds_orig_counters[i].counter]);
+        if (v == NULL ||
+            PyDict_SetItemString(d, pydds_orig_counters[i].name, v) < 0) {
             Py_XDECREF(v);
             Py_CLEAR(d);
             break;
@@ -1093,13 +1119,9 @@ static PyObject *store_register_recv(pydds_store_obj *s, PyObject *args,
     pydds_buffer_release(&b);
     if (rc < 0) {
         Py_DECREF(key);
-        if (rc == -DDS_EEXIST)
-            return pydds_raise_fmt(rc,
-                                   "register_recv('%s'): this buffer is "
-                                   "already registered",
-                                   name);
         return pydds_raise(rc);
     }
+    /* registered (or already was: a no-op) */
     if (s->recv_bufs != NULL && PyDict_SetItem(s->recv_bufs, key, arr) < 0) {
         Py_DECREF(key);
         return NULL;
@@ -1281,7 +1303,8 @@ static PyMethodDef store_methods[] = {
      "unregister_recv(name, arr)\n\nUndo register_recv(name, arr)."},
     {"get_profile", (PyCFunction)store_get_profile, METH_O,
      "get_profile(name) -> dict of read counters (calls, rows, bytes, reads, "
-     "local_bytes, staged_bytes, registrations, and *_ns times), summed over "
+     "local_bytes, staged_bytes, registrations, and *_ns times; also the "
+     "original's names lock_wait, mr, mr_miss, read, cq), summed over "
      "every reader and thread."},
     {"reset_profile", (PyCFunction)store_reset_profile, METH_O,
      "reset_profile(name): zero the counters of `name` (beyond)."},

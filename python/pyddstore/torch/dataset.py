@@ -101,11 +101,11 @@ class _Stored(torch.utils.data.Dataset):
         pid = os.getpid()
         if self._fork is not None and self._fork[0] == pid:
             return self._fork[1]
-        if self.method == 0:
-            raise RuntimeError(
-                f"DistDataset '{self.name}': method=0 (MPI) cannot be read from a forked "
-                "DataLoader worker (no MPI after fork); use ThreadDataLoader, or method 1/2")
-        if not env.fork_workers():
+        # method 0: no MPI after fork; the worker reads the shards of this node's
+        # ranks from the shared memory it inherited (no libfabric, so
+        # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
+        # error at the first read naming ThreadDataLoader and method 1.
+        if self.method != 0 and not env.fork_workers():
             raise RuntimeError(
                 f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
                 "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
@@ -302,9 +302,9 @@ class _Stored(torch.utils.data.Dataset):
     def __reduce__(self):
         raise TypeError(
             f"{type(self).__name__} '{self.name}' cannot be pickled: its data lives in the "
-            "job's store.  DataLoader workers must be forked (the default on Linux; set "
-            "DDSTORE_FORK_WORKERS=1, methods 1/2) - spawn/forkserver are not supported; "
-            "or use ThreadDataLoader")
+            "job's store.  DataLoader workers must be forked (the default on Linux; methods "
+            "1/2: set DDSTORE_FORK_WORKERS=1; method 0: every rank on one node) - "
+            "spawn/forkserver are not supported; or use ThreadDataLoader")
 
     def __repr__(self):
         return (f"{type(self).__name__}('{self.name}', {self.total} samples, "
@@ -434,17 +434,6 @@ class DistDataset(_Stored):
         self.schema = full
 
         # 5. the store and the shard
-        self._id_pad = []
-        if self.method == 0 and self.store_comm is not self.comm and \
-                self.store_comm.kind == "mpi":
-            # Open MPI 4.1's osc/rdma names a window's shared-memory segment after
-            # its communicator's context id, and disjoint groups of a split get
-            # the same ids: windows of different groups would collide on one
-            # node.  Group g holds g*K extra ids (K > ids one store uses: two
-            # dups + one window per field) so the groups' ids never meet.
-            group = self.comm.rank // width
-            k = len(self.schema.fields) + 4
-            self._id_pad = [self.store_comm.obj.Dup() for _ in range(group * k)]
         try:
             store, err = self._make_store(), None
         except Exception as e:  # noqa: BLE001 - agreed below
@@ -454,14 +443,12 @@ class DistDataset(_Stored):
         except BaseException:
             if store is not None:     # another group failed: release ours (collective
                 store.free()          # within our group, whose members all succeeded)
-            self._free_id_pad()
             raise
         self.ddstore = store
         try:
             self._load(source, encode, first_stored)
         except BaseException:
             self.ddstore = None
-            self._free_id_pad()
             raise
         if self.method == 2 and self.store_comm.rank == 0:
             _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
@@ -577,15 +564,6 @@ class DistDataset(_Stored):
         self._release_all()
         self._freed = True
         self.ddstore.free()
-        self._free_id_pad()
-
-    def _free_id_pad(self):
-        pad, self._id_pad = getattr(self, "_id_pad", []), []
-        for c in pad:
-            try:
-                c.Free()
-            except Exception:  # noqa: BLE001 - after MPI_Finalize
-                pass
 
 
 class DistDatasetReader(_Stored):

@@ -27,7 +27,8 @@ ENTRIES = (
      "1/2 (0: threads share the store's reader)"),
     ("DDSTORE_FORK_WORKERS", "bool", "0",
      "allow reads from forked DataLoader workers (methods 1/2): each worker opens "
-     "its own reader; sets FI_MR_CACHE_MONITOR=memhooks"),
+     "its own reader; sets FI_MR_CACHE_MONITOR=memhooks (method 0 needs no setting: "
+     "workers read this node's shared memory)"),
     ("DDSTORE_COMM", "enum", "",
      "force the communicator kind for comm=None: mpi | torch | file"),
     ("DDSTORE_AFFINITY_WIDTH", "int", "0",
