@@ -323,6 +323,20 @@ def test_release_after_free(method):
     assert_all(comm, not ds._allocs, f"{len(ds._allocs)} buffer sets left")
 
 
+@pytest.mark.parametrize("method", [0, 1])
+def test_release_after_close(method):
+    """close() is free() by another name: release() afterwards a ValueError."""
+    comm = world()
+    ds = _make(Source("tuple"), fresh_name("rc"), comm, method)
+    bufs = ds.alloc(2)
+    ds.close()
+    with pytest.raises(ValueError, match="close"):
+        ds.release(bufs)
+    ds.close()                                            # idempotent
+    with pytest.raises(pyddstore.DDStoreError):
+        ds[0]
+
+
 # ---------------------------------------------------- errors on every rank --
 def _expect_all(comm, exc_types, fn, match=None):
     """fn() raises one of exc_types on every rank (never hangs, never passes)."""

@@ -239,12 +239,18 @@ class _Stored(torch.utils.data.Dataset):
         self._allocs[id(bufs)] = ts
         return bufs
 
+    def close(self):
+        """free() under the name loaders and files use: collective for method
+        0, idempotent; release() of alloc() buffers afterwards is a
+        ValueError."""
+        self.free()
+
     def release(self, bufs):
         """Unregister buffers from alloc().  Idempotent while the dataset
         lives; after free() (which released them all) a ValueError."""
         if self._freed:
             raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
-                             "free(): free() already unregistered every alloc() buffer")
+                             "free()/close(): it already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
         if ts is None:
             return
