@@ -18,7 +18,11 @@ def _open(path):
     if os.path.exists(path + ".gz"):
         return gzip.open(path + ".gz", "rb")
     raise FileNotFoundError(
-        f"{path}[.gz] not found; install Debian's dataset-fashion-mnist or pass --data DIR")
+        f"{path} (or {path}.gz) not found. Point --data (or DDSTORE_VAE_DATA) at a "
+        "directory with the MNIST or Fashion-MNIST idx files (train-images-idx3-ubyte, "
+        "train-labels-idx1-ubyte, t10k-*; plain or .gz), e.g. the files of "
+        "https://github.com/zalandoresearch/fashion-mnist copied to your file system; "
+        f"the default, {DEFAULT_DIR}, is Debian's dataset-fashion-mnist package")
 
 
 def read_idx(path):

@@ -27,9 +27,9 @@ TRAIN_NAME = "fmnist-train"
 
 # ---------------------------------------------------------------- options ---
 def add_common_args(ap):
-    ap.add_argument("--data", default=None,
-                    help="MNIST-format directory (default: Debian's dataset-fashion-mnist, "
-                         f"{mnist_data.DEFAULT_DIR})")
+    ap.add_argument("--data", default=os.environ.get("DDSTORE_VAE_DATA") or None,
+                    help="MNIST-format directory (default: $DDSTORE_VAE_DATA, else Debian's "
+                         f"dataset-fashion-mnist, {mnist_data.DEFAULT_DIR})")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=128, help="per rank")
     ap.add_argument("--num-workers", type=int, default=0,

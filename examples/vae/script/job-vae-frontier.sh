@@ -2,6 +2,8 @@
 # VAE with DDP on Frontier (OLCF): AMD MI250X, Slingshot 11 (cxi).
 #
 #   sbatch -A <project> examples/vae/script/job-vae-frontier.sh [vae-ddp.py options]
+#   (other data: DDSTORE_VAE_DATA=/path/to/fashion-mnist sbatch ..., or --data DIR;
+#   a directory of MNIST-format idx files, plain or .gz)
 #
 # METHOD=0 (MPI RMA, default), METHOD=1 (libfabric cxi, reads into GPU memory
 # with --gpu-dest and out of GPU shards with --gpu-source).

@@ -2,6 +2,8 @@
 # VAE with DDP on Perlmutter (NERSC): NVIDIA A100, Slingshot 11 (cxi).
 #
 #   sbatch -A <account> examples/vae/script/job-vae-perlmutter.sh [vae-ddp.py options]
+#   (other data: DDSTORE_VAE_DATA=/path/to/fashion-mnist sbatch ..., or --data DIR;
+#   a directory of MNIST-format idx files, plain or .gz)
 #SBATCH -J ddstore-vae
 #SBATCH -C gpu
 #SBATCH -q regular

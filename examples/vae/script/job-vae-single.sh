@@ -3,6 +3,8 @@
 # (Frontier or Perlmutter, one or more nodes).
 #
 #   sbatch -A <project> examples/vae/script/job-vae-single.sh [--num-workers 4]
+#   (other data: DDSTORE_VAE_DATA=/path/to/fashion-mnist sbatch ..., or --data DIR;
+#   a directory of MNIST-format idx files, plain or .gz)
 #
 # Forked workers open their own reader (PyDDStore.fork_reader) on their first
 # read.  DDSTORE_FORK_WORKERS=1 must be set before libfabric starts: it makes

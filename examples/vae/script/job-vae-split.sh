@@ -4,6 +4,8 @@
 # DistDatasetReader.  Both steps run in ONE Slurm job.
 #
 #   sbatch -A <project> examples/vae/script/job-vae-split.sh
+#   (other data: DDSTORE_VAE_DATA=/path/to/fashion-mnist sbatch ..., or --data DIR;
+#   a directory of MNIST-format idx files, plain or .gz)
 #
 # Slingshot VNIs: by default every job step gets its own VNI and the cxi
 # provider cannot reach endpoints of another step.  --network=job_vni gives

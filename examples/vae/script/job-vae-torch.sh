@@ -4,6 +4,8 @@
 # that the default).
 #
 #   sbatch -A <project> examples/vae/script/job-vae-torch.sh
+#   (other data: DDSTORE_VAE_DATA=/path/to/fashion-mnist sbatch ..., or --data DIR;
+#   a directory of MNIST-format idx files, plain or .gz)
 #SBATCH -J ddstore-vae-torch
 #SBATCH -N 2
 #SBATCH -t 00:20:00
