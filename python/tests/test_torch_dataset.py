@@ -592,9 +592,10 @@ def test_method2_reader():
 
 
 def test_progress_bar_rules(monkeypatch):
-    """tqdm on rank 0 only, only on a terminal, off with DDSTORE_PROGRESS=0."""
+    """tqdm on rank 0 only on a terminal, progress lines elsewhere (batch
+    jobs), off with DDSTORE_PROGRESS=0."""
     import sys
-    from pyddstore.torch.dataset import _progress
+    from pyddstore.torch.dataset import _LogProgress, _progress
     comm = world()
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
     env_set(monkeypatch, DDSTORE_PROGRESS=None)
@@ -606,7 +607,7 @@ def test_progress_bar_rules(monkeypatch):
     assert _progress(10, "x", 0) is None
     env_set(monkeypatch, DDSTORE_PROGRESS=None)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
-    assert _progress(10, "x", 0) is None
+    assert isinstance(_progress(10, "x", 0), _LogProgress)
     assert_all(comm, True)
 
 
@@ -661,3 +662,27 @@ def test_meta_json_round_trip(kind, tmp_path):
         assert (a.kind, a.shape, a.dtype, a.rdtype, a.rclass) == \
             (b.kind, b.shape, b.dtype, b.rdtype, b.rclass)
     assert_all(comm, True)
+
+
+def test_progress_lines_for_batch_jobs(monkeypatch):
+    """stderr not a terminal (a batch job): rank 0 writes a progress line every
+    few seconds and one when done; DDSTORE_PROGRESS=0 turns it off."""
+    import io
+    import sys
+    from pyddstore.torch import dataset as dsm
+    out = io.StringIO()
+    p = dsm._LogProgress(1000, "train", interval=0.0, out=out)
+    p.update(256)
+    p.update(256)
+    p.n = 1000
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("ddstore: loading 'train' on rank 0: 26% (256/1000 samples")
+    assert "ETA" in lines[0] and "samples/s" in lines[0]
+    assert lines[-1].startswith("ddstore: loading 'train' on rank 0: loaded 1000 samples in")
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    monkeypatch.setenv("DDSTORE_PROGRESS", "1")
+    assert isinstance(dsm._progress(10, "x", 0), dsm._LogProgress)
+    assert dsm._progress(10, "x", 1) is None                       # rank 0 only
+    monkeypatch.setenv("DDSTORE_PROGRESS", "0")
+    assert dsm._progress(10, "x", 0) is None

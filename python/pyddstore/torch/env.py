@@ -36,7 +36,8 @@ ENTRIES = (
     ("DDSTORE_AFFINITY_OFFSET", "int", "0",
      "first CPU used for worker pinning"),
     ("DDSTORE_PROGRESS", "bool", "1",
-     "progress bar on rank 0 while a DistDataset loads (only on a terminal)"),
+     "loading progress on rank 0 while a DistDataset loads: a tqdm bar on a terminal, "
+     "else a line on stderr every 5 s (percent, samples/s, ETA)"),
     ("DDSTORE_HANDSHAKE_DIR", "string", "",
      "default handshake_dir (methods 1/2 without MPI, method 2, FileComm)"),
     ("DDSTORE_MPI", "bool", "1",
