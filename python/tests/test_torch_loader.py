@@ -513,7 +513,7 @@ def test_docs_pytorch_snippets_run_as_written(doc, after):
     with open(os.path.join(root, doc)) as fh:
         text = fh.read()
     start = text.index(after)
-    code = re.search(r"```python\n(.*?)```", text[start:], re.S).group(1)
+    code = re.search(r"```python[^\n]*\n(.*?)```", text[start:], re.S).group(1)
     assert "sampler_kwargs" in code and "my_dataset =" in code, code
     ns = {"__name__": "__snippet__"}
     err = None
