@@ -14,6 +14,7 @@
 #include "pydds.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -97,9 +98,11 @@ static int filecomm_init(pydds_filecomm_obj *self, PyObject *args,
         if (timeout_s == -1 && PyErr_Occurred())
             goto fail;
         if (!(timeout_s > 0)) {
+            /* PyErr_Format knows no %g: format the number here */
+            char num[64];
+            snprintf(num, sizeof num, "%g", timeout_s);
             PyErr_Format(PyExc_ValueError,
-                         "FileComm: timeout must be > 0 seconds, got %g",
-                         timeout_s);
+                         "FileComm: timeout must be > 0 seconds, got %s", num);
             goto fail;
         }
     }
