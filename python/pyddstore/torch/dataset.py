@@ -781,6 +781,9 @@ def _load_meta(hs, name, ns):
     reader without a namespace takes the one of any namespace when only one
     exists."""
     path = os.path.join(hs, _meta_file_name(name, ns))
+    # someone else's directory, or one others may write to, is not trusted
+    if not pyddstore._core._dir_check(hs, "handshake directory"):
+        return path, None, None
     data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
     if data is None and not ns:
         suffix = "@" + _meta_file_name(name)
