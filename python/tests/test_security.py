@@ -340,3 +340,12 @@ def test_meta_in_a_directory_of_another_user_is_refused(tmp_path, fabric):
     os.chown(hs, pw.pw_uid, pw.pw_gid)
     with pytest.raises(ValueError, match="owned by uid"):
         tds._write_json_atomic(str(hs / "x.meta.json"), {})
+
+
+def test_meta_and_record_names_follow_the_c_encoding():
+    _method2_or_skip()
+    for name, ns in [("train", ""), ("a/b c", ""), (".x", "job.1"), ("é%", "a@b"),
+                     ("d/0", "42.0.d"), ("-x_", ".n")]:
+        rec = pyddstore._core._handshake_file_name(name, ns)
+        assert os.path.basename(tds._record_path("/hs", name, ns)) == rec
+        assert tds._meta_file_name(name, ns) == rec[:-len(".ddshs")] + ".meta.json"
