@@ -1,14 +1,28 @@
 /* ddstore-core: FileComm, a communicator over files in a shared directory
  * (include/ddstore/comm_file.h).  libc + pthreads only.
  *
- * Layout under dir/<ns>/ (0700):
- *   c<inst>.<seq>.<rank>        one file per rank and collective step (0600)
- *   .tmp.c<inst>.<seq>.<rank>   written first, then renamed (atomic)
+ * Layout under dir/<ns>/ (0700, owned by the user, never writable by
+ * others: dds_dir_prepare):
+ *   c<inst>.<seq>.<rank>        one file per rank and collective step (0600),
+ *                               published with dds_file_publish (a fresh
+ *                               O_EXCL|O_NOFOLLOW temporary file, renamed)
+ * and beside it, in dir/:
+ *   <ns>@rank<r>.claim          this run's claim on rank r of the namespace
+ *                               ('@' never occurs in a namespace), created
+ *                               exclusively (link(2)) by the first
+ *                               communicator of the process; holds a random
+ *                               nonce, pid, start time and host
  * <inst> numbers the communicators a process created for (dir, ns), so that
  * several stores over one FileComm never read each other's files.
  *
- * A file: a fixed header (magic, seq, rank, size, op, payload bytes) then the
- * payload.  Every collective is an allgather of the payload: allreduce_i64
+ * Two runs never mix: a second run whose rank r meets a live claim of
+ * another process fails at creation (-DDS_EBUSY naming the holder), and
+ * every step file carries its writer's claim nonce: a peer's file whose
+ * nonce is not the one in the peer's current claim (a file a crashed run
+ * left behind) is not read, only waited past.
+ *
+ * A file: a fixed header (magic, seq, rank, size, op, payload bytes, the
+ * writer's nonce) then the payload.  Every collective is an allgather of the payload: allreduce_i64
  * gathers the vectors and reduces locally, barrier gathers nothing.
  * Cleanup: after step k+1 completed here, every rank has written its file of
  * step k+1 and so has finished reading step k: our file of step k goes.
@@ -24,6 +38,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -34,6 +49,7 @@
 #include "ddstore/comm_file.h"
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
+#include "ddstore/files.h"
 #include "ddstore/log.h"
 
 /* ---- configuration ---------------------------------------------------- */
@@ -96,7 +112,8 @@ static int next_instance(const char *path, unsigned *inst_p)
 
 /* ---- the communicator ------------------------------------------------- */
 
-#define FC_MAGIC "DDSFCOM1"
+
+#define FC_MAGIC "DDSFCOM2"
 
 enum { FC_OP_ALLGATHER = 1, FC_OP_BARRIER = 2, FC_OP_ALLREDUCE = 16 };
 
@@ -108,9 +125,11 @@ typedef struct fc_header {
     uint32_t op;
     uint32_t reserved;
     uint64_t bytes;
+    uint64_t nonce; /* the writer's claim nonce */
 } fc_header_t;
 
 typedef struct fc_ctx {
+    char *dir;  /* dir */
     char *path; /* dir/ns */
     char *ns;
     int rank, size;
@@ -122,6 +141,11 @@ typedef struct fc_ctx {
     unsigned char *got; /* size flags */
     char broken[200];   /* set when a step timed out: the ranks are out of
                            step from then on, every later call fails */
+    uint64_t nonce;       /* this process's claim on (path, rank) */
+    uint64_t *peer_nonce; /* size entries: each peer's claim, 0 = unknown */
+    char host[256];
+    char skipped[600];    /* the last peer file not read, and why (for the
+                             timeout message) */
 } fc_ctx_t;
 
 static const char *op_name(uint32_t op)
@@ -142,27 +166,288 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void file_name(const fc_ctx_t *c, char *buf, size_t n, int tmp,
-                      uint64_t seq, int rank)
+/* Polling must not lose this thread's error detail: a collective may carry
+ * the caller's failure (dds_comm_agree sends it after the first exchange). */
+typedef struct saved_error {
+    char text[512];
+} saved_error_t;
+
+static void error_save(saved_error_t *s)
 {
-    snprintf(buf, n, "%s/%sc%u.%llu.%d", c->path, tmp ? ".tmp." : "", c->inst,
-             (unsigned long long)seq, rank);
+    snprintf(s->text, sizeof s->text, "%s", dds_last_error());
 }
 
-static int write_all(int fd, const void *p, size_t n)
+static void error_restore(const saved_error_t *s)
 {
-    const char *b = p;
-    while (n > 0) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
+    if (s->text[0] != '\0')
+        (void)dds_error(0, "%s", s->text);
+    else
+        dds_error_clear();
+}
+
+/* ---- claims: one run per (dir/ns, rank) ------------------------------- */
+
+/* This process's claims, shared by its communicators on one (path, rank).
+ * When the last of them is destroyed (by the process that made it: a
+ * forked child never touches its parent's claim) the claim is marked
+ * released, keeping its nonce: a peer may still have to read this run's
+ * last step files, and a new run takes a released claim over. */
+typedef struct claim_ent {
+    char *path;
+    int rank;
+    unsigned refs;
+    uint64_t nonce;
+    pid_t owner;
+    struct claim_ent *nx;
+} claim_ent_t;
+
+static pthread_mutex_t g_claim_mu = PTHREAD_MUTEX_INITIALIZER;
+static claim_ent_t *g_claims = NULL;
+
+#define CLAIM_MAGIC "ddstore FileComm claim 1"
+
+typedef struct claim_info {
+    int rank, size, released;
+    long pid;
+    unsigned long long ticks, nonce, time;
+    char host[256];
+} claim_info_t;
+
+static uint64_t random_nonce(void)
+{
+    uint64_t v = 0;
+    struct timespec ts;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v && v != 0)
+        return v;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    v = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^
+        ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ull;
+    return v ? v : 1;
+}
+
+static void claim_name(const fc_ctx_t *c, char *buf, size_t n, int rank)
+{
+    snprintf(buf, n, "%s@rank%d.claim", c->ns, rank);
+}
+
+/* 0 = parsed, -1 = not a claim file. */
+static int claim_parse(const char *text, claim_info_t *ci)
+{
+    char state[16] = "";
+    int used = 0;
+    memset(ci, 0, sizeof *ci);
+    if (strncmp(text, CLAIM_MAGIC "\n", sizeof(CLAIM_MAGIC)) != 0)
+        return -1;
+    text += sizeof(CLAIM_MAGIC);
+    if (sscanf(text,
+               "rank %d size %d pid %ld ticks %llu nonce %llx time %llu "
+               "state %15s\nhost %255[^\n]\n%n",
+               &ci->rank, &ci->size, &ci->pid, &ci->ticks, &ci->nonce,
+               &ci->time, state, ci->host, &used) != 8 ||
+        used == 0 || text[used] != '\0' || ci->nonce == 0 || ci->pid <= 0 ||
+        (strcmp(state, "live") != 0 && strcmp(state, "released") != 0))
+        return -1;
+    ci->released = strcmp(state, "released") == 0;
     return 0;
+}
+
+static void claim_text(const fc_ctx_t *c, uint64_t nonce, int released,
+                       char *text, size_t n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(text, n,
+             CLAIM_MAGIC "\nrank %d size %d pid %ld ticks %llu nonce %016llx "
+                         "time %llu state %s\nhost %s\n",
+             c->rank, c->size, (long)getpid(),
+             (unsigned long long)dds_proc_self_start_ticks(),
+             (unsigned long long)nonce, (unsigned long long)ts.tv_sec,
+             released ? "released" : "live", c->host);
+}
+
+/* Read rank's claim: 0 (filled), -DDS_ENOENT, or another error (detail
+ * set). */
+static int claim_read(const fc_ctx_t *c, int rank, claim_info_t *ci)
+{
+    char fn[PATH_MAX], cn[320];
+    void *buf = NULL;
+    size_t len = 0;
+    int rc;
+    claim_name(c, cn, sizeof cn, rank);
+    snprintf(fn, sizeof fn, "%s/%s", c->dir, cn);
+    rc = dds_file_read(fn, "FileComm claim", 4096, &buf, &len);
+    if (rc < 0)
+        return rc;
+    rc = claim_parse(buf, ci);
+    free(buf);
+    if (rc < 0 || ci->rank != rank)
+        return dds_error(-DDS_ECORRUPT,
+                         "FileComm claim %s is not a claim of rank %d (damaged "
+                         "or foreign): remove it if no run uses this "
+                         "namespace",
+                         fn, rank);
+    return 0;
+}
+
+/* Take (or share) this process's claim on (path, rank). */
+static int claim_take(fc_ctx_t *c)
+{
+    char cn[320], text[600], fn[PATH_MAX];
+    claim_ent_t *e;
+    claim_info_t ci;
+    dds_file_part_t part;
+    int rc = 0;
+
+    pthread_mutex_lock(&g_claim_mu);
+    for (e = g_claims; e; e = e->nx)
+        if (e->rank == c->rank && e->owner == getpid() &&
+            strcmp(e->path, c->path) == 0)
+            break;
+    if (e != NULL) {
+        e->refs++;
+        c->nonce = e->nonce;
+        pthread_mutex_unlock(&g_claim_mu);
+        return 0;
+    }
+    e = calloc(1, sizeof *e);
+    if (e == NULL || (e->path = strdup(c->path)) == NULL) {
+        free(e);
+        pthread_mutex_unlock(&g_claim_mu);
+        return dds_error(-DDS_ENOMEM, "FileComm: out of memory");
+    }
+    e->rank = c->rank;
+    e->refs = 1;
+    e->owner = getpid();
+    e->nonce = random_nonce();
+    claim_text(c, e->nonce, 0, text, sizeof text);
+    part.data = text;
+    part.bytes = strlen(text);
+    claim_name(c, cn, sizeof cn, c->rank);
+    snprintf(fn, sizeof fn, "%s/%s", c->dir, cn);
+    for (int tries = 0;; tries++) {
+        rc = dds_file_publish(c->dir, cn, &part, 1, DDS_FILE_EXCLUSIVE,
+                              "FileComm claim");
+        if (rc != -DDS_EEXIST || tries >= 3)
+            break;
+        rc = claim_read(c, c->rank, &ci);
+        if (rc == -DDS_ENOENT)
+            continue; /* removed meanwhile: try again */
+        if (rc < 0)
+            break;
+        if (ci.released ||
+            (strcmp(ci.host, c->host) == 0 &&
+             (ci.pid == (long)getpid() ||
+              dds_proc_alive((int32_t)ci.pid, (uint64_t)ci.ticks) == 0))) {
+            /* a run that ended (or died, or this process's own old claim):
+             * take its place, unless the claim changed meanwhile */
+            claim_info_t again;
+            if (claim_read(c, c->rank, &again) == 0 &&
+                again.nonce == ci.nonce)
+                (void)unlink(fn);
+            DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
+                    "FileComm %s: rank %d: took over the %s claim of pid %ld "
+                    "on %s",
+                    c->path, c->rank, ci.released ? "released" : "stale",
+                    ci.pid, ci.host);
+            continue;
+        }
+        {
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            rc = dds_error(
+                -DDS_EBUSY,
+                "FileComm: %s: rank %d of namespace '%s' is held by another "
+                "run (pid %ld on %s, %d ranks, %llu s; %s). Two runs cannot "
+                "share a namespace: give this run its own ns, or remove "
+                "that file if the run is gone",
+                fn, c->rank, c->ns, ci.pid, ci.host, ci.size,
+                (unsigned long long)now.tv_sec > ci.time
+                    ? (unsigned long long)now.tv_sec - ci.time
+                    : 0ull,
+                strcmp(ci.host, c->host) == 0 ? "it is running"
+                                              : "cannot tell if it runs");
+        }
+        break;
+    }
+    if (rc < 0) {
+        free(e->path);
+        free(e);
+        pthread_mutex_unlock(&g_claim_mu);
+        return rc;
+    }
+    e->nx = g_claims;
+    g_claims = e;
+    c->nonce = e->nonce;
+    pthread_mutex_unlock(&g_claim_mu);
+    return 0;
+}
+
+static void claim_release(fc_ctx_t *c)
+{
+    claim_ent_t **pp, *e;
+    if (c->nonce == 0)
+        return;
+    pthread_mutex_lock(&g_claim_mu);
+    for (pp = &g_claims; (e = *pp) != NULL; pp = &e->nx)
+        if (e->rank == c->rank && e->nonce == c->nonce &&
+            strcmp(e->path, c->path) == 0)
+            break;
+    if (e != NULL && --e->refs == 0) {
+        *pp = e->nx;
+        if (e->owner == getpid()) {
+            claim_info_t ci;
+            char cn[320], text[600];
+            saved_error_t saved;
+            error_save(&saved);
+            if (claim_read(c, c->rank, &ci) == 0 && ci.nonce == e->nonce &&
+                !ci.released) {
+                dds_file_part_t part;
+                claim_text(c, e->nonce, 1, text, sizeof text);
+                part.data = text;
+                part.bytes = strlen(text);
+                claim_name(c, cn, sizeof cn, c->rank);
+                (void)dds_file_publish(c->dir, cn, &part, 1, 0,
+                                       "FileComm claim");
+            }
+            error_restore(&saved);
+        }
+        free(e->path);
+        free(e);
+    }
+    pthread_mutex_unlock(&g_claim_mu);
+    c->nonce = 0;
+}
+
+/* The nonce of peer's current claim (live, or released by a peer that has
+ * finished: its last files are still to be read), 0 when there is none
+ * (yet) or it is of a run of another size. */
+static uint64_t peer_claim(fc_ctx_t *c, int peer)
+{
+    claim_info_t ci;
+    saved_error_t saved;
+    error_save(&saved);
+    if (claim_read(c, peer, &ci) < 0) {
+        snprintf(c->skipped, sizeof c->skipped,
+                 "no usable claim of rank %d yet: %.500s", peer,
+                 dds_last_error());
+        error_restore(&saved);
+        return 0;
+    }
+    if (ci.size != c->size) {
+        snprintf(c->skipped, sizeof c->skipped,
+                 "rank %d's claim is of a run of %d ranks (pid %ld on %.255s), "
+                 "this one has %d",
+                 peer, ci.size, ci.pid, ci.host, c->size);
+        return 0;
+    }
+    return (uint64_t)ci.nonce;
+}
+
+static void file_name(const fc_ctx_t *c, char *buf, size_t n, uint64_t seq,
+                      int rank)
+{
+    snprintf(buf, n, "%s/c%u.%llu.%d", c->path, c->inst,
+             (unsigned long long)seq, rank);
 }
 
 static int read_all(int fd, void *p, size_t n)
@@ -185,9 +470,9 @@ static int read_all(int fd, void *p, size_t n)
 
 static int publish(fc_ctx_t *c, uint32_t op, const void *data, size_t bytes)
 {
-    char tmp[PATH_MAX], fin[PATH_MAX];
+    char fin[PATH_MAX];
     fc_header_t h;
-    int fd, e;
+    dds_file_part_t parts[2];
 
     memset(&h, 0, sizeof h);
     memcpy(h.magic, FC_MAGIC, 8);
@@ -196,31 +481,16 @@ static int publish(fc_ctx_t *c, uint32_t op, const void *data, size_t bytes)
     h.size = (uint32_t)c->size;
     h.op = op;
     h.bytes = bytes;
-    file_name(c, tmp, sizeof tmp, 1, c->seq, c->rank);
-    file_name(c, fin, sizeof fin, 0, c->seq, c->rank);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        e = errno;
-        return dds_error(-DDS_EIO, "FileComm: cannot create %s: %s", tmp,
-                         strerror(e));
-    }
-    (void)fchmod(fd, 0600);
-    if (write_all(fd, &h, sizeof h) < 0 ||
-        (bytes > 0 && write_all(fd, data, bytes) < 0) ||
-        (c->fsync && fsync(fd) < 0)) {
-        e = errno;
-        close(fd);
-        unlink(tmp);
-        return dds_error(-DDS_EIO, "FileComm: cannot write %s: %s", tmp,
-                         strerror(e));
-    }
-    if (close(fd) < 0 || rename(tmp, fin) < 0) {
-        e = errno;
-        unlink(tmp);
-        return dds_error(-DDS_EIO, "FileComm: cannot publish %s: %s", fin,
-                         strerror(e));
-    }
-    return 0;
+    h.nonce = c->nonce;
+    file_name(c, fin, sizeof fin, c->seq, c->rank);
+    parts[0].data = &h;
+    parts[0].bytes = sizeof h;
+    parts[1].data = data;
+    parts[1].bytes = bytes;
+    /* the strict publish: a fresh O_EXCL|O_NOFOLLOW temporary file (never
+     * one planted there), 0600, renamed over the step's name */
+    return dds_file_publish(c->path, strrchr(fin, '/') + 1, parts, 2,
+                            c->fsync ? DDS_FILE_FSYNC : 0, "FileComm");
 }
 
 /* 1 = read into dst, 0 = not there yet, < 0 = error. */
@@ -229,17 +499,20 @@ static int try_read(fc_ctx_t *c, int peer, uint32_t op, size_t bytes,
 {
     char fn[PATH_MAX];
     fc_header_t h;
+    saved_error_t saved;
     int fd, r, e;
 
-    file_name(c, fn, sizeof fn, 0, c->seq, peer);
-    fd = open(fn, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        e = errno;
-        if (e == ENOENT)
-            return 0;
-        return dds_error(-DDS_EIO, "FileComm: cannot open %s: %s", fn,
-                         strerror(e));
+    file_name(c, fn, sizeof fn, c->seq, peer);
+    /* never blocks (a FIFO), never follows a link, this user's regular
+     * files only */
+    error_save(&saved);
+    r = dds_file_open_read(fn, "FileComm file", &fd, NULL);
+    if (r == -DDS_ENOENT) {
+        error_restore(&saved);
+        return 0;
     }
+    if (r < 0)
+        return r;
     r = read_all(fd, &h, sizeof h);
     if (r < 0) {
         e = errno;
@@ -253,6 +526,20 @@ static int try_read(fc_ctx_t *c, int peer, uint32_t op, size_t bytes,
                          "FileComm: %s is not a FileComm file (truncated or "
                          "foreign)",
                          fn);
+    }
+    if (h.nonce == 0 || h.nonce != c->peer_nonce[peer]) {
+        /* a file of another run (left behind by a crashed one), or the
+         * peer's claim is new to us */
+        c->peer_nonce[peer] = peer_claim(c, peer);
+        if (h.nonce == 0 || h.nonce != c->peer_nonce[peer]) {
+            if (c->peer_nonce[peer] != 0)
+                snprintf(c->skipped, sizeof c->skipped,
+                         "%.400s was written by another run than the one "
+                         "holding rank %d's claim (a leftover): not read",
+                         fn, peer);
+            close(fd);
+            return 0;
+        }
     }
     if (h.seq != c->seq || h.rank != (uint32_t)peer ||
         h.size != (uint32_t)c->size) {
@@ -310,11 +597,12 @@ static int timeout_error(fc_ctx_t *c, uint32_t op)
     return dds_error(-DDS_ETIMEDOUT,
                      "FileComm %s: %s (step %llu) timed out after %g s "
                      "waiting for %d of %d ranks, which did not enter it: %s "
-                     "(%s)",
+                     "(%s)%s%s",
                      c->path, op_name(op), (unsigned long long)c->seq,
                      c->timeout_s, nmiss, c->size, list,
                      c->timeout_from_env ? "DDSTORE_COLLECTIVE_TIMEOUT_S"
-                                         : "FileComm timeout=");
+                                         : "FileComm timeout=",
+                     c->skipped[0] ? "; last seen: " : "", c->skipped);
 }
 
 /* The one exchange behind every collective.  recv: size*bytes, or NULL when
@@ -345,6 +633,7 @@ static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
         memmove((char *)recv + (size_t)c->rank * bytes, send, bytes);
     memset(c->got, 0, (size_t)c->size);
     c->got[c->rank] = 1;
+    c->skipped[0] = '\0';
     deadline = now_s() + c->timeout_s;
     while (remaining > 0) {
         int progress = 0;
@@ -380,7 +669,7 @@ static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
     /* every rank has finished the previous step: our file of it goes */
     if (c->seq > 0) {
         char fn[PATH_MAX];
-        file_name(c, fn, sizeof fn, 0, c->seq - 1, c->rank);
+        file_name(c, fn, sizeof fn, c->seq - 1, c->rank);
         (void)unlink(fn);
     }
 out:
@@ -445,9 +734,13 @@ static void fc_destroy(void *ctx)
     fc_ctx_t *c = ctx;
     if (c == NULL)
         return;
+    if (c->path != NULL && c->dir != NULL && c->ns != NULL)
+        claim_release(c);
+    free(c->dir);
     free(c->path);
     free(c->ns);
     free(c->got);
+    free(c->peer_nonce);
     free(c);
 }
 
@@ -556,41 +849,23 @@ static int resolve_ns(const char *ns, char *out, size_t n)
     return 0;
 }
 
-/* mkdir -p with 0700 for what we create; the result must be a writable
- * directory. */
+/* mkdir -p with 0700 for what we create; the result must be a directory of
+ * this user's that others may not write to (dds_dir_prepare). */
 static int make_dir(const char *path, const char *what)
 {
-    char buf[PATH_MAX];
-    struct stat st;
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
-        return dds_error(-DDS_EINVAL, "FileComm: %s path is empty or too long",
-                         what);
-    memcpy(buf, path, len + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
-            int e = errno;
-            return dds_error(-DDS_EINVAL, "FileComm: cannot create %s %s: %s",
-                             what, buf, strerror(e));
-        }
-        *p = '/';
+    unsigned flags = 0;
+    int rc = dds_dir_prepare(path, what, &flags);
+    if (rc < 0) {
+        char detail[1024];
+        snprintf(detail, sizeof detail, "%s", dds_last_error());
+        return dds_error(rc, "FileComm: %s", detail);
     }
-    if (mkdir(buf, 0700) < 0 && errno != EEXIST) {
-        int e = errno;
-        return dds_error(-DDS_EINVAL, "FileComm: cannot create %s %s: %s",
-                         what, buf, strerror(e));
-    }
-    if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode))
-        return dds_error(-DDS_EINVAL, "FileComm: %s %s is not a directory",
-                         what, path);
-    if (access(path, W_OK | X_OK) < 0) {
-        int e = errno;
-        return dds_error(-DDS_EINVAL, "FileComm: %s %s is not writable: %s",
-                         what, path, strerror(e));
-    }
+    if (flags & DDS_DIR_GROUP_WRITABLE)
+        DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+                     "FileComm: %s %s is writable by its group: its members "
+                     "could replace the files; prefer a private (0700) "
+                     "directory",
+                     what, path);
     return 0;
 }
 
@@ -652,7 +927,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     rc = dds_config_get_bool("DDSTORE_FILECOMM_FSYNC", &fsync_on);
     if (rc < 0)
         return rc;
-    rc = make_dir(dir, "dir");
+    rc = make_dir(dir, "directory");
     if (rc < 0)
         return rc;
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, nsbuf) >=
@@ -666,10 +941,13 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     c = calloc(1, sizeof *c);
     if (c == NULL)
         return dds_error(-DDS_ENOMEM, "FileComm: out of memory");
+    c->dir = strdup(dir);
     c->path = strdup(path);
     c->ns = strdup(nsbuf);
     c->got = calloc((size_t)size, 1);
-    if (c->path == NULL || c->ns == NULL || c->got == NULL) {
+    c->peer_nonce = calloc((size_t)size, sizeof *c->peer_nonce);
+    if (c->dir == NULL || c->path == NULL || c->ns == NULL || c->got == NULL ||
+        c->peer_nonce == NULL) {
         fc_destroy(c);
         return dds_error(-DDS_ENOMEM, "FileComm: out of memory");
     }
@@ -678,6 +956,17 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     c->timeout_s = timeout_s;
     c->timeout_from_env = from_env;
     c->fsync = fsync_on;
+    if (gethostname(c->host, sizeof c->host - 1) != 0)
+        snprintf(c->host, sizeof c->host, "?");
+    /* one run per namespace: claim our rank (a single rank exchanges no
+     * file) */
+    if (size > 1) {
+        rc = claim_take(c);
+        if (rc < 0) {
+            fc_destroy(c);
+            return rc;
+        }
+    }
     rc = next_instance(path, &c->inst);
     if (rc < 0) {
         fc_destroy(c);

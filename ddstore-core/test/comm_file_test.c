@@ -5,6 +5,9 @@
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv, mkdtemp */
 #endif
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,7 @@
 #include "check.h"
 #include "ddstore/comm.h"
 #include "ddstore/comm_file.h"
+#include "ddstore/errors.h"
 
 static char g_root[4096];
 
@@ -430,6 +434,274 @@ static void test_multi(void)
     CHECK(count_files(ns) <= 6);
 }
 
+
+/* ---- attacks on the shared directory ------------------------------------ */
+
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+static void get_text(const char *path, char *out, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    out[0] = '\0';
+    if (f) {
+        n = fread(out, 1, cap - 1, f);
+        out[n] = '\0';
+        fclose(f);
+    }
+}
+
+/* Links planted (after create) at every temporary name a step could use,
+ * the old ".tmp.c0.<seq>.<rank>" ones and the publish helper's: barrier()
+ * never writes through them. */
+static void links_rank(int rank, int size, const char *dir, void *arg)
+{
+    const char *target = arg;
+    char ns[4300], fn[4500];
+    dds_comm_t c;
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "links", 20, &c));
+    if (CHECK_FAILURES())
+        return;
+    snprintf(ns, sizeof ns, "%s/links", dir);
+    for (int seq = 0; seq < 6; seq++) {
+        snprintf(fn, sizeof fn, "%s/.tmp.c0.%d.%d", ns, seq, rank);
+        CHECK_OK(symlink(target, fn));
+    }
+    for (int n = 0; n < 40; n++) {
+        snprintf(fn, sizeof fn, "%s/.ddtmp.%ld.%d", ns, (long)getpid(), n);
+        CHECK_OK(symlink(target, fn));
+    }
+    for (int k = 0; k < 5; k++)
+        CHECK_OK(c.ops->barrier(c.ctx));
+    dds_comm_destroy(&c);
+}
+
+static void test_planted_links(void)
+{
+    char dir[4200], target[4300], buf[64];
+    snprintf(dir, sizeof dir, "%s/links", g_root);
+    snprintf(target, sizeof target, "%s/victim", g_root);
+    put_text(target, "precious");
+    CHECK_EQ(run_ranks(2, -1, links_rank, dir, target), 0);
+    get_text(target, buf, sizeof buf);
+    CHECK_STREQ(buf, "precious");
+}
+
+/* A FIFO where a peer's step file is read: an error naming it at once,
+ * never an open() that blocks forever. */
+static void fifo_rank(int rank, int size, const char *dir, void *arg)
+{
+    char fn[4400];
+    dds_comm_t c;
+    double t0;
+    (void)arg;
+    alarm(20); /* a blocked open() kills this rank: the test fails */
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "fifo", 10, &c));
+    if (CHECK_FAILURES())
+        return;
+    snprintf(fn, sizeof fn, "%s/fifo/c0.0.1", dir);
+    CHECK_OK(mkfifo(fn, 0600));
+    t0 = mono_s();
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_EIO);
+    CHECK(mono_s() - t0 < 5.0);
+    CHECK_CONTAINS(dds_last_error(), fn);
+    CHECK_CONTAINS(dds_last_error(), "not a regular file");
+    dds_comm_destroy(&c);
+}
+
+static void test_fifo(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/fifo", g_root);
+    CHECK_EQ(run_ranks(2, 1, fifo_rank, dir, NULL), 0); /* rank 1 never runs */
+}
+
+/* Directories the user does not control are refused before anything is
+ * read from them. */
+static void test_unsafe_dirs(void)
+{
+    char dir[4200], ns[4300];
+    dds_comm_t c;
+    mode_t old = umask(0);
+    snprintf(dir, sizeof dir, "%s/o777", g_root);
+    CHECK_OK(mkdir(dir, 0777));
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), dir);
+    CHECK_CONTAINS(dds_last_error(), "writable by others");
+    snprintf(dir, sizeof dir, "%s/nsopen", g_root);
+    CHECK_OK(mkdir(dir, 0700));
+    snprintf(ns, sizeof ns, "%s/x", dir);
+    CHECK_OK(mkdir(ns, 0777));
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), ns);
+    CHECK_CONTAINS(dds_last_error(), "writable by others");
+    umask(old);
+    /* another user pre-created dir/ns (to plant files posing as a rank) */
+    snprintf(dir, sizeof dir, "%s/foreign", g_root);
+    CHECK_OK(mkdir(dir, 0700));
+    snprintf(ns, sizeof ns, "%s/x", dir);
+    CHECK_OK(mkdir(ns, 0700));
+    if (geteuid() != 0 || chown(ns, 65534, 65534) != 0) {
+        printf("SKIP: test_unsafe_dirs: a namespace directory of another "
+               "user needs root and a mapped uid 65534 (chown to nobody)\n");
+        return;
+    }
+    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 1, &c), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), ns);
+    CHECK_CONTAINS(dds_last_error(), "owned by uid 65534");
+}
+
+/* Two runs on one (dir, ns): the second meets the first's claims and fails
+ * at create, naming the holder; once the first is gone the namespace is
+ * free again. */
+static void test_two_runs(void)
+{
+    char dir[4200], go[4300], ready[4300];
+    pid_t a[2];
+    dds_comm_t c;
+    snprintf(dir, sizeof dir, "%s/two", g_root);
+    snprintf(go, sizeof go, "%s/two-go", g_root);
+    snprintf(ready, sizeof ready, "%s/two-ready", g_root);
+    fflush(stdout);
+    fflush(stderr);
+    for (int r = 0; r < 2; r++) {
+        a[r] = fork();
+        if (a[r] == 0) {
+            dds_comm_t m;
+            int bad = dds_comm_file_create(dir, r, 2, "shared", 20, &m) != 0;
+            bad = bad || m.ops->barrier(m.ctx) != 0;
+            if (r == 0)
+                put_text(ready, "1");
+            for (int i = 0; i < 2000 && access(go, F_OK) != 0; i++)
+                usleep(10000);
+            bad = bad || m.ops->barrier(m.ctx) != 0;
+            dds_comm_destroy(&m);
+            _exit(bad);
+        }
+    }
+    for (int i = 0; i < 2000 && access(ready, F_OK) != 0; i++)
+        usleep(10000);
+    /* run B, rank 0 and rank 1 (this process plays both, one at a time) */
+    for (int r = 0; r < 2; r++) {
+        char claim[4400];
+        snprintf(claim, sizeof claim, "%s/shared@rank%d.claim", dir, r);
+        CHECK_RC(dds_comm_file_create(dir, r, 2, "shared", 1, &c), -DDS_EBUSY);
+        CHECK_CONTAINS(dds_last_error(), "held by another run");
+        CHECK_CONTAINS(dds_last_error(), claim);
+        CHECK_CONTAINS(dds_last_error(), "its own ns");
+    }
+    put_text(go, "1");
+    for (int r = 0; r < 2; r++) {
+        int st = 0;
+        CHECK(waitpid(a[r], &st, 0) == a[r]);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    /* run A is gone (claims released): the namespace is free */
+    CHECK_OK(dds_comm_file_create(dir, 1, 2, "shared", 1, &c));
+    dds_comm_destroy(&c);
+}
+
+/* What a crashed run leaves behind: its claim of a process that has exited
+ * is taken over; its step file is not read once the peer of the new run
+ * holds the claim (the file carries another nonce): it is waited past. */
+typedef struct fc_header_copy {
+    char magic[8];
+    uint64_t seq;
+    uint32_t rank, size, op, reserved;
+    uint64_t bytes, nonce;
+} fc_header_copy_t;
+
+static void put_claim(const char *dir, int rank, long pid, const char *nonce,
+                      const char *host)
+{
+    char fn[4400], text[600];
+    snprintf(fn, sizeof fn, "%s/x@rank%d.claim", dir, rank);
+    snprintf(text, sizeof text,
+             "ddstore FileComm claim 1\nrank %d size 2 pid %ld ticks 0 "
+             "nonce %s time 1 state live\nhost %s\n",
+             rank, pid, nonce, host);
+    put_text(fn, text);
+    chmod(fn, 0600);
+}
+
+static void test_leftovers_of_crashed_run(void)
+{
+    char dir[4200], fn[4400], host[256] = "";
+    pid_t dead;
+    int st = 0;
+    dds_comm_t c;
+    fc_header_copy_t h;
+    FILE *f;
+    const int before = CHECK_FAILURES();
+
+    snprintf(dir, sizeof dir, "%s/crash", g_root);
+    gethostname(host, sizeof host - 1);
+    dead = fork();
+    if (dead == 0)
+        _exit(0);
+    CHECK(waitpid(dead, &st, 0) == dead);
+    CHECK_OK(mkdir(dir, 0700));
+    snprintf(fn, sizeof fn, "%s/x", dir);
+    CHECK_OK(mkdir(fn, 0700));
+    /* the crashed run's claim of rank 0 (its process has exited) and its
+     * step file of rank 1; rank 1 of the new run (alive: our parent stands
+     * in for it) holds rank 1's claim */
+    put_claim(dir, 0, (long)dead, "0000000000000011", host);
+    put_claim(dir, 1, (long)getppid(), "0000000000000099", host);
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, "DDSFCOM2", 8);
+    h.seq = 0;
+    h.rank = 1;
+    h.size = 2;
+    h.op = 2; /* barrier */
+    h.nonce = 0x12;
+    snprintf(fn, sizeof fn, "%s/x/c0.0.1", dir);
+    f = fopen(fn, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK_EQ(fwrite(&h, sizeof h, 1, f), 1u);
+        fclose(f);
+    }
+    chmod(fn, 0600);
+    /* rank 0 of the new run takes over the dead claim ... */
+    CHECK_OK(dds_comm_file_create(dir, 0, 2, "x", 1.0, &c));
+    if (CHECK_FAILURES() != before)
+        return;
+    /* ... and never reads the crashed run's file: it waits, then times out */
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_ETIMEDOUT);
+    CHECK_CONTAINS(dds_last_error(), "did not enter it: 1");
+    CHECK_CONTAINS(dds_last_error(), "written by another run");
+    dds_comm_destroy(&c);
+    /* a live claim of a running process of this host: refused */
+    CHECK_RC(dds_comm_file_create(dir, 1, 2, "x", 1.0, &c), -DDS_EBUSY);
+    CHECK_CONTAINS(dds_last_error(), "it is running");
+    /* the claim of rank 0 is released (kept, with its nonce) after destroy,
+     * and taken over by the next run */
+    snprintf(fn, sizeof fn, "%s/x@rank0.claim", dir);
+    {
+        char text[600];
+        get_text(fn, text, sizeof text);
+        CHECK_CONTAINS(text, "state released");
+    }
+    CHECK_OK(dds_comm_file_create(dir, 0, 2, "x", 1.0, &c));
+    dds_comm_destroy(&c);
+}
+
 int main(void)
 {
     make_root();
@@ -440,6 +712,11 @@ int main(void)
     RUN_TEST(test_timeout_env);
     RUN_TEST(test_mismatch);
     RUN_TEST(test_multi);
+    RUN_TEST(test_planted_links);
+    RUN_TEST(test_fifo);
+    RUN_TEST(test_unsafe_dirs);
+    RUN_TEST(test_two_runs);
+    RUN_TEST(test_leftovers_of_crashed_run);
     if (CHECK_FAILURES() == 0)
         rm_rf(g_root);
     else

@@ -834,7 +834,8 @@ static void test_dir_prepare(void)
     }
     umask(0);
 
-    /* existing directories are used as they are; group/other-writable ones
+    /* existing directories are used as they are; ones others may write to
+     * are refused (they could replace the records), group-writable ones
      * warn once */
     dds_log_set_level(DDS_LOG_WARN);
     dds_log_set_sink(capture, NULL);
@@ -845,18 +846,34 @@ static void test_dir_prepare(void)
     CHECK_EQ(g_warns, 0);
     snprintf(dir, sizeof dir, "%s/shared777", g_root);
     CHECK_OK(mkdir(dir, 0777));
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), dir);
+    CHECK_CONTAINS(dds_last_error(), "writable by others");
     CHECK_EQ(mode_of(dir), 0777);
+    CHECK_EQ(g_warns, 0);
+    snprintf(dir, sizeof dir, "%s/shared770", g_root);
+    CHECK_OK(mkdir(dir, 0770));
+    CHECK_OK(dds_hs_dir_prepare(dir));
     CHECK_EQ(g_warns, 1);
     CHECK_CONTAINS(g_warn_line, dir);
     CHECK_CONTAINS(g_warn_line, "writable");
     CHECK_OK(dds_hs_dir_prepare(dir));
-    snprintf(dir, sizeof dir, "%s/shared770", g_root);
-    CHECK_OK(mkdir(dir, 0770));
+    snprintf(dir, sizeof dir, "%s/shared775", g_root);
+    CHECK_OK(mkdir(dir, 0775));
     CHECK_OK(dds_hs_dir_prepare(dir));
     CHECK_EQ(g_warns, 1); /* once */
     dds_log_set_sink(NULL, NULL);
     umask(old);
+    /* another user's directory (root only: chown to nobody) */
+    if (geteuid() == 0) {
+        snprintf(dir, sizeof dir, "%s/nobodys", g_root);
+        CHECK_OK(mkdir(dir, 0700));
+        CHECK_OK(chown(dir, 65534, 65534));
+        CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "owned by uid 65534");
+    } else {
+        printf("SKIP: test_dir_prepare: another user's directory needs root\n");
+    }
 
     /* not a directory, empty */
     snprintf(dir, sizeof dir, "%s/file", g_root);
@@ -890,12 +907,12 @@ static void test_write_read(void)
     old = umask(0277);
     CHECK_OK(dds_hs_write(dir, &r));
     umask(old);
-    snprintf(path, sizeof path, "%s/train%%2Fx%%20y.ddshs", dir);
+    snprintf(path, sizeof path, "%s/job42.0@train%%2Fx%%20y.ddshs", dir);
     CHECK_EQ(mode_of(path), 0600);
     n = count_files(dir, first, sizeof first);
     CHECK_EQ(n, 1);
-    CHECK_STREQ(first, "train%2Fx%20y.ddshs");
-    CHECK_OK(dds_hs_read(dir, "train/x y", &p));
+    CHECK_STREQ(first, "job42.0@train%2Fx%20y.ddshs"); /* the namespace first */
+    CHECK_OK(dds_hs_read_ns(dir, "job42.0", "train/x y", &p));
     check_same(&r, &p);
     dds_hs_record_clear(&p);
 
@@ -906,7 +923,7 @@ static void test_write_read(void)
     CHECK_OK(dds_hs_write(dir, &r));
     umask(old);
     CHECK_EQ(mode_of(path), 0600);
-    CHECK_OK(dds_hs_read(dir, "train/x y", &p));
+    CHECK_OK(dds_hs_read_ns(dir, "job42.0", "train/x y", &p));
     CHECK_EQ_U(p.run_id, 0x42);
     CHECK_EQ(p.ranks[3].pid, 31337);
     dds_hs_record_clear(&p);
@@ -927,22 +944,22 @@ static void test_write_read(void)
 
     /* missing record */
     memset(&p, 0x5a, sizeof p);
-    CHECK_RC(dds_hs_read(dir, "nope", &p), -DDS_ENOENT);
-    CHECK_CONTAINS(dds_last_error(), "nope.ddshs");
+    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "nope", &p), -DDS_ENOENT);
+    CHECK_CONTAINS(dds_last_error(), "job42.0@nope.ddshs");
     CHECK_CONTAINS(dds_last_error(), dir);
     CHECK(all_zero(&p, sizeof p));
 
     /* a record under another variable's file name */
     {
         char from[4600], to[4600];
-        snprintf(from, sizeof from, "%s/train%%2Fx%%20y.ddshs", dir);
-        snprintf(to, sizeof to, "%s/other.ddshs", dir);
+        snprintf(from, sizeof from, "%s/job42.0@train%%2Fx%%20y.ddshs", dir);
+        snprintf(to, sizeof to, "%s/job42.0@other.ddshs", dir);
         CHECK_OK(link(from, to));
-        CHECK_RC(dds_hs_read(dir, "other", &p), -DDS_ECORRUPT);
-        CHECK_CONTAINS(dds_last_error(), "other.ddshs");
+        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "other", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), "job42.0@other.ddshs");
         CHECK_CONTAINS(dds_last_error(), "holds variable 'train/x y'");
         CHECK(all_zero(&p, sizeof p));
-        CHECK_OK(dds_hs_remove(dir, "other"));
+        CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "other"));
     }
 
     /* a corrupted file: the detail names the path and the field */
@@ -950,23 +967,23 @@ static void test_write_read(void)
         char fn[4600];
         unsigned char byte = 0;
         int fd;
-        snprintf(fn, sizeof fn, "%s/train%%2Fx%%20y.ddshs", dir);
+        snprintf(fn, sizeof fn, "%s/job42.0@train%%2Fx%%20y.ddshs", dir);
         fd = open(fn, O_RDWR);
         CHECK(fd >= 0);
         CHECK_EQ(pread(fd, &byte, 1, 600), 1);
         byte ^= 0x40;
         CHECK_EQ(pwrite(fd, &byte, 1, 600), 1);
         close(fd);
-        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), fn);
         CHECK_CONTAINS(dds_last_error(), "CRC mismatch");
         /* truncated on disk */
         CHECK_OK(truncate(fn, 700));
-        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "truncated");
         /* far too large: refused before reading (a sparse file) */
         CHECK_OK(truncate(fn, 512 + 480ll * (DDS_HS_MAX_RANKS + 1)));
-        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "more than the largest record");
         /* another format version */
         CHECK_OK(dds_hs_write(dir, &r));
@@ -975,23 +992,23 @@ static void test_write_read(void)
         byte = 2;
         CHECK_EQ(pwrite(fd, &byte, 1, 8), 1);
         close(fd);
-        CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ESTALE);
+        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ESTALE);
         CHECK_CONTAINS(dds_last_error(), fn);
         CHECK_CONTAINS(dds_last_error(), "format version 2");
     }
 
     /* not a regular file */
-    snprintf(path, sizeof path, "%s/adir.ddshs", dir);
+    snprintf(path, sizeof path, "%s/job42.0@adir.ddshs", dir);
     CHECK_OK(mkdir(path, 0700));
-    CHECK_RC(dds_hs_read(dir, "adir", &p), -DDS_EIO);
+    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "adir", &p), -DDS_EIO);
     CHECK_OK(rmdir(path));
 
     /* remove; a missing file is fine */
-    CHECK_OK(dds_hs_remove(dir, "train/x y"));
+    CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "train/x y"));
     CHECK_EQ(count_files(dir, NULL, 0), 0);
-    CHECK_OK(dds_hs_remove(dir, "train/x y"));
-    CHECK_RC(dds_hs_read(dir, "train/x y", &p), -DDS_ENOENT);
-    CHECK_RC(dds_hs_remove(dir, ""), -DDS_EINVAL);
+    CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "train/x y"));
+    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ENOENT);
+    CHECK_RC(dds_hs_remove_ns(dir, "job42.0", ""), -DDS_EINVAL);
 
     /* many names, one file each */
     {
@@ -1002,12 +1019,129 @@ static void test_write_read(void)
         }
         CHECK_EQ(count_files(dir, NULL, 0), 5);
         for (int i = 0; i < 5; i++) {
-            CHECK_OK(dds_hs_read(dir, names[i], &p));
+            CHECK_OK(dds_hs_read_ns(dir, "job42.0", names[i], &p));
             CHECK_STREQ(p.name, names[i]);
             dds_hs_record_clear(&p);
-            CHECK_OK(dds_hs_remove(dir, names[i]));
+            CHECK_OK(dds_hs_remove_ns(dir, "job42.0", names[i]));
         }
         CHECK_EQ(count_files(dir, NULL, 0), 0);
+    }
+    dds_hs_record_clear(&r);
+}
+
+
+/* ---- namespaces and what a reader refuses ---------------------------------------- */
+
+static int read_fifo_record(const char *dir)
+{
+    dds_hs_record_t p;
+    int rc = dds_hs_read(dir, "ff", &p);
+    if (rc != -DDS_EIO || strstr(dds_last_error(), "ff.ddshs") == NULL ||
+        strstr(dds_last_error(), "not a regular file") == NULL) {
+        fprintf(stderr, "rc %d: %s\n", rc, dds_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+static void test_namespaces_and_unsafe_files(void)
+{
+    char dir[4400], path[4600], out[600];
+    dds_hs_record_t r, p;
+
+    CHECK_OK(dds_hs_record_file_name("job42", "x", out, sizeof out));
+    CHECK_STREQ(out, "job42@x.ddshs");
+    CHECK_OK(dds_hs_record_file_name("", "x", out, sizeof out));
+    CHECK_STREQ(out, "x.ddshs");
+    CHECK_OK(dds_hs_record_file_name(NULL, "a@b", out, sizeof out));
+    CHECK_STREQ(out, "a%40b.ddshs");
+    CHECK_OK(dds_hs_record_file_name("a@b", "c", out, sizeof out));
+    CHECK_STREQ(out, "a%40b@c.ddshs");
+    CHECK_OK(dds_hs_record_file_name(".n", "x", out, sizeof out));
+    CHECK_STREQ(out, "%2En@x.ddshs");
+
+    snprintf(dir, sizeof dir, "%s/ns/hs", g_root);
+    CHECK_OK(dds_hs_dir_prepare(dir));
+    make_record(&r, 2, "x");
+    /* two core jobs publishing "x" in one directory never share a file */
+    snprintf(r.exchange_ns, sizeof r.exchange_ns, "jobA");
+    r.run_id = 0xa;
+    CHECK_OK(dds_hs_write(dir, &r));
+    snprintf(r.exchange_ns, sizeof r.exchange_ns, "jobB");
+    r.run_id = 0xb;
+    CHECK_OK(dds_hs_write(dir, &r));
+    CHECK_EQ(count_files(dir, NULL, 0), 2);
+    CHECK_OK(dds_hs_read_ns(dir, "jobA", "x", &p));
+    CHECK_EQ_U(p.run_id, 0xa);
+    dds_hs_record_clear(&p);
+    CHECK_OK(dds_hs_read_ns(dir, "jobB", "x", &p));
+    CHECK_EQ_U(p.run_id, 0xb);
+    dds_hs_record_clear(&p);
+    CHECK_RC(dds_hs_read(dir, "x", &p), -DDS_ENOENT);
+    /* one job's free() removes its own record only */
+    CHECK_OK(dds_hs_remove_ns(dir, "jobA", "x"));
+    CHECK_OK(dds_hs_read_ns(dir, "jobB", "x", &p));
+    CHECK_EQ_U(p.run_id, 0xb);
+    dds_hs_record_clear(&p);
+    /* a record under another namespace's file name */
+    {
+        char from[4600], to[4600];
+        snprintf(from, sizeof from, "%s/jobB@x.ddshs", dir);
+        snprintf(to, sizeof to, "%s/jobC@x.ddshs", dir);
+        CHECK_OK(link(from, to));
+        CHECK_RC(dds_hs_read_ns(dir, "jobC", "x", &p), -DDS_ECORRUPT);
+        CHECK_CONTAINS(dds_last_error(), "holds namespace 'jobB', expected 'jobC'");
+        CHECK_OK(unlink(to));
+    }
+
+    /* a FIFO at a record: an error at once, never a blocked open */
+    snprintf(path, sizeof path, "%s/ff.ddshs", dir);
+    CHECK_OK(mkfifo(path, 0600));
+    fflush(stdout);
+    fflush(stderr);
+    {
+        pid_t pid = fork();
+        int st = 0;
+        if (pid == 0) {
+            alarm(10);
+            _exit(read_fifo_record(dir));
+        }
+        CHECK(waitpid(pid, &st, 0) == pid);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    }
+    CHECK_OK(unlink(path));
+    /* a link at a record: refused, not followed */
+    {
+        char from[4600];
+        snprintf(from, sizeof from, "%s/jobB@x.ddshs", dir);
+        snprintf(path, sizeof path, "%s/ln.ddshs", dir);
+        CHECK_OK(symlink(from, path));
+        CHECK_RC(dds_hs_read(dir, "ln", &p), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "symbolic link");
+        CHECK_OK(unlink(path));
+    }
+    /* a directory others may write to: its records are not trusted */
+    {
+        char open_[4500];
+        snprintf(open_, sizeof open_, "%s/ns/open", g_root);
+        CHECK_OK(mkdir(open_, 0700));
+        snprintf(r.exchange_ns, sizeof r.exchange_ns, "%s", "");
+        CHECK_OK(dds_hs_write(open_, &r));
+        CHECK_OK(chmod(open_, 0777));
+        CHECK_RC(dds_hs_read(open_, "x", &p), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "writable by others");
+        CHECK_OK(chmod(open_, 0700));
+        CHECK_OK(dds_hs_read(open_, "x", &p));
+        dds_hs_record_clear(&p);
+        if (geteuid() == 0) {
+            /* a record another user planted */
+            snprintf(path, sizeof path, "%s/x.ddshs", open_);
+            CHECK_OK(chown(path, 65534, 65534));
+            CHECK_RC(dds_hs_read(open_, "x", &p), -DDS_EIO);
+            CHECK_CONTAINS(dds_last_error(), "owned by uid 65534");
+        } else {
+            printf("SKIP: a record owned by another user needs root\n");
+        }
     }
     dds_hs_record_clear(&r);
 }
@@ -1090,6 +1224,7 @@ int main(void)
     RUN_TEST(test_header_rules);
     RUN_TEST(test_file_name);
     RUN_TEST(test_dir_prepare);
+    RUN_TEST(test_namespaces_and_unsafe_files);
     RUN_TEST(test_write_read);
     RUN_TEST(test_process);
     rm_rf(g_root);

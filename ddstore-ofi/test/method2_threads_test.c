@@ -303,10 +303,11 @@ static int count_records(const char *dir)
     return n;
 }
 
-static char *record_path(const char *dir, const char *name)
+/* The record file of `name` published in namespace `ns`. */
+static char *record_path(const char *dir, const char *ns, const char *name)
 {
     char fname[512];
-    if (dds_hs_file_name(name, fname, sizeof fname))
+    if (dds_hs_record_file_name(ns, name, fname, sizeof fname))
         return NULL;
     size_t len = strlen(dir) + strlen(fname) + 2;
     char *p = malloc(len);
@@ -375,7 +376,7 @@ static int core_main(dds_comm_t *comm, void *arg)
         free(shard);
     }
     if (me == 0) {
-        char *p = record_path(c->dir, "x");
+        char *p = record_path(c->dir, c->ns, "x");
         T(p && access(p, R_OK) == 0); /* rank 0 published before add returned */
         free(p);
         put_byte(c->ready_w, ok ? 'R' : 'F');
@@ -691,7 +692,7 @@ static void reader_phase_a(const reader_cfg_t *c)
     /* copies of the record in another directory: corrupted ones are
      * refused, an intact one is a complete description of the variable */
     {
-        char *from = record_path(c->dir, "x"), *to = record_path(c->dir2, "x");
+        char *from = record_path(c->dir, c->ns, "x"), *to = record_path(c->dir2, c->ns, "x");
         FILE *f = from ? fopen(from, "rb") : NULL;
         T(f != NULL);
         unsigned char *rec = malloc(1 << 20);

@@ -20,12 +20,11 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW */
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +34,7 @@
 #include <unistd.h>
 
 #include "ddstore/errors.h"
+#include "ddstore/files.h"
 #include "ddstore/handshake_transport.h"
 #include "ddstore/log.h"
 #include "ddstore/types.h"
@@ -591,13 +591,43 @@ static int plain_byte(unsigned char ch)
            (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
 }
 
-int dds_hs_file_name(const char *name, char *out, size_t cap)
+/* Bytes `s` takes once encoded. */
+static size_t encoded_len(const char *s, size_t n)
+{
+    size_t need = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        need += plain_byte(ch) && !(i == 0 && ch == '.') ? 1 : 3;
+    }
+    return need;
+}
+
+static size_t encode_into(const char *s, size_t n, char *out)
 {
     static const char hex[] = "0123456789ABCDEF";
-    size_t n, need = 0, o = 0;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (plain_byte(ch) && !(i == 0 && ch == '.')) {
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[ch >> 4];
+            out[o++] = hex[ch & 15];
+        }
+    }
+    return o;
+}
+
+int dds_hs_record_file_name(const char *ns, const char *name, char *out,
+                            size_t cap)
+{
+    size_t n, nn = 0, need, o = 0;
 
     if (name == NULL || out == NULL)
         return dds_error(-DDS_EINVAL, "dds_hs_file_name: NULL argument");
+    if (ns == NULL)
+        ns = "";
     n = strnlen(name, (size_t)DDS_HS_NAME_MAX + 1);
     if (n == 0)
         return dds_error(-DDS_EINVAL,
@@ -608,46 +638,36 @@ int dds_hs_file_name(const char *name, char *out, size_t cap)
                          "handshake record file name: the variable name is "
                          "longer than %d bytes",
                          DDS_HS_NAME_MAX);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        need += plain_byte(ch) && !(i == 0 && ch == '.') ? 1 : 3;
-    }
-    need += sizeof(DDS_HS_SUFFIX); /* suffix and NUL */
+    nn = strnlen(ns, (size_t)DDS_HS_NS_MAX + 1);
+    if (nn > DDS_HS_NS_MAX)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record file name: the namespace is "
+                         "longer than %d bytes",
+                         DDS_HS_NS_MAX);
+    /* {ns}@{name}: '@' is never plain, so it separates unambiguously */
+    need = (nn ? encoded_len(ns, nn) + 1 : 0) + encoded_len(name, n) +
+           sizeof(DDS_HS_SUFFIX); /* suffix and NUL */
     if (need > cap)
         return dds_error(-DDS_EINVAL,
-                         "handshake record file name for variable '%s' is "
-                         "too long: %zu bytes, room for %zu",
-                         name, need - 1, cap > 0 ? cap - 1 : 0);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)name[i];
-        if (plain_byte(ch) && !(i == 0 && ch == '.')) {
-            out[o++] = (char)ch;
-        } else {
-            out[o++] = '%';
-            out[o++] = hex[ch >> 4];
-            out[o++] = hex[ch & 15];
-        }
+                         "handshake record file name for variable '%s'%s%s%s "
+                         "is too long: %zu bytes, room for %zu",
+                         name, nn ? " (namespace '" : "", nn ? ns : "",
+                         nn ? "')" : "", need - 1, cap > 0 ? cap - 1 : 0);
+    if (nn) {
+        o += encode_into(ns, nn, out);
+        out[o++] = '@';
     }
+    o += encode_into(name, n, out + o);
     memcpy(out + o, DDS_HS_SUFFIX, sizeof(DDS_HS_SUFFIX));
     return 0;
 }
 
-/* ---- files ------------------------------------------------------------------ */
-
-static int write_all(int fd, const unsigned char *p, size_t n)
+int dds_hs_file_name(const char *name, char *out, size_t cap)
 {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
+    return dds_hs_record_file_name("", name, out, cap);
 }
+
+/* ---- files ------------------------------------------------------------------ */
 
 /* Reads up to n bytes (until EOF); the count read, or -1. */
 static ssize_t read_upto(int fd, unsigned char *p, size_t n)
@@ -674,104 +694,36 @@ static int path_errno_code(int e)
                                                            : -DDS_EIO;
 }
 
-/* One mkdir; 1 = created (and set to 0700 whatever the umask), 0 = was
- * there, < 0 = error. */
-static int mkdir_one(const char *path)
-{
-    int e;
-    if (mkdir(path, 0700) == 0) {
-        if (chmod(path, 0700) < 0) {
-            e = errno;
-            return dds_error(-DDS_EIO,
-                             "handshake directory %s: cannot set mode 0700: "
-                             "%s",
-                             path, strerror(e));
-        }
-        return 1;
-    }
-    e = errno;
-    if (e == EEXIST)
-        return 0;
-    {
-        /* some file systems say EACCES / EROFS for a directory that is
-         * there */
-        struct stat st;
-        if (e != ENOENT && e != ENOTDIR && stat(path, &st) == 0 &&
-            S_ISDIR(st.st_mode))
-            return 0;
-    }
-    return dds_error(path_errno_code(e),
-                     "handshake directory: cannot create %s: %s", path,
-                     strerror(e));
-}
-
 int dds_hs_dir_prepare(const char *dir)
 {
-    char buf[PATH_MAX];
-    struct stat st;
-    size_t len;
-    int rc = 0, e;
-
-    if (dir == NULL || dir[0] == '\0')
-        return dds_error(-DDS_EINVAL, "handshake directory: path is empty");
-    len = strlen(dir);
-    if (len >= sizeof buf)
-        return dds_error(-DDS_EINVAL,
-                         "handshake directory: path of %zu bytes is too long "
-                         "(PATH_MAX %d)",
-                         len, PATH_MAX);
-    memcpy(buf, dir, len + 1);
-    while (len > 1 && buf[len - 1] == '/')
-        buf[--len] = '\0';
-    for (char *q = buf + 1; *q != '\0'; q++) {
-        if (*q != '/' || q[-1] == '/')
-            continue;
-        *q = '\0';
-        rc = mkdir_one(buf);
-        *q = '/';
-        if (rc < 0)
-            return rc;
-    }
-    rc = mkdir_one(buf);
-    if (rc < 0)
-        return rc;
-    if (stat(buf, &st) < 0) {
-        e = errno;
-        return dds_error(path_errno_code(e), "handshake directory %s: %s", dir,
-                         strerror(e));
-    }
-    if (!S_ISDIR(st.st_mode))
-        return dds_error(-DDS_EINVAL,
-                         "handshake directory %s exists and is not a "
-                         "directory",
-                         dir);
-    if (access(buf, W_OK | X_OK) < 0) {
-        e = errno;
-        return dds_error(-DDS_EINVAL,
-                         "handshake directory %s is not writable: %s", dir,
-                         strerror(e));
-    }
-    if (rc == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)
+    unsigned flags = 0;
+    int rc = dds_dir_prepare(dir, "handshake directory", &flags);
+    if (rc == 0 && (flags & DDS_DIR_GROUP_WRITABLE))
         DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_OFI,
-                     "handshake directory %s (mode %04o) is writable by its "
-                     "group or by others: they could replace the records; "
-                     "prefer a private (0700) directory",
-                     dir, (unsigned)(st.st_mode & 07777));
-    return 0;
+                     "handshake directory %s is writable by its group: its "
+                     "members could replace the records; prefer a private "
+                     "(0700) directory",
+                     dir);
+    return rc;
 }
 
-/* {dir}/{file name of name}; 0 or -DDS_EINVAL. */
-static int record_path(const char *dir, const char *name, char *out,
-                       size_t cap)
+/* {dir}/{file name of ns, name}, and the file name alone; 0 or
+ * -DDS_EINVAL. */
+static int record_path(const char *dir, const char *ns, const char *name,
+                       char *out, size_t cap, char *fname, size_t fcap)
 {
-    char fname[NAME_MAX + 1];
     int rc, n;
 
     if (dir == NULL || dir[0] == '\0')
         return dds_error(-DDS_EINVAL, "handshake directory: path is empty");
-    rc = dds_hs_file_name(name, fname, sizeof fname);
+    rc = dds_hs_record_file_name(ns, name, fname, fcap);
     if (rc < 0)
         return rc;
+    if (strlen(fname) > 255)
+        return dds_error(-DDS_EINVAL,
+                         "handshake record file name %s of variable '%s' is "
+                         "longer than 255 bytes",
+                         fname, name);
     n = snprintf(out, cap, "%s/%s", dir, fname);
     if (n < 0 || (size_t)n >= cap)
         return dds_error(-DDS_EINVAL,
@@ -781,176 +733,182 @@ static int record_path(const char *dir, const char *name, char *out,
     return 0;
 }
 
-static _Atomic unsigned g_tmp_seq;
-
-/* fsync a directory; file systems that cannot (EINVAL, ENOTSUP) pass. */
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int e;
-    if (fd < 0) {
-        e = errno;
-        return dds_error(-DDS_EIO,
-                         "handshake directory %s: cannot open it to fsync: %s",
-                         dir, strerror(e));
-    }
-    if (fsync(fd) < 0 && errno != EINVAL && errno != ENOTSUP &&
-        errno != EROFS) {
-        e = errno;
-        close(fd);
-        return dds_error(-DDS_EIO, "handshake directory %s: fsync: %s", dir,
-                         strerror(e));
-    }
-    close(fd);
-    return 0;
-}
-
 int dds_hs_write(const char *dir, const dds_hs_record_t *r)
 {
-    char path[PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX], fname[NAME_MAX + 1], what[PATH_MAX + 32];
+    dds_file_part_t part;
     void *buf = NULL;
     size_t len = 0;
-    int rc, fd = -1, e;
+    int rc;
 
     if (r == NULL)
         return dds_error(-DDS_EINVAL, "dds_hs_write: NULL record");
     rc = dds_hs_encode(r, &buf, &len);
     if (rc < 0)
         return rc;
-    rc = record_path(dir, r->name, path, sizeof path);
-    if (rc < 0)
-        goto out;
-    /* A name no record file can have (those never start with '.'). */
-    for (int tries = 0; fd < 0; tries++) {
-        unsigned seq = atomic_fetch_add(&g_tmp_seq, 1u);
-        int n = snprintf(tmp, sizeof tmp, "%s/.ddshs-tmp.%ld.%u", dir,
-                         (long)getpid(), seq);
-        if (n < 0 || (size_t)n >= sizeof tmp) {
-            rc = dds_error(-DDS_EINVAL,
-                           "handshake directory %s: path too long", dir);
-            goto out;
-        }
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
-        if (fd < 0 && (errno != EEXIST || tries >= 100)) {
-            e = errno;
-            rc = dds_error(path_errno_code(e),
-                           "handshake record %s: cannot create temporary "
-                           "file %s: %s",
-                           path, tmp, strerror(e));
-            goto out;
-        }
+    rc = record_path(dir, r->exchange_ns, r->name, path, sizeof path, fname,
+                     sizeof fname);
+    if (rc == 0) {
+        snprintf(what, sizeof what, "handshake record %s", path);
+        part.data = buf;
+        part.bytes = len;
+        /* the strict publish: fresh O_EXCL|O_NOFOLLOW temporary file, 0600,
+         * fsync, rename, directory fsync */
+        rc = dds_file_publish(dir, fname, &part, 1, DDS_FILE_FSYNC, what);
     }
-    /* 0600 whatever the umask */
-    if (fchmod(fd, 0600) < 0 || write_all(fd, buf, len) < 0 ||
-        fsync(fd) < 0) {
-        e = errno;
-        rc = dds_error(-DDS_EIO, "handshake record %s: cannot write %s: %s",
-                       path, tmp, strerror(e));
-        goto out_unlink;
-    }
-    rc = close(fd);
-    fd = -1;
-    if (rc < 0) {
-        e = errno;
-        rc = dds_error(-DDS_EIO, "handshake record %s: cannot write %s: %s",
-                       path, tmp, strerror(e));
-        goto out_unlink;
-    }
-    if (rename(tmp, path) < 0) {
-        e = errno;
-        rc = dds_error(-DDS_EIO, "handshake record %s: cannot rename %s: %s",
-                       path, tmp, strerror(e));
-        goto out_unlink;
-    }
-    rc = fsync_dir(dir);
-    goto out;
-
-out_unlink:
-    if (fd >= 0)
-        close(fd);
-    (void)unlink(tmp);
-out:
     free(buf);
     return rc;
 }
 
-int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r)
+/* Read and parse one record file; `ns` NULL: any namespace (the record's
+ * own must then name this file). */
+static int read_file(const char *dir, const char *fname, const char *path,
+                     const char *ns, const char *name, dds_hs_record_t *r)
 {
-    char path[PATH_MAX], what[PATH_MAX + 32];
+    char what[PATH_MAX + 32], want[NAME_MAX + 1];
     unsigned char *buf = NULL;
-    struct stat st;
+    uint64_t size = 0;
     ssize_t got;
-    size_t size;
     int rc, fd, e;
 
-    if (r == NULL)
-        return dds_error(-DDS_EINVAL, "dds_hs_read: NULL output record");
-    memset(r, 0, sizeof *r);
-    rc = record_path(dir, name, path, sizeof path);
+    snprintf(what, sizeof what, "handshake record %s", path);
+    /* the directory first: someone else's, or one others may write to, is
+     * not trusted (-DDS_ENOENT while it does not exist yet) */
+    rc = dds_dir_check(dir, "handshake directory", NULL);
     if (rc < 0)
         return rc;
-    snprintf(what, sizeof what, "handshake record %s", path);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        e = errno;
-        if (e == ENOENT)
+    rc = dds_file_open_read(path, "handshake record", &fd, &size);
+    if (rc < 0) {
+        if (rc == -DDS_ENOENT)
             return dds_error(-DDS_ENOENT, "%s does not exist (yet)", what);
-        return dds_error(path_errno_code(e), "%s: cannot open: %s", what,
-                         strerror(e));
+        return rc;
     }
-    if (fstat(fd, &st) < 0) {
-        e = errno;
-        close(fd);
-        return dds_error(-DDS_EIO, "%s: fstat: %s", what, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return dds_error(-DDS_EIO, "%s is not a regular file", what);
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > HS_MAX_FILE_BYTES) {
+    if (size > HS_MAX_FILE_BYTES) {
         close(fd);
         return dds_error(-DDS_ECORRUPT,
-                         "%s: %lld bytes, more than the largest record "
+                         "%s: %llu bytes, more than the largest record "
                          "(%llu bytes for %d ranks)",
-                         what, (long long)st.st_size,
+                         what, (unsigned long long)size,
                          (unsigned long long)HS_MAX_FILE_BYTES,
                          DDS_HS_MAX_RANKS);
     }
-    size = (size_t)st.st_size;
-    buf = malloc(size + 1); /* +1: notices a file that grew */
+    buf = malloc((size_t)size + 1); /* +1: notices a file that grew */
     if (buf == NULL) {
         close(fd);
-        return dds_error(-DDS_ENOMEM, "%s: out of memory (%zu bytes)", what,
-                         size);
+        return dds_error(-DDS_ENOMEM, "%s: out of memory (%llu bytes)", what,
+                         (unsigned long long)size);
     }
-    got = read_upto(fd, buf, size + 1);
+    got = read_upto(fd, buf, (size_t)size + 1);
     e = errno;
     close(fd);
     if (got < 0) {
         rc = dds_error(-DDS_EIO, "%s: read: %s", what, strerror(e));
-    } else if ((size_t)got != size) {
+    } else if ((uint64_t)got != size) {
         rc = dds_error(-DDS_ECORRUPT,
-                       "%s: changed size while being read (%zu bytes, then "
+                       "%s: changed size while being read (%llu bytes, then "
                        "%zd): written in place instead of renamed?",
-                       what, size, got);
+                       what, (unsigned long long)size, got);
     } else {
-        rc = parse_impl(buf, size, r, what);
+        rc = parse_impl(buf, (size_t)size, r, what);
         if (rc == 0 && strcmp(r->name, name) != 0) {
             rc = dds_error(-DDS_ECORRUPT,
                            "%s holds variable '%s', expected '%s'", what,
                            r->name, name);
-            dds_hs_record_clear(r);
+        } else if (rc == 0 && ns != NULL && strcmp(r->exchange_ns, ns) != 0) {
+            rc = dds_error(-DDS_ECORRUPT,
+                           "%s holds namespace '%s', expected '%s'", what,
+                           r->exchange_ns, ns);
+        } else if (rc == 0 && ns == NULL &&
+                   (dds_hs_record_file_name(r->exchange_ns, r->name, want,
+                                            sizeof want) != 0 ||
+                    strcmp(want, fname) != 0)) {
+            rc = dds_error(-DDS_ECORRUPT,
+                           "%s holds namespace '%s', whose records are "
+                           "named %s",
+                           what, r->exchange_ns, want);
         }
+        if (rc != 0)
+            dds_hs_record_clear(r);
     }
     free(buf);
     return rc;
 }
 
-int dds_hs_remove(const char *dir, const char *name)
+int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
+                   dds_hs_record_t *r)
 {
-    char path[PATH_MAX];
-    int rc = record_path(dir, name, path, sizeof path), e;
+    char path[PATH_MAX], fname[NAME_MAX + 1];
+    int rc;
+
+    if (r == NULL)
+        return dds_error(-DDS_EINVAL, "dds_hs_read: NULL output record");
+    memset(r, 0, sizeof *r);
+    if (ns == NULL)
+        ns = "";
+    rc = record_path(dir, ns, name, path, sizeof path, fname, sizeof fname);
+    if (rc < 0)
+        return rc;
+    return read_file(dir, fname, path, ns, name, r);
+}
+
+int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r)
+{
+    return dds_hs_read_ns(dir, "", name, r);
+}
+
+int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
+                void *arg)
+{
+    char enc[NAME_MAX + 1], path[PATH_MAX];
+    size_t elen, slen = sizeof(DDS_HS_SUFFIX) - 1;
+    struct dirent *de;
+    DIR *d;
+    int rc = 0, n = 0;
+
+    if (fn == NULL)
+        return dds_error(-DDS_EINVAL, "dds_hs_scan: NULL callback");
+    rc = dds_hs_record_file_name("", name, enc, sizeof enc);
+    if (rc < 0)
+        return rc;
+    elen = strlen(enc); /* {name}.ddshs */
+    rc = dds_dir_check(dir, "handshake directory", NULL);
+    if (rc < 0)
+        return rc == -DDS_ENOENT ? 0 : rc;
+    d = opendir(dir);
+    if (d == NULL) {
+        int e = errno;
+        return dds_error(-DDS_EIO, "handshake directory %s: opendir: %s", dir,
+                         strerror(e));
+    }
+    while ((de = readdir(d)) != NULL) {
+        const char *f = de->d_name;
+        size_t fl = strlen(f);
+        dds_hs_record_t rec;
+        int r;
+        if (fl < elen || strcmp(f + fl - elen, enc) != 0 || fl <= slen)
+            continue;
+        if (fl > elen && f[fl - elen - 1] != '@')
+            continue; /* another variable whose name ends like this one */
+        if (snprintf(path, sizeof path, "%s/%s", dir, f) >= (int)sizeof path)
+            continue;
+        r = read_file(dir, f, path, NULL, name, &rec);
+        n++;
+        rc = fn(arg, path, r, r == 0 ? &rec : NULL);
+        if (r == 0)
+            dds_hs_record_clear(&rec);
+        if (rc != 0)
+            break;
+    }
+    closedir(d);
+    return rc < 0 ? rc : n;
+}
+
+int dds_hs_remove_ns(const char *dir, const char *ns, const char *name)
+{
+    char path[PATH_MAX], fname[NAME_MAX + 1];
+    int rc = record_path(dir, ns, name, path, sizeof path, fname,
+                         sizeof fname),
+        e;
     if (rc < 0)
         return rc;
     if (unlink(path) < 0 && errno != ENOENT) {
@@ -962,48 +920,12 @@ int dds_hs_remove(const char *dir, const char *name)
     return 0;
 }
 
-/* ---- processes -------------------------------------------------------------- */
-
-/* /proc/<who>/stat: the state (field 3) and the start time (field 22).
- * Field 2 (comm) is in parentheses and may hold spaces and ')': parse after
- * the last ')'.  0, -ENOENT (no such file), or -1 (other failure). */
-static int read_proc_stat(const char *path, char *state_p, uint64_t *start_p)
+int dds_hs_remove(const char *dir, const char *name)
 {
-    char buf[4096];
-    const char *s;
-    char *end;
-    ssize_t n;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    unsigned long long v;
-
-    if (fd < 0)
-        return errno == ENOENT || errno == ESRCH ? -ENOENT : -1;
-    n = read_upto(fd, (unsigned char *)buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return n == 0 ? -ENOENT : -1; /* an empty file: the task is gone */
-    buf[n] = '\0';
-    s = strrchr(buf, ')');
-    if (s == NULL || s[1] != ' ' || s[2] == '\0')
-        return -1;
-    s += 2;
-    *state_p = *s;
-    /* s is at field 3; field 22 is 19 fields further */
-    for (int f = 3; f < 22; f++) {
-        s = strchr(s, ' ');
-        if (s == NULL)
-            return -1;
-        s++;
-    }
-    if (*s < '0' || *s > '9')
-        return -1;
-    errno = 0;
-    v = strtoull(s, &end, 10);
-    if (errno != 0 || (*end != ' ' && *end != '\n' && *end != '\0'))
-        return -1;
-    *start_p = (uint64_t)v;
-    return 0;
+    return dds_hs_remove_ns(dir, "", name);
 }
+
+/* ---- processes -------------------------------------------------------------- */
 
 uint32_t dds_hs_self_pidns(void)
 {
@@ -1015,41 +937,10 @@ uint32_t dds_hs_self_pidns(void)
 
 uint64_t dds_hs_self_start_ticks(void)
 {
-    char state;
-    uint64_t t = 0;
-    if (read_proc_stat("/proc/self/stat", &state, &t) < 0)
-        return 0;
-    return t;
+    return dds_proc_self_start_ticks();
 }
 
 int dds_hs_process_alive(int32_t pid, uint64_t start_ticks)
 {
-    char path[64], state = '?';
-    uint64_t t = 0;
-    int rc;
-
-    if (pid <= 0)
-        return 0; /* no process has such a pid (and kill() would mean a group) */
-    if (kill((pid_t)pid, 0) < 0) {
-        if (errno == ESRCH)
-            return 0;
-        if (errno != EPERM)
-            return -1;
-        /* EPERM: it exists, it is someone else's */
-    }
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    rc = read_proc_stat(path, &state, &t);
-    if (rc == -ENOENT) {
-        /* gone since kill(), or no /proc at all */
-        if (access("/proc/self/stat", R_OK) == 0)
-            return 0;
-        return start_ticks != 0 ? -1 : 1;
-    }
-    if (rc < 0)
-        return start_ticks != 0 ? -1 : 1;
-    if (state == 'Z' || state == 'X' || state == 'x')
-        return 0; /* exited, not yet reaped */
-    if (start_ticks != 0 && t != start_ticks)
-        return 0; /* the pid was reused */
-    return 1;
+    return dds_proc_alive(pid, start_ticks);
 }

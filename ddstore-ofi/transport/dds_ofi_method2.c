@@ -205,10 +205,31 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
 
 void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g)
 {
+    dds_hs_record_t rec;
+    int rc;
     if (!t->hs.on || t->hs.n_core > 0 || !g->published || getpid() != t->pid)
         return;
     g->published = 0;
-    if (dds_hs_remove(t->hs.dir, g->name) != 0)
+    /* Only our own record goes: a record of another run under this name
+     * and namespace (a second core job that replaced ours) stays. */
+    rc = dds_hs_read_ns(t->hs.dir, t->hs.ns, g->name, &rec);
+    if (rc == -DDS_ENOENT)
+        return;
+    if (rc == 0 && rec.run_id != t->hs.run_id) {
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI,
+                "variable '%s': its record in %s now belongs to core run %016llx (this "
+                "run is %016llx): another core job publishes '%s' in namespace '%s'; "
+                "its record is left in place",
+                g->name, t->hs.dir, (unsigned long long)rec.run_id,
+                (unsigned long long)t->hs.run_id, g->name, t->hs.ns);
+        dds_hs_record_clear(&rec);
+        return;
+    }
+    if (rc == 0)
+        dds_hs_record_clear(&rec);
+    else
+        dds_error_clear();
+    if (dds_hs_remove_ns(t->hs.dir, t->hs.ns, g->name) != 0)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "variable '%s': removing its record: %s",
                 g->name, dds_last_error());
 }
@@ -296,9 +317,59 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
     return 0;
 }
 
+/* What dds_hs_scan found besides the reader's own record file. */
+typedef struct hs_scan_state {
+    ofi_tr_t *t;
+    char why[6000];   /* the last unusable one, and why */
+    char nss[1024];   /* the namespaces of the usable ones ("'a', 'b'") */
+    char ns[DDS_HS_NS_MAX + 1]; /* the usable one's, when one */
+    char path[4200];
+    int usable;
+} hs_scan_state_t;
+
+static int hs_scan_one(void *arg, const char *path, int rc, const dds_hs_record_t *rec)
+{
+    hs_scan_state_t *st = arg;
+    ofi_tr_t *t = st->t;
+    char why[6000];
+    if (rc != 0) {
+        snprintf(st->why, sizeof st->why, "%s", dds_last_error());
+        dds_error_clear();
+        return 0;
+    }
+    if (strcmp(rec->exchange_ns, t->hs.ns) == 0)
+        return 0; /* the reader's own file: read directly */
+    if (t->hs.ns[0]) {
+        /* a reader with a namespace never joins another's: say so */
+        const double age = (double)(realtime_ns() - rec->ctime_ns) * 1e-9;
+        snprintf(st->why, sizeof st->why,
+                 "%s was written by run namespace '%s' (core run %016llx, %.0f s ago); this "
+                 "reader expects namespace '%s' (exchange_ns / DDSTORE_EXCHANGE_NS)",
+                 path, rec->exchange_ns, (unsigned long long)rec->run_id, age, t->hs.ns);
+        return 0;
+    }
+    /* a reader without a namespace accepts any one, if only one is usable */
+    int c = hs_check(t, path, rec, why, sizeof why);
+    if (c < 0)
+        return c;
+    if (c > 0) {
+        memcpy(st->why, why, sizeof st->why);
+        return 0;
+    }
+    size_t len = strlen(st->nss);
+    snprintf(st->nss + len, sizeof st->nss - len, "%s'%s'", st->usable ? ", " : "",
+             rec->exchange_ns);
+    snprintf(st->ns, sizeof st->ns, "%s", rec->exchange_ns);
+    snprintf(st->path, sizeof st->path, "%s", path);
+    st->usable++;
+    return 0;
+}
+
 /* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S); `path`
- * is its file, for the messages. */
-static int hs_wait(ofi_tr_t *t, const char *name, const char *path, dds_hs_record_t *rec)
+ * is its file, for the messages (updated when a reader without a namespace
+ * takes the record of another namespace). */
+static int hs_wait(ofi_tr_t *t, const char *name, char *path, size_t path_cap,
+                   dds_hs_record_t *rec)
 {
     char why[6000], stale[6000] = "";
     const double deadline = now_s() + t->hs.join_timeout_s;
@@ -306,8 +377,53 @@ static int hs_wait(ofi_tr_t *t, const char *name, const char *path, dds_hs_recor
     int code = -DDS_ETIMEDOUT;
     int rc;
     for (;;) {
-        rc = dds_hs_read(t->hs.dir, name, rec);
-        if (rc == 0) {
+        rc = dds_hs_read_ns(t->hs.dir, t->hs.ns, name, rec);
+        if (rc == -DDS_ENOENT) {
+            /* none in our namespace: records of the variable in others */
+            hs_scan_state_t *st = calloc(1, sizeof *st);
+            if (!st)
+                return dds_error(-DDS_ENOMEM, "join('%s'): out of memory", name);
+            st->t = t;
+            rc = dds_hs_scan(t->hs.dir, name, hs_scan_one, st);
+            if (rc >= 0 && st->usable > 1)
+                rc = dds_error(-DDS_EINVAL,
+                               "join('%s'): records of '%s' from several core runs in %s, "
+                               "namespaces %s: set exchange_ns (or DDSTORE_EXCHANGE_NS) to "
+                               "the core job's to choose one",
+                               name, name, t->hs.dir, st->nss);
+            else if (rc >= 0 && st->usable == 1) {
+                rc = dds_hs_read_ns(t->hs.dir, st->ns, name, rec);
+                if (rc == 0) {
+                    snprintf(path, path_cap, "%s", st->path);
+                    rc = hs_check(t, path, rec, why, sizeof why);
+                    if (rc == 0) {
+                        free(st);
+                        return 0;
+                    }
+                    dds_hs_record_clear(rec);
+                    if (rc > 0) {
+                        code = -DDS_ESTALE;
+                        memcpy(stale, why, sizeof stale);
+                        rc = -DDS_ENOENT;
+                    }
+                } /* gone meanwhile (-DDS_ENOENT): wait; else: report */
+            } else if (rc >= 0 && st->why[0]) {
+                memcpy(stale, st->why, sizeof stale);
+                rc = -DDS_ENOENT;
+                code = -DDS_ESTALE;
+            } else if (rc >= 0) {
+                rc = -DDS_ENOENT;
+            }
+            free(st);
+            if (rc != -DDS_ENOENT)
+                return rc;
+            if (code != -DDS_ESTALE)
+                snprintf(why, sizeof why, "%s does not exist (is the core job running with "
+                         "method=2 and this handshake_dir%s, and has it added '%s'?)", path,
+                         t->hs.ns[0] ? " and namespace" : "", name);
+            else
+                memcpy(why, stale, sizeof why);
+        } else if (rc == 0) {
             rc = hs_check(t, path, rec, why, sizeof why);
             if (rc == 0)
                 return 0;
@@ -316,10 +432,6 @@ static int hs_wait(ofi_tr_t *t, const char *name, const char *path, dds_hs_recor
                 return rc;
             code = -DDS_ESTALE;
             memcpy(stale, why, sizeof stale);
-        } else if (rc == -DDS_ENOENT) {
-            snprintf(why, sizeof why, "%s does not exist (is the core job running with "
-                     "method=2 and this handshake_dir, and has it added '%s'?)", path, name);
-            code = -DDS_ETIMEDOUT;
         } else {
             return rc; /* corrupted, foreign format, unreadable: no waiting fixes it */
         }
@@ -519,11 +631,11 @@ int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, vo
     if (getpid() != t->pid)
         return dds_error(-DDS_EINVAL, "join('%s'): a store cannot join variables in a forked "
                          "process", name);
-    if ((rc = dds_hs_file_name(name, fname, sizeof fname)))
+    if ((rc = dds_hs_record_file_name(t->hs.ns, name, fname, sizeof fname)))
         return rc;
     snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
     memset(&rec, 0, sizeof rec);
-    rc = hs_wait(t, name, path, &rec);
+    rc = hs_wait(t, name, path, sizeof path, &rec);
     if (rc)
         return rc;
     pthread_mutex_lock(&t->lock);

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -216,3 +217,221 @@ def test_store_method1_over_filecomm(top, tmp_path, n, fabric):
     _all_ok(res)
     for r, (_, out, _) in enumerate(res):
         assert "store ok %d" % r in out
+
+
+# ---- the shared directory is not trusted blindly (docs/security.md) --------
+
+def test_timeout_message_formats_the_number(tmp_path):
+    # PyErr_Format has no %g: the message printed a literal "%g"
+    with pytest.raises(ValueError) as e:
+        pyddstore.FileComm(str(tmp_path), rank=0, size=1, timeout=-1.5)
+    assert "got -1.5" in str(e.value) and "%g" not in str(e.value), str(e.value)
+
+
+def test_directory_others_may_write_is_refused(tmp_path):
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    with pytest.raises(ValueError, match="writable by others") as e:
+        pyddstore.FileComm(str(d), rank=0, size=2, ns="x")
+    assert str(d) in str(e.value)
+    (tmp_path / "ok").mkdir(mode=0o700)
+    (tmp_path / "ok" / "x").mkdir()
+    os.chmod(tmp_path / "ok" / "x", 0o777)
+    with pytest.raises(ValueError, match="writable by others"):
+        pyddstore.FileComm(str(tmp_path / "ok"), rank=0, size=2, ns="x")
+
+
+def _nobody():
+    if os.geteuid() != 0:
+        pytest.skip("the attacker runs as another user (nobody): needs root")
+    import pwd
+    try:
+        return pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody on this machine")
+
+
+def _old_step_file(seq, rank, size, op, payload):
+    # the layout FileComm used before (magic DDSFCOM1): what an attacker
+    # planted to pose as a rank
+    import struct
+    return struct.pack("<8sQIIIIQ", b"DDSFCOM1", seq, rank, size, op, 0,
+                       len(payload)) + payload
+
+
+_VICTIM = """
+    import os, pickle, pyddstore
+    try:
+        fc = pyddstore.FileComm(%r, rank=0, size=2, ns="job", timeout=5)
+        try:
+            from pyddstore.torch.comm import Comm
+        except ImportError:     # no torch extension (a build without it): what
+            Comm = None         # pyddstore.torch did with the files before
+        if Comm is not None:
+            print("gathered", Comm("file", fc, 0, 2, fc).allgather(None))
+        else:
+            print("gathered", [pickle.loads(p) for p in fc.allgather_bytes(pickle.dumps(None))])
+    except Exception as e:
+        print("refused:", type(e).__name__, e)
+"""
+
+
+def test_planted_namespace_of_another_user_runs_no_code(top, tmp_path):
+    """Another user pre-creates dir/ns and plants files posing as rank 1 (a
+    pickle payload): a root job refuses the directory, never reads them, and
+    would never unpickle them anyway."""
+    pw = _nobody()
+    import pickle
+    import struct
+    d = tmp_path / "fc"
+    d.mkdir(mode=0o700)
+    ns = d / "job"
+    ns.mkdir()
+    os.chmod(ns, 0o777)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+    evil = pickle.dumps(Evil())
+    files = {"c0.0.1": _old_step_file(0, 1, 2, 1, struct.pack("<q", len(evil))),
+             "c0.1.1": _old_step_file(1, 1, 2, 1, evil)}
+    for name, data in files.items():
+        (ns / name).write_bytes(data)
+        os.chown(ns / name, pw.pw_uid, pw.pw_gid)
+    os.chown(ns, pw.pw_uid, pw.pw_gid)
+    res = _spawn(top, 1, _VICTIM % str(d), timeout=60)
+    rc, out, err = res[0]
+    assert rc == 0, err
+    assert not marker.exists(), "the planted pickle ran"
+    assert "refused: ValueError" in out and "owned by uid" in out, out + err
+
+
+_LINKS = """
+    import os, pyddstore
+    fc = pyddstore.FileComm(%r, ns="ln", timeout=60)
+    for seq in range(10):       # the temporary names the old code used ...
+        os.symlink(%r, os.path.join(fc.path, ".tmp.c0.%%d.%%d" %% (seq, fc.rank)))
+    for n in range(20):         # ... and the publish helper's
+        os.symlink(%r, os.path.join(fc.path, ".ddtmp.%%d.%%d" %% (os.getpid(), n)))
+    for _ in range(5):
+        fc.barrier()
+    print("ok", fc.rank)
+"""
+
+
+def test_planted_links_are_never_written_through(top, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    res = _spawn(top, 2, _LINKS % (str(tmp_path / "fc"), str(victim), str(victim)))
+    _all_ok(res)
+    assert victim.read_text() == "precious"
+
+
+_FIFO_STEP = """
+    import os, time, pyddstore
+    fc = pyddstore.FileComm(%r, rank=0, size=2, ns="ff", timeout=20)
+    os.mkfifo(os.path.join(fc.path, "c0.0.1"))   # where rank 1's file is read
+    t0 = time.monotonic()
+    try:
+        fc.barrier()
+    except pyddstore.DDStoreError as e:
+        print("error after %%.1f s: %%s" %% (time.monotonic() - t0, e))
+"""
+
+
+def test_fifo_at_a_step_path_does_not_block(top, tmp_path):
+    try:
+        res = _spawn(top, 1, _FIFO_STEP % str(tmp_path / "fc"), timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("barrier() blocked on a FIFO planted at a peer's step file")
+    rc, out, err = res[0]
+    assert "not a regular file" in out and "c0.0.1" in out, out + err
+    assert float(out.split("after ")[1].split(" s")[0]) < 10, out
+
+
+_JOB_A = """
+    import os, time, pyddstore
+    fc = pyddstore.FileComm(%r, ns="shared", timeout=120)
+    fc.barrier()
+    open(%r + str(fc.rank), "w").close()
+    while not os.path.exists(%r):
+        time.sleep(0.05)
+    fc.barrier()
+    print("A ok", fc.rank)
+"""
+
+_JOB_B = """
+    import pyddstore
+    try:
+        fc = pyddstore.FileComm(%r, ns="shared", timeout=10)
+        print("B joined", fc.allgather_bytes(b"B"))
+    except pyddstore.DDStoreError as e:
+        print("B refused:", e)
+"""
+
+
+def test_two_jobs_in_one_namespace_never_mix(top, tmp_path):
+    """A second job on a running job's (dir, ns) fails at once, naming the
+    holder, instead of reading the first job's files."""
+    d = str(tmp_path / "fc")
+    ready, go = str(tmp_path / "ready"), str(tmp_path / "go")
+    prelude = "import sys; sys.path.insert(0, %r)\n" % top
+    a = [subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(_JOB_A % (d, ready, go))],
+                          env=_env(top, r, 2), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) for r in range(2)]
+    try:
+        t0 = time.monotonic()
+        while not all(os.path.exists(ready + str(r)) for r in range(2)):
+            assert time.monotonic() - t0 < 60, "job A did not start"
+            assert all(p.poll() is None for p in a), [p.communicate() for p in a]
+            time.sleep(0.05)
+        res = _spawn(top, 2, _JOB_B % d, timeout=60)
+        for r, (rc, out, err) in enumerate(res):
+            assert rc == 0, err
+            assert "B refused" in out and "held by another run" in out, out + err
+            assert f"shared@rank{r}.claim" in out
+        open(go, "w").close()
+        for r, p in enumerate(a):
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 0 and f"A ok {r}" in out, out + err
+    finally:
+        for p in a:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    # job A is done: the namespace can be used again
+    res = _spawn(top, 2, _JOB_B % d, timeout=60)
+    for rc, out, err in res:
+        assert "B joined [b'B', b'B']" in out, out + err
+
+
+_DEAD_PEER = """
+    import os, time, numpy as np, pyddstore
+    fc = pyddstore.FileComm(%r)
+    s = pyddstore.PyDDStore(fc, method=1)
+    for v in ("a", "b", "c"):
+        s.add(v, np.zeros((2, 2)) + fc.rank)
+    fc.barrier()
+    if fc.rank == 1:
+        os._exit(0)          # dies without free()
+    t0 = time.monotonic()
+    try:
+        s.free()
+        print("freed")
+    except pyddstore.DDStoreError as e:
+        print("free error:", e)
+    print("free took %%.1f s" %% (time.monotonic() - t0))
+"""
+
+
+def test_free_with_a_dead_peer_takes_one_timeout(top, tmp_path):
+    if not pyddstore.HAVE_OFI:
+        pytest.skip("method 1 needs the libfabric transport (pyddstore.HAVE_OFI is False)")
+    res = _spawn(top, 2, _DEAD_PEER % str(tmp_path / "fc"), timeout=180,
+                 extra={"DDSTORE_FABRIC": "shm", "DDSTORE_COLLECTIVE_TIMEOUT_S": "4"})
+    rc, out, err = res[0]
+    assert rc == 0, out + err
+    took = float(out.split("free took ")[1].split(" s")[0])
+    assert took < 4 * 1.75, out    # one timeout (4 s), not one per variable

@@ -498,3 +498,101 @@ def test_tools_inspect(top, hs):
     r = subprocess.run([sys.executable, tool, p], capture_output=True, text=True,
                        env=_env(top))
     assert r.returncode != 0 and "copy.ddshs" in r.stderr
+
+
+# -- the shared directory is not trusted blindly (docs/security.md) ------------
+
+def test_record_names_carry_the_namespace(top, hs, monkeypatch):
+    """Two core jobs publishing the same names in one directory, in two
+    namespaces: each reader reads its own job's rows, one job's free() leaves
+    the other's records, and a reader that names no namespace is told to
+    choose instead of getting either."""
+    a = Core(top, hs, 1, tag=11, ns="jobA")
+    b = Core(top, hs, 1, tag=12, ns="jobB")
+    try:
+        a.wait_ready()
+        b.wait_ready()
+        assert os.path.exists(os.path.join(hs, "jobA@a.ddshs"))
+        assert os.path.exists(os.path.join(hs, "jobB@a.ddshs"))
+        assert not os.path.exists(os.path.join(hs, "a.ddshs"))
+        for ns, tag in (("jobA", 11), ("jobB", 12)):
+            s = _reader(hs, 1, exchange_ns=ns)
+            _check_all(s, 1, tag, hs)
+            s.free()
+        monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "2")
+        s = _reader(hs, 1)
+        with pytest.raises(ValueError, match=r"several core runs.*'jobA', 'jobB'"):
+            s.join("a")
+        s.free()
+        a.stop()                       # frees: removes jobA's records only
+        assert not os.path.exists(os.path.join(hs, "jobA@a.ddshs"))
+        assert os.path.exists(os.path.join(hs, "jobB@a.ddshs"))
+        s = _reader(hs, 1)             # one namespace left: taken
+        _check_all(s, 1, 12, hs)
+        s.free()
+        b.stop()
+    finally:
+        a.kill()
+        b.kill()
+
+
+_FIFO_JOIN = """
+    import time, pyddstore
+    s = pyddstore.PyDDStore(None, method=2, handshake_dir=%r, n_core=1)
+    t0 = time.monotonic()
+    try:
+        s.join("a")
+    except Exception as e:
+        print(type(e).__name__, e, "after %%.1f s" %% (time.monotonic() - t0))
+"""
+
+
+def test_fifo_or_link_at_a_record_path(top, tmp_path):
+    """A FIFO where a record is read blocked open() forever (a 5 s join
+    timeout still hung at 40 s): now an error naming it, at once."""
+    d = tmp_path / "hs"
+    d.mkdir(mode=0o700)
+    os.mkfifo(d / "a.ddshs", 0o600)
+    code = "import sys; sys.path.insert(0, %r)\n" % top + textwrap.dedent(_FIFO_JOIN % str(d))
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=40, env=_env(top, {"DDSTORE_HANDSHAKE_TIMEOUT_S": "5"}))
+    except subprocess.TimeoutExpired:
+        pytest.fail("join() blocked on a FIFO at the record path")
+    assert "not a regular file" in r.stdout and "a.ddshs" in r.stdout, r.stdout + r.stderr
+    assert float(r.stdout.split("after ")[1].split(" s")[0]) < 5, r.stdout
+    os.unlink(d / "a.ddshs")
+    (d / "elsewhere").write_bytes(b"x")
+    os.symlink(d / "elsewhere", d / "a.ddshs")
+    s = _reader(str(d), 1)
+    with pytest.raises(ValueError, match="symbolic link"):
+        s.join("a")
+    s.free()
+
+
+def test_handshake_dir_others_could_write(tmp_path, monkeypatch):
+    """Records in a directory others may write to, or of another user, are
+    not trusted: the reader fails at once; the core job refuses it."""
+    monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "30")
+    d = tmp_path / "open"
+    d.mkdir()
+    os.chmod(d, 0o777)
+    s = _reader(str(d), 1)
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="writable by others"):
+        s.join("a")
+    assert time.monotonic() - t0 < 5
+    s.free()
+    fc = pyddstore.FileComm(str(tmp_path / "fc"), rank=0, size=1, ns="c")
+    with pytest.raises(ValueError, match="writable by others"):
+        pyddstore.PyDDStore(fc, method=2, handshake_dir=str(d))
+    if os.geteuid() != 0:
+        pytest.skip("a directory of another user needs root (chown to nobody)")
+    os.chmod(d, 0o700)
+    os.chown(d, 65534, 65534)
+    s = _reader(str(d), 1)
+    with pytest.raises(ValueError, match="owned by uid 65534"):
+        s.join("a")
+    s.free()
+    with pytest.raises(ValueError, match="owned by uid 65534"):
+        pyddstore.PyDDStore(fc, method=2, handshake_dir=str(d))

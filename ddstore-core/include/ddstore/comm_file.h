@@ -1,9 +1,22 @@
 /* ddstore-core: a communicator over files in a shared directory (FileComm).
  *
  * For runs without MPI: every collective writes one file per rank and step
- * under `dir/<ns>/` (written to a temporary name, then renamed, so a peer
- * never sees a partial file; directory 0700, files 0600) and polls for the
- * peers' files with a short backoff sleep.  A rank deletes its own file of
+ * under `dir/<ns>/` (published with dds_file_publish, ddstore/files.h: a
+ * fresh O_EXCL|O_NOFOLLOW temporary name, then renamed, so a peer never sees
+ * a partial file and nothing planted is written through; directory 0700,
+ * files 0600) and polls for the peers' files with a short backoff sleep,
+ * opening them with dds_file_open_read (never blocks on a FIFO, never
+ * follows a link, this user's regular files only).
+ *
+ * Trust (docs/security.md): `dir` and `dir/<ns>` must belong to the user
+ * and must not be writable by others (else -DDS_EINVAL at create).  One run
+ * per namespace: each rank claims its slot with `dir/<ns>@rank<r>.claim`
+ * (created exclusively; released, not removed, when the process's last
+ * communicator on it is destroyed); a live claim of another process makes
+ * create fail with -DDS_EBUSY naming the claim and its holder (one of a
+ * process that has exited on this host, or a released one, is taken over).
+ * Every step file carries its writer's claim nonce, and a peer's file is
+ * read only when it carries the nonce of the peer's current claim.  A rank deletes its own file of
  * step k once it has seen every rank's file of step k+1 (every rank has then
  * finished step k), so at most two files per rank and communicator exist at
  * any time; destroy removes all but the last one.
@@ -15,8 +28,7 @@
  * Every rank must create its file communicators for one (dir, ns) in the same
  * order: the n-th communicator created in a process for (dir, ns) talks to
  * the n-th one of every peer.  `ns` names one run: two runs sharing a
- * directory need different namespaces (files a crashed run left behind under
- * the same namespace can be mistaken for a peer's).
+ * directory need different namespaces (the second is refused).
  *
  * Thread-safety: one thread per communicator at a time (as comm.h).
  */
@@ -31,7 +43,8 @@ extern "C" {
 
 /* Create a file communicator (not collective: no file is exchanged until the
  * first collective call).
- *   dir        shared directory (created 0700 if missing; must be writable)
+ *   dir        shared directory (created 0700 if missing; must be writable,
+ *              the user's own and not writable by others)
  *   rank/size  this rank and the number of ranks; rank < 0 or size < 0 take
  *              them from SLURM_PROCID/SLURM_NTASKS, then
  *              OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, then
@@ -41,8 +54,10 @@ extern "C" {
  *              when set, else "default".
  *   timeout_s  seconds to wait for peers in one collective; <= 0 reads
  *              DDSTORE_COLLECTIVE_TIMEOUT_S (dds_comm_timeout_s).
- * Returns 0, or -DDS_EINVAL (bad argument, directory not usable),
- * -DDS_ECONFIG (bad environment value), -DDS_ENOMEM. */
+ * Returns 0, or -DDS_EINVAL (bad argument, directory not usable: not a
+ * directory, another user's, writable by others, not writable),
+ * -DDS_EBUSY (another run holds this rank of the namespace), -DDS_ECONFIG
+ * (bad environment value), -DDS_ENOMEM, -DDS_EIO. */
 int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
                          double timeout_s, dds_comm_t *comm_p);
 

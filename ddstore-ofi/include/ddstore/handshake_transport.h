@@ -122,25 +122,61 @@ void dds_hs_record_clear(dds_hs_record_t *r);
  * bytes (the usual file-system limit): -DDS_EINVAL naming the variable. */
 int dds_hs_file_name(const char *name, char *out, size_t cap);
 
-/* Create `dir` (and missing parents) with mode 0700.  An existing directory
- * is used as it is (a warning is logged once when group or others may
- * write to it).  Returns 0, or -DDS_EIO / -DDS_EINVAL with the path and
- * strerror in the detail. */
+/* The file name of the record of `name` in namespace `ns` (exchange_ns):
+ * dds_hs_file_name(name) when ns is NULL or "", else the namespace encoded
+ * the same way, '@' (which encoding never leaves), then the encoded name
+ * and DDS_HS_SUFFIX ("job42@x.ddshs").  So two core jobs of different
+ * namespaces never write, read or remove each other's records. */
+int dds_hs_record_file_name(const char *ns, const char *name, char *out,
+                            size_t cap);
+
+/* Create `dir` (and missing parents) with mode 0700, or check the existing
+ * one (dds_dir_prepare, ddstore/files.h): refused (-DDS_EINVAL) when it is
+ * not a directory, is owned by another user or others may write to it; a
+ * warning is logged once when its group may write to it.  Returns 0, or
+ * -DDS_EIO / -DDS_EINVAL with the path and what is wrong in the detail. */
 int dds_hs_dir_prepare(const char *dir);
 
-/* Write the record for r->name into `dir` atomically: a 0600 temporary file
- * in `dir` (O_EXCL), write, fsync, rename over {dir}/{file name}, fsync the
- * directory.  Returns 0 or -DDS_EIO / -DDS_EINVAL / -DDS_ENOMEM. */
+/* Write the record for r->name into `dir` under the file name of
+ * (r->exchange_ns, r->name), atomically (dds_file_publish): a fresh 0600
+ * temporary file in `dir` (O_EXCL|O_NOFOLLOW), write, fsync, rename over
+ * the record, fsync the directory.  Returns 0 or -DDS_EIO / -DDS_EINVAL /
+ * -DDS_ENOMEM. */
 int dds_hs_write(const char *dir, const dds_hs_record_t *r);
 
-/* Read and parse {dir}/{file name of `name`}.  Returns 0, -DDS_ENOENT (no
- * such file yet: the detail names the path), -DDS_EIO, or dds_hs_parse's
- * codes (the detail names the path).  A record whose name field differs
- * from `name` is -DDS_ECORRUPT. */
+/* Read and parse the record of (`ns`, `name`) in `dir`.  The directory must
+ * pass dds_dir_check (owned by this user, not writable by others) and the
+ * file dds_file_open_read (a regular file of this user's, not a link or a
+ * FIFO: never blocks).  Returns 0, -DDS_ENOENT (no such file or directory
+ * yet: the detail names the path), -DDS_EIO / -DDS_EINVAL (unusable file
+ * or directory), or dds_hs_parse's codes (the detail names the path).  A
+ * record whose name or namespace differs from the file's is
+ * -DDS_ECORRUPT. */
+int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
+                   dds_hs_record_t *r);
+
+/* dds_hs_read_ns(dir, "", name, r). */
 int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r);
 
-/* Remove the record of `name` from `dir` (a missing file is not an error).
- * Returns 0 or -DDS_EIO. */
+/* Called by dds_hs_scan for every record file of the variable in any
+ * namespace: rc is dds_hs_read_ns's result for it and rec the record when
+ * rc == 0 (valid during the call only).  Return 0 to go on, anything else
+ * to stop the scan with it. */
+typedef int (*dds_hs_scan_fn)(void *arg, const char *path, int rc,
+                              const dds_hs_record_t *rec);
+
+/* Every record file of variable `name` in `dir`, whatever its namespace
+ * ({name}.ddshs and *@{name}.ddshs).  Returns the number of files visited
+ * (0 when the directory does not exist), the first non-zero return of fn
+ * when < 0, or an error code. */
+int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
+                void *arg);
+
+/* Remove the record of (`ns`, `name`) from `dir` (a missing file is not an
+ * error).  Returns 0 or -DDS_EIO. */
+int dds_hs_remove_ns(const char *dir, const char *ns, const char *name);
+
+/* dds_hs_remove_ns(dir, "", name). */
 int dds_hs_remove(const char *dir, const char *name);
 
 /* This process's pid namespace (inode of /proc/self/ns/pid, truncated to

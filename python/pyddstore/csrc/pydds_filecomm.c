@@ -14,6 +14,7 @@
 #include "pydds.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -97,9 +98,11 @@ static int filecomm_init(pydds_filecomm_obj *self, PyObject *args,
         if (timeout_s == -1 && PyErr_Occurred())
             goto fail;
         if (!(timeout_s > 0)) {
+            /* PyErr_Format knows no %g: format the number here */
+            char num[64];
+            snprintf(num, sizeof num, "%g", timeout_s);
             PyErr_Format(PyExc_ValueError,
-                         "FileComm: timeout must be > 0 seconds, got %g",
-                         timeout_s);
+                         "FileComm: timeout must be > 0 seconds, got %s", num);
             goto fail;
         }
     }
@@ -364,8 +367,11 @@ static PyTypeObject pydds_FileCommType = {
         "MPI: pass it to PyDDStore(comm, method=1 or 2).  rank/size default "
         "to SLURM_PROCID/SLURM_NTASKS (then OMPI_COMM_WORLD_RANK/SIZE, "
         "PMI_RANK/PMI_SIZE); ns defaults to SLURM_JOB_ID.SLURM_STEP_ID, else "
-        "'default', and must differ between runs sharing `dir`; timeout "
-        "defaults to DDSTORE_COLLECTIVE_TIMEOUT_S (1800 s).",
+        "'default', and must differ between runs sharing `dir` (a second run "
+        "on a namespace in use fails with DDStoreError naming the holder); "
+        "timeout defaults to DDSTORE_COLLECTIVE_TIMEOUT_S (1800 s).  `dir` "
+        "and dir/ns must be the user's own and not writable by others "
+        "(ValueError otherwise; docs/security.md).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)filecomm_init,
     .tp_dealloc = (destructor)filecomm_dealloc,

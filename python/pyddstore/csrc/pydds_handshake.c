@@ -64,16 +64,16 @@ static PyObject *mod_handshake_parse(PyObject *m, PyObject *args)
     return d;
 }
 
-/* _handshake_file_name(name) -> str: the record's file name. */
-static PyObject *mod_handshake_file_name(PyObject *m, PyObject *arg)
+/* _handshake_file_name(name, ns="") -> str: the record's file name. */
+static PyObject *mod_handshake_file_name(PyObject *m, PyObject *args)
 {
     char out[1024];
-    const char *name;
+    const char *name, *ns = "";
     int rc;
     (void)m;
-    if ((name = PyUnicode_AsUTF8(arg)) == NULL)
+    if (!PyArg_ParseTuple(args, "s|z:_handshake_file_name", &name, &ns))
         return NULL;
-    rc = dds_hs_file_name(name, out, sizeof out);
+    rc = dds_hs_record_file_name(ns, name, out, sizeof out);
     if (rc < 0)
         return pydds_raise(rc);
     return PyUnicode_FromString(out);
@@ -96,8 +96,9 @@ PyMethodDef pydds_handshake_methods[] = {
     {"_handshake_parse", mod_handshake_parse, METH_VARARGS,
      "_handshake_parse(data, path='') -> dict: a method-2 record, validated "
      "by the parser join() uses (DDStoreError naming the field otherwise)."},
-    {"_handshake_file_name", mod_handshake_file_name, METH_O,
-     "_handshake_file_name(name) -> str: the record file name of a variable."},
+    {"_handshake_file_name", mod_handshake_file_name, METH_VARARGS,
+     "_handshake_file_name(name, ns='') -> str: the record file name of a "
+     "variable published in namespace ns (exchange_ns)."},
     {"_handshake_process_alive", mod_handshake_alive, METH_VARARGS,
      "_handshake_process_alive(pid, start_ticks) -> 1 alive, 0 gone, -1 "
      "cannot tell (processes on this host)."},

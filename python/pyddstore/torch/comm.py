@@ -24,16 +24,24 @@ Everything is wrapped in :class:`Comm`, which gives the Python layer the
 object collectives it needs (``allgather``, ``barrier``, ``split``) and the
 object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
 of the Python layer fails on every rank together.
+
+What ``Comm.allgather`` carries travels as tagged JSON (:func:`wire_encode` /
+:func:`wire_decode`), never as pickle: over a FileComm the bytes come from
+files in a shared directory, and unpickling them would run whatever code a
+planted file holds.  The codec round-trips exactly None, bool, int, str and
+tuples / lists / dicts of them (dict keys: str, int, bool, None or tuples of
+those) and refuses anything else with a TypeError at the sender (on every
+rank: the collective still completes).
 """
 
 import builtins
-import pickle
+import json
 
 import pyddstore
 
 from . import env
 
-__all__ = ["Comm", "resolve", "agree", "TorchComm"]
+__all__ = ["Comm", "resolve", "agree", "TorchComm", "wire_encode", "wire_decode"]
 
 
 def _is_mpi4py(obj):
@@ -51,6 +59,142 @@ def _is_torch_group(obj):
 def _is_filecomm(obj):
     fc = getattr(pyddstore, "FileComm", None)
     return fc is not None and isinstance(obj, fc)
+
+
+# -- the wire format of the Python layer's collectives ------------------------
+
+_WIRE_VERSION = 1
+_WIRE_MAX_DEPTH = 64
+
+
+def _wire_tree(obj, depth, where):
+    """obj as a JSON tree: None/bool/int/str as themselves, containers as
+    arrays tagged by their first element ("t" tuple, "l" list, "d" dict of
+    [key, value] pairs).  Exact types only (a subclass would not come back
+    as itself)."""
+    if depth > _WIRE_MAX_DEPTH:
+        raise TypeError(f"{where}: nested deeper than {_WIRE_MAX_DEPTH} levels")
+    t = type(obj)
+    if obj is None or t is bool or t is int or t is str:
+        return obj
+    if t is tuple or t is list:
+        return ["t" if t is tuple else "l"] + [
+            _wire_tree(x, depth + 1, f"{where}[{i}]") for i, x in enumerate(obj)]
+    if t is dict:
+        out = ["d"]
+        for k, v in obj.items():
+            _wire_key_check(k, f"{where} key {k!r}")
+            out.append([_wire_tree(k, depth + 1, f"{where} key"),
+                        _wire_tree(v, depth + 1, f"{where}[{k!r}]")])
+        return out
+    raise TypeError(f"{where}: a {t.__module__}.{t.__qualname__} cannot be sent between "
+                    "ranks (only None, bool, int, str and tuples, lists and dicts of them)")
+
+
+def _wire_key_check(k, where):
+    t = type(k)
+    if k is None or t is bool or t is int or t is str:
+        return
+    if t is tuple:
+        for x in k:
+            _wire_key_check(x, where)
+        return
+    raise TypeError(f"{where}: a dict key of type {t.__module__}.{t.__qualname__} cannot be "
+                    "sent between ranks (only str, int, bool, None and tuples of them)")
+
+
+def wire_encode(obj, what="allgather"):
+    """bytes for `obj`; TypeError naming what cannot be sent."""
+    tree = _wire_tree(obj, 0, what)
+    return json.dumps({"v": _WIRE_VERSION, "ok": tree}, separators=(",", ":"),
+                      ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def _wire_error(msg):
+    return json.dumps({"v": _WIRE_VERSION, "err": str(msg)}, ensure_ascii=True).encode("ascii")
+
+
+def _wire_untree(x, depth):
+    if depth > _WIRE_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {_WIRE_MAX_DEPTH} levels")
+    t = type(x)
+    if x is None or t is bool or t is int or t is str:
+        return x
+    if t is list and x and type(x[0]) is str:
+        tag, items = x[0], x[1:]
+        if tag == "t":
+            return tuple(_wire_untree(y, depth + 1) for y in items)
+        if tag == "l":
+            return [_wire_untree(y, depth + 1) for y in items]
+        if tag == "d":
+            out = {}
+            for pair in items:
+                if type(pair) is not list or len(pair) != 2:
+                    raise ValueError("a dict entry is not a [key, value] pair")
+                k = _wire_untree(pair[0], depth + 1)
+                _wire_key_check(k, "dict key")
+                out[k] = _wire_untree(pair[1], depth + 1)
+            return out
+        raise ValueError(f"unknown container tag {tag!r}")
+    raise ValueError(f"unexpected JSON value of type {t.__name__}")
+
+
+def _reject_constant(c):
+    raise ValueError(f"non-finite number {c}")
+
+
+def wire_decode(data):
+    """(True, obj) or (False, error message of the sender); ValueError when
+    `data` is not a message of this format (nothing but the documented types
+    is ever built from it)."""
+    try:
+        top = json.loads(bytes(data).decode("ascii"), parse_float=_reject_float,
+                         parse_constant=_reject_constant)
+        if type(top) is not dict or top.get("v") != _WIRE_VERSION or \
+                set(top) not in ({"v", "ok"}, {"v", "err"}):
+            raise ValueError("not a pyddstore wire message of version "
+                             f"{_WIRE_VERSION}")
+        if "err" in top:
+            if type(top["err"]) is not str:
+                raise ValueError("error message is not a string")
+            return False, top["err"]
+        return True, _wire_untree(top["ok"], 0)
+    except RecursionError:
+        raise ValueError(f"nested deeper than {_WIRE_MAX_DEPTH} levels") from None
+    except (UnicodeDecodeError, TypeError) as e:
+        raise ValueError(str(e)) from None
+
+
+def _reject_float(s):
+    raise ValueError(f"a float ({s}) is not part of the format")
+
+
+def _gather_objects(comm, obj, what, gather_bytes):
+    """The object allgather over a bytes allgather: every rank's `obj` in
+    rank order.  A rank whose `obj` cannot be encoded still takes part
+    (sending its error), so every rank raises the TypeError together."""
+    try:
+        data, mine = wire_encode(obj, what), None
+    except TypeError as e:
+        data, mine = _wire_error(e), e
+    parts = gather_bytes(data)
+    if len(parts) != comm.size:
+        raise RuntimeError(f"{what}: got {len(parts)} parts for {comm.size} ranks")
+    out, first_err = [], None
+    for r, p in enumerate(parts):
+        try:
+            ok, val = wire_decode(p)
+        except ValueError as e:
+            raise pyddstore.DDStoreError(
+                f"{what}: the message of rank {r} is not valid ({e})") from None
+        if not ok and first_err is None:
+            first_err = (r, val)
+        out.append(val)
+    if mine is not None:
+        raise mine
+    if first_err is not None:
+        raise TypeError(f"rank {first_err[0]} ({what}): {first_err[1]}")
+    return out
 
 
 class TorchComm:
@@ -104,8 +248,10 @@ class TorchComm:
             raise _timed_out(self, what, timeout, self.size, str(e)) from None
 
     def allgather(self, obj):
-        """Every rank's picklable `obj`, in rank order."""
-        return [pickle.loads(p) for p in self._allgather_parts(pickle.dumps(obj), "allgather")]
+        """Every rank's `obj`, in rank order (None, bool, int, str and
+        tuples / lists / dicts of them: see wire_encode)."""
+        return _gather_objects(self, obj, "allgather",
+                               lambda b: self._allgather_parts(b, "allgather"))
 
     def _allgather_parts(self, data, what):
         import torch
@@ -160,15 +306,20 @@ class Comm:
     # enters it in time, the ranks that did raise DDStoreError, and this
     # Comm refuses every later collective (the ranks are out of step).
     def allgather(self, obj, what="allgather"):
-        """Every rank's `obj` (picklable), in rank order."""
+        """Every rank's `obj`, in rank order.  `obj`: None, bool, int, str,
+        or tuples / lists / dicts of them (see wire_encode); anything else is
+        a TypeError on every rank."""
         if self.size == 1:
+            wire_encode(obj, what)      # the same TypeError as with more ranks
             return [obj]
         _check_in_step(self, what)
         if self.kind == "mpi":
-            return _mpi_allgather(self, obj, what)
+            return _gather_objects(self, obj, what, lambda b: _mpi_allgather(self, b, what))
         if self.kind == "torch":
-            return self.obj.allgather(obj)
-        return _file_allgather(self.obj, obj, self.size)
+            return _gather_objects(self, obj, what,
+                                   lambda b: self.obj._allgather_parts(b, what))
+        return _gather_objects(self, obj, what,
+                               lambda b: _file_allgather(self.obj, b, self.size))
 
     def barrier(self, what="barrier"):
         if self.size == 1:
@@ -252,12 +403,13 @@ def _mpi_wait(comm, req, what, keep=()):
             time.sleep(pause)
 
 
-def _mpi_allgather(comm, obj, what):
-    """allgather of a picklable object with nonblocking MPI (bounded wait)."""
+def _mpi_allgather(comm, payload, what):
+    """allgather of bytes (lengths may differ) with nonblocking MPI (bounded
+    wait): every rank's bytes in rank order."""
     import numpy as np
     from mpi4py import MPI
     c = comm.obj
-    data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    data = np.frombuffer(bytes(payload), dtype=np.uint8)
     n = np.array([data.size], dtype=np.int64)
     lens = np.zeros(comm.size, dtype=np.int64)
     _mpi_wait(comm, c.Iallgather([n, MPI.INT64_T], [lens, MPI.INT64_T]), what, (n, lens))
@@ -268,12 +420,12 @@ def _mpi_allgather(comm, obj, what):
     out = np.empty(max(sum(counts), 1), dtype=np.uint8)
     _mpi_wait(comm, c.Iallgatherv([data, MPI.BYTE], [out, (counts, displs), MPI.BYTE]), what,
               (data, out))
-    return [pickle.loads(out[d:d + k].tobytes()) for d, k in zip(displs, counts)]
+    return [out[d:d + k].tobytes() for d, k in zip(displs, counts)]
 
 
-def _file_allgather(fc, obj, size):
-    """allgather of a picklable object over a pyddstore.FileComm."""
-    data = pickle.dumps(obj)
+def _file_allgather(fc, data, size):
+    """allgather of bytes over a pyddstore.FileComm: every rank's bytes in
+    rank order.  Never unpickled: the caller decodes them (wire_decode)."""
     if hasattr(fc, "allgather_bytes"):
         # FileComm.allgather_bytes(b) -> every rank's bytes in rank order
         # (lengths may differ)
@@ -281,7 +433,7 @@ def _file_allgather(fc, obj, size):
         if len(parts) != size:
             raise RuntimeError(f"FileComm.allgather_bytes returned {len(parts)} parts "
                                f"for {size} ranks")
-        return [pickle.loads(p) for p in parts]
+        return parts
     raise TypeError(f"{type(fc).__name__} has no allgather_bytes(); cannot run Python "
                     "collectives over it")
 

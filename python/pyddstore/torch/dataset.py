@@ -9,7 +9,6 @@ import json
 import operator
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -27,7 +26,9 @@ __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs"]
 
 _META_FORMAT = "pyddstore.torch.meta"
-_META_VERSION = 1
+_META_VERSION = 2          # 2: run-scoped (exchange_ns, run_id, generation)
+_META_MAX_BYTES = 16 << 20
+_RECORD_MAX_BYTES = 1 << 30
 
 
 def _device(d):
@@ -513,6 +514,8 @@ class DistDataset(_Stored):
             kw["handshake_dir"] = self.handshake_dir
         if self.store_comm.kind == "file" and self.store_comm.ns:
             kw["exchange_ns"] = self.store_comm.ns
+        # the namespace the store publishes its records under (method 2)
+        self._ns = env.exchange_ns(kw.get("exchange_ns"))
         return pyddstore.PyDDStore(self.store_comm.store_comm, **kw)
 
     def _load(self, source, encode, first_stored):
@@ -595,14 +598,51 @@ class DistDataset(_Stored):
         _comm.run_agreed(self.comm, fill_all, f"loading '{self.name}'")
 
     def _write_meta(self):
+        """{name}.meta.json for DistDatasetReader, scoped to this run: the
+        namespace, the core store's run id and the generation (creation time)
+        of every variable's record, which a reader checks against the records
+        it joins.  Written by the rank that wrote the records."""
+        vars_ = [f.var for f in self.schema.fields]
+        recs = [_read_record(self.handshake_dir, v, self._ns) for v in vars_]
+        for v, r in zip(vars_, recs):
+            if r is None:
+                raise pyddstore.DDStoreError(
+                    f"DistDataset '{self.name}': the record of '{v}' is missing in "
+                    f"{self.handshake_dir} right after it was published (another job "
+                    "removed it? give each job its own exchange_ns)")
+        runs = {r["run_id"] for r in recs}
+        if len(runs) != 1 or recs[0]["run_id"] != recs[-1]["run_id"]:
+            raise pyddstore.DDStoreError(
+                f"DistDataset '{self.name}': the records of its variables in "
+                f"{self.handshake_dir} belong to {len(runs)} core runs (another job "
+                "publishes the same names: give each job its own exchange_ns)")
+        run_id = f"{recs[0]['run_id']:016x}"
         meta = {
             "format": _META_FORMAT, "version": _META_VERSION, "name": self.name,
             "n_core": self.store_comm.size, "total": self.total,
             "created": time.time(),
+            "exchange_ns": self._ns, "run_id": run_id,
+            "generation": [int(r["ctime_ns"]) for r in recs],
             "schema": self.schema.describe(),
-            "vars": [f.var for f in self.schema.fields],
+            "vars": vars_,
         }
-        _write_json_atomic(os.path.join(self.handshake_dir, f"{self.name}.meta.json"), meta)
+        path = os.path.join(self.handshake_dir, _meta_file_name(self.name, self._ns))
+        _write_json_atomic(path, meta)
+        self._meta = (path, run_id)
+
+    def _remove_meta(self):
+        """free(): the meta file goes with the run (only if it is still ours:
+        a later run's is left alone)."""
+        path, run_id = getattr(self, "_meta", (None, None))
+        self._meta = (None, None)
+        if path is None:
+            return
+        try:
+            data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
+            if data is not None and json.loads(data.decode("utf-8")).get("run_id") == run_id:
+                os.unlink(path)
+        except (OSError, ValueError, AttributeError, pyddstore.DDStoreError):
+            pass    # not ours, or unreadable: nothing of ours to remove
 
     # -- lifetime -----------------------------------------------------------
     def free(self):
@@ -612,6 +652,7 @@ class DistDataset(_Stored):
             return
         self._release_all()
         self._freed = True
+        self._remove_meta()       # before the records: no reader meets one without them
         self.ddstore.free()
 
 
@@ -619,13 +660,18 @@ class DistDatasetReader(_Stored):
     """The same dataset, read from a separate (method 2) extra job.
 
     DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
-    decode=None): fields come from the core job's ``{name}.meta.json`` in
-    handshake_dir (written by its DistDataset(method=2)).  Construct it on
-    every rank of the extra job (the PyDDStore is created with comm None);
-    reads are local.
+    decode=None, exchange_ns=None): fields come from the core job's
+    ``{name}.meta.json`` in handshake_dir (written by its
+    DistDataset(method=2)), which names the core run (namespace, run id, the
+    generation of every record); the reader joins only records of that run
+    and waits (DDSTORE_HANDSHAKE_TIMEOUT_S) while the meta file is missing
+    or belongs to another run than the records (a run still loading, a
+    leftover).  Construct it on every rank of the extra job (the PyDDStore
+    is created with comm None); reads are local.
     """
 
-    def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None):
+    def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None,
+                 exchange_ns=None):
         hs = env.handshake_dir(handshake_dir)
         if not hs:
             raise ValueError("DistDatasetReader needs handshake_dir= (or "
@@ -635,19 +681,10 @@ class DistDatasetReader(_Stored):
         self.method = 2
         self.decode = decode
         self.device = _device(device)
-        meta = _read_meta(hs, name)
-        self.meta = meta
-        self.schema = Schema.from_description(meta["schema"], lambda i: meta["vars"][i])
-        self.total = int(meta["total"])
-        self.n_core = int(n_core) if n_core else int(meta["n_core"])
-        self.ddstore = pyddstore.PyDDStore(None, method=2, handshake_dir=hs,
-                                           n_core=self.n_core)
-        for var in meta["vars"]:
-            self.ddstore.join(var)
-        info = self.ddstore.info(meta["vars"][0])
-        if int(info[0]) != self.total:
-            raise ValueError(f"DistDatasetReader '{name}': {name}.meta.json says "
-                             f"{self.total} rows, the core job's records {info[0]}")
+        self.meta, self.schema, self.ddstore = _join_run(
+            hs, name, env.exchange_ns(exchange_ns), n_core)
+        self.total = int(self.meta["total"])
+        self.n_core = int(n_core) if n_core else int(self.meta["n_core"])
         self._init_reading()
 
     def free(self):
@@ -659,23 +696,48 @@ class DistDatasetReader(_Stored):
         self.ddstore.free()
 
 
+def _enc_name(s):
+    """The file-name encoding of method-2 records (C dds_hs_file_name):
+    [A-Za-z0-9._-] kept (but a leading '.'), every other byte as %XX."""
+    out = []
+    for i, b in enumerate(s.encode("utf-8")):
+        ch = chr(b)
+        if (ch.isascii() and (ch.isalnum() or ch in "._-")) and not (i == 0 and ch == "."):
+            out.append(ch)
+        else:
+            out.append(f"%{b:02X}")
+    return "".join(out)
+
+
+def _meta_file_name(name, ns=""):
+    """{name}.meta.json, or {ns}@{name}.meta.json in a namespace (the names
+    encoded like the records')."""
+    return (f"{_enc_name(ns)}@" if ns else "") + f"{_enc_name(name)}.meta.json"
+
+
+def _record_path(hs, var, ns):
+    return os.path.join(hs, (f"{_enc_name(ns)}@" if ns else "") + f"{_enc_name(var)}.ddshs")
+
+
+def _read_record(hs, var, ns):
+    """The record of `var` (a dict, _handshake_parse) or None when missing."""
+    path = _record_path(hs, var, ns)
+    data = pyddstore._core._file_read(path, _RECORD_MAX_BYTES, "handshake record")
+    if data is None:
+        return None
+    return pyddstore._core._handshake_parse(data, path)
+
+
 def _write_json_atomic(path, obj):
+    """Publish `obj` as JSON at `path` with the strict publish of ddstore-core
+    (a fresh O_EXCL|O_NOFOLLOW temporary file, 0600, fsync, rename, directory
+    fsync) in a private directory (created 0700; someone else's, or one
+    others may write to, is refused)."""
     d = os.path.dirname(path) or "."
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".meta.", dir=d)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(obj, fh, indent=1, default=_json_default)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    pyddstore._core._dir_prepare(d, "handshake directory")
+    data = json.dumps(obj, indent=1, default=_json_default).encode("utf-8")
+    pyddstore._core._file_publish(d, os.path.basename(path), data, fsync=True,
+                                  what=f"meta file {path}")
 
 
 def _json_default(o):
@@ -686,23 +748,176 @@ def _json_default(o):
     raise TypeError(f"not JSON-serialisable: {type(o).__name__}")
 
 
-def _read_meta(hs, name):
-    path = os.path.join(hs, f"{name}.meta.json")
+def _bad_meta(path, field, why):
+    return ValueError(f"{path}: field '{field}' {why} (a damaged or foreign meta file)")
+
+
+def _int_field(meta, path, field, lo):
+    v = meta.get(field)
+    if type(v) is not int or v < lo:
+        raise _bad_meta(path, field, f"must be an integer >= {lo}, got {v!r}"[:300])
+    return v
+
+
+def _parse_meta(path, data, name):
+    """The validated meta dict and its Schema; ValueError naming the file and
+    the field otherwise (never a raw KeyError / RecursionError)."""
+    try:
+        meta = json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: not a meta file: JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{path}: not a meta file: not valid JSON ({e})") from None
+    if type(meta) is not dict:
+        raise ValueError(f"{path}: not a meta file: a JSON {type(meta).__name__}, "
+                         "expected an object")
+    if meta.get("format") != _META_FORMAT:
+        raise _bad_meta(path, "format", f"must be {_META_FORMAT!r}")
+    version = meta.get("version")
+    if type(version) is not int or version not in (1, _META_VERSION):
+        raise ValueError(f"{path}: not a pyddstore.torch meta file of version "
+                         f"{_META_VERSION} (field 'version' is {version!r})"[:400])
+    if meta.get("name") != name:
+        raise _bad_meta(path, "name", f"is {meta.get('name')!r}, expected {name!r}"[:300])
+    _int_field(meta, path, "n_core", 1)
+    _int_field(meta, path, "total", 0)
+    vars_ = meta.get("vars")
+    if type(vars_) is not list or not vars_ or any(type(v) is not str or not v for v in vars_):
+        raise _bad_meta(path, "vars", "must be a non-empty list of variable names")
+    desc = meta.get("schema")
+    if type(desc) is not dict or type(desc.get("fields")) is not list:
+        raise _bad_meta(path, "schema", "must be an object with a list of fields")
+    if len(desc["fields"]) != len(vars_):
+        raise _bad_meta(path, "vars", f"has {len(vars_)} names for "
+                        f"{len(desc['fields'])} schema fields")
+    if version >= 2:
+        if type(meta.get("exchange_ns")) is not str:
+            raise _bad_meta(path, "exchange_ns", "must be a string")
+        run = meta.get("run_id")
+        if type(run) is not str or len(run) != 16 or \
+                any(c not in "0123456789abcdef" for c in run):
+            raise _bad_meta(path, "run_id", "must be 16 lowercase hex digits")
+        gen = meta.get("generation")
+        if type(gen) is not list or len(gen) != len(vars_) or \
+                any(type(g) is not int or g <= 0 for g in gen):
+            raise _bad_meta(path, "generation", f"must be {len(vars_)} positive integers "
+                            "(one record creation time per variable)")
+    try:
+        schema = Schema.from_description(desc, lambda i: vars_[i])
+    except RecursionError:
+        raise _bad_meta(path, "schema", "is nested too deeply") from None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
+        raise _bad_meta(path, "schema", f"is not a valid sample description "
+                        f"({type(e).__name__}: {e})"[:400]) from None
+    return meta, schema
+
+
+def _load_meta(hs, name, ns):
+    """(path, meta, schema); meta None when there is no meta file (yet).  A
+    reader without a namespace takes the one of any namespace when only one
+    exists."""
+    path = os.path.join(hs, _meta_file_name(name, ns))
+    # someone else's directory, or one others may write to, is not trusted
+    if not pyddstore._core._dir_check(hs, "handshake directory"):
+        return path, None, None
+    data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
+    if data is None and not ns:
+        suffix = "@" + _meta_file_name(name)
+        try:
+            found = sorted(f for f in os.listdir(hs) if f.endswith(suffix))
+        except FileNotFoundError:
+            found = []
+        if len(found) > 1:
+            raise ValueError(f"DistDatasetReader '{name}': meta files of several "
+                             f"namespaces in {hs}: {', '.join(found)}; pass exchange_ns= "
+                             "(or set DDSTORE_EXCHANGE_NS) to the core job's")
+        if found:
+            path = os.path.join(hs, found[0])
+            data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
+    if data is None:
+        return path, None, None
+    meta, schema = _parse_meta(path, data, name)
+    return path, meta, schema
+
+
+def _read_meta(hs, name, ns=""):
+    """Wait (DDSTORE_HANDSHAKE_TIMEOUT_S) for {name}.meta.json and return it,
+    validated."""
     timeout = env.handshake_timeout()
     t0 = time.monotonic()
-    while not os.path.exists(path):
+    while True:
+        path, meta, _ = _load_meta(hs, name, ns)
+        if meta is not None:
+            return meta
         if time.monotonic() - t0 > timeout:
             raise pyddstore.DDStoreError(
                 f"DistDatasetReader '{name}': {path} did not appear within {timeout:g} s "
                 "(DDSTORE_HANDSHAKE_TIMEOUT_S); is the core job running with method=2 and "
                 "the same handshake_dir?")
         time.sleep(0.2)
-    with open(path) as fh:
-        meta = json.load(fh)
-    if meta.get("format") != _META_FORMAT or meta.get("version") != _META_VERSION:
-        raise ValueError(f"{path}: not a pyddstore.torch meta file of version {_META_VERSION}")
-    # JSON turns int dict keys into ... ints stay ints in lists; keys are values here
-    return meta
+
+
+def _records_match(hs, path, meta):
+    """None when every variable's record belongs to the meta file's run and
+    generation, else why not."""
+    ns = meta["exchange_ns"]
+    for var, gen in zip(meta["vars"], meta["generation"]):
+        rec = _read_record(hs, var, ns)
+        rp = _record_path(hs, var, ns)
+        if rec is None:
+            return (f"{path} names core run {meta['run_id']}, but {rp} does not exist "
+                    "(the run has freed its variables, or a new run is publishing)")
+        run = f"{rec['run_id']:016x}"
+        if run != meta["run_id"] or rec["ctime_ns"] != gen:
+            return (f"{path} names core run {meta['run_id']} (record generation {gen}), "
+                    f"but {rp} belongs to core run {run} (generation {rec['ctime_ns']}): a "
+                    "new run is loading, or the meta file is a leftover")
+    return None
+
+
+def _join_run(hs, name, ns, n_core):
+    """(meta, schema, store) of one core run: the meta file and the records
+    of every variable agree on the run before and after the joins (records
+    only ever move to newer runs, so what was joined in between is that
+    run's).  Waits up to DDSTORE_HANDSHAKE_TIMEOUT_S for such a state."""
+    timeout = env.handshake_timeout()
+    t0 = time.monotonic()
+    why = None
+    while True:
+        path, meta, schema = _load_meta(hs, name, ns)
+        if meta is None:
+            why = (f"{path} does not exist (is the core job running with method=2 and the "
+                   "same handshake_dir, and has it finished loading?)")
+        elif meta["version"] < 2:
+            raise ValueError(f"{path}: written by an older pyddstore (meta format version "
+                             f"{meta['version']}, without the run id a reader checks the "
+                             "records against); rerun the core job with this version")
+        else:
+            why = _records_match(hs, path, meta)
+            if why is None:
+                store = pyddstore.PyDDStore(None, method=2, handshake_dir=hs,
+                                            n_core=int(n_core) if n_core else meta["n_core"],
+                                            exchange_ns=meta["exchange_ns"])
+                try:
+                    for var in meta["vars"]:
+                        store.join(var)
+                    why = _records_match(hs, path, meta)
+                    if why is None:
+                        info = store.info(meta["vars"][0])
+                        if int(info[0]) != meta["total"]:
+                            raise ValueError(
+                                f"DistDatasetReader '{name}': {path} says {meta['total']} "
+                                f"rows, the core job's records {info[0]}")
+                        return meta, schema, store
+                except BaseException:
+                    store.free()
+                    raise
+                store.free()
+        if time.monotonic() - t0 > timeout:
+            raise pyddstore.DDStoreError(
+                f"DistDatasetReader '{name}': no usable meta file after {timeout:g} s "
+                f"(DDSTORE_HANDSHAKE_TIMEOUT_S): {why}")
+        time.sleep(0.1)
 
 
 def _diff(a, b):

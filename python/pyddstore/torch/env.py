@@ -10,7 +10,7 @@ import os
 __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout", "launch_sizes"]
+           "collective_timeout", "launch_sizes", "exchange_ns"]
 
 # (name, type, default, help) — same shape as core's config registry.
 ENTRIES = (
@@ -189,6 +189,14 @@ def launch_sizes():
     import pyddstore
     fn = getattr(pyddstore._core, "_launch_env", None)
     return list(fn()) if fn is not None else []
+
+
+def exchange_ns(given=None):
+    """The method-2 namespace: `given`, else DDSTORE_EXCHANGE_NS (core's
+    variable, read by the store the same way), else ""."""
+    if given:
+        return str(given)
+    return _raw("DDSTORE_EXCHANGE_NS") or ""
 
 
 def job_step():
