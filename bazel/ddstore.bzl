@@ -19,6 +19,7 @@ time on small machines); tools named *bench* are "benchmark".
 """
 
 load("@local_config_mpi//:defs.bzl", "MPI_IMPL")
+load("@local_config_torch//:defs.bzl", "TORCH_CXX_STD")
 load(":select.bzl", "requires_mpi", "requires_python", "requires_torch")
 
 # C11 for every C library; _GNU_SOURCE for pthread_*_np, O_DIRECT, etc.
@@ -30,9 +31,10 @@ DDS_C_COPTS = [
     "-Wno-unused-parameter",
 ]
 
-# ddstore-torch only.
+# ddstore-torch only; the -std=c++NN is torch's (TORCH_CXX_STD: what
+# torch.utils.cpp_extension compiles with, third_party/torch/probe.py).
 DDS_CXX_COPTS = [
-    "-std=c++17",
+    "-std=c++%d" % TORCH_CXX_STD,
     "-Wall",
     "-Wno-unused-parameter",
 ]
@@ -224,7 +226,7 @@ def dds_python_extension(name, srcs, deps = [], copts = [], local_defines = [], 
     )
 
 def dds_torch_extension(name, module, srcs, deps = [], copts = [], local_defines = [], target_compatible_with = [], **kwargs):
-    """A torch C++ extension (C++17, torch's C++11 ABI, linked against
+    """A torch C++ extension (torch's C++ standard and C++11 ABI, linked against
     libtorch/libc10/libtorch_python with an rpath to torch's lib dir).
     Skipped when torch was not found."""
     native.cc_binary(

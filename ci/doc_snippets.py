@@ -11,6 +11,9 @@ The info string of a fenced block says what happens to it:
     ```python norun          shown only (a fragment, a signature, a cluster-only
     ```bash                  setup ...): every other language is shown only too
 
+A run block may add `timeout=S` (seconds) for a block that takes longer than
+the default, such as the pip route of docs/installation.md.
+
 So a new Python block runs unless it says otherwise, and a block that stops
 working fails the suite.  Each block runs in a fresh temporary directory with
 the tree's virtualenv first on PATH (python, python3 = .venv/bin/python),
@@ -144,7 +147,7 @@ def main():
     for b in todo:
         if b.mode() is None or (a.only and a.only not in b.name):
             continue
-        rc, out, secs = run_block(b, timeout)
+        rc, out, secs = run_block(b, int(b.opts.get("timeout") or timeout))
         ran += 1
         case = ET.SubElement(suite, "testcase", classname="doc_snippets", name=b.name,
                              time=f"{secs:.1f}")

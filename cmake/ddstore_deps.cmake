@@ -367,22 +367,15 @@ endfunction()
 
 # -------------------------------------------------------------- torch ----
 # third_party/torch/torch_configure.bzl: asks torch itself, in the build's
-# interpreter (Python_EXECUTABLE), for its include and library paths and its
-# C++11 ABI.  DDSTORE_TORCH=0 disables the torch extension.
+# interpreter (Python_EXECUTABLE), for its include and library paths, its
+# C++11 ABI and the C++ standard torch.utils.cpp_extension compiles with
+# (third_party/torch/probe.py).  DDSTORE_TORCH=0 disables the torch extension.
 #
 # Sets DDS_HAVE_TORCH, DDS_TORCH_REASON, DDS_TORCH_VERSION, DDS_TORCH_CUDA,
-# DDS_TORCH_HIP and the targets dds_dep_torch, dds_dep_torch_cuda,
+# DDS_TORCH_HIP, DDS_TORCH_CXX_STD and the targets dds_dep_torch, dds_dep_torch_cuda,
 # dds_dep_torch_hip.
-set(_DDS_TORCH_PROBE [=[
-import torch
-import torch.utils.cpp_extension as ext
-print("DDS:version=" + torch.__version__)
-print("DDS:abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
-print("DDS:cuda=" + (torch.version.cuda or ""))
-print("DDS:hip=" + (getattr(torch.version, "hip", None) or ""))
-print("DDS:include=" + "|".join(ext.include_paths()))
-print("DDS:lib=" + "|".join(ext.library_paths()))
-]=])
+# The probe is third_party/torch/probe.py, shared with the Bazel build.
+set(_DDS_TORCH_PROBE "${CMAKE_CURRENT_LIST_DIR}/../third_party/torch/probe.py")
 
 function(_dds_libs_present out libdirs)
   set(r "")
@@ -406,10 +399,11 @@ function(dds_find_torch python)
   set(DDS_TORCH_VERSION "")
   set(DDS_TORCH_CUDA "")
   set(DDS_TORCH_HIP "")
+  set(DDS_TORCH_CXX_STD 17)
   if(mode STREQUAL "off")
     _dds_missing(TORCH off "disabled by DDSTORE_TORCH=0")
   else()
-    execute_process(COMMAND "${python}" -c "${_DDS_TORCH_PROBE}"
+    execute_process(COMMAND "${python}" "${_DDS_TORCH_PROBE}"
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err
                     TIMEOUT 300)
     if(NOT rc EQUAL 0)
@@ -458,12 +452,16 @@ function(dds_find_torch python)
         set(DDS_TORCH_VERSION "${kv_version}")
         set(DDS_TORCH_CUDA "${kv_cuda}")
         set(DDS_TORCH_HIP "${kv_hip}")
-        set(DDS_TORCH_REASON "torch ${kv_version} from ${python} (C++11 ABI ${kv_abi})")
+        if(kv_cxxstd MATCHES "^[0-9]+$")
+          set(DDS_TORCH_CXX_STD "${kv_cxxstd}")
+        endif()
+        set(DDS_TORCH_REASON "torch ${kv_version} from ${python} (C++11 ABI ${kv_abi}, C++${DDS_TORCH_CXX_STD})")
         message(STATUS "ddstore: ${DDS_TORCH_REASON}")
       endif()
     endif()
   endif()
-  foreach(v DDS_HAVE_TORCH DDS_TORCH_REASON DDS_TORCH_VERSION DDS_TORCH_CUDA DDS_TORCH_HIP)
+  foreach(v DDS_HAVE_TORCH DDS_TORCH_REASON DDS_TORCH_VERSION DDS_TORCH_CUDA DDS_TORCH_HIP
+            DDS_TORCH_CXX_STD)
     set(${v} "${${v}}" PARENT_SCOPE)
   endforeach()
 endfunction()

@@ -541,8 +541,14 @@ static int check_dtype(const dds_var_t *v, const dds_buf_t *b)
     return 0;
 }
 
+/* One rule per class of mismatch: a buffer of another element type is
+ * -DDS_ETYPE (TypeError) whatever its row size; one of the right type but
+ * another row size is -DDS_EINVAL (ValueError). */
 static int check_buf(const dds_var_t *v, const dds_buf_t *b)
 {
+    int rc = check_dtype(v, b);
+    if (rc != 0)
+        return rc;
     if (b->nrows < 0)
         return dds_error(-DDS_EINVAL, "variable '%s': buffer has %lld rows",
                          v->name, (long long)b->nrows);
@@ -555,7 +561,7 @@ static int check_buf(const dds_var_t *v, const dds_buf_t *b)
                          "%zu x itemsize %zu), got %zu",
                          v->name, v->row_bytes, v->disp, v->itemsize,
                          b->row_bytes);
-    return check_dtype(v, b);
+    return 0;
 }
 
 /* ---- per-thread read context ------------------------------------------ */

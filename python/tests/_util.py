@@ -5,6 +5,8 @@ rank checks what it read without talking to the others.  Shard sizes are not
 multiples of anything (and some shards are empty when asked), so the tests do
 not depend on the number of ranks.
 """
+import os
+
 import numpy as np
 
 DTYPES = [np.bool_, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64]
@@ -103,3 +105,19 @@ def outcome(call):
     except Exception as e:  # noqa: BLE001 - the caller checks the type
         return e
     return None
+
+
+def launch_rank():
+    """This process's rank as the launcher says (0 without a launcher)."""
+    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 0
+
+
+def launch_size():
+    """The number of ranks the launcher started (1 without a launcher)."""
+    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"):
+        if v in os.environ:
+            return int(os.environ[v])
+    return 1

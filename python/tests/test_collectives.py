@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import pyddstore
+from _util import launch_size as _world_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -20,13 +21,6 @@ DDRUN = os.path.join(TOP, "tools", "ddrun")
 JOB = os.path.join(HERE, "coll_timeout_job.py")
 T = 3.0        # DDSTORE_COLLECTIVE_TIMEOUT_S of the jobs
 N = 3          # ranks; rank 1 skips the call
-
-
-def _world_size():
-    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 1
 
 
 pytestmark = pytest.mark.skipif(

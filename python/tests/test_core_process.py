@@ -4,7 +4,8 @@ destroys the stores, finalises MPI if pyddstore started it), calls after
 MPI_Finalize or after the store was destroyed never crash, and the libfabric
 environment set on import.
 
-These spawn one-rank (singleton) interpreters, so they run on rank 0 only."""
+These spawn one-rank (singleton) interpreters, the same at any rank count
+of the suite, so they run in the 1-rank stage only."""
 import os
 import subprocess
 import sys
@@ -13,19 +14,17 @@ import textwrap
 import pytest
 
 import pyddstore
+from _util import launch_rank as _rank, launch_size as _world_size
 
 KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
         "OMPI_MCA_rmaps_base_oversubscribe"}
 
 
-def _rank():
-    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 0
-
-
-pytestmark = pytest.mark.skipif(_rank() != 0, reason="subprocess tests run on rank 0 only")
+# Each case starts interpreters (and jobs) of its own, the same whatever the
+# rank count of the suite: they run once, in the 1-rank stage.
+pytestmark = pytest.mark.skipif(
+    _rank() != 0 or _world_size() != 1,
+    reason="subprocess tests: they start their own processes, so they run in the 1-rank stage only")
 
 
 def run_py(top, code, env_extra=None, drop=(), timeout=120):

@@ -13,16 +13,13 @@ import time
 import pytest
 
 import pyddstore
+from _util import launch_rank as _rank, launch_size as _world_size
 
 
-def _rank():
-    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 0
-
-
-pytestmark = pytest.mark.skipif(_rank() != 0, reason="subprocess tests run on rank 0 only")
+# The cases start jobs of their own, the same at any rank count of the suite.
+pytestmark = pytest.mark.skipif(
+    _rank() != 0 or _world_size() != 1,
+    reason="subprocess tests: they start their own processes, so they run in the 1-rank stage only")
 
 # launcher variables that must not leak into the plain processes
 _LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")

@@ -21,19 +21,13 @@ import numpy as np
 import pytest
 
 import pyddstore
+from _util import launch_size as _world_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
 DDRUN = os.path.join(TOP, "tools", "ddrun")
 sys.path.insert(0, HERE)
 import m2_core  # noqa: E402
-
-
-def _world_size():
-    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 1
 
 
 pytestmark = pytest.mark.skipif(

@@ -23,16 +23,10 @@ import pyddstore  # noqa: E402
 from pyddstore.torch import DistDataset, DistDatasetReader  # noqa: E402
 from pyddstore.torch import comm as tcomm  # noqa: E402
 from pyddstore.torch import dataset as tds  # noqa: E402
+from _util import launch_size as _world_size  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
-
-
-def _world_size():
-    for v in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 1
 
 
 pytestmark = pytest.mark.skipif(_world_size() != 1,

@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import pyddstore  # noqa: E402
+from _util import launch_rank as _rank, launch_size as _world_size  # noqa: E402
 
 KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
         "OMPI_MCA_rmaps_base_oversubscribe"}
@@ -33,14 +34,11 @@ CLEAR = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DDST
          "DDSTORE_METHOD", "DDSTORE_MPI")
 
 
-def _rank():
-    for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"):
-        if v in os.environ:
-            return int(os.environ[v])
-    return 0
-
-
-pytestmark = pytest.mark.skipif(_rank() != 0, reason="subprocess tests run on rank 0 only")
+# Each case starts interpreters (and jobs) of its own, the same whatever the
+# rank count of the suite: they run once, in the 1-rank stage.
+pytestmark = pytest.mark.skipif(
+    _rank() != 0 or _world_size() != 1,
+    reason="subprocess tests: they start their own processes, so they run in the 1-rank stage only")
 
 PRELUDE = """
 import os, sys

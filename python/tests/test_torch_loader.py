@@ -548,6 +548,28 @@ def test_forked_workers_method0_one_node(datasets, persistent):
         del loader
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_forked_workers_profile_counts_their_reads(datasets, persistent):
+    """get_profile() in the parent includes what forked DataLoader workers
+    read (it read all-zero counters before): every row of every field, over
+    two epochs, with workers that end or persist between epochs."""
+    comm, dss = datasets
+    ds = dss["dict"]
+    nf = len(ds.fields)
+    before = ds.get_profile()
+    loader = DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent,
+                        multiprocessing_context="fork")
+    n = sum(len(next(iter(b.values()))) for _ in range(2) for b in loader)
+    del loader
+    after = ds.get_profile()
+    bad = ""
+    if after["rows"] - before["rows"] != n * nf:
+        bad = f"rows counted {after['rows'] - before['rows']}, read {n} x {nf} fields"
+    elif after["calls"] <= before["calls"]:
+        bad = f"calls {before['calls']} -> {after['calls']}"
+    assert_all(comm, not bad, bad)
+
+
 class _Rows(torch.utils.data.Dataset):
     """The original's user pattern: __getitem__ reads one row with store.get."""
 

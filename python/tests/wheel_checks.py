@@ -182,6 +182,39 @@ def test_pyddstore_info(tmp_path):
         assert "torch extension: loaded" in p.stdout, p.stdout
 
 
+def _script(name):
+    """A console command of the installed package: next to this interpreter."""
+    p = os.path.join(os.path.dirname(sys.executable), name)
+    assert os.access(p, os.X_OK), f"no console command {name} next to {sys.executable}"
+    return p
+
+
+def test_console_commands(tmp_path):
+    """ddstore-info, ddstore-handshake and ddrun come with the wheel and run."""
+    import pyddstore
+    p = subprocess.run([_script("ddstore-info")], cwd=str(tmp_path), capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith(f"pyddstore {pyddstore.__version__}\n"), \
+        p.stdout[:200] + p.stderr
+    p = subprocess.run([_script("ddstore-handshake"), str(tmp_path / "none.ddshs")],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=300)
+    # a missing record: a clear message and status 1 (2 in a build without libfabric)
+    assert p.returncode == (1 if pyddstore.HAVE_OFI else 2), p.stdout + p.stderr
+    assert "none.ddshs" in p.stderr or "no libfabric" in p.stderr, p.stderr
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}      # not the caller's launch
+    code = ("import pyddstore; s = pyddstore.PyDDStore(None); print('rank', s.rank, 'of', s.size)"
+            if pyddstore.HAVE_MPI else
+            "import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', "
+            "os.environ['OMPI_COMM_WORLD_SIZE'])")
+    p = subprocess.run([_script("ddrun"), "-n", "2", "--timeout", "120", "--",
+                        sys.executable, "-c", code],
+                       cwd=str(tmp_path), capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = sorted(x for x in p.stdout.splitlines() if x.startswith("rank "))
+    assert lines == ["rank 0 of 2", "rank 1 of 2"], p.stdout
+
+
 def test_isolated_build_skips_torch_with_a_message():
     """Plain `pip wheel .` (build isolation: no torch in the build environment)
     builds _core and says why the torch extension is missing."""

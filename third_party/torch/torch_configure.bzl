@@ -1,9 +1,10 @@
 """torch_configure: libtorch headers and libraries from the project's Python.
 
 Runs the interpreter found by python_configure (DDSTORE_PYTHON,
-<workspace>/.venv/bin/python, python3) and asks torch itself:
-torch.utils.cpp_extension.include_paths() / library_paths() and
-torch._C._GLIBCXX_USE_CXX11_ABI.  DDSTORE_TORCH=0 disables it.
+<workspace>/.venv/bin/python, python3) on probe.py (shared with the CMake
+build), which asks torch itself: torch.utils.cpp_extension.include_paths() /
+library_paths(), torch._C._GLIBCXX_USE_CXX11_ABI and the C++ standard
+cpp_extension compiles with.  DDSTORE_TORCH=0 disables it.
 
 Generates @local_config_torch with
   :torch        headers + -ltorch -ltorch_cpu -lc10 -ltorch_python, rpath to
@@ -11,22 +12,12 @@ Generates @local_config_torch with
   :torch_cuda   -lc10_cuda -ltorch_cuda when torch is a CUDA build (else empty)
   :torch_hip    -lc10_hip -ltorch_hip when torch is a ROCm build (else empty)
   defs.bzl      HAVE_TORCH, TORCH_VERSION, TORCH_CXX11_ABI, TORCH_CUDA,
-                TORCH_HIP, TORCH_REASON
+                TORCH_HIP, TORCH_CXX_STD (17, 20, ...), TORCH_REASON
 """
 
 load("//third_party:repo_utils.bzl", "env_disabled", "link_flags", "run", "starlark_list", "write_defs")
 load("//third_party/python:python_configure.bzl", "find_python")
 
-_PROBE = """
-import torch
-import torch.utils.cpp_extension as ext
-print("DDS:version=" + torch.__version__)
-print("DDS:abi=%d" % int(torch._C._GLIBCXX_USE_CXX11_ABI))
-print("DDS:cuda=" + (torch.version.cuda or ""))
-print("DDS:hip=" + (getattr(torch.version, "hip", None) or ""))
-print("DDS:include=" + "|".join(ext.include_paths()))
-print("DDS:lib=" + "|".join(ext.library_paths()))
-"""
 
 def _libs_present(rctx, libdirs, names):
     out = []
@@ -43,6 +34,7 @@ def _empty(rctx, reason):
         "TORCH_CXX11_ABI": 1,
         "TORCH_CUDA": "",
         "TORCH_HIP": "",
+        "TORCH_CXX_STD": 17,
     })
     rctx.template("BUILD", Label("//third_party/torch:BUILD.tpl"), {
         "%{REASON}": reason,
@@ -62,7 +54,8 @@ def _impl(rctx):
     if py == None:
         _empty(rctx, "no Python interpreter (set DDSTORE_PYTHON)")
         return
-    ok, out, err = run(rctx, [py, "-c", _PROBE], timeout = 300)
+    probe = rctx.path(Label("//third_party/torch:probe.py"))
+    ok, out, err = run(rctx, [py, str(probe)], timeout = 300)
     if not ok:
         last = err.strip().split("\n")[-1] if err.strip() else "no output"
         _empty(rctx, "%s cannot import torch: %s" % (py, last))
@@ -107,6 +100,7 @@ def _impl(rctx):
         "TORCH_CXX11_ABI": abi,
         "TORCH_CUDA": kv.get("cuda", ""),
         "TORCH_HIP": kv.get("hip", ""),
+        "TORCH_CXX_STD": int(kv.get("cxxstd", "17")),
     })
     rctx.template("BUILD", Label("//third_party/torch:BUILD.tpl"), {
         "%{REASON}": "torch " + version,

@@ -5,13 +5,29 @@ import torch
 
 import pyddstore  # noqa: F401  (loads pyddstore._core, whose capsule the extension imports)
 
+
+def _missing_extension(e):
+    """Why pyddstore._ddstore_torch does not import, and the way out."""
+    import glob
+    import os
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    built = glob.glob(os.path.join(here, "_ddstore_torch*.so"))
+    if built:
+        why = (f"{os.path.basename(built[0])} is there but does not load ({e}); it was "
+               f"probably built for another torch than this one ({torch.__version__}): "
+               "rebuild it with the torch you run")
+    else:
+        why = ("this installation of pyddstore has no torch extension: pip builds in an "
+               "isolated environment without torch unless told otherwise")
+    return ("pyddstore.torch needs the torch extension pyddstore._ddstore_torch; " + why +
+            ".  With pip: install torch first, then `pip install --no-build-isolation .` "
+            "in the source tree (docs/installation.md); in a checkout: `./ddstore build`.")
+
+
 try:
     from pyddstore import _ddstore_torch as ext
 except ImportError as e:  # pragma: no cover - build problem
-    raise ImportError(
-        "pyddstore.torch needs the torch extension pyddstore._ddstore_torch "
-        "(built by `./ddstore build`, or tools/dev-build-torch.sh for development): "
-        f"{e}") from e
+    raise ImportError(_missing_extension(e)) from e
 
 ext.set_gpu_kind(2 if getattr(torch.version, "hip", None) else 1)
 

@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 import numpy as np
 import torch
@@ -110,6 +111,63 @@ def _progress(total, name, rank):
     return _LogProgress(total, name)
 
 
+class _ForkedProfile:
+    """Read counters of forked DataLoader workers, summed where the parent
+    sees them: a shared anonymous mapping made before the fork (one row of
+    counters per variable) and a lock; after each read a worker adds what its
+    reader counted since its last read.  get_profile() in the parent adds
+    the rows to the store's own counters."""
+
+    def __init__(self, store, variables):
+        self._vars = {v: i for i, v in enumerate(variables)}
+        self._keys = None
+        self._mem = None
+        self._lock = None
+        try:
+            sample = store.get_profile(variables[0]) if variables else {}
+        except Exception:  # noqa: BLE001 - no counters, nothing to share
+            return
+        self._keys = [k for k, v in sample.items() if isinstance(v, (int, float))
+                      and not isinstance(v, bool)]
+        if not self._keys:
+            return
+        import mmap
+        import multiprocessing
+        self._mem = mmap.mmap(-1, 8 * len(variables) * len(self._keys))   # MAP_SHARED
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._rows = np.frombuffer(self._mem, dtype=np.float64).reshape(
+            len(variables), len(self._keys))
+        self._last = {}
+
+    def _vector(self, prof):
+        return np.array([float(prof.get(k, 0)) for k in self._keys])
+
+    def start(self, reader):
+        """In a worker: what its new reader counts from now on is the worker's."""
+        if self._mem is not None:
+            self._last = {v: self._vector(reader.get_profile(v)) for v in self._vars}
+
+    def flush(self, reader, variables):
+        if self._mem is None:
+            return
+        with self._lock:
+            for v in variables:
+                cur = self._vector(reader.get_profile(v))
+                self._rows[self._vars[v]] += cur - self._last[v]
+                self._last[v] = cur
+
+    def add_to(self, var, prof):
+        if self._mem is None or var not in self._vars:
+            return prof
+        with self._lock:
+            row = self._rows[self._vars[var]].copy()
+        out = dict(prof)
+        for k, x in zip(self._keys, row):
+            if x:
+                out[k] = type(prof.get(k, 0))(out.get(k, 0) + x)
+        return out
+
+
 class _Stored(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
@@ -120,6 +178,7 @@ class _Stored(torch.utils.data.Dataset):
         self._pid = os.getpid()
         self._tls = threading.local()
         self._fork = None            # (pid, reader) in a forked worker
+        self._forked = _ForkedProfile(self.ddstore, [f.var for f in self.schema.fields])
         self._allocs = {}            # id(bufs) -> list of registered tensors
         self._freed = False
         self._update_specs()
@@ -157,6 +216,7 @@ class _Stored(torch.utils.data.Dataset):
                 "reader")
         reader = self.ddstore.fork_reader()
         self._fork = (pid, reader)
+        self._forked.start(reader)
         return reader
 
     def _read_device(self):
@@ -217,8 +277,11 @@ class _Stored(torch.utils.data.Dataset):
                     raise ValueError(f"out=: buffer for field {f.key!r} has {b.shape[0]} "
                                      f"rows, {n} are read")
                 outs.append(b[:n] if b.shape[0] != n else b)
-        ext.read_fields(self._reader(), [f.var for f in fields], outs, idx,
+        reader = self._reader()
+        ext.read_fields(reader, [f.var for f in fields], outs, idx,
                         stream_of(dev) if dev is not None else 0)
+        if self._fork is not None and reader is self._fork[1]:
+            self._forked.flush(reader, [f.var for f in fields])
         return outs
 
     def __getitem__(self, i):
@@ -309,11 +372,16 @@ class _Stored(torch.utils.data.Dataset):
 
     def get_profile(self, field=None):
         """Read counters of one field (key), or summed over every field (None).
-        Sums over the store and the threads' readers."""
+        Sums over the store, the threads' readers and the reads of forked
+        DataLoader workers (each worker adds its counters after every read)."""
         fields = [self.schema.field(field)] if field is not None else self.schema.fields
         total = {}
         for f in fields:
-            for k, v in self.ddstore.get_profile(f.var).items():
+            prof = (self._fork[1] if self._fork is not None and self._fork[0] == os.getpid()
+                    else self.ddstore).get_profile(f.var)
+            if os.getpid() == self._pid:
+                prof = self._forked.add_to(f.var, prof)
+            for k, v in prof.items():
                 if isinstance(v, (int, float)):
                     total[k] = total.get(k, 0) + v
         return total
@@ -628,21 +696,17 @@ class DistDataset(_Stored):
         }
         path = os.path.join(self.handshake_dir, _meta_file_name(self.name, self._ns))
         _write_json_atomic(path, meta)
-        self._meta = (path, run_id)
+        # removed by free(), or when the dataset is collected or the
+        # interpreter exits without free(), as the core removes its records
+        self._meta = weakref.finalize(self, _remove_meta_file, path, run_id)
 
     def _remove_meta(self):
         """free(): the meta file goes with the run (only if it is still ours:
         a later run's is left alone)."""
-        path, run_id = getattr(self, "_meta", (None, None))
-        self._meta = (None, None)
-        if path is None:
-            return
-        try:
-            data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
-            if data is not None and json.loads(data.decode("utf-8")).get("run_id") == run_id:
-                os.unlink(path)
-        except (OSError, ValueError, AttributeError, pyddstore.DDStoreError):
-            pass    # not ours, or unreadable: nothing of ours to remove
+        fin = getattr(self, "_meta", None)
+        self._meta = None
+        if fin is not None:
+            fin()
 
     # -- lifetime -----------------------------------------------------------
     def free(self):
@@ -707,6 +771,16 @@ def _enc_name(s):
         else:
             out.append(f"%{b:02X}")
     return "".join(out)
+
+
+def _remove_meta_file(path, run_id):
+    """Remove the meta file at `path` if it is still the one of run `run_id`."""
+    try:
+        data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
+        if data is not None and json.loads(data.decode("utf-8")).get("run_id") == run_id:
+            os.unlink(path)
+    except (OSError, ValueError, AttributeError, pyddstore.DDStoreError):
+        pass    # not ours, or unreadable: nothing of ours to remove
 
 
 def _meta_file_name(name, ns=""):
