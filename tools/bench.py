@@ -93,6 +93,17 @@ def main():
     args.json = os.path.join(args.out, "bench.json")
     if os.path.exists(args.json):
         os.remove(args.json)
+    # what the figures were measured on: commit, settings, load
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=TOP, capture_output=True,
+                          text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=TOP,
+                           capture_output=True, text=True).stdout.strip()
+    with open(args.json, "a") as f:
+        f.write(json.dumps({"kind": "run", "commit": head + ("+dirty" if dirty else ""),
+                            "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
+                            "settings": {k: v for k, v in os.environ.items()
+                                         if k.startswith(("DDSTORE_", "FI_", "OMPI_MCA_"))},
+                            "argv": sys.argv[1:]}) + "\n")
     secs = "0.1" if args.quick else "0.3"
     sizes = "64,3136,65536,1048576" if args.quick else "64,512,3136,32768,262144,1048576,4194304"
     batches = "1,128" if args.quick else "1,16,128,1024"

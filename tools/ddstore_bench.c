@@ -175,26 +175,60 @@ out:
     return NULL;
 }
 
-/* memcpy of the same bytes: batch rows from random rows of a local buffer. */
+/* The local limit, timed exactly like the reads: the same batch of random
+ * rows (a gather from a local buffer), a destination allocated and written
+ * once before the clock starts (as the readers' is), one untimed warm-up
+ * batch, the same minimum time and at least 3 batches.  `contiguous`: one
+ * memcpy of batch x row_bytes from a random row (no gather). */
 static double memcpy_seconds_per_row(const uint8_t *src, int64_t nrows, size_t row_bytes,
-                                     size_t batch, double seconds)
+                                     size_t batch, double seconds, int contiguous)
 {
     uint8_t *dst = aligned_alloc(64, (batch * row_bytes + 63) / 64 * 64);
     int64_t *idx = malloc(batch * sizeof(int64_t));
     uint64_t s = 42, rows = 0;
-    double t0 = now(), t = t0;
-    while (t - t0 < seconds || rows < 3 * batch) {
-        for (size_t i = 0; i < batch; i++)
-            idx[i] = (int64_t)(splitmix(&s) % (uint64_t)nrows);
-        for (size_t i = 0; i < batch; i++)
-            memcpy(dst + i * row_bytes, src + idx[i] * row_bytes, row_bytes);
-        __asm__ volatile("" ::"r"(dst) : "memory");
-        rows += batch;
-        t = now();
+    if (!dst || !idx) {
+        free(dst);
+        free(idx);
+        return 0;
     }
-    free(dst);
-    free(idx);
-    return (t - t0) / rows;
+    int64_t span = nrows > (int64_t)batch ? nrows - (int64_t)batch : 1;
+    for (int warm = 1;; warm = 0) {
+        double t0 = now(), t = t0;
+        rows = 0;
+        while (warm ? rows < batch : (t - t0 < seconds || rows < 3 * batch)) {
+            if (contiguous) {
+                int64_t r0 = (int64_t)(splitmix(&s) % (uint64_t)span);
+                memcpy(dst, src + r0 * row_bytes,
+                       (size_t)(nrows < (int64_t)batch ? nrows : (int64_t)batch) * row_bytes);
+            } else {
+                for (size_t i = 0; i < batch; i++)
+                    idx[i] = (int64_t)(splitmix(&s) % (uint64_t)nrows);
+                for (size_t i = 0; i < batch; i++)
+                    memcpy(dst + i * row_bytes, src + idx[i] * row_bytes, row_bytes);
+            }
+            __asm__ volatile("" ::"r"(dst) : "memory");
+            rows += batch;
+            t = now();
+        }
+        if (!warm) {
+            free(dst);
+            free(idx);
+            return (t - t0) / rows;
+        }
+    }
+}
+
+/* The 1-minute load average (this machine is shared: a figure next to it). */
+static double loadavg1(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 static int make_store(const opts_t *o, dds_store_t **store_p)
@@ -381,7 +415,8 @@ int main(int argc, char **argv)
             size_t batch = o.batches[bi];
             if (batch * rb > o.max_batch_bytes)
                 continue;
-            double t_mc = memcpy_seconds_per_row(shard, nrows, rb, batch, o.seconds / 2);
+            double t_mc = memcpy_seconds_per_row(shard, nrows, rb, batch, o.seconds, 0);
+            double t_mcc = memcpy_seconds_per_row(shard, nrows, rb, batch, o.seconds, 1);
             for (int ti = 0; ti < o.nthreads; ti++) {
                 int T = o.threads[ti];
                 worker_t *w = calloc(T, sizeof *w);
@@ -434,10 +469,13 @@ int main(int argc, char **argv)
                                 "\"threads\": %d, \"remote_only\": %s, \"us_per_row\": %.4f, "
                                 "\"rows_per_s\": %.1f, \"gb_per_s\": %.4f, "
                                 "\"min_rank_rows_per_s\": %.1f, \"memcpy_us_per_row\": %.4f, "
-                                "\"memcpy_gb_per_s\": %.4f}\n",
+                                "\"memcpy_gb_per_s\": %.4f, "
+                                "\"memcpy_contiguous_gb_per_s\": %.4f, \"seconds\": %.3f, "
+                                "\"loadavg\": %.2f}\n",
                                 o.method, tname, o.fabric ? o.fabric : "", size, rb, batch, T,
                                 o.uniform ? "false" : "true", us, rate, gbs, minrate,
-                                t_mc * 1e6, mgbs);
+                                t_mc * 1e6, mgbs, t_mcc > 0 ? rb / t_mcc / 1e9 : 0.0,
+                                o.seconds, loadavg1());
                 }
             }
         }
