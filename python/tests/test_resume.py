@@ -203,23 +203,22 @@ def test_state_errors(stores):
 
 def test_report_adds_up(stores, tmp_path, monkeypatch, caplog):
     """start + waiting + between batches = the epoch's wall time (measured
-    outside too); the per-rank spread; the summary and a JSON line on rank 0."""
+    outside too); the per-rank spread; with DDSTORE_LOADER_REPORT, the summary
+    and a JSON line on rank 0 at the epoch's end."""
     comm, dss = stores
     ds = dss[0]
-    path = comm.bcast(str(tmp_path / "report.jsonl"), root=0)
-    env_set(monkeypatch, DDSTORE_LOADER_REPORT=path)
+    env_set(monkeypatch, DDSTORE_LOADER_REPORT=None)
     s = DistSampler(ds, seed=2)
     lo = ThreadDataLoader(ds, batch_size=B, sampler=s, num_workers=2)
-    caplog.set_level(logging.INFO, logger="pyddstore.torch.report")
+    assert lo.epoch_report() is None
     t0 = time.perf_counter()
     n = 0
     for _ in lo:
-        time.sleep(0.002)                   # the "training step"
+        time.sleep(0.005)                   # the "training step"
         n += 1
     wall = time.perf_counter() - t0
     fig = lo.epoch_report()
     g = lo.epoch_report(gather=True)
-    lo.close()
     parts = fig["start_s"] + fig["wait_s"] + fig["compute_s"]
     errs = []
     if not fig["complete"] or fig["batches"] != n or fig["samples"] != len(s):
@@ -228,22 +227,28 @@ def test_report_adds_up(stores, tmp_path, monkeypatch, caplog):
         errs.append(f"parts {parts} vs wall_s {fig['wall_s']}")
     if abs(fig["wall_s"] - wall) > 0.03 * wall + 0.002:
         errs.append(f"wall_s {fig['wall_s']} vs measured {wall}")
-    if fig["compute_s"] < 0.002 * n:
-        errs.append(f"compute_s {fig['compute_s']} < {0.002 * n}")
+    if fig["compute_s"] < 0.005 * n:
+        errs.append(f"compute_s {fig['compute_s']} < {0.005 * n}")
     if fig["fetched"] < n or fig["fetch_s"] <= 0 or fig["prefetch_depth"] != 4:
         errs.append(f"workers' side {fig}")
     if "read" not in fig or fig["read"]["rows"] < fig["samples"]:
         errs.append(f"store reads {fig.get('read')}")
     if g["ranks"] != comm.Get_size() or len(g["per_rank"]["wait_s"]) != g["ranks"] or \
-            not 0 <= g["slowest_rank"] < g["ranks"]:
+            not 0 <= g["slowest_rank"] < g["ranks"] or g["wait_s"] != fig["wait_s"]:
         errs.append(f"gathered {g}")
+    # the next epoch with the report asked for: a summary and a JSON line
+    path = comm.bcast(str(tmp_path / "report.jsonl"), root=0)
+    env_set(monkeypatch, DDSTORE_LOADER_REPORT=path)
+    caplog.set_level(logging.INFO, logger="pyddstore.torch.report")
+    n2 = sum(1 for _ in lo)
+    lo.close()
     if comm.Get_rank() == 0:
         with open(path) as f:
             lines = [json.loads(x) for x in f]
-        if len(lines) != 1 or lines[0]["batches"] != n or lines[0]["ranks"] != comm.Get_size():
+        if len(lines) != 1 or lines[0]["batches"] != n2 or lines[0]["epoch"] != 1 or \
+                lines[0]["ranks"] != comm.Get_size():
             errs.append(f"JSON lines {lines}")
         if not any("waiting for data" in r.getMessage() for r in caplog.records):
             errs.append("no summary logged")
-    assert_all(comm, not errs, "; ".join(errs))
-    if comm.Get_rank() == 0:
         os.unlink(path)
+    assert_all(comm, not errs, "; ".join(errs))

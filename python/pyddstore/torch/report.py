@@ -46,13 +46,13 @@ class EpochStats:
     consumer thread (enter/leave) and by the worker threads (fetched(), under
     the iterator's condition lock)."""
 
-    def __init__(self, index, dataset, workers, depth):
+    def __init__(self, index, dataset, workers, depth, t0=None):
+        self.t0 = time.perf_counter() if t0 is None else t0    # iter(loader) called
         self.index = index
         self.workers = workers
         self.depth = depth
         self._dataset = dataset
         self._prof0 = _profile(dataset)
-        self.t0 = time.perf_counter()
         self.t_end = None
         self._t_leave = None
         self.start_s = 0.0
@@ -85,18 +85,19 @@ class EpochStats:
     def leave(self, t_enter, samples):
         """next() returns a batch of `samples` samples (None: the epoch ended;
         returns True the first time)."""
+        first_end = samples is None and self.t_end is None
+        if first_end:             # (inside the last next(): counted as waiting)
+            p1 = _profile(self._dataset)
+            if p1 is not None and self._prof0 is not None:
+                self.read = {k: p1[k] - self._prof0[k] for k in p1}
         t = time.perf_counter()
         self.wait_s += t - t_enter
         self._t_leave = t
-        if samples is not None and samples < 0:      # next() raised
-            return False
         if samples is None:
-            if self.t_end is None:
+            if first_end:
                 self.t_end = t
-                p1 = _profile(self._dataset)
-                if p1 is not None and self._prof0 is not None:
-                    self.read = {k: p1[k] - self._prof0[k] for k in p1}
-                return True
+            return first_end
+        if samples < 0:                                 # next() raised
             return False
         self.batches += 1
         self.samples += samples
