@@ -11,7 +11,7 @@ first), then --count indices (or the rank's whole epoch if fewer) through
 the iterator, and reports ns per index (steady state, after the first) and
 the peak RSS above the same child's RSS after imports.  DistributedSampler
 materialises the epoch's permutation as a Python list of N ints (about
-44 bytes per sample): sizes above --torch-max are not run for it.
+48 bytes per sample): sizes above --torch-max are not run for it.
 A program, not a test (tagged benchmark).
 """
 import argparse
@@ -69,7 +69,7 @@ def main():
         for kind in ("DistSampler", "DistributedSampler"):
             if kind == "DistributedSampler" and n > a.torch_max:
                 rows.append({"sampler": kind, "n": n, "skipped": "list of N ints: "
-                             f"~{44 * n / 2**30:.0f} GiB per rank"})
+                             f"~{48 * n / 2**30:.0f} GiB per rank"})
                 continue
             out = subprocess.run([sys.executable, __file__, "--ranks", str(a.ranks),
                                   "--count", str(a.count), "--child", kind, str(n)],
