@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from _torch_util import (Source, assert_all, env_set, fresh_name, require_method,  # noqa: E402
-                         same, shared_tmpdir, world)
+                         shared_tmpdir, world)
 from pyddstore.torch import DistDataset, DistSampler, ThreadDataLoader  # noqa: E402
 from torch.utils.data.distributed import DistributedSampler  # noqa: E402
 

@@ -182,7 +182,7 @@ class ThreadDataLoader(DataLoader):
         self._runs = []                  # _State of every epoch with threads
         self._seed_drawn = False
         self._closed = False
-        self._report = env.loader_report(report)    # validated now
+        env.loader_report(report)        # a bad value fails here, not at the epoch's end
         self._report_arg = report
         self._iter_ref = None            # weakref to the latest iterator
         self._stats = None               # its report.EpochStats
@@ -401,7 +401,7 @@ class ThreadDataLoader(DataLoader):
                 return c
         import torch.distributed as dist
         if dist.is_available() and dist.is_initialized():
-            return dist.group.WORLD
+            return "torch"
         return None
 
     def _epoch_ended(self, stats):

@@ -134,22 +134,23 @@ class EpochStats:
 
 def gather(fig, comm):
     """Add the per-rank spread to `fig` (collective over `comm`: a pyddstore
-    Comm, an mpi4py communicator, or torch.distributed's world)."""
+    Comm, an mpi4py communicator, "torch" for torch.distributed's world, or
+    None for this process alone)."""
     # integer nanoseconds: pyddstore's Comm carries ints, not floats
     keys = ("wall_s", "wait_s", "compute_s", "fetch_s")
     mine = [int(round(fig[k] * 1e9)) for k in keys] + [int(fig["batches"])]
     if comm is None:
         alls = [mine]
         rank = 0
-    elif hasattr(comm, "Get_rank"):
-        alls, rank = comm.allgather(mine), comm.Get_rank()
-    elif hasattr(comm, "allgather"):
-        alls, rank = comm.allgather(mine), comm.rank
-    else:
+    elif comm == "torch":
         import torch.distributed as dist
         alls = [None] * dist.get_world_size()
         dist.all_gather_object(alls, mine)
         rank = dist.get_rank()
+    elif hasattr(comm, "Get_rank"):
+        alls, rank = comm.allgather(mine), comm.Get_rank()
+    else:
+        alls, rank = comm.allgather(mine), comm.rank
     alls = [dict(zip(keys, (v / 1e9 for v in a[:4])), batches=a[4]) for a in alls]
     waits = [a["wait_s"] for a in alls]
     slow = max(range(len(waits)), key=waits.__getitem__)
