@@ -24,6 +24,7 @@ from .comm import Comm, TorchComm  # noqa: E402
 from .dataset import (DistDataset, DistDatasetReader, WindowedDataset, row_of,  # noqa: E402
                       sampler_kwargs)
 from .loader import ThreadDataLoader  # noqa: E402
+from .sampler import DistSampler  # noqa: E402
 
 try:
     with open(_os.path.join(_os.path.dirname(__file__), "..", "..", "..", "ddstore-torch",
@@ -34,4 +35,4 @@ except OSError:
 __version__ = getattr(_ext, "__version__", None) or _src_version or "0.1.0"
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
-           "sampler_kwargs", "ThreadDataLoader", "TorchComm", "Comm", "__version__"]
+           "sampler_kwargs", "DistSampler", "ThreadDataLoader", "TorchComm", "Comm", "__version__"]

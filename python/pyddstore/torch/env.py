@@ -10,7 +10,7 @@ import os
 __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout", "launch_sizes", "exchange_ns"]
+           "collective_timeout", "launch_sizes", "exchange_ns", "loader_report"]
 
 # (name, type, default, help) — same shape as core's config registry.
 ENTRIES = (
@@ -45,6 +45,10 @@ ENTRIES = (
     ("DDSTORE_HANDSHAKE_TIMEOUT_S", "double", "120",
      "DistDatasetReader: how long to wait for the core job's {name}.meta.json "
      "(core uses the same variable for its records)"),
+    ("DDSTORE_LOADER_REPORT", "string", "0",
+     "ThreadDataLoader(report=None): 1 = a summary of where each epoch's time went on "
+     "rank 0 at epoch end (collective: gathers the per-rank spread); a path = also "
+     "append the figures there as one JSON line per epoch"),
 )
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -217,3 +221,22 @@ def slurm_rank_size():
         if rv is not None and sv is not None and rv.strip().isdigit() and sv.strip().isdigit():
             return int(rv), int(sv)
     return None
+
+
+def loader_report(given=None):
+    """ThreadDataLoader's report setting: None (off), True, or a path (JSON
+    lines).  `given` (the argument) wins over DDSTORE_LOADER_REPORT."""
+    v = given
+    if v is None:
+        raw = _raw("DDSTORE_LOADER_REPORT")
+        if raw is None:
+            return None
+        s = raw.strip()
+        if s.lower() in _FALSE:
+            return None
+        return True if s.lower() in _TRUE else s
+    if v is False:
+        return None
+    if v is True or (isinstance(v, str) and v):
+        return v
+    raise ValueError(f"ThreadDataLoader: report must be None, a bool or a path, got {v!r}")

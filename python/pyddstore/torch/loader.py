@@ -21,8 +21,13 @@ from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data import _utils as _tud_utils
 
 from . import env
+from . import report as _report
+from .sampler import DistSampler
 
 __all__ = ["ThreadDataLoader"]
+
+LOADER_STATE_FORMAT = "ddstore.ThreadDataLoader"
+LOADER_STATE_VERSION = 1
 
 _DEFAULT_COLLATES = {_tud_utils.collate.default_collate}
 try:  # the public alias is the same function; keep both just in case
@@ -83,6 +88,7 @@ class _State:
         self.threads = []
         self.slots = []         # the worker slots this epoch took (iterator close())
         self.gpu = False        # record/wait CUDA events around batches
+        self.stats = None       # report.EpochStats of the epoch
 
     def shutdown(self, join=False):
         if not self.stop:
@@ -124,7 +130,7 @@ class ThreadDataLoader(DataLoader):
                  drop_last=False, timeout=0, worker_init_fn=None,
                  multiprocessing_context=None, generator=None, *, prefetch_factor=None,
                  persistent_workers=False, pin_memory_device="", in_order=True,
-                 reuse_buffers=False, collate_copies=False):
+                 reuse_buffers=False, collate_copies=False, report=None):
         if num_workers < 0:
             raise ValueError("num_workers option should be non-negative; use num_workers=0 "
                              "to read in the calling thread")
@@ -176,9 +182,18 @@ class ThreadDataLoader(DataLoader):
         self._runs = []                  # _State of every epoch with threads
         self._seed_drawn = False
         self._closed = False
+        env.loader_report(report)        # a bad value fails here, not at the epoch's end
+        self._report_arg = report
+        self._iter_ref = None            # weakref to the latest iterator
+        self._stats = None               # its report.EpochStats
+        self._epochs = 0
+        self._progress = _Progress(0, 0, None)
+        self._skip = 0                   # batches to skip at the next iter() (loaded state)
+        self._resume = None              # the loaded _Progress, for the next iter()
 
     # DataLoader.__iter__ builds processes for num_workers > 0; ours threads.
     def __iter__(self):
+        t0 = time.perf_counter()
         if self._closed:
             raise RuntimeError("ThreadDataLoader: iter() after close()")
         # threads of finished / abandoned epochs return their slots (readers,
@@ -187,9 +202,10 @@ class ThreadDataLoader(DataLoader):
             if st.stop:
                 st.shutdown(join=True)
                 self._runs.remove(st)
-        it = _ThreadIter(self)
+        it = _ThreadIter(self, t0)
         if it._threads:
             self._runs.append(it._state)
+        self._iter_ref = weakref.ref(it)
         return it
 
     def _get_iterator(self):
@@ -288,6 +304,114 @@ class ThreadDataLoader(DataLoader):
         """The dataset's read counters (summed over the store and every reader)."""
         return self.dataset.get_profile(name)
 
+    # -- state (torchdata's StatefulDataLoader protocol) ---------------------
+    def _dist_sampler(self):
+        for s in (self.sampler, getattr(self.batch_sampler, "sampler", None)):
+            if isinstance(s, DistSampler):
+                return s
+        return None
+
+    def _live_iter(self):
+        it = self._iter_ref() if self._iter_ref is not None else None
+        return it if it is not None and not it._ended else None
+
+    def state_dict(self):
+        """Where the consumer is: a plain picklable dict.  Counts only the
+        batches delivered by next() (prefetched ones are fetched again after
+        a resume).  With a DistSampler it holds the sampler's global position
+        (resumable at any world size); with another sampler the number of
+        batches to skip (the same order is then needed: a sampler whose order
+        depends only on its epoch, e.g. DistributedSampler)."""
+        if isinstance(self.dataset, IterableDataset):
+            raise ValueError("ThreadDataLoader.state_dict needs a map-style dataset "
+                             "(an IterableDataset keeps its own position)")
+        if not self._in_order and self.num_workers > 0:
+            raise ValueError("ThreadDataLoader.state_dict needs in_order=True with worker "
+                             "threads (batches delivered out of order are not a prefix)")
+        pr = self._progress
+        ds = self._dist_sampler()
+        sst = None
+        batches, samples = pr.batches, pr.samples
+        if ds is not None:
+            if pr.key != (ds.epoch, ds._start):     # set_epoch() since: a new epoch
+                batches = samples = 0
+                sst = ds.state_dict(consumed=0)
+            else:
+                sst = ds.state_dict(consumed=samples - pr.base_samples)
+        return {"format": LOADER_STATE_FORMAT, "version": LOADER_STATE_VERSION,
+                "batches_yielded": batches, "samples_yielded": samples, "sampler": sst}
+
+    def load_state_dict(self, state):
+        """Resume from `state` at the next iter(loader).  ValueError naming the
+        field for a state that does not fit this loader; RuntimeError while
+        an iterator of this loader is running."""
+        if self._live_iter() is not None:
+            raise RuntimeError("ThreadDataLoader.load_state_dict while an epoch is being "
+                               "iterated: finish it or close() its iterator first")
+        if not isinstance(state, dict):
+            raise ValueError(f"ThreadDataLoader state: expected a dict, got "
+                             f"{type(state).__name__}")
+        for key in ("format", "version", "batches_yielded", "samples_yielded", "sampler"):
+            if key not in state:
+                raise ValueError(f"ThreadDataLoader state: field {key!r} is missing")
+        if state["format"] != LOADER_STATE_FORMAT:
+            raise ValueError(f"ThreadDataLoader state: field 'format' is "
+                             f"{state['format']!r}, expected {LOADER_STATE_FORMAT!r}")
+        if state["version"] != LOADER_STATE_VERSION:
+            raise ValueError(f"ThreadDataLoader state: field 'version' is "
+                             f"{state['version']!r}, this pyddstore reads "
+                             f"{LOADER_STATE_VERSION}")
+        for key in ("batches_yielded", "samples_yielded"):
+            v = state[key]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"ThreadDataLoader state: field {key!r} must be an int "
+                                 f">= 0, got {v!r}")
+        ds = self._dist_sampler()
+        sst = state["sampler"]
+        if (sst is None) != (ds is None):
+            have = type(ds or self.sampler).__name__
+            raise ValueError(f"ThreadDataLoader state: field 'sampler' is "
+                             f"{'None' if sst is None else 'a DistSampler state'}, but this "
+                             f"loader's sampler is {have}")
+        if ds is not None:
+            ds.load_state_dict(sst)
+            skip = 0
+        else:
+            skip = state["batches_yielded"]
+        self._skip = skip
+        self._progress = self._resume = _Progress(
+            state["batches_yielded"], state["samples_yielded"],
+            None if ds is None else (ds.epoch, ds._start))
+
+    # -- report ---------------------------------------------------------------
+    def epoch_report(self, gather=False):
+        """Figures of the latest epoch (the one in progress, or the last
+        finished): a dict, see pyddstore/torch/report.py and docs.  None before
+        the first iter().  gather=True adds the per-rank spread (collective
+        over the dataset's communicator, else torch.distributed)."""
+        if self._stats is None:
+            return None
+        fig = self._stats.figures()
+        return _report.gather(fig, self._report_comm()) if gather else fig
+
+    def _report_comm(self):
+        for d in self._stores:
+            c = getattr(d, "comm", None)
+            if c is not None and hasattr(c, "allgather"):
+                return c
+        import torch.distributed as dist
+        if dist.is_available() and dist.is_initialized():
+            return "torch"
+        return None
+
+    def _epoch_ended(self, stats):
+        target = env.loader_report(self._report_arg)
+        if target is None or stats is not self._stats:
+            return
+        fig = _report.gather(stats.figures(), self._report_comm())
+        if fig["rank"] == 0:
+            _report.emit(fig, target)
+
     def __del__(self):
         try:
             if not self._closed:
@@ -295,6 +419,18 @@ class ThreadDataLoader(DataLoader):
                     st.shutdown(join=False)
         except Exception:  # noqa: BLE001
             pass
+
+
+class _Progress:
+    """Batches and samples delivered in the current epoch (counting those
+    before a resume); `key` is the DistSampler's (epoch, start) they count
+    from, `base_samples` the samples delivered before this iteration."""
+
+    def __init__(self, batches, samples, key):
+        self.batches = batches
+        self.samples = samples
+        self.base_samples = samples
+        self.key = key
 
 
 def _pin_settings(pin_memory):
@@ -335,7 +471,7 @@ def _copy_batch(data):
 class _ThreadIter:
     """One epoch of a ThreadDataLoader."""
 
-    def __init__(self, loader):
+    def __init__(self, loader, t0=None):
         self._loader = loader
         self._dataset = loader.dataset
         self._auto_collation = loader._auto_collation
@@ -355,12 +491,33 @@ class _ThreadIter:
                 generator=loader.generator).item()
             loader._seed_drawn = True
         self._num_yielded = 0
+        # state: what the consumer has been given (loader.state_dict())
+        skip, loader._skip = loader._skip, 0
+        ds = loader._dist_sampler()
+        key = None if ds is None else (ds.epoch, ds._start)
+        pr, loader._resume = loader._resume, None       # a loaded state, else a new epoch
+        self._progress = _Progress(0, 0, key) if pr is None else \
+            _Progress(pr.batches, pr.samples, key)
+        loader._progress = self._progress
+        for _ in range(skip):       # another sampler: skip the batches consumed
+            try:
+                next(self._sampler_iter)
+            except StopIteration:
+                break
+        self._sizes = {}
+        self._last_key = None
+        loader._epochs += 1
+        self._stats = _report.EpochStats(
+            loader._epochs - 1, loader.dataset, self._num_workers,
+            self._num_workers * (loader.prefetch_factor or 0), t0)
+        loader._stats = self._stats
         self._fast = (self._auto_collation and loader._default_collate and
                       env.fast_collate() and hasattr(self._dataset, "_collate") and
                       self._dataset._fast_collate_ok())
         self._reuse = loader.reuse_buffers
         self._is_iterable = isinstance(self._dataset, IterableDataset)
         self._state = _State()
+        self._state.stats = self._stats
         # GPU batches from worker threads are handed to the consumer's stream
         # with events (no synchronize): only where CUDA/HIP is usable
         self._state.gpu = self._num_workers > 0 and torch.cuda.is_available()
@@ -442,6 +599,7 @@ class _ThreadIter:
         except StopIteration:
             self._exhausted = True
             return
+        self._sizes[self._send_idx] = len(index) if self._auto_collation else 1
         self._state.tasks.put((self._send_idx, index))
         self._send_idx += 1
         self._outstanding += 1
@@ -468,6 +626,7 @@ class _ThreadIter:
                     raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
                 st.cond.wait(wait)
             ok, data, events = st.results.pop(key)
+        self._last_key = key
         if self._in_order:
             self._rcvd_idx += 1
         self._outstanding -= 1
@@ -476,18 +635,38 @@ class _ThreadIter:
         return ok, data
 
     def __next__(self):
+        stats = self._stats
+        t = stats.enter(len(self._state.results))
+        try:
+            data, n = self._next()
+        except StopIteration:
+            if stats.leave(t, None):
+                self._loader._epoch_ended(stats)
+            raise
+        except BaseException:
+            stats.leave(t, -1)
+            raise
+        stats.leave(t, n)
+        self._progress.batches += 1
+        self._progress.samples += n
+        return data
+
+    def _next(self):
+        """(batch, its sample count), or StopIteration."""
         if self._ended:
             raise StopIteration
         if self._num_workers == 0:
             try:
                 index = next(self._sampler_iter)
+                t = time.perf_counter()
                 data = self._main_fetch(index, self._slot)
+                self._stats.add_fetch(time.perf_counter() - t)
             except StopIteration:
                 self._ended = True
                 self._shutdown()
                 raise
             self._num_yielded += 1
-            return data
+            return data, (len(index) if self._auto_collation else 1)
         res = self._get_result()
         if res is None:
             self._ended = True
@@ -505,7 +684,7 @@ class _ThreadIter:
             raise data
         self._try_put_index()
         self._num_yielded += 1
-        return data
+        return data, self._sizes.pop(self._last_key, 0)
 
     def __iter__(self):
         return self
@@ -631,6 +810,7 @@ def _worker_loop(loader_ref, st, wid, fetch):
             if err is not None:
                 ok, data = False, err
             else:
+                t = time.perf_counter()
                 try:
                     data, ok = fetch(index, slot), True
                     if st.gpu:
@@ -640,6 +820,8 @@ def _worker_loop(loader_ref, st, wid, fetch):
                 except BaseException as e:  # noqa: BLE001 - re-raised by the iterator
                     data, ok = e, False
             with st.cond:
+                if err is None and st.stats is not None:
+                    st.stats.add_fetch(time.perf_counter() - t)
                 st.results[seq] = (ok, data, events)
                 st.cond.notify_all()
     finally:

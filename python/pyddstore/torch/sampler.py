@@ -1,0 +1,335 @@
+"""DistSampler: a shuffling distributed sampler in constant memory, with an
+exact, world-size-independent state.
+
+The epoch's *global order* is a keyed bijection ``perm`` of ``[0, N)``
+computed per position (a Feistel network over the next power of four, with
+cycle walking back into ``[0, N)``; round keys from ``(seed, epoch)``), so no
+permutation is ever stored.  Rank ``r`` of ``W`` takes the global positions
+``r, r + W, r + 2W, ...`` exactly as ``torch.utils.data.DistributedSampler``
+takes ``indices[r::W]``: after every rank has taken ``c`` indices, the global
+positions ``[0, c·W)`` have been consumed — a prefix, whatever the batch size.
+That prefix length is the sampler's state, and any world size can continue
+from it.
+"""
+
+import numbers
+import operator
+
+import numpy as np
+from torch.utils.data import Sampler
+
+__all__ = ["DistSampler"]
+
+STATE_FORMAT = "ddstore.DistSampler"
+STATE_VERSION = 1
+MAX_N = 1 << 62            # positions + padding stay below 2**63
+_ROUNDS = 6
+_CHUNK = 1 << 16           # indices computed per vectorised step
+_M64 = (1 << 64) - 1
+_C1 = np.uint64(0xBF58476D1CE4E5B9)
+_C2 = np.uint64(0x94D049BB133111EB)
+_S29 = np.uint64(29)
+
+
+def _splitmix64(x):
+    """One splitmix64 output for the 64-bit state `x` (Python ints)."""
+    x = (x + 0x9E3779B97F4A7C15) & _M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+class _Feistel:
+    """A keyed permutation of [0, n): a balanced Feistel network on 2·h bits
+    (4**h >= n, so fewer than 4 walks per position on average), with cycle
+    walking.  Vectorised over numpy uint64 arrays."""
+
+    def __init__(self, n, seed, epoch):
+        self.n = n
+        bits = max(2, (n - 1).bit_length())
+        self.h = (bits + 1) // 2
+        self.mask = np.uint64((1 << self.h) - 1)
+        self.hbits = np.uint64(self.h)
+        self.top = np.uint64(64 - self.h)
+        k = _splitmix64((seed & _M64) ^ _splitmix64(epoch & _M64))
+        keys = []
+        for _ in range(_ROUNDS):
+            k = _splitmix64(k)
+            keys.append(np.uint64(k))
+        self.keys = keys
+
+    def _rounds(self, left, right, keys, inverse):
+        """The Feistel rounds in place on the halves (uint64 arrays)."""
+        x = np.empty_like(right)
+        t = np.empty_like(right)
+        a, b = (left, right) if not inverse else (right, left)
+        for k in keys:
+            # F(b, k): the top h bits of a multiply-xorshift-multiply hash
+            np.bitwise_xor(b, k, out=x)
+            np.multiply(x, _C1, out=x)
+            np.right_shift(x, _S29, out=t)
+            np.bitwise_xor(x, t, out=x)
+            np.multiply(x, _C2, out=x)
+            np.right_shift(x, self.top, out=x)
+            np.bitwise_xor(a, x, out=a)
+            a, b = b, a
+        return (a, b) if not inverse else (b, a)
+
+    def _enc(self, x):
+        left, right = self._rounds(x >> self.hbits, x & self.mask, self.keys, False)
+        np.left_shift(left, self.hbits, out=left)
+        return np.bitwise_or(left, right, out=left)
+
+    def _dec(self, x):
+        left, right = self._rounds(x >> self.hbits, x & self.mask, self.keys[::-1], True)
+        np.left_shift(left, self.hbits, out=left)
+        return np.bitwise_or(left, right, out=left)
+
+    def _walk(self, step, x):
+        n = np.uint64(self.n)
+        out = step(x)
+        idx = np.flatnonzero(out >= n)
+        while idx.size:
+            v = step(out[idx])
+            out[idx] = v
+            idx = idx[v >= n]
+        return out
+
+    def forward(self, x):
+        return self._walk(self._enc, x)
+
+    def inverse(self, y):
+        return self._walk(self._dec, y)
+
+
+def _as_int(v, field, lo=None, hi=None):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ValueError(f"DistSampler state: field {field!r} must be an integer, got "
+                         f"{type(v).__name__} {v!r}")
+    v = int(v)
+    if (lo is not None and v < lo) or (hi is not None and v >= hi):
+        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
+        raise ValueError(f"DistSampler state: field {field!r} = {v} is out of range {rng}")
+    return v
+
+
+def _default_world(dataset):
+    """(num_replicas, rank) from the dataset's communicator (DistDataset,
+    WindowedDataset, DistDatasetReader, Subset/ConcatDataset of them), else
+    from torch.distributed, as DistributedSampler does."""
+    from .dataset import sampler_kwargs
+    if not isinstance(dataset, numbers.Integral):
+        try:
+            kw = sampler_kwargs(dataset)
+        except TypeError:
+            pass
+        else:
+            return kw["num_replicas"], kw["rank"]
+    import torch.distributed as dist
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    raise ValueError("DistSampler: num_replicas and rank were not given, the dataset is not "
+                     "a DistDataset (whose communicator would give them) and "
+                     "torch.distributed is not initialised: pass num_replicas= and rank=")
+
+
+class DistSampler(Sampler):
+    """DistSampler(dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+    drop_last=False)
+
+    A drop-in for ``torch.utils.data.distributed.DistributedSampler`` that
+    never materialises the permutation (O(1) memory at any N) and whose state
+    resumes exactly at any world size.
+
+    - ``dataset``: anything with ``len()`` (or the length as an int).
+    - ``num_replicas`` / ``rank``: default from the DistDataset's communicator
+      (as ``sampler_kwargs``), else from torch.distributed.
+    - Rank ``r`` takes global positions ``S + r, S + r + W, ...`` of the
+      epoch's order (``S`` = 0, or the position a loaded state resumes at);
+      every rank gets the same count.  ``drop_last=False`` pads with the first
+      positions of the order (as DistributedSampler does); ``drop_last=True``
+      drops the last ``(N - S) mod W`` positions.
+    - ``shuffle=False``: the order is ``0 .. N-1`` (DistributedSampler's
+      exactly).
+    - ``state_dict()`` / ``load_state_dict()``: the global position reached.
+    """
+
+    def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
+                 drop_last=False):
+        if isinstance(dataset, numbers.Integral) and not isinstance(dataset, bool):
+            n = int(dataset)
+        else:
+            try:
+                n = operator.index(len(dataset))
+            except TypeError:
+                raise TypeError(f"DistSampler: dataset must have len() or be an int, got "
+                                f"{type(dataset).__name__}") from None
+        if n < 0 or n >= MAX_N:
+            raise ValueError(f"DistSampler: the dataset length must be in [0, 2**62), got {n}")
+        if num_replicas is None or rank is None:
+            w, r = _default_world(dataset)
+            num_replicas = w if num_replicas is None else num_replicas
+            rank = r if rank is None else rank
+        for what, v in (("num_replicas", num_replicas), ("rank", rank), ("seed", seed)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"DistSampler: {what} must be an int, got {type(v).__name__}")
+        if num_replicas < 1:
+            raise ValueError(f"DistSampler: num_replicas must be >= 1, got {num_replicas}")
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"DistSampler: rank must be in [0, {num_replicas - 1}], got {rank}")
+        self.dataset = None if isinstance(dataset, numbers.Integral) else dataset
+        self.n = n
+        self.num_replicas = int(num_replicas)
+        self.rank = int(rank)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.drop_last = bool(drop_last)
+        self.epoch = 0
+        self._start = 0        # global position this epoch's iterations start at
+        self._track = None     # (i, j, list iterator) of the latest iterator's chunk
+        self._active = 0       # iterators started and not finished
+        self._perm = None
+
+    # -- the order ----------------------------------------------------------
+    def _feistel(self):
+        if self._perm is None or self._perm[0] != self.epoch:
+            self._perm = (self.epoch, _Feistel(self.n, self.seed, self.epoch))
+        return self._perm[1]
+
+    def order(self, positions):
+        """The samples at global `positions` (ints in [0, N)) of this epoch's
+        order: a numpy int64 array."""
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size and (p.min() < 0 or p.max() >= self.n):
+            raise IndexError(f"DistSampler.order: positions must be in [0, {self.n})")
+        if not self.shuffle or self.n <= 1:
+            return p.copy()
+        return self._feistel().forward(p.astype(np.uint64)).astype(np.int64)
+
+    def position_of(self, indices):
+        """The inverse of `order`: the global positions of sample `indices`."""
+        x = np.asarray(indices, dtype=np.int64)
+        if x.size and (x.min() < 0 or x.max() >= self.n):
+            raise IndexError(f"DistSampler.position_of: indices must be in [0, {self.n})")
+        if not self.shuffle or self.n <= 1:
+            return x.copy()
+        return self._feistel().inverse(x.astype(np.uint64)).astype(np.int64)
+
+    def _local(self, i, j):
+        """This rank's indices i .. j-1 of the current iteration (numpy int64)."""
+        w = np.uint64(self.num_replicas)
+        p = np.arange(i, j, dtype=np.uint64) * w + np.uint64(self._start + self.rank)
+        n = np.uint64(self.n)
+        if self._start + self.rank + (j - 1) * self.num_replicas >= self.n:
+            p = np.where(p >= n, p % n, p)          # padding: the first positions again
+        if not self.shuffle or self.n <= 1:
+            return p.astype(np.int64)
+        return self._feistel().forward(p).astype(np.int64)
+
+    # -- Sampler ------------------------------------------------------------
+    def __len__(self):
+        rest = max(self.n - self._start, 0)
+        if self.drop_last:
+            return rest // self.num_replicas
+        return -(-rest // self.num_replicas)
+
+    def __iter__(self):
+        count = len(self)
+        self._active += 1
+        tok = object()
+        self._tok = tok
+        self._track = (0, 0, None)
+        try:
+            i = 0
+            while i < count:
+                j = min(i + _CHUNK, count)
+                it = iter(self._local(i, j).tolist())
+                if self._tok is tok:
+                    self._track = (i, j, it)
+                yield from it
+                i = j
+            if self._tok is tok:
+                self._track = (count, count, None)
+        finally:
+            self._active -= 1
+
+    def set_epoch(self, epoch):
+        """Use epoch `epoch`'s order (call before each epoch, as with
+        DistributedSampler).  Another epoch than the current one starts at
+        position 0; the same epoch keeps a loaded state's position."""
+        epoch = operator.index(epoch)
+        if epoch != self.epoch:
+            self.epoch = epoch
+            self._start = 0
+            self._track = None
+
+    # -- state --------------------------------------------------------------
+    def _yielded(self):
+        if self._track is None:
+            return 0
+        i, j, it = self._track
+        return j if it is None else j - operator.length_hint(it)
+
+    def state_dict(self, consumed=None):
+        """A plain dict: the epoch and the global position reached.
+
+        `consumed`: how many of this epoch's indices this rank has used (e.g.
+        ``steps * batch_size`` with a DataLoader that prefetches); default:
+        how many the latest iterator has yielded.  ThreadDataLoader's
+        state_dict() passes the samples of the batches it delivered."""
+        c = self._yielded() if consumed is None else operator.index(consumed)
+        if not 0 <= c <= len(self):
+            raise ValueError(f"DistSampler.state_dict: consumed={c} is not in "
+                             f"[0, {len(self)}] (this rank's indices this epoch)")
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "n": self.n,
+                "seed": self.seed, "shuffle": self.shuffle, "epoch": self.epoch,
+                "position": self._start + c * self.num_replicas,
+                "num_replicas": self.num_replicas}
+
+    def load_state_dict(self, state):
+        """Continue from `state` (from any world size): the next iteration of
+        ``state["epoch"]`` covers the global positions from
+        ``state["position"]`` on.  ValueError naming the field if the state
+        is not from a sampler of this dataset length, seed and shuffle, or is
+        damaged; RuntimeError while an iterator of this sampler is running."""
+        if self._active:
+            raise RuntimeError("DistSampler.load_state_dict while an iterator of this "
+                               "sampler is running (finish or drop it first)")
+        if not isinstance(state, dict):
+            raise ValueError(f"DistSampler state: expected a dict, got {type(state).__name__}")
+        for key in ("format", "version", "n", "seed", "shuffle", "epoch", "position",
+                    "num_replicas"):
+            if key not in state:
+                raise ValueError(f"DistSampler state: field {key!r} is missing")
+        if state["format"] != STATE_FORMAT:
+            raise ValueError(f"DistSampler state: field 'format' is {state['format']!r}, "
+                             f"expected {STATE_FORMAT!r}")
+        if _as_int(state["version"], "version") != STATE_VERSION:
+            raise ValueError(f"DistSampler state: field 'version' is {state['version']}, "
+                             f"this pyddstore reads version {STATE_VERSION}")
+        n = _as_int(state["n"], "n", 0)
+        if n != self.n:
+            raise ValueError(f"DistSampler state: field 'n' (dataset length) is {n}, this "
+                             f"sampler's dataset has {self.n}")
+        seed = _as_int(state["seed"], "seed")
+        if seed != self.seed:
+            raise ValueError(f"DistSampler state: field 'seed' is {seed}, this sampler's "
+                             f"seed is {self.seed}")
+        if not isinstance(state["shuffle"], bool):
+            raise ValueError(f"DistSampler state: field 'shuffle' must be a bool, got "
+                             f"{state['shuffle']!r}")
+        if state["shuffle"] != self.shuffle:
+            raise ValueError(f"DistSampler state: field 'shuffle' is {state['shuffle']}, "
+                             f"this sampler has shuffle={self.shuffle}")
+        epoch = _as_int(state["epoch"], "epoch", 0)
+        w = _as_int(state["num_replicas"], "num_replicas", 1)
+        pos = _as_int(state["position"], "position", 0, n + w)
+        self.epoch = epoch
+        self._start = pos
+        self._track = None
+
+    def __repr__(self):
+        return (f"DistSampler(n={self.n}, num_replicas={self.num_replicas}, rank={self.rank}, "
+                f"shuffle={self.shuffle}, seed={self.seed}, drop_last={self.drop_last}, "
+                f"epoch={self.epoch}, start={self._start})")
+
