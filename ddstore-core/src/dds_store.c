@@ -924,6 +924,18 @@ fail_local:
     return rc;
 }
 
+/* Caller holds table_lock for writing.  Takes the whole variable table
+ * (insertion order; *n_p entries, the array the caller's to free). */
+static dds_var_t **detach_vars(dds_store_t *s, size_t *n_p)
+{
+    dds_var_t **vars = s->vars;
+    *n_p = s->nvars;
+    s->vars = NULL;
+    s->nvars = 0;
+    s->cap_vars = 0;
+    return vars;
+}
+
 /* Everything but the variables: registrations, readers, the transport, then
  * `later` (variables whose regions the transport's destroy released: their
  * memory goes now), the memsys and the communicator.  Local. */
@@ -995,11 +1007,7 @@ void dds_store_destroy_local(dds_store_t *s)
     if (s == NULL)
         return;
     pthread_rwlock_wrlock(&s->table_lock);
-    vars = s->vars;
-    n = s->nvars;
-    s->vars = NULL;
-    s->nvars = 0;
-    s->cap_vars = 0;
+    vars = detach_vars(s, &n);
     pthread_rwlock_unlock(&s->table_lock);
     abandon = has_region_abandon(s);
     later = vars; /* reused in place: entry i is read before it is written */
@@ -1668,11 +1676,7 @@ int dds_store_free(dds_store_t *s)
         return rc;
     pthread_mutex_lock(&s->coll_mutex);
     pthread_rwlock_wrlock(&s->table_lock);
-    vars = s->vars;
-    n = s->nvars;
-    s->vars = NULL;
-    s->nvars = 0;
-    s->cap_vars = 0;
+    vars = detach_vars(s, &n);
     s->freed = 1;
     for (size_t i = 0; i < n; i++)
         note_released(s, vars[i]->name, RELEASED_BY_FREE);

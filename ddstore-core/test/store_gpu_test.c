@@ -593,11 +593,31 @@ static void test_stream_order(void)
 
 /* ---- the FI_HMEM path --------------------------------------------------- */
 
+/* A store with variable "h" (20 rows of rb bytes per rank), a stream and
+ * 40 device rows to read into: the HMEM tests' start.  0, or -1 when the
+ * store could not be made. */
+static int hmem_start(fake_world_t *w, int rank, size_t rb, dds_store_t **s_p,
+                      void **stream_p, unsigned char **dev_p, dds_mem_t *m_p)
+{
+    unsigned char *shard;
+    CHECK_OK(gstore_create(w, rank, s_p));
+    if (*s_p == NULL)
+        return -1;
+    shard = make_shard(rb, 20 * rank, 20, 5);
+    CHECK_OK(dds_store_var_add(*s_p, "h", shard, 20, 1, rb, DDS_DTYPE_RAW,
+                               NULL, DDS_ADD_COPY));
+    free(shard);
+    CHECK_OK(ddgpu_stream_create(0, stream_p));
+    *m_p = dmem(*stream_p);
+    *dev_p = dalloc(40 * rb);
+    return 0;
+}
+
 static void hmem_rank(fake_world_t *w, int rank, void *arg)
 {
     const size_t rb = 24;
     dds_store_t *s = NULL;
-    unsigned char *shard, *dev;
+    unsigned char *dev;
     void *stream = NULL;
     int64_t rows[40];
     dds_profile_t prof;
@@ -606,17 +626,9 @@ static void hmem_rank(fake_world_t *w, int rank, void *arg)
     proxy_t *px = &g_px[rank];
     (void)arg;
 
-    CHECK_OK(gstore_create(w, rank, &s));
-    if (s == NULL)
+    if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
         return;
-    shard = make_shard(rb, 20 * rank, 20, 5);
-    CHECK_OK(dds_store_var_add(s, "h", shard, 20, 1, rb, DDS_DTYPE_RAW, NULL,
-                               DDS_ADD_COPY));
-    free(shard);
-    CHECK_OK(ddgpu_stream_create(0, &stream));
-    m = dmem(stream);
     __atomic_store_n(&px->expect_stream, stream, __ATOMIC_RELAXED);
-    dev = dalloc(40 * rb);
     for (int i = 0; i < 40; i++) /* adjacent rows, scattered slots, repeats */
         rows[i] = (int64_t)((i * 7) % 13 + (i % 2) * 20);
     b = buf_of(dev, 40, rb, &m);
@@ -647,7 +659,7 @@ static void scribble_rank(fake_world_t *w, int rank, void *arg)
 {
     const size_t rb = 24;
     dds_store_t *s = NULL;
-    unsigned char *shard, *dev;
+    unsigned char *dev;
     void *stream = NULL;
     int64_t rows[40], orig[40];
     dds_mem_t m;
@@ -655,16 +667,8 @@ static void scribble_rank(fake_world_t *w, int rank, void *arg)
     proxy_t *px = &g_px[rank];
     (void)arg;
 
-    CHECK_OK(gstore_create(w, rank, &s));
-    if (s == NULL)
+    if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
         return;
-    shard = make_shard(rb, 20 * rank, 20, 5);
-    CHECK_OK(dds_store_var_add(s, "h", shard, 20, 1, rb, DDS_DTYPE_RAW, NULL,
-                               DDS_ADD_COPY));
-    free(shard);
-    CHECK_OK(ddgpu_stream_create(0, &stream));
-    m = dmem(stream);
-    dev = dalloc(40 * rb);
     for (int i = 0; i < 40; i++) /* repeats: device ops per repeated row */
         rows[i] = orig[i] = (int64_t)(1 + (i * 7) % 13 + (i % 2) * 20);
     b = buf_of(dev, 40, rb, &m);
