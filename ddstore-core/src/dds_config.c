@@ -372,9 +372,12 @@ int dds_config_get_seconds(const char *name, double *value_p)
         if (rc != 0)
             return rc;
         text = value_text(e, &from_env);
-        return bad_value(e, text != NULL ? text : "", from_env,
-                         "seconds > 0, or inf for no limit (0 or a negative "
-                         "value is not \"no timeout\")");
+        return dds_error(-DDS_ECONFIG,
+                         "%s%s='%s': must be > 0 seconds, or inf for no limit "
+                         "(0 or a negative value does not mean \"no "
+                         "timeout\")",
+                         e->name, from_env ? "" : " (default)",
+                         text != NULL ? text : "");
     }
     if (value_p != NULL)
         *value_p = v;
