@@ -60,13 +60,9 @@ int dds_comm_timeout_s(double *timeout_s_p)
     if (timeout_s_p == NULL)
         return dds_error(-DDS_EINVAL, "dds_comm_timeout_s: NULL output");
     dds_config_register_core();
-    rc = dds_config_get_double("DDSTORE_COLLECTIVE_TIMEOUT_S", &t);
+    rc = dds_config_get_seconds("DDSTORE_COLLECTIVE_TIMEOUT_S", &t);
     if (rc != 0)
         return rc;
-    if (!(t > 0))
-        return dds_error(-DDS_ECONFIG,
-                         "DDSTORE_COLLECTIVE_TIMEOUT_S must be > 0 seconds "
-                         "(or inf for no limit), got %g", t);
     *timeout_s_p = t;
     return 0;
 }

@@ -357,6 +357,33 @@ int dds_config_get_double(const char *name, double *value_p)
     return 0;
 }
 
+int dds_config_get_seconds(const char *name, double *value_p)
+{
+    const dds_config_entry_t *e;
+    const char *text;
+    int from_env, rc;
+    double v = 0.0;
+
+    rc = dds_config_get_double(name, &v);
+    if (rc != 0)
+        return rc;
+    if (!(v > 0)) {
+        rc = lookup(name, DDS_CONFIG_DOUBLE, DDS_CONFIG_DOUBLE, &e, NULL);
+        if (rc != 0)
+            return rc;
+        text = value_text(e, &from_env);
+        return dds_error(-DDS_ECONFIG,
+                         "%s%s='%s': must be > 0 seconds, or inf for no limit "
+                         "(0 or a negative value does not mean \"no "
+                         "timeout\")",
+                         e->name, from_env ? "" : " (default)",
+                         text != NULL ? text : "");
+    }
+    if (value_p != NULL)
+        *value_p = v;
+    return 0;
+}
+
 static int match_choice(char **choices, const char *text, const char **out)
 {
     char buf[256];
@@ -455,7 +482,8 @@ static const dds_config_entry_t core_table[] = {
      "largest row merged into one read through a staging buffer when its "
      "destination slots are scattered (0 = 64K)"},
     {"DDSTORE_READ_TIMEOUT_S", DDS_CONFIG_DOUBLE, "120", NULL, "core",
-     "seconds before a read that made no progress fails with a timeout"},
+     "seconds before a read that made no progress fails with a timeout; "
+     "> 0, or inf for no limit"},
     {"DDSTORE_COLLECTIVE_TIMEOUT_S", DDS_CONFIG_DOUBLE, "1800", NULL, "core",
      "seconds a collective call (add, init, free, epoch_begin/end, "
      "DistDataset creation, FileComm steps) waits for every rank before "

@@ -35,6 +35,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "dds_internal.h"
 #include "ddstore/config.h"
@@ -115,6 +117,8 @@ struct dds_store {
                                   HMEM for that kind, but registering such
                                   memory failed (-DDS_ENOSYS): staged since */
     unsigned fork_gen;      /* g_fork_gen when the store was created       */
+    pid_t pid;              /* process that created the store: collective
+                               calls are refused in any other (fork)      */
     char broken[200];       /* a collective timed out (coll_failed): which;
                                the ranks are out of step from then on      */
     uint64_t coll_seq;      /* collective calls made (coll_begin)          */
@@ -336,6 +340,27 @@ static int coll_refuse(const dds_store_t *s, const char *what,
                      "local resources only",
                      what, name ? "('" : "()", name ? name : "",
                      name ? "')" : "", s->broken);
+}
+
+/* A collective call made in a process forked from the one that created the
+ * store: its communicator (and the peers' view of the calls) belongs to the
+ * parent, so taking part would hang the child and then the parent's next
+ * collective.  Checked before any lock or state is touched. */
+static int fork_refuse(const dds_store_t *s, const char *what,
+                       const char *name)
+{
+    pid_t me = getpid();
+    if (DDS_LIKELY(me == s->pid))
+        return 0;
+    return dds_error(-DDS_ENOSYS,
+                     "%s%s%s%s in a forked child process (pid %d) of the "
+                     "process that created the store (pid %d): collective "
+                     "calls (add, init, free, epoch_*) belong to the parent, "
+                     "whose communicator the child must not use; a forked "
+                     "process may only read (a DDS_READER_FORKED reader: "
+                     "PyDDStore.fork_reader())",
+                     what, name ? "('" : "()", name ? name : "",
+                     name ? "')" : "", (int)me, (int)s->pid);
 }
 
 /* A collective call's failure `rc` (its detail in dds_last_error()): a
@@ -572,6 +597,8 @@ typedef struct tctx {
     size_t staging_cap;
     dds_read_op_t *xops;
     size_t xops_cap;
+    int64_t *rows;          /* the batch's indices, copied once per read   */
+    size_t rows_cap;
 } tctx_t;
 
 static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
@@ -587,6 +614,7 @@ static void tctx_free(void *p)
     dds_plan_fini(&c->plan);
     free(c->staging);
     free(c->xops);
+    free(c->rows);
     free(c);
     t_ctx = NULL;
 }
@@ -749,6 +777,7 @@ static int read_store_config(size_t *max_read_p, size_t *merge_p,
                              int *gpu_staging_p)
 {
     int64_t maxr = 0, merge = 0, gbytes = 0;
+    double read_timeout = 0;
     unsigned mask;
     const char *subsys = NULL;
     int rc;
@@ -762,7 +791,10 @@ static int read_store_config(size_t *max_read_p, size_t *merge_p,
         (rc = dds_config_get_string("DDSTORE_LOG_SUBSYS", &subsys)) != 0 ||
         (rc = dds_config_get_bool("DDSTORE_GPU_STAGING", gpu_staging_p)) !=
             0 ||
-        (rc = dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &gbytes)) != 0)
+        (rc = dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &gbytes)) != 0 ||
+        /* the transports read it; a value <= 0 is refused for every one */
+        (rc = dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S",
+                                     &read_timeout)) != 0)
         return rc;
     if (gbytes < 0)
         return dds_error(-DDS_ECONFIG,
@@ -864,6 +896,7 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
     atomic_init(&s->hmem_off, 0);
     pthread_once(&g_fork_once, fork_once);
     s->fork_gen = atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
+    s->pid = getpid();
     pthread_mutex_init(&s->tmutex, NULL);
     pthread_mutex_init(&s->coll_mutex, NULL);
     pthread_mutex_init(&s->readers_mutex, NULL);
@@ -897,14 +930,25 @@ fail_local:
     return rc;
 }
 
-void dds_store_destroy(dds_store_t *s)
+/* Caller holds table_lock for writing.  Takes the whole variable table
+ * (insertion order; *n_p entries, the array the caller's to free). */
+static dds_var_t **detach_vars(dds_store_t *s, size_t *n_p)
+{
+    dds_var_t **vars = s->vars;
+    *n_p = s->nvars;
+    s->vars = NULL;
+    s->nvars = 0;
+    s->cap_vars = 0;
+    return vars;
+}
+
+/* Everything but the variables: registrations, readers, the transport, then
+ * `later` (variables whose regions the transport's destroy released: their
+ * memory goes now), the memsys and the communicator.  Local. */
+static void store_teardown(dds_store_t *s, dds_var_t **later, size_t nlater)
 {
     dds_reader_t *r;
 
-    if (s == NULL)
-        return;
-    if (s->nvars > 0)
-        (void)dds_store_free(s);
     /* registrations left behind */
     for (size_t i = 0; i < s->nregs; i++)
         if (s->tr.ops->recv_unregister != NULL && s->regs[i].handle != NULL)
@@ -923,6 +967,19 @@ void dds_store_destroy(dds_store_t *s)
         r = next;
     }
     destroy_transport(&s->tr);
+    for (size_t i = 0; i < nlater; i++) {
+        dds_var_t *v = later[i];
+        if (v->shard_token != NULL) {
+            /* shard_free needs the transport, which is gone */
+            DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
+                    "variable '%s': its transport-allocated shard of %zu "
+                    "bytes stays allocated until the process exits",
+                    v->name, v->shard_bytes);
+            v->shard_token = NULL;
+            v->shard_owned = 0;
+        }
+        var_release(s, v);
+    }
     /* after the transport: it may hold registrations of staging buffers */
     destroy_memsys(&s->ms);
     dds_comm_destroy(&s->comm);
@@ -936,6 +993,46 @@ void dds_store_destroy(dds_store_t *s)
     pthread_rwlock_destroy(&s->table_lock);
     pthread_rwlock_destroy(&s->reg_lock);
     free(s);
+}
+
+void dds_store_destroy(dds_store_t *s)
+{
+    if (s == NULL)
+        return;
+    if (s->nvars > 0)
+        (void)dds_store_free(s);
+    store_teardown(s, NULL, 0);
+}
+
+void dds_store_destroy_local(dds_store_t *s)
+{
+    dds_var_t **vars, **later;
+    size_t n, nlater = 0;
+    int abandon;
+
+    if (s == NULL)
+        return;
+    pthread_rwlock_wrlock(&s->table_lock);
+    vars = detach_vars(s, &n);
+    pthread_rwlock_unlock(&s->table_lock);
+    abandon = has_region_abandon(s);
+    later = vars; /* reused in place: entry i is read before it is written */
+    for (size_t i = 0; i < n; i++) {
+        dds_var_t *v = vars[i];
+        if (v->region == NULL || !abandon)
+            later[nlater++] = v; /* the transport's destroy releases it */
+        else
+            var_abandon(s, v);   /* peers may still read it: kept */
+    }
+    if (n > 0)
+        DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
+                "store destroyed without free(): %zu variables released "
+                "locally (%s)", n,
+                abandon ? "regions abandoned, their shards kept until the "
+                          "process exits"
+                        : "regions released by the transport");
+    store_teardown(s, later, nlater);
+    free(vars);
 }
 
 int dds_store_rank(const dds_store_t *s)
@@ -1137,6 +1234,9 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     size_t bytes = 0;
     int rc, created = 0, route = ROUTE_HOST, deferred = 0, all_shared;
 
+    rc = fork_refuse(s, mode == MODE_INIT ? "init" : "add", name);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&s->coll_mutex);
     rc = coll_refuse(s, mode == MODE_INIT ? "init" : "add", name);
     if (rc != 0) {
@@ -1366,8 +1466,11 @@ int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
         mode = MODE_IN_PLACE;
     } else {
         /* still collective: agree so that nobody waits for us */
-        int rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
-                           name ? name : "(null)", flags);
+        int rc = fork_refuse(s, "add", name);
+        if (rc != 0)
+            return rc;
+        rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
+                       name ? name : "(null)", flags);
         pthread_mutex_lock(&s->coll_mutex);
         if (coll_refuse(s, "add", name) == 0) {
             coll_begin(s, COLL_ADD);
@@ -1531,6 +1634,9 @@ int dds_store_var_free(dds_store_t *s, const char *name)
 
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_free: NULL store");
+    rc = fork_refuse(s, "free", name);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&s->coll_mutex);
     rc = check_name(name);
     if (rc == 0) {
@@ -1571,13 +1677,12 @@ int dds_store_free(dds_store_t *s)
 
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_free: NULL store");
+    rc = fork_refuse(s, "free", NULL);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&s->coll_mutex);
     pthread_rwlock_wrlock(&s->table_lock);
-    vars = s->vars;
-    n = s->nvars;
-    s->vars = NULL;
-    s->nvars = 0;
-    s->cap_vars = 0;
+    vars = detach_vars(s, &n);
     s->freed = 1;
     for (size_t i = 0; i < n; i++)
         note_released(s, vars[i]->name, RELEASED_BY_FREE);
@@ -2080,6 +2185,27 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
         rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", name);
         goto out;
     }
+    if (is_batch && n > 0) {
+        /* The caller's indices are read once, here: the plan passes over
+         * them several times (check, sort, walk) and the GPU path once
+         * more, so an array that another thread changes meanwhile would
+         * otherwise be checked in one state and read in another. */
+        if (n > tc->rows_cap) {
+            int64_t *p = n > SIZE_MAX / sizeof(int64_t)
+                             ? NULL
+                             : realloc(tc->rows, n * sizeof(int64_t));
+            if (p == NULL) {
+                rc = dds_error(-DDS_ENOMEM,
+                               "read of '%s': out of memory for %zu indices",
+                               name, n);
+                goto out;
+            }
+            tc->rows = p;
+            tc->rows_cap = n;
+        }
+        memcpy(tc->rows, rows, n * sizeof(int64_t));
+        rows = tc->rows;
+    }
     pp.field_mask = 0;
     pp.nranks = v->nranks;
     pp.offsets = v->offsets;
@@ -2454,6 +2580,8 @@ int dds_store_coll_fail(dds_store_t *s, dds_coll_t call, const char *name,
     if (rc >= 0)
         rc = dds_error(-DDS_EINVAL, "dds_store_coll_fail: rc must be < 0");
     snprintf(detail, sizeof detail, "%s", dds_last_error());
+    if (fork_refuse(s, what, name) != 0)
+        return dds_error(rc, "%s", detail); /* nobody waits for a child */
     pthread_mutex_lock(&s->coll_mutex);
     if (coll_refuse(s, what, name) != 0) {
         pthread_mutex_unlock(&s->coll_mutex);
@@ -2476,6 +2604,9 @@ static int epoch_call(dds_store_t *s, int begin)
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "epoch: NULL store");
     fn = begin ? s->tr.ops->epoch_begin : s->tr.ops->epoch_end;
+    rc = fork_refuse(s, what, NULL);
+    if (rc != 0)
+        return rc;
     pthread_mutex_lock(&s->coll_mutex);
     rc = coll_refuse(s, what, NULL);
     if (rc != 0) {

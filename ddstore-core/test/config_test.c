@@ -220,6 +220,43 @@ static void test_core_table(void)
     }
 }
 
+/* Durations: > 0 or inf; 0 and negatives are errors naming the variable and
+ * the value, never "no timeout" (DDSTORE_READ_TIMEOUT_S=0 used to disable
+ * the read timeout silently). */
+static void test_seconds(void)
+{
+    static const char *bad[] = {"0", "-1", "-0.5", "0.0", "-inf"};
+    double d = 0;
+    dds_config_register_core();
+    unsetenv("DDSTORE_READ_TIMEOUT_S");
+    CHECK_OK(dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S", &d));
+    CHECK(d == 120.0);
+    setenv("DDSTORE_READ_TIMEOUT_S", "2.5", 1);
+    CHECK_OK(dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S", &d));
+    CHECK(d == 2.5);
+    setenv("DDSTORE_READ_TIMEOUT_S", "inf", 1);
+    CHECK_OK(dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S", &d));
+    CHECK(d > 1e300);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        d = 7;
+        setenv("DDSTORE_READ_TIMEOUT_S", bad[i], 1);
+        CHECK_RC(dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S", &d),
+                 -DDS_ECONFIG);
+        CHECK_CONTAINS(dds_last_error(), "DDSTORE_READ_TIMEOUT_S");
+        CHECK_CONTAINS(dds_last_error(), bad[i]);
+        CHECK_CONTAINS(dds_last_error(), "inf");
+        CHECK(d == 7); /* untouched */
+    }
+    setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "0", 1);
+    CHECK_RC(dds_config_get_seconds("DDSTORE_COLLECTIVE_TIMEOUT_S", &d),
+             -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_TIMEOUT_S='0'");
+    unsetenv("DDSTORE_COLLECTIVE_TIMEOUT_S");
+    unsetenv("DDSTORE_READ_TIMEOUT_S");
+    /* a variable of another type */
+    CHECK_RC(dds_config_get_seconds("DDSTORE_MAX_READ_BYTES", &d), -DDS_EINVAL);
+}
+
 int main(void)
 {
     RUN_TEST(test_register_and_iterate);
@@ -230,5 +267,6 @@ int main(void)
     RUN_TEST(test_wrong_type_and_unknown);
     RUN_TEST(test_validate_all);
     RUN_TEST(test_core_table);
+    RUN_TEST(test_seconds);
     return CHECK_SUMMARY();
 }

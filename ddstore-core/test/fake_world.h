@@ -52,11 +52,14 @@ typedef struct fake_world {
     int reject_device;          /* read / recv_register of GPU memory fail
                                    with -DDS_ENOSYS (HMEM advertised, but
                                    the registration is refused)            */
+    int with_abandon;           /* the transport has region_abandon        */
 
     /* counters */
     _Atomic long read_calls, read_ops, local_ops, bad_ops, bytes_read;
     _Atomic long live_regions, live_regs, live_readers, epochs, destroyed;
     _Atomic long comms_destroyed;
+    _Atomic long regions_at_destroy; /* released by the transport's destroy */
+    _Atomic long regions_abandoned;
     void *_Atomic last_dst_handle[FW_MAX_RANKS];
     void *_Atomic last_staging_handle[FW_MAX_RANKS];
     _Atomic long unsafe_concurrent; /* read() overlap on a !THREAD_SAFE tr */
@@ -186,16 +189,33 @@ static inline dds_comm_t fw_comm(fake_world_t *w, int rank)
 
 /* ---- transport -------------------------------------------------------- */
 
-typedef struct fw_tr {
-    fake_world_t *w;
-    int rank;
-} fw_tr_t;
-
 typedef struct fw_region {
     int n;
     const char *base[FW_MAX_RANKS];
     size_t bytes[FW_MAX_RANKS];
+    struct fw_region *prev, *next;   /* the transport's live regions */
 } fw_region_t;
+
+typedef struct fw_tr {
+    fake_world_t *w;
+    int rank;
+    fw_region_t *live;
+} fw_tr_t;
+
+/* Abandoned regions stay here (like an MPI window left open): what peers
+ * may read stays reachable until the process exits. */
+static fw_region_t *fw_graveyard;
+
+static inline void fw_region_unlink(fw_tr_t *t, fw_region_t *r)
+{
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        t->live = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
 
 typedef struct fw_reg {
     void *buf;
@@ -229,6 +249,10 @@ static inline int fw_region_create(void *ctx, const dds_region_desc_t *local,
         r->bytes[i] = all[i].bytes;
     }
     atomic_fetch_add(&w->live_regions, 1);
+    r->next = t->live;
+    if (t->live)
+        t->live->prev = r;
+    t->live = r;
     *region_p = r;
     return 0;
 }
@@ -237,10 +261,24 @@ static inline int fw_region_destroy(void *ctx, void *region)
 {
     fw_tr_t *t = ctx;
     if (region != NULL) {
+        fw_region_unlink(t, region);
         atomic_fetch_sub(&t->w->live_regions, 1);
         free(region);
     }
     return 0;
+}
+
+static inline void fw_region_abandon(void *ctx, void *region)
+{
+    fw_tr_t *t = ctx;
+    fw_region_t *r = region;
+    if (r == NULL)
+        return;
+    fw_region_unlink(t, r);
+    atomic_fetch_sub(&t->w->live_regions, 1);
+    atomic_fetch_add(&t->w->regions_abandoned, 1);
+    r->next = fw_graveyard;
+    fw_graveyard = r;
 }
 
 static inline int fw_reader_open(void *ctx, int flags, void **reader_p)
@@ -348,6 +386,15 @@ static inline int fw_epoch(void *ctx)
 static inline void fw_tr_destroy(void *ctx)
 {
     fw_tr_t *t = ctx;
+    /* regions of variables never freed (dds_store_destroy_local): released
+     * here, locally */
+    while (t->live != NULL) {
+        fw_region_t *r = t->live;
+        fw_region_unlink(t, r);
+        atomic_fetch_sub(&t->w->live_regions, 1);
+        atomic_fetch_add(&t->w->regions_at_destroy, 1);
+        free(r);
+    }
     atomic_fetch_add(&t->w->destroyed, 1);
     free(t);
 }
@@ -357,6 +404,13 @@ static const dds_transport_ops_t fw_tr_ops = {
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
     NULL /* shard_alloc */, NULL /* shard_free */};
+
+static const dds_transport_ops_t fw_tr_ops_abandon = {
+    sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
+    fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
+    fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
+    NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
+    fw_region_abandon};
 
 static const dds_transport_ops_t fw_tr_ops_noreaders = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
@@ -368,7 +422,10 @@ static inline dds_transport_t fw_transport(fake_world_t *w, int rank)
     fw_tr_t *ctx = malloc(sizeof(*ctx));
     ctx->w = w;
     ctx->rank = rank;
-    t.ops = w->no_readers ? &fw_tr_ops_noreaders : &fw_tr_ops;
+    ctx->live = NULL;
+    t.ops = w->no_readers     ? &fw_tr_ops_noreaders
+            : w->with_abandon ? &fw_tr_ops_abandon
+                              : &fw_tr_ops;
     t.ctx = ctx;
     t.caps = w->caps;
     t.max_read_bytes = w->max_read_bytes;

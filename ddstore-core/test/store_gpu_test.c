@@ -167,6 +167,9 @@ typedef struct proxy {
     _Atomic long h2d, d2h, d2d, copies_on_other_stream, h2d_with_buf;
     void *expect_stream;      /* stream that copies/fences must use        */
     _Atomic int destroyed;
+    int64_t *scribble;        /* stream_fence overwrites these indices (a
+                                 thread changing them during a read)       */
+    size_t nscribble;
 } proxy_t;
 
 static proxy_t g_px[FW_MAX_RANKS];
@@ -230,6 +233,8 @@ static int px_fence(void *c, const dds_mem_t *on)
 {
     proxy_t *p = PX(c);
     atomic_fetch_add(&p->n[P_FENCE], 1);
+    for (size_t i = 0; i < p->nscribble; i++)
+        p->scribble[i] = 0;
     void *want = __atomic_load_n(&p->expect_stream, __ATOMIC_RELAXED);
     if (want != NULL && (on == NULL || on->stream != want))
         atomic_fetch_add(&p->copies_on_other_stream, 1);
@@ -588,11 +593,31 @@ static void test_stream_order(void)
 
 /* ---- the FI_HMEM path --------------------------------------------------- */
 
+/* A store with variable "h" (20 rows of rb bytes per rank), a stream and
+ * 40 device rows to read into: the HMEM tests' start.  0, or -1 when the
+ * store could not be made. */
+static int hmem_start(fake_world_t *w, int rank, size_t rb, dds_store_t **s_p,
+                      void **stream_p, unsigned char **dev_p, dds_mem_t *m_p)
+{
+    unsigned char *shard;
+    CHECK_OK(gstore_create(w, rank, s_p));
+    if (*s_p == NULL)
+        return -1;
+    shard = make_shard(rb, 20 * rank, 20, 5);
+    CHECK_OK(dds_store_var_add(*s_p, "h", shard, 20, 1, rb, DDS_DTYPE_RAW,
+                               NULL, DDS_ADD_COPY));
+    free(shard);
+    CHECK_OK(ddgpu_stream_create(0, stream_p));
+    *m_p = dmem(*stream_p);
+    *dev_p = dalloc(40 * rb);
+    return 0;
+}
+
 static void hmem_rank(fake_world_t *w, int rank, void *arg)
 {
     const size_t rb = 24;
     dds_store_t *s = NULL;
-    unsigned char *shard, *dev;
+    unsigned char *dev;
     void *stream = NULL;
     int64_t rows[40];
     dds_profile_t prof;
@@ -601,17 +626,9 @@ static void hmem_rank(fake_world_t *w, int rank, void *arg)
     proxy_t *px = &g_px[rank];
     (void)arg;
 
-    CHECK_OK(gstore_create(w, rank, &s));
-    if (s == NULL)
+    if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
         return;
-    shard = make_shard(rb, 20 * rank, 20, 5);
-    CHECK_OK(dds_store_var_add(s, "h", shard, 20, 1, rb, DDS_DTYPE_RAW, NULL,
-                               DDS_ADD_COPY));
-    free(shard);
-    CHECK_OK(ddgpu_stream_create(0, &stream));
-    m = dmem(stream);
     __atomic_store_n(&px->expect_stream, stream, __ATOMIC_RELAXED);
-    dev = dalloc(40 * rb);
     for (int i = 0; i < 40; i++) /* adjacent rows, scattered slots, repeats */
         rows[i] = (int64_t)((i * 7) % 13 + (i % 2) * 20);
     b = buf_of(dev, 40, rb, &m);
@@ -632,6 +649,51 @@ static void hmem_rank(fake_world_t *w, int rank, void *arg)
     CHECK_OK(ddgpu_device_free(dev));
     CHECK_OK(ddgpu_stream_destroy(stream));
     dds_store_destroy(s);
+}
+
+/* The caller's index array changes while the read runs (here: during the
+ * stream fence, which comes after the plan and before the rows that repeat
+ * are turned into device reads): the read uses the indices as they were when
+ * it started, every row of them, never a mix. */
+static void scribble_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 24;
+    dds_store_t *s = NULL;
+    unsigned char *dev;
+    void *stream = NULL;
+    int64_t rows[40], orig[40];
+    dds_mem_t m;
+    dds_buf_t b;
+    proxy_t *px = &g_px[rank];
+    (void)arg;
+
+    if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
+        return;
+    for (int i = 0; i < 40; i++) /* repeats: device ops per repeated row */
+        rows[i] = orig[i] = (int64_t)(1 + (i * 7) % 13 + (i % 2) * 20);
+    b = buf_of(dev, 40, rb, &m);
+    px->scribble = rows;
+    px->nscribble = 40;
+    CHECK_OK(dds_store_get_batch(s, NULL, "h", &b, rows, 40));
+    px->scribble = NULL;
+    px->nscribble = 0;
+    CHECK_EQ(rows[5], 0); /* the fence did change them */
+    check_rows(rb, dev, orig, 0, 40, 5, "indices changed during the read");
+    CHECK_OK(ddgpu_device_free(dev));
+    CHECK_OK(ddgpu_stream_destroy(stream));
+    dds_store_destroy(s);
+}
+
+static void test_indices_changed_during_read(void)
+{
+    if (!g_emulated) {
+        printf("n/a test_indices_changed_during_read: the fake transport "
+               "writes device memory with memcpy, which only the host "
+               "emulation allows\n");
+        return;
+    }
+    run_world(2, scribble_rank, NULL, HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA,
+              16);
 }
 
 static void test_hmem_path(void)
@@ -1110,6 +1172,7 @@ int main(void)
     RUN_TEST(test_staged_reads_threads);
     RUN_TEST(test_stream_order);
     RUN_TEST(test_hmem_path);
+    RUN_TEST(test_indices_changed_during_read);
     RUN_TEST(test_hmem_refused);
     RUN_TEST(test_gpu_shards);
     RUN_TEST(test_staging_disabled);

@@ -49,6 +49,11 @@ const dds_config_entry_t *dds_config_find(const char *name);
 int dds_config_get_bool(const char *name, int *value_p);
 int dds_config_get_int(const char *name, int64_t *value_p);
 int dds_config_get_double(const char *name, double *value_p);
+/* A DOUBLE variable that holds a duration: seconds > 0, or inf ("inf",
+ * "infinity") for no limit.  0 and negative values are rejected
+ * (-DDS_ECONFIG naming the variable and the value), never taken to mean
+ * "no limit". */
+int dds_config_get_seconds(const char *name, double *value_p);
 /* String/enum: pointer to the environment's string or the default; may be
  * NULL when unset with no default. */
 int dds_config_get_string(const char *name, const char **value_p);

@@ -18,6 +18,11 @@
  * peers may still read is leaked until the process exits).  Reads keep
  * working.
  *
+ * Collective calls made in a process forked after the store was created
+ * (another pid than the creator's) fail at once with -DDS_ENOSYS, touching
+ * nothing: the communicator is the parent's.  Reads work there (a
+ * DDS_READER_FORKED reader).
+ *
  * Local calls (var_update, get, get_batch, recv_*, info, profile, readers)
  * are safe from any number of threads at once.  Reads take the variable
  * table's read lock only (shared); no store-wide mutex is held while data
@@ -75,6 +80,21 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p);
 /* Collective if variables are still live (frees them first).  Safe after
  * MPI_Finalize (local cleanup only).  NULL is a no-op. */
 void dds_store_destroy(dds_store_t *store);
+
+/* Local: destroy the store without any collective step and without waiting
+ * for a peer, whatever the other ranks do (for a binding's garbage
+ * collection, where one rank may keep its store alive while another drops
+ * it: only an explicit dds_store_free() is collective).  Variables still
+ * live are released locally: with a transport that has region_abandon
+ * (MPI) each region is abandoned and its shard stays allocated until the
+ * process exits (peers may still read it; MPI windows stay open, also at
+ * MPI_Finalize); otherwise the transport's destroy releases the regions
+ * (libfabric: the registrations are closed, so a peer's later read of them
+ * fails with an error) and the shards are freed after it.  Readers,
+ * registrations, transport, memsys and communicator are destroyed as in
+ * dds_store_destroy.  No other call on the store may be in flight.  NULL
+ * is a no-op. */
+void dds_store_destroy_local(dds_store_t *store);
 
 int dds_store_rank(const dds_store_t *store);
 int dds_store_size(const dds_store_t *store);
@@ -165,7 +185,10 @@ int dds_store_var_offsets(dds_store_t *store, const char *name,
 int dds_store_get(dds_store_t *store, dds_reader_t *reader, const char *name,
                   const dds_buf_t *dst, int64_t start);
 
-/* Local: row i of dst <- global row rows[i]; n must equal dst->nrows. */
+/* Local: row i of dst <- global row rows[i]; n must equal dst->nrows.
+ * `rows` is read once, at the start (copied): another thread changing the
+ * array during the call cannot make the checked and the read indices
+ * differ. */
 int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const char *name, const dds_buf_t *dst,
                         const int64_t *rows, size_t n);

@@ -114,7 +114,12 @@ typedef struct dds_transport_ops {
     int (*epoch_begin)(void *ctx);
     int (*epoch_end)(void *ctx);
 
-    /* Release everything (after MPI_Finalize: local cleanup only). */
+    /* Release everything (after MPI_Finalize: local cleanup only).
+     * Regions still alive (a store destroyed without free(), see
+     * dds_store_destroy_local) are released locally, without any peer:
+     * after destroy returns no peer can read them any more, and the store
+     * frees their shards.  A transport whose region_abandon is set never
+     * sees them (they were abandoned). */
     void (*destroy)(void *ctx);
 
     /* ---- appended members: the store uses them only when `size` covers

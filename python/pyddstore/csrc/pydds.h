@@ -131,7 +131,9 @@ PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name);
 void pydds_live_add(pydds_store_obj *s);
 void pydds_live_remove(pydds_store_obj *s);
 /* Destroy the C store of `s` (readers closed first).  GIL held on entry;
- * collective when variables are live.  Idempotent. */
+ * local, never collective (dds_store_destroy_local: deallocation and
+ * interpreter exit must not wait for a peer; only free() is collective).
+ * Idempotent. */
 void pydds_store_destroy(pydds_store_obj *s);
 
 /* MPI lifetime: set when ddmpi_init started MPI for us (pydds_comm.c), in

@@ -124,8 +124,9 @@ void pydds_live_remove(pydds_store_obj *s)
 }
 
 /* Registered with Python's atexit (which runs before mpi4py's Py_AtExit
- * finalisation): destroy this process's stores in creation order (the same
- * order on every rank), then finalise MPI if we started it. */
+ * finalisation): destroy this process's stores locally (no collective: a
+ * peer may have dropped its copy of a store already, or still hold one it
+ * never frees), then finalise MPI if we started it. */
 static PyObject *mod_atexit(PyObject *m, PyObject *unused)
 {
     pid_t me = getpid();

@@ -121,6 +121,25 @@ static void coll_leave(pydds_store_obj *s, PyThreadState *ts)
         PyEval_RestoreThread(ts);
 }
 
+/* A collective call made in a process forked after the store was created:
+ * raise before any argument is converted or agreed on (core refuses it too,
+ * without touching the communicator, which is the parent's). */
+static int forked(pydds_store_obj *s, const char *what)
+{
+    pid_t me = getpid();
+    if (s->pid == me)
+        return 0;
+    dds_error(-DDS_ENOSYS,
+              "PyDDStore.%s() in a forked child process (pid %d) of the "
+              "process that created the store (pid %d): collective calls "
+              "(init, add, free, epoch_begin, epoch_end) belong to the parent "
+              "and would hang it; a forked process may only read "
+              "(fork_reader(), as DataLoader workers do)",
+              what, (int)me, (int)s->pid);
+    pydds_raise(-DDS_ENOSYS);
+    return -1;
+}
+
 /* A local failure before a collective call (Python exception set): let the
  * other ranks' collective call fail too, then raise it here. */
 static PyObject *collective_fail(pydds_store_obj *s, dds_coll_t call)
@@ -526,11 +545,13 @@ void pydds_store_destroy(pydds_store_obj *s)
     st = s->store;
     s->store = NULL;
     pthread_rwlock_unlock(&s->life);
+    /* Local, never collective: one rank may drop (or exit with) a store that
+     * another keeps alive; only free() is collective (docs/concurrency.md). */
     if (s->comm_needs_gil) {
-        dds_store_destroy(st);
+        dds_store_destroy_local(st);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        dds_store_destroy(st);
+        dds_store_destroy_local(st);
         Py_END_ALLOW_THREADS
     }
     Py_XDECREF(bufs);
@@ -616,8 +637,17 @@ PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
         return NULL;
     if ((name = var_name(name_o)) == NULL)
         return NULL;
-    if (start_o != NULL && as_i64(start_o, "start", &start) < 0)
+    if (start_o != NULL && as_i64(start_o, "start", &start) < 0) {
+        /* an integer beyond int64 is out of range like any other start */
+        if (PyErr_ExceptionMatches(PyExc_ValueError) && PyIndex_Check(start_o)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_IndexError,
+                         "get('%s'): start=%R is out of range (rows are "
+                         "numbered from 0 to the variable's total - 1)",
+                         name, start_o);
+        }
         return NULL;
+    }
     if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -885,6 +915,8 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
     dds_dtype_t dt = DDS_DTYPE_RAW;
     PyThreadState *ts;
     int rc;
+    if (forked(s, "init") < 0)
+        return NULL;
 
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO:init", kwlist, &name_o,
                                      &nrows_o, &disp_o, &itemsize_o, &dtype_o))
@@ -957,6 +989,8 @@ static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
     pydds_buffer_t b;
     PyThreadState *ts;
     int rc;
+    if (forked(s, "add") < 0)
+        return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:add", kwlist, &name_o,
                                      &arr))
         return collective_fail(s, DDS_COLL_ADD);
@@ -1040,6 +1074,8 @@ static PyObject *store_free(pydds_store_obj *s, PyObject *unused)
     PyObject *keep = NULL;
     int rc;
     (void)unused;
+    if (forked(s, "free") < 0)
+        return NULL;
     if (coll_enter(s, 1, &ts) < 0) {
         /* destroyed: nothing left to release */
         dds_error_clear();
@@ -1061,6 +1097,8 @@ static PyObject *store_epoch(pydds_store_obj *s, int begin)
 {
     PyThreadState *ts;
     int rc;
+    if (forked(s, begin ? "epoch_begin" : "epoch_end") < 0)
+        return NULL;
     if ((rc = coll_enter(s, 0, &ts)) < 0)
         return pydds_raise(rc);
     rc = begin ? dds_store_epoch_begin(s->store) : dds_store_epoch_end(s->store);

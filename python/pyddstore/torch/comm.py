@@ -608,13 +608,22 @@ def agree(comm, exc, what=""):
     """Collective: raise on every rank if `exc` (an exception or None) is set
     on any rank.  The failing rank re-raises its own exception; the others
     raise the same built-in/pyddstore type (else RuntimeError) whose message
-    names the rank.  Returns normally when every rank passed None."""
+    names the rank.  A BaseException that is not an Exception
+    (KeyboardInterrupt, SystemExit, GeneratorExit, ...) is agreed like any
+    other: the others raise RuntimeError naming it and the rank.  Returns
+    normally when every rank passed None."""
     if exc is not None:
         cls = type(exc)
         info = (cls.__module__, cls.__qualname__, str(exc))
     else:
         info = None
-    infos = comm.allgather(info, f"error agreement ({what})" if what else "error agreement")
+    try:
+        infos = comm.allgather(info, f"error agreement ({what})" if what
+                               else "error agreement")
+    except BaseException:
+        if exc is not None:
+            raise exc   # the original error matters more than the agreement's
+        raise
     failed = [(r, i) for r, i in enumerate(infos) if i is not None]
     if not failed:
         return
@@ -624,7 +633,7 @@ def agree(comm, exc, what=""):
     cls = _exception_class(module, qualname)
     where = f"rank {r}" + (f" ({what})" if what else "")
     if cls is None:
-        raise RuntimeError(f"{where}: {qualname}: {msg}")
+        raise RuntimeError(f"{where}: {qualname}" + (f": {msg}" if msg else ""))
     try:
         err = cls(f"{where}: {msg}")
     except Exception:  # noqa: BLE001 - a constructor with another signature
@@ -633,10 +642,12 @@ def agree(comm, exc, what=""):
 
 
 def run_agreed(comm, fn, what=""):
-    """fn() on every rank; if it raises on any rank, raise on every rank."""
+    """fn() on every rank; if it raises on any rank, raise on every rank (any
+    BaseException, KeyboardInterrupt included: the rank where it happened
+    re-raises it, the others raise an error naming that rank and it)."""
     try:
         result = fn()
-    except Exception as e:  # noqa: BLE001 - reported on every rank
+    except BaseException as e:  # noqa: BLE001 - reported on every rank
         agree(comm, e, what)
         raise  # pragma: no cover - agree re-raises
     agree(comm, None, what)

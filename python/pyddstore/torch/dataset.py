@@ -168,6 +168,22 @@ class _ForkedProfile:
         return out
 
 
+def _seq_indices(idx, n, who):
+    """A batch of sample indices with the semantics of ds[i] (a Python
+    sequence's): -n <= i < n, a negative index counts from the end.  An
+    IndexError names the first index out of range.  A copy only when some
+    index is negative."""
+    if idx.numel():
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            raise IndexError(f"{who}: index {bad} out of range [-{n}, {n}) (negative "
+                             "indices count from the end)")
+        if lo < 0:
+            idx = torch.where(idx < 0, idx + n, idx)
+    return idx
+
+
 class _Stored(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
@@ -222,6 +238,18 @@ class _Stored(torch.utils.data.Dataset):
     def _read_device(self):
         return None if os.getpid() != self._pid else self.device
 
+    def _not_forked(self, what):
+        """Raise when called in a process forked after creation: free() there
+        would hang the other ranks (and then the parent), and remove files the
+        parent still owns."""
+        pid = os.getpid()
+        if pid != self._pid:
+            raise pyddstore.DDStoreError(
+                f"{type(self).__name__} '{self.name}': {what}() in a forked child process "
+                f"(pid {pid}) of the process that created it (pid {self._pid}): releasing "
+                "the store is the creating process's (collective over its ranks); a forked "
+                "process (a DataLoader worker) may only read")
+
     # -- size and schema ----------------------------------------------------
     def __len__(self):
         return self.total
@@ -247,12 +275,15 @@ class _Stored(torch.utils.data.Dataset):
     # -- reads --------------------------------------------------------------
     def _index(self, i):
         i = operator.index(i)
-        if i < 0:
-            i += self.total
-        if not 0 <= i < self.total:
+        if not -self.total <= i < self.total:
             raise IndexError(f"{type(self).__name__} '{self.name}': index {i} out of range "
-                             f"[0, {self.total})")
-        return i
+                             f"[-{self.total}, {self.total}) (negative indices count from "
+                             "the end)")
+        return i + self.total if i < 0 else i
+
+    def _indices(self, indices):
+        return _seq_indices(as_index_tensor(indices), self.total,
+                            f"{type(self).__name__} '{self.name}'")
 
     def _fresh(self, fields, n, device):
         return [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
@@ -299,7 +330,7 @@ class _Stored(torch.utils.data.Dataset):
         out= (from alloc()) the samples are views into those buffers."""
         if not env.batch_get():
             return [self[i] for i in indices]
-        idx = as_index_tensor(indices)
+        idx = self._indices(indices)
         fields = self.schema.fields
         ts = self._read(fields, idx, out)
         samples = self.schema.build_many([f.split(t) for f, t in zip(fields, ts)])
@@ -393,7 +424,7 @@ class _Stored(torch.utils.data.Dataset):
     def _collate(self, indices, pin_memory=False, out=None):
         """default_collate(self.__getitems__(indices)), read straight into the
         batch tensors: one get_batch per field."""
-        idx = as_index_tensor(indices)
+        idx = self._indices(indices)
         if out is None:
             dev = self._read_device()
             specs = self._specs if dev is self.device else \
@@ -698,7 +729,7 @@ class DistDataset(_Stored):
         _write_json_atomic(path, meta)
         # removed by free(), or when the dataset is collected or the
         # interpreter exits without free(), as the core removes its records
-        self._meta = weakref.finalize(self, _remove_meta_file, path, run_id)
+        self._meta = weakref.finalize(self, _remove_meta_file, path, run_id, os.getpid())
 
     def _remove_meta(self):
         """free(): the meta file goes with the run (only if it is still ours:
@@ -714,6 +745,7 @@ class DistDataset(_Stored):
         store.  Idempotent; reads afterwards raise DDStoreError."""
         if self.ddstore is None or self._freed:
             return
+        self._not_forked("free")
         self._release_all()
         self._freed = True
         self._remove_meta()       # before the records: no reader meets one without them
@@ -755,6 +787,7 @@ class DistDatasetReader(_Stored):
         """Release the reader's store.  Idempotent."""
         if self._freed:
             return
+        self._not_forked("free")
         self._release_all()
         self._freed = True
         self.ddstore.free()
@@ -773,8 +806,11 @@ def _enc_name(s):
     return "".join(out)
 
 
-def _remove_meta_file(path, run_id):
-    """Remove the meta file at `path` if it is still the one of run `run_id`."""
+def _remove_meta_file(path, run_id, pid):
+    """Remove the meta file at `path` if it is still the one of run `run_id`
+    (and only in the process that wrote it: never from a forked child)."""
+    if os.getpid() != pid:
+        return
     try:
         data = pyddstore._core._file_read(path, _META_MAX_BYTES, "meta file")
         if data is not None and json.loads(data.decode("utf-8")).get("run_id") == run_id:
@@ -1077,12 +1113,7 @@ class WindowedDataset(torch.utils.data.Dataset):
         return {f.key: f.dtype_name() for f in self.schema.fields}
 
     def _rows(self, idx):
-        idx = as_index_tensor(idx)
-        if idx.numel():
-            lo, hi = int(idx.min()), int(idx.max())
-            if lo < 0 or hi >= self._len:
-                raise IndexError(f"WindowedDataset: index {lo if lo < 0 else hi} out of range "
-                                 f"[0, {self._len})")
+        idx = _seq_indices(as_index_tensor(idx), self._len, "WindowedDataset")
         s = self._starts[idx] if self._starts is not None else idx * self.stride
         return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
 
@@ -1112,8 +1143,6 @@ class WindowedDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         i = operator.index(i)
-        if i < 0:
-            i += self._len
         return self.schema.build([c[0] for c in self._per_sample(self._windows([i]))])
 
     def __getitems__(self, indices):

@@ -125,13 +125,16 @@ def use_mpi():
 
 
 def affinity():
-    """(width, offset): width 0 = no pinning."""
-    w = _int("DDSTORE_AFFINITY_WIDTH", 0)
-    o = _int("DDSTORE_AFFINITY_OFFSET", 0)
-    if w < 0 or o < 0:
-        raise ValueError(f"DDSTORE_AFFINITY_WIDTH={w} / DDSTORE_AFFINITY_OFFSET={o}: "
-                         "expected non-negative integers")
-    return w, o
+    """(width, offset): width 0 = no pinning.  A bad value is a ValueError
+    naming the variable and the value."""
+    out = []
+    for name in ("DDSTORE_AFFINITY_WIDTH", "DDSTORE_AFFINITY_OFFSET"):
+        v = _int(name, 0)
+        if v < 0:
+            raise ValueError(f"{name}={_raw(name)!r}: expected an integer >= 0 "
+                             "(CPUs for ThreadDataLoader worker pinning)")
+        out.append(v)
+    return tuple(out)
 
 
 def progress():

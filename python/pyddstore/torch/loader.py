@@ -145,6 +145,8 @@ class ThreadDataLoader(DataLoader):
         if multiprocessing_context is not None:
             raise ValueError("ThreadDataLoader uses threads: multiprocessing_context does "
                              "not apply")
+        if num_workers > 0:
+            env.affinity()   # a bad DDSTORE_AFFINITY_* raises here, naming it
         if isinstance(dataset, IterableDataset) and num_workers > 1:
             raise ValueError("ThreadDataLoader: an IterableDataset can use at most one "
                              "worker thread")
@@ -446,12 +448,16 @@ def _pin_settings(pin_memory):
     return (torch.cuda.is_available(), "cuda")  # pragma: no cover - older torch
 
 
-def _affinity_cpus(wid):
+def _affinity_cpus(nworkers):
+    """CPU set per worker thread (None: not pinned), from
+    DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET, read in the thread that
+    starts the workers, so a bad value raises there (naming the variable and
+    the value) instead of ending the worker threads."""
     width, offset = env.affinity()
     if width <= 0:
-        return None
+        return [None] * nworkers
     base = offset + env.local_rank() * width
-    return {base + (wid % width)}
+    return [{base + (wid % width)} for wid in range(nworkers)]
 
 
 def _copy_batch(data):
@@ -472,6 +478,8 @@ class _ThreadIter:
     """One epoch of a ThreadDataLoader."""
 
     def __init__(self, loader, t0=None):
+        # before anything is drawn or started: a bad setting raises here
+        cpus = _affinity_cpus(loader.num_workers)
         self._loader = loader
         self._dataset = loader.dataset
         self._auto_collation = loader._auto_collation
@@ -538,7 +546,7 @@ class _ThreadIter:
         for wid in range(self._num_workers):
             t = threading.Thread(target=_worker_loop, name=f"ddstore-loader-{wid}",
                                  args=(weakref.ref(loader), self._state, wid,
-                                       self._make_fetch()), daemon=True)
+                                       self._make_fetch(), cpus[wid]), daemon=True)
             t.start()
             self._threads.append(t)
         self._state.threads = self._threads
@@ -774,11 +782,10 @@ def _wait_events(data, events):
             t.record_stream(s)
 
 
-def _worker_loop(loader_ref, st, wid, fetch):
+def _worker_loop(loader_ref, st, wid, fetch, cpus):
     loader = loader_ref()
     if loader is None:
         return
-    cpus = _affinity_cpus(wid)
     if cpus is not None:
         try:
             os.sched_setaffinity(0, cpus)   # 0 = this thread on Linux
