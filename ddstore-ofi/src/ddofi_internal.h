@@ -94,9 +94,15 @@ enum {
     DDOFI_Q_SINGLE_NODE = 1u << 5,    /* only reaches this node (shm)        */
     DDOFI_Q_HMEM_PREFER = 1u << 6,    /* NIC reads device memory: FI_HMEM is
                                          worth asking for (hmem = PREFER)   */
-    DDOFI_Q_CMA = 1u << 7             /* same-node peers: host reads may go
+    DDOFI_Q_CMA = 1u << 7,            /* same-node peers: host reads may go
                                          straight through process_vm_readv,
                                          many rows per system call         */
+    DDOFI_Q_TARGET_WRITES = 1u << 8   /* the target copies read data into the
+                                         reader's memory itself (shm:
+                                         process_vm_writev): closing the
+                                         reader's endpoint does not stop a
+                                         late write, so a timed-out read
+                                         cannot be fenced that way         */
 };
 
 typedef enum {
@@ -215,7 +221,21 @@ struct ddofi_ep {
     pthread_mutex_t peer_lock;
     struct { uint64_t addr; int pid; } *peer_pids;
     size_t npeer_pids, cap_peer_pids;
-    /* batches abandoned after a timeout: freed at close */
+    /* Fencing (reader endpoints of providers without TARGET_WRITES): a
+     * read that times out with reads in flight closes the provider objects
+     * (after which nothing can write into its destinations) and opens new
+     * ones before it returns.  Reads, progress and peer changes hold
+     * use_lock shared; the fence and materialisation hold it exclusive
+     * (writer-preferring).  gen counts the provider objects' generations. */
+    pthread_rwlock_t use_lock;
+    uint64_t gen;
+    int fence;                     /* this endpoint is fenced on timeouts   */
+    /* Non-lazy endpoints: every peer's blob in insertion order, to insert
+     * them again (same fi_addr_t) into the AV of new provider objects. */
+    struct ddofi_peer_rec { unsigned char *blob; fi_addr_t fa; int removed; } *prec;
+    size_t nprec, cap_prec;
+    /* batches abandoned after a timeout (endpoints not fenced): freed at
+     * close */
     pthread_mutex_t ab_lock;
     struct ddofi_batch *abandoned;
     struct ddofi_ep *znext;        /* fabric's zombie list                */
@@ -230,6 +250,14 @@ static inline fi_addr_t ddofi_ep_fiaddr(ddofi_ep_t *ep, ddofi_peer_t peer)
 
 /* Make sure the provider objects of a lazy endpoint exist. */
 int ddofi_ep_ensure_live(ddofi_ep_t *ep);
+
+/* Fence a reader endpoint after a timed-out read posted on generation
+ * `gen` (taken under use_lock shared, released before the call): close the
+ * provider objects, so that nothing they carried can write into a
+ * destination any more, and open new ones with the same peers.  A no-op
+ * when another thread fenced that generation already.  Returns 0 or the
+ * error of reopening (the endpoint then reopens on its next read). */
+int ddofi_ep_fence(ddofi_ep_t *ep, uint64_t gen);
 
 /* Close an endpoint's provider objects and free it (no checks). */
 int ddofi_ep_destroy_now(ddofi_ep_t *ep);
