@@ -417,7 +417,7 @@ static int remove_stale_shm(struct fid_ep *e)
 static int ep_materialize(ddofi_ep_t *ep)
 {
     ddofi_fabric_t *f = ep->fab;
-    int rc;
+    int rc, shm_locked = 0;
     int want_thread = (ep->flags & DDOFI_EP_SERVE) && f->progress_thread;
 
     struct fi_av_attr av_attr = {0};
@@ -465,6 +465,15 @@ static int ep_materialize(ddofi_ep_t *ep)
      * file belongs to a dead process (the pid is ours now, and the
      * provider's counter never repeats a name in one process), so it is
      * removed and the endpoint made again (the next one has a new name). */
+    /* And its region is a sparse file: a touch that finds /dev/shm full is
+     * a SIGBUS, so the space is checked first (creation serialised in this
+     * process so that threads opening endpoints together are counted). */
+    if (f->quirk->flags & DDOFI_Q_SINGLE_NODE) {
+        ddofi_shm_lock();
+        shm_locked = 1;
+        if ((rc = ddofi_shm_space_check()) != 0)
+            goto fail;
+    }
     for (int attempt = 0;; attempt++) {
         rc = fi_endpoint(f->domain, f->info, &ep->ep, NULL);
         if (rc) {
@@ -493,6 +502,10 @@ static int ep_materialize(ddofi_ep_t *ep)
             goto fail;
         }
         break;
+    }
+    if (shm_locked) {
+        ddofi_shm_unlock();
+        shm_locked = 0;
     }
     size_t alen = sizeof ep->addr - 48;
     rc = fi_getname(&ep->ep->fid, ep->addr, &alen);
@@ -545,6 +558,8 @@ static int ep_materialize(ddofi_ep_t *ep)
     return 0;
 
 fail:
+    if (shm_locked)
+        ddofi_shm_unlock();
     if (ep->ep)
         fi_close(&ep->ep->fid);
     if (ep->cq)

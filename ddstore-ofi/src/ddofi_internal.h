@@ -158,6 +158,24 @@ size_t ddofi_split_count(size_t len, size_t max);
 uint32_t ddofi_fnv1a32(const void *p, size_t n);
 uint32_t ddofi_prov_tag(const char *prov_name);
 
+/* ---------------- /dev/shm (ddofi_shm.c) ---------------- */
+
+/* Remove, once per process, the shm regions ("/dev/shm/<pid>:<d>:<e>") of
+ * processes that no longer exist and that this user owns. */
+void ddofi_shm_clean_stale(void);
+/* Before an shm endpoint's region is created (under ddofi_shm_lock): 0, or
+ * -ENOSPC with a detail naming /dev/shm, the space needed and free and the
+ * ways out.  Cleans stale regions first. */
+int ddofi_shm_space_check(void);
+/* Serialises shm endpoint creation in this process around the check. */
+void ddofi_shm_lock(void);
+void ddofi_shm_unlock(void);
+/* Why shm's fi_getinfo found nothing, when /dev/shm is too small for it:
+ * writes a sentence to buf and returns 1; else 0. */
+int ddofi_shm_explain(char *buf, size_t cap);
+/* The pid of a region file name "<pid>:<d>:<e>" (decimal), else 0. */
+int ddofi_shm_region_pid(const char *name);
+
 /* ---------------- objects ---------------- */
 
 struct ddofi_fabric {
