@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "../src/ddofi_internal.h"
+#include "ddofi_loopback.h"
 #include "ddofi_test.h"
 
 #define R_BYTES (1u << 20)
@@ -41,29 +42,10 @@ typedef struct blobs {
     unsigned char r[DDOFI_MR_BLOB_SIZE];
 } blobs_t;
 
-static int rdall(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 static ddofi_fabric_params_t fparams(const char *prov, double tmo)
 {
-    ddofi_fabric_params_t p = {0};
-    p.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_LOCAL_ONLY |
-                   DDOFI_FABRIC_FIELD_SINGLE_NODE | DDOFI_FABRIC_FIELD_READ_TIMEOUT;
-    p.provider = prov;
-    p.local_only = 1;
-    p.single_node = 1;
+    ddofi_fabric_params_t p = ddofi_t_fparams(prov);
+    p.field_mask |= DDOFI_FABRIC_FIELD_READ_TIMEOUT;
     p.read_timeout_s = tmo;
     return p;
 }
@@ -93,7 +75,7 @@ static int owner_main(const char *prov, int out_fd, int cmd_fd)
         return 2;
     }
     bl.alen = (uint32_t)alen;
-    if (write(out_fd, &bl, sizeof bl) != (ssize_t)sizeof bl)
+    if (ddofi_t_wr(out_fd, &bl, sizeof bl))
         return 2;
     char c;
     while (read(cmd_fd, &c, 1) < 0 && errno == EINTR)
@@ -109,31 +91,16 @@ typedef struct owner {
     blobs_t bl;
 } owner_t;
 
+static int owner_child(void *arg, int out_fd, int cmd_fd)
+{
+    return owner_main(arg, out_fd, cmd_fd);
+}
+
 static int owner_start(const char *prov, owner_t *o)
 {
-    int up[2], down[2];
-    if (pipe(up) || pipe(down))
-        return -1;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        _exit(owner_main(prov, up[1], down[0]));
-    }
-    close(up[1]);
-    close(down[0]);
-    o->pid = pid;
-    o->cmd_w = down[1];
-    o->rep_r = up[0];
-    if (rdall(o->rep_r, &o->bl, sizeof o->bl)) {
-        waitpid(pid, NULL, 0);
-        return -1;
-    }
-    return 0;
+    o->pid = ddofi_t_spawn(owner_child, (void *)prov, &o->bl, sizeof o->bl, &o->rep_r,
+                           &o->cmd_w);
+    return o->pid < 0 ? -1 : 0;
 }
 
 static int owner_stop(owner_t *o)
@@ -191,14 +158,9 @@ static void run(const char *prov)
     fflush(stdout);
     ddofi_fabric_params_t p = fparams(prov, 1.0);
     ddofi_fabric_t *f = NULL;
-    int rc = ddofi_fabric_open(&p, &f);
-    if (rc == -DDOFI_ENOPROV) {
-        T_SKIP("provider %s not available here: %s", prov, ddofi_last_error());
+    if (ddofi_t_open(&p, &f))
         return;
-    }
-    T_EQ_INT(rc, 0);
-    if (rc)
-        return;
+    int rc;
     ddofi_fabric_attr_t at;
     ddofi_fabric_query(f, &at);
     if (ddofi_quirk_lookup(at.provider)->progress == DDOFI_QP_HARDWARE) {

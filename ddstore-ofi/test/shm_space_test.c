@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../src/ddofi_internal.h"
+#include "ddofi_loopback.h"
 #include "ddofi_test.h"
 
 #define MIB ((size_t)1 << 20)
@@ -39,15 +40,13 @@ static long ncpu(void)
     return n < 1 ? 1 : n;
 }
 
-static ddofi_fabric_params_t fparams(const char *prov)
+#define fparams ddofi_t_fparams
+
+/* The shm fabric: 0, or 1 (a SKIP or failure recorded). */
+static int open_shm(ddofi_fabric_t **f)
 {
-    ddofi_fabric_params_t p = {0};
-    p.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_LOCAL_ONLY |
-                   DDOFI_FABRIC_FIELD_SINGLE_NODE;
-    p.provider = prov;
-    p.local_only = 1;
-    p.single_node = 1;
-    return p;
+    ddofi_fabric_params_t p = fparams("shm");
+    return ddofi_t_open(&p, f);
 }
 
 /* A tmpfs of `bytes` on /dev/shm in this process's mount namespace. */
@@ -124,21 +123,14 @@ static void case_small(void)
         T_OK(!"mount tmpfs");
         return;
     }
-    ddofi_fabric_params_t p = fparams("shm");
     ddofi_fabric_t *f = NULL;
-    int rc = ddofi_fabric_open(&p, &f);
-    if (rc == -DDOFI_ENOPROV) {
-        T_SKIP("shm provider not available here: %s", ddofi_last_error());
-        return;
-    }
-    T_EQ_INT(rc, 0);
-    if (rc)
+    if (open_shm(&f))
         return;
     /* One after the other. */
+    int rc = 0;
     enum { MAXEP = 1024 };
     ddofi_ep_t **eps = calloc(MAXEP, sizeof *eps);
     size_t n = 0, limit = bytes / (16 * MIB) + 16;
-    rc = 0;
     while (n < limit && n < MAXEP &&
            (rc = ddofi_ep_open(f, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
                                &eps[n])) == 0)
@@ -239,16 +231,9 @@ static void case_stale(void)
     T_EQ_INT(ddofi_shm_region_pid("12:3:4:5"), 0);
     T_EQ_INT(ddofi_shm_region_pid("0:3:4"), 0);
 
-    ddofi_fabric_params_t p = fparams("shm");
     ddofi_fabric_t *f = NULL;
     ddofi_ep_t *ep = NULL;
-    int rc = ddofi_fabric_open(&p, &f);
-    if (rc == -DDOFI_ENOPROV) {
-        T_SKIP("shm provider not available here: %s", ddofi_last_error());
-        return;
-    }
-    T_EQ_INT(rc, 0);
-    if (rc)
+    if (open_shm(&f))
         return;
     T_EQ_INT(ddofi_ep_open(f, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE}, &ep),
              0);
