@@ -60,8 +60,10 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
         return rc;
     if ((rc = ddofi_ep_ensure_live(ep)) != 0)
         return rc;
+    pthread_rwlock_rdlock(&ep->use_lock); /* a fence changes the address */
     size_t need = ADDR_HDR + ep->addr_len;
     if (!buf || *len_p < need) {
+        pthread_rwlock_unlock(&ep->use_lock);
         *len_p = need;
         return ddofi_error(-ENOSPC, "ddofi_ep_address: need %zu bytes", need);
     }
@@ -78,6 +80,7 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
         memcpy(b + 24, ep->fab->prov_name, pl > 23 ? 23 : pl);
     }
     memcpy(b + ADDR_HDR, ep->addr, ep->addr_len);
+    pthread_rwlock_unlock(&ep->use_lock);
     put32(b + 16, addr_checksum(b, need));
     *len_p = need;
     return 0;
