@@ -652,7 +652,7 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
         pthread_rwlock_init(&ep->use_lock, &ra);
         pthread_rwlockattr_destroy(&ra);
     }
-    ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_TARGET_WRITES);
+    ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
     if (f->quirk->flags & DDOFI_Q_CMA) {
         int on = 1;
         const char *cenv = getenv("DDSTORE_OFI_CMA");

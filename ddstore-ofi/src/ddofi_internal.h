@@ -97,12 +97,11 @@ enum {
     DDOFI_Q_CMA = 1u << 7,            /* same-node peers: host reads may go
                                          straight through process_vm_readv,
                                          many rows per system call         */
-    DDOFI_Q_TARGET_WRITES = 1u << 8   /* the target copies read data into the
-                                         reader's memory itself (shm:
-                                         process_vm_writev): closing the
-                                         reader's endpoint does not stop a
-                                         late write, so a timed-out read
-                                         cannot be fenced that way         */
+    DDOFI_Q_KEEP_EP = 1u << 8         /* never close an endpoint under reads
+                                         that timed out (a peer serving a
+                                         read into a vanished endpoint can
+                                         crash: shm): such reads are parked,
+                                         not fenced                       */
 };
 
 typedef enum {
@@ -239,7 +238,7 @@ struct ddofi_ep {
     pthread_mutex_t peer_lock;
     struct { uint64_t addr; int pid; } *peer_pids;
     size_t npeer_pids, cap_peer_pids;
-    /* Fencing (reader endpoints of providers without TARGET_WRITES): a
+    /* Fencing (reader endpoints of providers without KEEP_EP): a
      * read that times out with reads in flight closes the provider objects
      * (after which nothing can write into its destinations) and opens new
      * ones before it returns.  Reads, progress and peer changes hold

@@ -14,8 +14,9 @@
  * (a later batch in the same buffer, or the buffer freed): a reader
  * endpoint is fenced before the error returns (ddofi_ep_fence: its provider
  * objects are closed, which ends every transfer they carry, and new ones
- * are opened).  Where that is no fence (a server endpoint, whose address
- * peers hold; shm, whose target writes into the reader itself), the batch
+ * are opened).  Where the endpoint must stay (a server endpoint, whose
+ * address peers hold; shm, whose peers can crash serving a read into a
+ * vanished endpoint: quirk KEEP_EP), the batch
  * is parked on the endpoint's abandoned list (their completions keep
  * decrementing it harmlessly) and freed when the endpoint is closed.
  */

@@ -15,8 +15,9 @@
  * before the error returns and a fresh one opened).
  *
  * Provider: tcp (tcp;ofi_rxm on 127.0.0.1) by default, or the names given
- * as arguments.  shm is not fenced this way (its target writes the data
- * into the reader with process_vm_writev itself): see docs/concurrency.md.
+ * as arguments.  shm is not fenced (quirk KEEP_EP); its reads from a
+ * stopped owner complete anyway (CMA copies by the reader): see
+ * docs/concurrency.md.
  * A provider missing here is a SKIP with the reason. */
 #include <errno.h>
 #include <signal.h>

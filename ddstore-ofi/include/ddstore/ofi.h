@@ -443,9 +443,10 @@ typedef struct ddofi_read_stats {
  * address changes; other threads' reads on it that were in flight fail or
  * time out too).  The destinations are the caller's again at once.  Not
  * fenced, and their destinations may still be written until the endpoint is
- * closed: reads on a server endpoint, and shm's (its target copies into the
- * reader's memory itself; its same-node direct reads never time out on a
- * stopped peer).  Thread-safe (several threads may read on one endpoint).  stats may be
+ * closed: reads on a server endpoint, and shm's (its endpoints stay open:
+ * a peer serving a read into a vanished one can crash; its reads from a
+ * stopped peer are CMA copies by the reader and complete anyway, a timeout
+ * there means a full command queue, with nothing in flight).  Thread-safe (several threads may read on one endpoint).  stats may be
  * NULL. */
 int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                ddofi_read_stats_t *stats);
