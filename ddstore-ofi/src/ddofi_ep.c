@@ -60,8 +60,10 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
         return rc;
     if ((rc = ddofi_ep_ensure_live(ep)) != 0)
         return rc;
+    pthread_rwlock_rdlock(&ep->use_lock); /* a fence changes the address */
     size_t need = ADDR_HDR + ep->addr_len;
     if (!buf || *len_p < need) {
+        pthread_rwlock_unlock(&ep->use_lock);
         *len_p = need;
         return ddofi_error(-ENOSPC, "ddofi_ep_address: need %zu bytes", need);
     }
@@ -78,6 +80,7 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
         memcpy(b + 24, ep->fab->prov_name, pl > 23 ? 23 : pl);
     }
     memcpy(b + ADDR_HDR, ep->addr, ep->addr_len);
+    pthread_rwlock_unlock(&ep->use_lock);
     put32(b + 16, addr_checksum(b, need));
     *len_p = need;
     return 0;
@@ -162,33 +165,63 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     if ((rc = blob_check(ep, b, len)) != 0)
         return rc;
     int pid = (int)get32(b + 20);
+    size_t blen = ADDR_HDR + get16(b + 6);
+    unsigned char *copy = malloc(blen);
+    if (!copy)
+        return ddofi_error(-ENOMEM, "ddofi_peer_insert: out of memory");
+    memcpy(copy, b, blen);
+    if (!ep->lazy && (rc = ddofi_ep_ensure_live(ep)) != 0) {
+        free(copy);
+        return rc;
+    }
+    pthread_rwlock_rdlock(&ep->use_lock);
     if (!ep->lazy) {
+        /* The blob is kept to insert the peer again into the AV of new
+         * provider objects (a fenced timeout). */
         fi_addr_t fa;
+        pthread_mutex_lock(&ep->live_lock);
+        if (!atomic_load(&ep->live)) {
+            rc = ddofi_error(-DDOFI_EPROVIDER, "ddofi_peer_insert: the endpoint is being "
+                             "reopened after a timed-out read; try again");
+            goto unlock;
+        }
+        if (ep->nprec == ep->cap_prec) {
+            size_t cap = ep->cap_prec ? 2 * ep->cap_prec : 16;
+            void *np = realloc(ep->prec, cap * sizeof ep->prec[0]);
+            if (!np) {
+                rc = ddofi_error(-ENOMEM, "ddofi_peer_insert: out of memory");
+                goto unlock;
+            }
+            ep->prec = np;
+            ep->cap_prec = cap;
+        }
         if ((rc = av_insert_blob(ep, b, &fa)) != 0)
-            return rc;
+            goto unlock;
+        ep->prec[ep->nprec++] = (struct ddofi_peer_rec){copy, fa, 0};
+        copy = NULL;
         *peer_p = (ddofi_peer_t)fa;
         remember_pid(ep, (uint64_t)fa, pid);
-        return 0;
+    unlock:
+        pthread_mutex_unlock(&ep->live_lock);
+        pthread_rwlock_unlock(&ep->use_lock);
+        free(copy);
+        return rc;
     }
     /* Lazy: keep the blob; insert it when the provider objects exist. */
     pthread_mutex_lock(&ep->live_lock);
     size_t idx = ep->nlazy;
     if (idx >= DDOFI_PID_TABLE) {
         pthread_mutex_unlock(&ep->live_lock);
+        pthread_rwlock_unlock(&ep->use_lock);
+        free(copy);
         return ddofi_error(-ENOSPC, "ddofi_peer_insert: more than %d peers on one endpoint",
                            DDOFI_PID_TABLE);
     }
-    size_t blen = ADDR_HDR + get16(b + 6);
-    unsigned char *copy = malloc(blen);
-    if (!copy) {
-        pthread_mutex_unlock(&ep->live_lock);
-        return ddofi_error(-ENOMEM, "ddofi_peer_insert: out of memory");
-    }
-    memcpy(copy, b, blen);
     if (atomic_load(&ep->live)) {
         fi_addr_t fa;
         if ((rc = av_insert_blob(ep, b, &fa)) != 0) {
             pthread_mutex_unlock(&ep->live_lock);
+            pthread_rwlock_unlock(&ep->use_lock);
             free(copy);
             return rc;
         }
@@ -197,6 +230,7 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     ep->lazy_blob[idx] = copy;
     ep->nlazy++;
     pthread_mutex_unlock(&ep->live_lock);
+    pthread_rwlock_unlock(&ep->use_lock);
     *peer_p = (ddofi_peer_t)idx;
     remember_pid(ep, (uint64_t)idx, pid);
     return 0;
@@ -227,12 +261,13 @@ int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer)
     int rc = ddofi_check_pid(ep->pid, "endpoint");
     if (rc)
         return rc;
+    pthread_rwlock_rdlock(&ep->use_lock);
+    pthread_mutex_lock(&ep->live_lock);
     if (ep->lazy) {
-        pthread_mutex_lock(&ep->live_lock);
         if (peer >= ep->nlazy || !ep->lazy_blob[peer]) {
-            pthread_mutex_unlock(&ep->live_lock);
-            return ddofi_error(-EINVAL, "ddofi_peer_remove: unknown peer %llu",
-                               (unsigned long long)peer);
+            rc = ddofi_error(-EINVAL, "ddofi_peer_remove: unknown peer %llu",
+                             (unsigned long long)peer);
+            goto unlock;
         }
         if (atomic_load(&ep->live)) {
             fi_addr_t fa = (fi_addr_t)atomic_load(&ep->fiaddr[peer]);
@@ -240,15 +275,28 @@ int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer)
         }
         free(ep->lazy_blob[peer]);
         ep->lazy_blob[peer] = NULL;
-        pthread_mutex_unlock(&ep->live_lock);
-        if (rc)
-            return ddofi_error_fi(rc, "fi_av_remove");
     } else {
         fi_addr_t fa = (fi_addr_t)peer;
-        rc = fi_av_remove(ep->av, &fa, 1, 0);
-        if (rc)
-            return ddofi_error_fi(rc, "fi_av_remove");
+        size_t i = 0;
+        while (i < ep->nprec && (ep->prec[i].fa != fa || ep->prec[i].removed))
+            i++;
+        if (i == ep->nprec) {
+            rc = ddofi_error(-EINVAL, "ddofi_peer_remove: unknown peer %llu",
+                             (unsigned long long)peer);
+            goto unlock;
+        }
+        if (atomic_load(&ep->live))
+            rc = fi_av_remove(ep->av, &fa, 1, 0);
+        if (!rc)
+            ep->prec[i].removed = 1;
     }
+    if (rc)
+        rc = ddofi_error_fi(rc, "fi_av_remove");
+unlock:
+    pthread_mutex_unlock(&ep->live_lock);
+    pthread_rwlock_unlock(&ep->use_lock);
+    if (rc)
+        return rc;
     if (ep->pid_by_addr && peer < DDOFI_PID_TABLE)
         atomic_store(&ep->pid_by_addr[peer], 0);
     pthread_mutex_lock(&ep->peer_lock);
@@ -328,6 +376,10 @@ static void *progress_main(void *arg)
 
 static void ep_free_memory(ddofi_ep_t *ep)
 {
+    for (size_t i = 0; i < ep->nprec; i++)
+        free(ep->prec[i].blob);
+    free(ep->prec);
+    pthread_rwlock_destroy(&ep->use_lock);
     if (ep->lazy_blob)
         for (size_t i = 0; i < ep->nlazy; i++)
             free(ep->lazy_blob[i]);
@@ -368,7 +420,7 @@ static int remove_stale_shm(struct fid_ep *e)
 static int ep_materialize(ddofi_ep_t *ep)
 {
     ddofi_fabric_t *f = ep->fab;
-    int rc;
+    int rc, shm_locked = 0;
     int want_thread = (ep->flags & DDOFI_EP_SERVE) && f->progress_thread;
 
     struct fi_av_attr av_attr = {0};
@@ -416,6 +468,15 @@ static int ep_materialize(ddofi_ep_t *ep)
      * file belongs to a dead process (the pid is ours now, and the
      * provider's counter never repeats a name in one process), so it is
      * removed and the endpoint made again (the next one has a new name). */
+    /* And its region is a sparse file: a touch that finds /dev/shm full is
+     * a SIGBUS, so the space is checked first (creation serialised in this
+     * process so that threads opening endpoints together are counted). */
+    if (f->quirk->flags & DDOFI_Q_SINGLE_NODE) {
+        ddofi_shm_lock();
+        shm_locked = 1;
+        if ((rc = ddofi_shm_space_check()) != 0)
+            goto fail;
+    }
     for (int attempt = 0;; attempt++) {
         rc = fi_endpoint(f->domain, f->info, &ep->ep, NULL);
         if (rc) {
@@ -445,6 +506,10 @@ static int ep_materialize(ddofi_ep_t *ep)
         }
         break;
     }
+    if (shm_locked) {
+        ddofi_shm_unlock();
+        shm_locked = 0;
+    }
     size_t alen = sizeof ep->addr - 48;
     rc = fi_getname(&ep->ep->fid, ep->addr, &alen);
     if (rc) {
@@ -460,6 +525,25 @@ static int ep_materialize(ddofi_ep_t *ep)
             goto fail;
         atomic_store_explicit(&ep->fiaddr[i], (uint64_t)fa, memory_order_release);
     }
+    /* New provider objects after a fence: the same peers at the same
+     * fi_addr_t (an AV table numbers them in insertion order; removed ones
+     * are inserted and removed again to keep the numbering). */
+    for (size_t i = 0; i < ep->nprec; i++) {
+        fi_addr_t fa;
+        if ((rc = av_insert_blob(ep, ep->prec[i].blob, &fa)) != 0)
+            goto fail;
+        if (fa != ep->prec[i].fa) {
+            rc = ddofi_error(-DDOFI_EPROVIDER, "reopening the endpoint: provider %s gave "
+                             "peer %zu the address %llu, it had %llu", f->prov_name, i,
+                             (unsigned long long)fa, (unsigned long long)ep->prec[i].fa);
+            goto fail;
+        }
+    }
+    for (size_t i = 0; i < ep->nprec; i++)
+        if (ep->prec[i].removed && (rc = fi_av_remove(ep->av, &ep->prec[i].fa, 1, 0)) != 0) {
+            rc = ddofi_error_fi(rc, "fi_av_remove (reopening the endpoint)");
+            goto fail;
+        }
 
     if (want_thread) {
         rc = pthread_create(&ep->thread, NULL, progress_main, ep);
@@ -477,6 +561,8 @@ static int ep_materialize(ddofi_ep_t *ep)
     return 0;
 
 fail:
+    if (shm_locked)
+        ddofi_shm_unlock();
     if (ep->ep)
         fi_close(&ep->ep->fid);
     if (ep->cq)
@@ -494,9 +580,48 @@ int ddofi_ep_ensure_live(ddofi_ep_t *ep)
 {
     if (atomic_load_explicit(&ep->live, memory_order_acquire))
         return 0;
+    pthread_rwlock_wrlock(&ep->use_lock);
     pthread_mutex_lock(&ep->live_lock);
     int rc = atomic_load(&ep->live) ? 0 : ep_materialize(ep);
     pthread_mutex_unlock(&ep->live_lock);
+    pthread_rwlock_unlock(&ep->use_lock);
+    return rc;
+}
+
+/* Close the provider objects (no thread: never a server endpoint). */
+static void ep_close_objects(ddofi_ep_t *ep)
+{
+    int r;
+    if (ep->ep && (r = fi_close(&ep->ep->fid)) != 0)
+        DDOFI_LOG(DDOFI_LOG_WARN, "fence: fi_close(endpoint): %s", fi_strerror(-r));
+    if (ep->cq && (r = fi_close(&ep->cq->fid)) != 0)
+        DDOFI_LOG(DDOFI_LOG_WARN, "fence: fi_close(cq): %s", fi_strerror(-r));
+    if (ep->av && (r = fi_close(&ep->av->fid)) != 0)
+        DDOFI_LOG(DDOFI_LOG_WARN, "fence: fi_close(av): %s", fi_strerror(-r));
+    ep->ep = NULL;
+    ep->cq = NULL;
+    ep->av = NULL;
+    ep->cq_wait_fd = 0;
+}
+
+int ddofi_ep_fence(ddofi_ep_t *ep, uint64_t gen)
+{
+    pthread_rwlock_wrlock(&ep->use_lock);
+    if (ep->gen != gen) {
+        /* Another read of this generation fenced it already. */
+        pthread_rwlock_unlock(&ep->use_lock);
+        return 0;
+    }
+    pthread_mutex_lock(&ep->live_lock);
+    atomic_store_explicit(&ep->live, 0, memory_order_release);
+    ep_close_objects(ep);
+    ep->gen++;
+    /* A failure leaves the endpoint closed: the next read tries again. */
+    int rc = ep_materialize(ep);
+    pthread_mutex_unlock(&ep->live_lock);
+    pthread_rwlock_unlock(&ep->use_lock);
+    if (rc == 0)
+        DDOFI_LOG(DDOFI_LOG_INFO, "endpoint closed after a timed-out read and opened again");
     return rc;
 }
 
@@ -518,6 +643,16 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
     pthread_mutex_init(&ep->ab_lock, NULL);
     pthread_mutex_init(&ep->peer_lock, NULL);
     pthread_mutex_init(&ep->live_lock, NULL);
+    {
+        /* writer-preferring: a fence is not starved by readers of other
+         * peers that keep the lock shared */
+        pthread_rwlockattr_t ra;
+        pthread_rwlockattr_init(&ra);
+        pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        pthread_rwlock_init(&ep->use_lock, &ra);
+        pthread_rwlockattr_destroy(&ra);
+    }
+    ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
     if (f->quirk->flags & DDOFI_Q_CMA) {
         int on = 1;
         const char *cenv = getenv("DDSTORE_OFI_CMA");
@@ -617,8 +752,8 @@ int ddofi_ep_progress(ddofi_ep_t *ep)
     int rc = ddofi_check_pid(ep->pid, "endpoint");
     if (rc)
         return rc;
-    if (!atomic_load_explicit(&ep->live, memory_order_acquire))
-        return 0;
-    int n = ddofi_cq_reap(ep);
+    pthread_rwlock_rdlock(&ep->use_lock);
+    int n = atomic_load_explicit(&ep->live, memory_order_acquire) ? ddofi_cq_reap(ep) : 0;
+    pthread_rwlock_unlock(&ep->use_lock);
     return n < 0 ? n : 0;
 }

@@ -218,6 +218,7 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     }
     struct fi_info *info = NULL;
     char tried[256] = "";
+    char shm_note[400] = "";
     size_t tn = 0;
     for (size_t i = 0; i < ncands && !info; i++) {
         char prov[64];
@@ -232,6 +233,10 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         int w = snprintf(tried + tn, sizeof tried - tn, "%s%s", tn ? ", " : "", prov);
         if (w > 0 && (size_t)w < sizeof tried - tn)
             tn += (size_t)w;
+        /* Regions of killed processes fill /dev/shm (and make shm's own
+         * space check refuse): removed before shm is asked. */
+        if (q->flags & DDOFI_Q_SINGLE_NODE)
+            ddofi_shm_clean_stale();
         ddofi_settings_t si = s;
         int want = s.hmem == DDOFI_FABRIC_HMEM_REQUIRE ||
                    (s.hmem == DDOFI_FABRIC_HMEM_PREFER && (q->flags & DDOFI_Q_HMEM_PREFER));
@@ -244,6 +249,14 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         }
         if (rc && rc != -DDOFI_ENOPROV)
             goto fail;
+        if (rc && (q->flags & DDOFI_Q_SINGLE_NODE) &&
+            ddofi_shm_explain(shm_note, sizeof shm_note)) {
+            if (!is_auto) {
+                rc = ddofi_error(-ENOSPC, "DDSTORE_FABRIC=%s: %s", s.provider, shm_note);
+                goto fail;
+            }
+            DDOFI_LOG(DDOFI_LOG_WARN, "DDSTORE_FABRIC=auto: shm skipped: %s", shm_note);
+        }
         if (!rc)
             f->hmem_on = want;
         if (!rc && prefix && !s.iface[0])
@@ -262,12 +275,12 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         else
             want[0] = '\0';
         rc = ddofi_error(-DDOFI_ENOPROV,
-                         "DDSTORE_FABRIC=%s: no libfabric provider fits (tried %s%s%s%s); "
+                         "DDSTORE_FABRIC=%s: no libfabric provider fits (tried %s%s%s%s%s%s); "
                          "found with FI_EP_RDM + fi_read: %s",
                          s.provider, tried, want,
                          s.hmem == DDOFI_FABRIC_HMEM_REQUIRE ? ", FI_HMEM required" : "",
                          (is_auto && !s.single_node) ? ", shm skipped: peers not all on this node" : "",
-                         found);
+                         shm_note[0] ? "; shm: " : "", shm_note, found);
         goto fail;
     }
 

@@ -94,9 +94,14 @@ enum {
     DDOFI_Q_SINGLE_NODE = 1u << 5,    /* only reaches this node (shm)        */
     DDOFI_Q_HMEM_PREFER = 1u << 6,    /* NIC reads device memory: FI_HMEM is
                                          worth asking for (hmem = PREFER)   */
-    DDOFI_Q_CMA = 1u << 7             /* same-node peers: host reads may go
+    DDOFI_Q_CMA = 1u << 7,            /* same-node peers: host reads may go
                                          straight through process_vm_readv,
                                          many rows per system call         */
+    DDOFI_Q_KEEP_EP = 1u << 8         /* never close an endpoint under reads
+                                         that timed out (a peer serving a
+                                         read into a vanished endpoint can
+                                         crash: shm): such reads are parked,
+                                         not fenced                       */
 };
 
 typedef enum {
@@ -151,6 +156,24 @@ size_t ddofi_split_count(size_t len, size_t max);
 
 uint32_t ddofi_fnv1a32(const void *p, size_t n);
 uint32_t ddofi_prov_tag(const char *prov_name);
+
+/* ---------------- /dev/shm (ddofi_shm.c) ---------------- */
+
+/* Remove, once per process, the shm regions ("/dev/shm/<pid>:<d>:<e>") of
+ * processes that no longer exist and that this user owns. */
+void ddofi_shm_clean_stale(void);
+/* Before an shm endpoint's region is created (under ddofi_shm_lock): 0, or
+ * -ENOSPC with a detail naming /dev/shm, the space needed and free and the
+ * ways out.  Cleans stale regions first. */
+int ddofi_shm_space_check(void);
+/* Serialises shm endpoint creation in this process around the check. */
+void ddofi_shm_lock(void);
+void ddofi_shm_unlock(void);
+/* Why shm's fi_getinfo found nothing, when /dev/shm is too small for it:
+ * writes a sentence to buf and returns 1; else 0. */
+int ddofi_shm_explain(char *buf, size_t cap);
+/* The pid of a region file name "<pid>:<d>:<e>" (decimal), else 0. */
+int ddofi_shm_region_pid(const char *name);
 
 /* ---------------- objects ---------------- */
 
@@ -215,7 +238,21 @@ struct ddofi_ep {
     pthread_mutex_t peer_lock;
     struct { uint64_t addr; int pid; } *peer_pids;
     size_t npeer_pids, cap_peer_pids;
-    /* batches abandoned after a timeout: freed at close */
+    /* Fencing (reader endpoints of providers without KEEP_EP): a
+     * read that times out with reads in flight closes the provider objects
+     * (after which nothing can write into its destinations) and opens new
+     * ones before it returns.  Reads, progress and peer changes hold
+     * use_lock shared; the fence and materialisation hold it exclusive
+     * (writer-preferring).  gen counts the provider objects' generations. */
+    pthread_rwlock_t use_lock;
+    uint64_t gen;
+    int fence;                     /* this endpoint is fenced on timeouts   */
+    /* Non-lazy endpoints: every peer's blob in insertion order, to insert
+     * them again (same fi_addr_t) into the AV of new provider objects. */
+    struct ddofi_peer_rec { unsigned char *blob; fi_addr_t fa; int removed; } *prec;
+    size_t nprec, cap_prec;
+    /* batches abandoned after a timeout (endpoints not fenced): freed at
+     * close */
     pthread_mutex_t ab_lock;
     struct ddofi_batch *abandoned;
     struct ddofi_ep *znext;        /* fabric's zombie list                */
@@ -230,6 +267,14 @@ static inline fi_addr_t ddofi_ep_fiaddr(ddofi_ep_t *ep, ddofi_peer_t peer)
 
 /* Make sure the provider objects of a lazy endpoint exist. */
 int ddofi_ep_ensure_live(ddofi_ep_t *ep);
+
+/* Fence a reader endpoint after a timed-out read posted on generation
+ * `gen` (taken under use_lock shared, released before the call): close the
+ * provider objects, so that nothing they carried can write into a
+ * destination any more, and open new ones with the same peers.  A no-op
+ * when another thread fenced that generation already.  Returns 0 or the
+ * error of reopening (the endpoint then reopens on its next read). */
+int ddofi_ep_fence(ddofi_ep_t *ep, uint64_t gen);
 
 /* Close an endpoint's provider objects and free it (no checks). */
 int ddofi_ep_destroy_now(ddofi_ep_t *ep);

@@ -29,12 +29,17 @@ static const ddofi_quirk_t quirks[] = {
      "AWS EFA: hardware RDMA read where the device has it, otherwise emulated by the "
      "provider (needs target progress); follows data_progress"},
     {"shm", "shm",
-     DDOFI_Q_SINGLE_NODE | DDOFI_Q_CMA, DDOFI_QP_THREAD, DDOFI_QW_BACKOFF, 1000,
+     DDOFI_Q_SINGLE_NODE | DDOFI_Q_CMA | DDOFI_Q_KEEP_EP, DDOFI_QP_THREAD,
+     DDOFI_QW_BACKOFF, 1000,
      "same-node shared memory: the provider's reads use CMA (process_vm_readv) from "
      "the reader one read at a time, and the target must drain its command queue (no "
      "cross-process wake-up object: the progress thread polls with a backoff sleep); "
      "host reads go straight through process_vm_readv, up to 1024 rows per call "
-     "(DDSTORE_OFI_CMA=0 turns that off)"},
+     "(DDSTORE_OFI_CMA=0 turns that off); an endpoint is never closed under reads "
+     "that timed out (a peer serving a read into a vanished endpoint can crash), so "
+     "they are not fenced: reads from a stopped peer complete anyway (the reader "
+     "copies) and only time out when its command queue is full, with nothing in "
+     "flight"},
     {"tcp", "tcp",
      DDOFI_Q_SOCKETS, DDOFI_QP_THREAD, DDOFI_QW_FD, 0,
      "tcp;ofi_rxm: the target answers read requests only while its CQ is progressed; "

@@ -9,10 +9,16 @@
  * caller may free the batch as soon as the count is back to 1.  No lock is
  * taken on this path.
  *
- * Timeouts: the caller gives up after read_timeout_s; reads still in flight
- * may complete later, so the batch is parked on the endpoint's abandoned
- * list (their completions keep decrementing it harmlessly) and freed when
- * the endpoint is closed.
+ * Timeouts: the caller gives up after read_timeout_s.  Reads still in
+ * flight must not write into the caller's memory after ddofi_read returns
+ * (a later batch in the same buffer, or the buffer freed): a reader
+ * endpoint is fenced before the error returns (ddofi_ep_fence: its provider
+ * objects are closed, which ends every transfer they carry, and new ones
+ * are opened).  Where the endpoint must stay (a server endpoint, whose
+ * address peers hold; shm, whose peers can crash serving a read into a
+ * vanished endpoint: quirk KEEP_EP), the batch
+ * is parked on the endpoint's abandoned list (their completions keep
+ * decrementing it harmlessly) and freed when the endpoint is closed.
  */
 #include <errno.h>
 #include <sched.h>
@@ -367,19 +373,13 @@ int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
     rc = validate(ep, ops, nops, &posts);
     if (rc || posts == 0)
         return rc;
-    if (!atomic_load_explicit(&ep->cma, memory_order_relaxed)) {
-        if ((rc = ddofi_ep_ensure_live(ep)) != 0)
-            return rc;
+    if (!atomic_load_explicit(&ep->cma, memory_order_relaxed))
         return read_fabric(ep, ops, nops, posts, stats);
-    }
 
     unsigned char small[256];
     unsigned char *done = nops <= sizeof small ? small : malloc(nops);
-    if (!done) {
-        if ((rc = ddofi_ep_ensure_live(ep)) != 0)
-            return rc;
+    if (!done)
         return read_fabric(ep, ops, nops, posts, stats);
-    }
     memset(done, 0, nops);
     size_t ndone = 0;
     rc = cma_pass(ep, ops, nops, done, &ndone, stats);
@@ -403,8 +403,6 @@ int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
         free(done);
     rc = validate(ep, rest, nr, &posts);
     if (!rc && posts)
-        rc = ddofi_ep_ensure_live(ep);
-    if (!rc && posts)
         rc = read_fabric(ep, rest, nr, posts, stats);
     free(rest);
     return rc;
@@ -418,6 +416,19 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
     ddofi_batch_t *b = malloc(sizeof *b + posts * sizeof(ddofi_ctx_t));
     if (!b)
         return ddofi_error(-ENOMEM, "ddofi_read: out of memory for %zu contexts", posts);
+    /* The provider objects stay as they are until the lock is released (a
+     * fence or a lazy endpoint's first use take it exclusive). */
+    for (;;) {
+        pthread_rwlock_rdlock(&ep->use_lock);
+        if (atomic_load_explicit(&ep->live, memory_order_acquire))
+            break;
+        pthread_rwlock_unlock(&ep->use_lock);
+        if ((rc = ddofi_ep_ensure_live(ep)) != 0) {
+            free(b);
+            return rc;
+        }
+    }
+    const uint64_t gen = ep->gen;
     atomic_init(&b->refs, 1);
     atomic_init(&b->err_set, 0);
     b->fi_err = 0;
@@ -551,21 +562,38 @@ drain_done:;
 
     if (timed_out && atomic_load_explicit(&b->refs, memory_order_acquire) > 1) {
         long left = atomic_load(&b->refs) - 1;
-        pthread_mutex_lock(&ep->ab_lock);
-        b->next = ep->abandoned;
-        ep->abandoned = b;
-        pthread_mutex_unlock(&ep->ab_lock);
+        char fenced[320] = "";
+        if (ep->fence) {
+            /* Nothing of this batch may land after we return: close the
+             * provider objects (no completion of theirs is reaped once the
+             * lock is ours: the batch can go) and open new ones. */
+            pthread_rwlock_unlock(&ep->use_lock);
+            int frc = ddofi_ep_fence(ep, gen);
+            free(b);
+            snprintf(fenced, sizeof fenced, "; the reader's endpoint was closed so that they "
+                     "cannot complete into the destination later%s%s",
+                     frc ? ", and reopening it failed: " : " (a new one is open)",
+                     frc ? ddofi_last_error() : "");
+        } else {
+            pthread_mutex_lock(&ep->ab_lock);
+            b->next = ep->abandoned;
+            ep->abandoned = b;
+            pthread_mutex_unlock(&ep->ab_lock);
+            pthread_rwlock_unlock(&ep->use_lock);
+        }
         if (dead_op != (size_t)-1)
             return ddofi_error(-DDOFI_EPEER,
                                "peer process %d (op %zu, peer %llu) has exited; %ld of %zu "
-                               "reads abandoned (provider %s)", dead_pid, dead_op,
+                               "reads abandoned (provider %s)%s", dead_pid, dead_op,
                                (unsigned long long)ops[dead_op].peer, left, posted,
-                               f->prov_name);
+                               f->prov_name, fenced);
         return ddofi_error(-ETIMEDOUT,
                            "%ld of %zu reads still in flight, none completed for %.3g s "
                            "(DDSTORE_READ_TIMEOUT_S) on provider %s: the peer may be gone "
-                           "or not driving progress", left, posted, tmo, f->prov_name);
+                           "or not driving progress%s", left, posted, tmo, f->prov_name,
+                           fenced);
     }
+    pthread_rwlock_unlock(&ep->use_lock);
     if (timed_out && !rc) {
         free(b);
         if (dead_op != (size_t)-1)

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "../src/ddofi_internal.h"
+#include "ddofi_loopback.h"
 #include "ddofi_test.h"
 
 /* ThreadSanitizer (--config=tsan) reads these built-in suppressions (same as
@@ -88,45 +89,9 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define TSAN_IGNORE_END() ((void)0)
 #endif
 
-static int rd(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-static int wr(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n) {
-        ssize_t r = write(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
-static ddofi_fabric_params_t fparams(const char *prov)
-{
-    ddofi_fabric_params_t p = {0};
-    p.field_mask = DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_LOCAL_ONLY |
-                   DDOFI_FABRIC_FIELD_SINGLE_NODE;
-    p.provider = prov;
-    p.local_only = 1;
-    p.single_node = 1;
-    return p;
-}
+#define rd ddofi_t_rd
+#define wr ddofi_t_wr
+#define fparams ddofi_t_fparams
 
 /* ---------------- server process ---------------- */
 
@@ -218,32 +183,22 @@ fail:
     return 2;
 }
 
+typedef struct serve_args {
+    const char *prov;
+    int progress_none;
+} serve_args_t;
+
+static int serve_child(void *arg, int out_fd, int cmd_fd)
+{
+    const serve_args_t *a = arg;
+    return serve_main(a->prov, a->progress_none, out_fd, cmd_fd);
+}
+
 static int server_start(const char *prov, int progress_none, server_t *s)
 {
-    int up[2], down[2];
-    if (pipe(up) || pipe(down))
-        return -1;
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0)
-        return -1;
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        _exit(serve_main(prov, progress_none, up[1], down[0]));
-    }
-    close(up[1]);
-    close(down[0]);
-    s->pid = pid;
-    s->cmd_w = down[1];
-    s->rep_r = up[0];
-    if (rd(s->rep_r, &s->bl, sizeof s->bl)) {
-        int st;
-        waitpid(pid, &st, 0);
-        return -1;
-    }
-    return 0;
+    serve_args_t a = {prov, progress_none};
+    s->pid = ddofi_t_spawn(serve_child, &a, &s->bl, sizeof s->bl, &s->rep_r, &s->cmd_w);
+    return s->pid < 0 ? -1 : 0;
 }
 
 /* The shm provider names its regions "/dev/shm/<pid>:<uid>:<n>"; a server
@@ -388,14 +343,9 @@ static void run_provider(const char *prov, const char *other_prov)
     /* Does it exist here? */
     ddofi_fabric_params_t pp = fparams(prov);
     ddofi_fabric_t *probe = NULL;
-    int rc = ddofi_fabric_open(&pp, &probe);
-    if (rc == -DDOFI_ENOPROV) {
-        T_SKIP("provider %s not available here: %s", prov, ddofi_last_error());
+    if (ddofi_t_open(&pp, &probe))
         return;
-    }
-    T_EQ_INT(rc, 0);
-    if (rc)
-        return;
+    int rc;
     ddofi_fabric_attr_t at;
     T_EQ_INT(ddofi_fabric_query(probe, &at), 0);
     printf("   selected %s on %s (quirks %s), progress thread %d, max_read %zu, tx %zu\n",

@@ -89,6 +89,7 @@ static int hs_params(ofi_hs_t *hs, const ddofi_transport_params_t *tp)
 
 void ofi_hs_free(ofi_hs_t *hs)
 {
+    ofi_live_unmap(hs);
     free(hs->hosts);
     free(hs->pids);
     free(hs->ticks);
@@ -140,6 +141,8 @@ int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const cha
         t->hs.ticks[i] = all[i].ticks;
     }
     memcpy(t->hs.hosts, hosts, (size_t)t->nranks * HOST_MAX);
+    ofi_live_core_ref();
+    t->hs.live_ref = 1;
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
             "method 2 core job: run %016llx, namespace '%s', records in %s",
             (unsigned long long)t->hs.run_id, t->hs.ns, t->hs.dir);
@@ -597,6 +600,9 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
         }
         off[i + 1] = off[i] + r->rows;
     }
+    g->live_slot = -1;
+    if ((rc = ofi_live_join(t, path, rec, g)) != 0)
+        goto fail;
     lay->nowners = n;
     lay->offsets = off;
     lay->row_bytes = rec->row_bytes;
@@ -608,8 +614,10 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
     return 0;
 fail:
     free(off);
-    if (g)
+    if (g) {
+        free(g->live);
         free(g->remotes);
+    }
     free(g);
     return rc;
 }

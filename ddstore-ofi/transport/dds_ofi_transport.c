@@ -354,6 +354,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     if (!g)
         rc = dds_error(-DDS_ENOMEM, "region: out of memory");
     if (!rc) {
+        g->live_slot = -1;
         snprintf(g->name, sizeof g->name, "%s", d->name ? d->name : "?");
         g->bytes = d->bytes;
         g->remotes = calloc((size_t)t->nranks, sizeof *g->remotes);
@@ -388,6 +389,13 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             rc = ddofi_transport_error(r, what);
         } else if ((r = ddofi_mr_export(g->mr, blob)) != 0) {
             rc = ddofi_transport_error(r, "region export");
+        } else if (t->hs.on) {
+            /* method 2: readers on this host learn when it is freed */
+            ddofi_remote_t mine;
+            if ((r = ddofi_remote_import(blob, sizeof blob, &mine)) != 0)
+                rc = ddofi_transport_error(r, "region export");
+            else
+                rc = ofi_live_add(g, &mine);
         }
     }
     rc = dds_comm_agree(c, rc);
@@ -425,6 +433,7 @@ fail:
     free(all);
     if (g) {
         ofi_hs_unpublish(t, g);
+        ofi_live_release(g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
@@ -447,12 +456,15 @@ static int t_region_destroy(void *ctx, void *region)
         g->next->prev = g->prev;
     pthread_mutex_unlock(&t->lock);
     if (g->joined) { /* another job's variable: nothing registered here */
+        free(g->live);
         free(g->remotes);
         free(g);
         return 0;
     }
-    /* method 2: no new reader finds the variable from now on */
+    /* method 2: no new reader finds the variable from now on, and readers
+     * that joined it fail their next read */
     ofi_hs_unpublish(t, g);
+    ofi_live_release(g);
     /* Every rank has detached the variable before anyone deregisters, so no
      * read of it is in flight anywhere.  A failing barrier (after
      * MPI_Finalize, a dead peer) still releases the local registration. */
@@ -580,6 +592,8 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
         char what[96];
         snprintf(what, sizeof what, "variable '%s'", g->name);
         rc = ddofi_transport_error(rc, what);
+    } else {
+        rc = ofi_live_check(g); /* method 2: freed by the core job meanwhile? */
     }
 out:
     if (tmp_d || tmp_s) {
@@ -660,14 +674,21 @@ void ofi_tr_free(ofi_tr_t *t)
     ofi_region_t *g = t->regions;
     while (g) {
         ofi_region_t *next = g->next;
-        if (!g->joined)
+        if (!g->joined) {
             ofi_hs_unpublish(t, g);
+            ofi_live_release(g);
+        }
         ddofi_mr_deregister(g->mr);
+        free(g->live);
         free(g->remotes);
         free(g);
         g = next;
     }
     t->regions = NULL;
+    if (t->hs.live_ref) {
+        ofi_live_core_unref();
+        t->hs.live_ref = 0;
+    }
     int rc = ddofi_ep_close(t->server);
     if (rc)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the server endpoint: %s",

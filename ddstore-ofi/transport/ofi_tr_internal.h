@@ -5,6 +5,7 @@
 #define DDSTORE_OFI_TR_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -35,6 +36,15 @@ typedef struct ofi_region {
     size_t bytes;
     int joined;                /* method-2 reader: another job's variable    */
     int published;             /* method-2 core: rank 0 wrote its record     */
+    int live_slot;             /* method-2 core: slot in the liveness table
+                                  (dds_ofi_live.c), -1: none                 */
+    struct ofi_live_ref {      /* method-2 reader: same-host core ranks      */
+        const _Atomic uint64_t *word;
+        uint64_t gen;
+        int rank;
+        int32_t pid;
+    } *live;
+    int nlive;
     struct ofi_region *prev, *next;
     char name[256];
 } ofi_region_t;
@@ -59,6 +69,9 @@ typedef struct ofi_hs {
     int32_t *pids;             /* core: nranks                               */
     uint64_t *ticks;           /* core: nranks, process start times          */
     char nic_map[256];         /* reader: the creation params' nic_map ("")  */
+    int live_ref;              /* core: holds a reference on the liveness table */
+    const void **live_maps;    /* reader: n_core core ranks' liveness tables
+                                  (mapped at the first join that needs one)  */
 } ofi_hs_t;
 
 struct ofi_tr {
@@ -110,5 +123,34 @@ void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g);
 int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *layout_p,
                        void **region_p);
 void ofi_hs_free(ofi_hs_t *hs);
+
+/* dds_ofi_live.c: method 2's liveness table (a reader on the core's host
+ * learns that a joined variable was freed). */
+/* Core: a store of this process uses the table (ref), or no longer (unref:
+ * the last one marks every slot free and removes the file). */
+void ofi_live_core_ref(void);
+void ofi_live_core_unref(void);
+/* Core: a slot for this rank's registration `mine` of g (none for an empty
+ * shard).  0 or -DDS_EIO / -DDS_ENOMEM. */
+int ofi_live_add(ofi_region_t *g, const ddofi_remote_t *mine);
+/* Core: mark g's slot free; call before its memory is deregistered. */
+void ofi_live_release(ofi_region_t *g);
+/* Reader: g->live for the record's ranks on this host.  0, or -DDS_ESTALE
+ * (freed already), -DDS_EIO (the table is needed but unreadable). */
+int ofi_live_join(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ofi_region_t *g);
+/* Reader: unmap the tables (store release). */
+void ofi_live_unmap(ofi_hs_t *hs);
+/* Reader, after a read has completed: 0, or -DDS_ESTALE naming the variable
+ * when a core rank freed it. */
+int ofi_live_check_slow(const ofi_region_t *g);
+static inline int ofi_live_check(const ofi_region_t *g)
+{
+    if (!g->nlive)
+        return 0;
+    /* the copy is complete before the words are read (pairs with the core's
+     * fence between marking and freeing) */
+    atomic_thread_fence(memory_order_seq_cst);
+    return ofi_live_check_slow(g);
+}
 
 #endif

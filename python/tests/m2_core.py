@@ -13,8 +13,10 @@ Publishes, with PyDDStore(MPI.COMM_WORLD, method=2, handshake_dir=...):
   "c"  init() zeros then update(): uint8, 5 columns, row i = (i + j) % 251
 Rank r holds ROWS[r % 4] rows (rank 1 none).  Then writes
 HANDSHAKE_DIR/core-ready-T and serves until HANDSHAKE_DIR/core-stop-T exists
-(or 300 s pass), then free()s and exits.  The expected values are
-recomputed by the tests with expected().
+(or 300 s pass), then free()s and exits.  With --free-early, once
+HANDSHAKE_DIR/core-free-T exists it free()s at once, writes
+HANDSHAKE_DIR/core-freed-T and stays alive until core-stop-T.  The expected
+values are recomputed by the tests with expected().
 """
 import argparse
 import os
@@ -48,6 +50,7 @@ def main():
     ap.add_argument("--tag", type=int, default=1)
     ap.add_argument("--serve-s", type=float, default=300)
     ap.add_argument("--comm", choices=("mpi", "file"), default="mpi")
+    ap.add_argument("--free-early", action="store_true")
     args = ap.parse_args()
     import pyddstore
     if args.comm == "mpi":
@@ -71,8 +74,17 @@ def main():
         with open(os.path.join(args.hs, f"core-ready-{args.tag}"), "w") as f:
             f.write(str(os.getpid()))
     stop = os.path.join(args.hs, f"core-stop-{args.tag}")
+    free = os.path.join(args.hs, f"core-free-{args.tag}")
+    freed = False
     t0 = time.monotonic()
     while not os.path.exists(stop) and time.monotonic() - t0 < args.serve_s:
+        if args.free_early and not freed and os.path.exists(free):
+            s.free()
+            freed = True
+            barrier()
+            if r == 0:
+                with open(os.path.join(args.hs, f"core-freed-{args.tag}"), "w") as f:
+                    f.write(str(os.getpid()))
         time.sleep(0.05)
     barrier()
     s.free()

@@ -68,11 +68,11 @@ class Core:
     SLURM_NTASKS).  Each launch is a session of its own, so that the whole
     job can be killed."""
 
-    def __init__(self, top, hs, n, tag=1, ns="", fabric="shm", extra=None):
+    def __init__(self, top, hs, n, tag=1, ns="", fabric="shm", extra=None, args=()):
         self.hs, self.n, self.tag = hs, n, tag
         env = _env(top, {"DDSTORE_FABRIC": fabric, **(extra or {})})
         args = [sys.executable, os.path.join(HERE, "m2_core.py"), hs, "--ns", ns,
-                "--tag", str(tag)]
+                "--tag", str(tag), *args]
         kw = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                   start_new_session=True)
         if pyddstore.HAVE_MPI:
@@ -412,6 +412,59 @@ def test_core_job_killed_while_reading(top, hs, fabric, monkeypatch):
                 s.get("a", got, 0)
         assert time.monotonic() - t0 < 5 + 15
         s.free()
+    finally:
+        core.kill()
+
+
+@pytest.mark.parametrize("fabric,cma", [("shm", "1"), ("shm", "0"), ("tcp", "1")])
+def test_variable_freed_by_the_core_job(top, hs, fabric, cma, monkeypatch):
+    """The core job free()s and stays alive: a reader that joined its
+    variables gets an error naming the variable from its next read on, never
+    the freed memory's bytes (shm: direct reads with CMA and the provider's
+    without; tcp: the registration is gone).  A thread that reads while the
+    free happens sees right rows or the error, nothing else."""
+    monkeypatch.setenv("DDSTORE_OFI_CMA", cma)
+    monkeypatch.setenv("DDSTORE_READ_TIMEOUT_S", "5")
+    tag = 11
+    core = Core(top, hs, 2, tag=tag, fabric=fabric, extra={"DDSTORE_OFI_CMA": cma},
+                args=["--free-early"])
+    try:
+        s = _reader(hs, 2)
+        _check_all(s, 2, tag, hs)
+        w = m2_core.expected(2, tag)["a"]
+        seen = {"ok": 0, "wrong": 0, "err": None}
+        stop = threading.Event()
+
+        def reader():
+            got = np.zeros_like(w)
+            while not stop.is_set():
+                try:
+                    s.get("a", got, 0)
+                except pyddstore.DDStoreError as e:
+                    seen["err"] = str(e)
+                    return
+                if np.array_equal(got, w):
+                    seen["ok"] += 1
+                else:
+                    seen["wrong"] += 1
+
+        th = threading.Thread(target=reader)
+        th.start()
+        time.sleep(0.2)
+        open(os.path.join(hs, f"core-free-{tag}"), "w").close()
+        _wait_file(os.path.join(hs, f"core-freed-{tag}"))
+        th.join(timeout=30)
+        stop.set()
+        th.join()
+        assert seen["wrong"] == 0, seen
+        assert seen["ok"] > 0, seen
+        assert seen["err"] is not None and "'a'" in seen["err"], seen
+        for name, arr in (("a", np.zeros_like(w)), ("b", np.zeros((len(w), 3), np.float32))):
+            for _ in range(3):       # every read fails, and the store stays usable
+                with pytest.raises(pyddstore.DDStoreError, match=f"'{name}'"):
+                    s.get(name, arr, 0)
+        s.free()
+        core.stop()
     finally:
         core.kill()
 

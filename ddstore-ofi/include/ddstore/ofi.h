@@ -307,7 +307,9 @@ int ddofi_ep_close(ddofi_ep_t *ep);
 #define DDOFI_ADDR_BLOB_MAX 320
 
 /* Write this endpoint's address blob to buf (capacity *len_p in, bytes
- * written out).  -ENOSPC (with *len_p = size needed) when too small. */
+ * written out).  -ENOSPC (with *len_p = size needed) when too small.  A
+ * reader endpoint's address changes when a timed-out read fences it (see
+ * ddofi_read); a server endpoint's never changes. */
 int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
 
 /* A peer's address inserted into an endpoint (libfabric fi_addr_t). */
@@ -433,9 +435,18 @@ typedef struct ddofi_read_stats {
  * nothing more is posted, everything in flight is drained, and the first
  * error is returned with the provider's message in ddofi_last_error()
  * (-DDOFI_EPROVIDER, -DDOFI_EPEER ...).  When the reads have not finished
- * after read_timeout_s: -ETIMEDOUT (reads still in flight are abandoned:
- * their destinations may still be written until the endpoint is closed).
- * Thread-safe (several threads may read on one endpoint).  stats may be
+ * after read_timeout_s: -ETIMEDOUT.  Reads still in flight then are fenced
+ * before it returns on a reader endpoint (not DDOFI_EP_SERVE) of a provider
+ * whose reads the reader's endpoint carries (tcp, verbs, cxi, efa ...): its
+ * provider objects are closed, so no late completion can write into any
+ * destination, and new ones are opened with the same peers (the endpoint's
+ * address changes; other threads' reads on it that were in flight fail or
+ * time out too).  The destinations are the caller's again at once.  Not
+ * fenced, and their destinations may still be written until the endpoint is
+ * closed: reads on a server endpoint, and shm's (its endpoints stay open:
+ * a peer serving a read into a vanished one can crash; its reads from a
+ * stopped peer are CMA copies by the reader and complete anyway, a timeout
+ * there means a full command queue, with nothing in flight).  Thread-safe (several threads may read on one endpoint).  stats may be
  * NULL. */
 int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                ddofi_read_stats_t *stats);
