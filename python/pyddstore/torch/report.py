@@ -134,13 +134,16 @@ class EpochStats:
         [[worker, start, end, collate_pin]...]}, seconds since iter())."""
         now = self.t_end if self.t_end is not None else time.perf_counter()
         wall = now - self.t0
+        compute = self.compute_s
+        if self.t_end is None and self._t_leave is not None:
+            compute += now - self._t_leave      # in progress or left: the step since
         b = max(self.batches, 1)
         d = {"epoch": self.index, "complete": self.t_end is not None,
              "wall_s": wall, "start_s": self.start_s, "wait_s": self.wait_s,
-             "compute_s": self.compute_s, "batches": self.batches, "samples": self.samples,
+             "compute_s": compute, "batches": self.batches, "samples": self.samples,
              "wait_fraction": self.wait_s / wall if wall > 0 else 0.0,
              "wait_per_batch_ms": 1e3 * self.wait_s / b,
-             "compute_per_batch_ms": 1e3 * self.compute_s / b,
+             "compute_per_batch_ms": 1e3 * compute / b,
              "workers": self.workers, "prefetch_depth": self.depth,
              "fetch_s": self.fetch_s, "fetched": self.fetched,
              "fetch_per_batch_ms": 1e3 * self.fetch_s / max(self.fetched, 1),
@@ -148,8 +151,13 @@ class EpochStats:
         if self.workers:
             d.update(prefetched_mean=self.ready_sum / b, prefetched_min=self.ready_min or 0,
                      prefetched_max=self.ready_max, starved_batches=self.starved)
-        if self.read is not None:
-            r = dict(self.read)
+        read = self.read
+        if read is None and self.t_end is None and self._prof0 is not None:
+            p1 = _profile(self._dataset)     # an epoch in progress (or left): reads so far
+            if p1 is not None:
+                read = {k: p1[k] - self._prof0[k] for k in p1}
+        if read is not None:
+            r = dict(read)
             for k in _READ_NS:
                 r[k[:-3] + "_s"] = r.pop(k) / 1e9
             d["read"] = r
@@ -360,11 +368,13 @@ def plot_timeline(src, path, epoch=None):
         ax.broken_barh(comps, (0.6, 0.8), color=colors["compute"], label="compute")
         ax.broken_barh(waits, (0.6, 0.8), color=colors["wait"], label="waiting for data")
         workers = sorted({w for w, *_ in tl["fetches"]})
+        split = any(x[3] > 0 for x in tl["fetches"])
         for i, w in enumerate(workers):
             fs = [x for x in tl["fetches"] if x[0] == w]
             y = 2 + i
             ax.broken_barh([(a, b - a - c) for _, a, b, c in fs], (y - 0.4, 0.8),
-                           color=colors["read"], label="read" if i == 0 else None)
+                           color=colors["read"], label=None if i else
+                           "fetch: read" if split else "fetch (read + collate)")
             ax.broken_barh([(b - c, c) for _, a, b, c in fs if c > 0], (y - 0.4, 0.8),
                            color=colors["collate"], label="collate + pin" if i == 0 else None)
         ax.set_yticks([1] + [2 + i for i in range(len(workers))])
