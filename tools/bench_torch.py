@@ -147,7 +147,7 @@ def part_vae(a):
             _, hist = vc.train(args, d, None, loader, sampler, device, quiet)
             if hasattr(loader, "close"):
                 loader.close()
-            runs[name].append(hist[0])
+            runs[name].append({k: v for k, v in hist[0].items() if k != "report"})
     prof = vc.profile_summary(ds, d)
     ds.free()
     d.close()

@@ -10,9 +10,11 @@ Each rank loads only its share of the training set into a DistDataset (the
 images as float32 rows, the labels as int64); a DistributedSampler (with
 set_epoch) draws each rank's samples from the whole set and a
 ThreadDataLoader (or DataLoader) reads them from whichever rank holds them.
-Each epoch prints the loss, the epoch time, and the time spent waiting for
-data vs computing; at the end rank 0 writes a PNG (loss curve and
-reconstructions) and the read profile.
+Each epoch prints the loss and the loader's epoch report (ThreadDataLoader's,
+or report.Timed's for torch's DataLoader: wait vs compute, the slowest rank,
+the read split); at the end rank 0 writes a PNG (loss curve and
+reconstructions), the last epoch's timeline (vae-ddp-timeline.png: where each
+batch's time went) and the read profile.
 
 Options: --num-workers N (threads, or forked processes with --loader torch,
 which need method 1/2 and DDSTORE_FORK_WORKERS=1), --loader torch|thread,
@@ -78,7 +80,7 @@ def _run(args, d, DistDataset):
     sampler = torch.utils.data.distributed.DistributedSampler(
         trainset, num_replicas=d.size, rank=d.rank, shuffle=True, seed=args.seed)
     loader, kind = vc.build_loader(args, trainset, sampler, device)
-    log(f"loader: {type(loader).__name__}, {args.num_workers} workers, batch "
+    log(f"loader: {type(getattr(loader, 'loader', loader)).__name__}, {args.num_workers} workers, batch "
         f"{args.batch_size} per rank, {len(loader)} batches per epoch", flush=True)
 
     model, history = vc.train(args, d, trainset, loader, sampler, device, log)
@@ -98,6 +100,12 @@ def _run(args, d, DistDataset):
                         f"{trainset.method}, {kind} loader")
             log(f"wrote {png}", flush=True)
             result["png"] = png
+            from pyddstore.torch.report import plot_timeline
+            tl = plot_timeline([h["report"] for h in history],
+                               os.path.join(out_dir, "vae-ddp-timeline.png"))
+            if tl:
+                log(f"wrote {tl}", flush=True)
+                result["timeline_png"] = tl
     if hasattr(loader, "close"):
         loader.close()
     trainset.free()

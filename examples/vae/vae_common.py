@@ -5,10 +5,10 @@ use these.  Nothing here is specific to one launcher: ranks come from MPI
 (mpirun / srun with MPI) or from Slurm / torchrun variables (--comm torch).
 """
 import json
+import itertools
 import os
 import socket
 import sys
-import time
 
 import numpy as np
 import torch
@@ -263,34 +263,35 @@ def build_loader(args, trainset, sampler, device):
         return ThreadDataLoader(trainset, batch_size=args.batch_size, sampler=sampler,
                                 num_workers=args.num_workers, drop_last=True,
                                 pin_memory=device.type == "cuda"), "thread"
-    return torch.utils.data.DataLoader(
+    # report.Timed: the same epoch report (the consumer's side) for torch's loader
+    from pyddstore.torch.report import Timed
+    return Timed(torch.utils.data.DataLoader(
         trainset, batch_size=args.batch_size, sampler=sampler, num_workers=args.num_workers,
         drop_last=True, pin_memory=device.type == "cuda",
-        persistent_workers=args.num_workers > 0), "torch"
+        persistent_workers=args.num_workers > 0), trainset), "torch"
 
 
 def train(args, d, trainset, loader, sampler, device, log=print, tag=""):
-    """DDP training; returns per-epoch stats (loss, times) on every rank."""
+    """DDP training; returns the model and per-epoch stats on every rank: the
+    loss and the loader's epoch report (gathered over the ranks: wait vs
+    compute per rank, the read split); rank 0 logs the report's summary."""
+    from pyddstore.torch import report
     side = 28 * args.image_scale
     torch.manual_seed(args.seed)
     model = make_model(args.model, side, args.latent).to(device)
     ddp = nn.parallel.DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.Adam(ddp.parameters(), lr=args.lr)
+    if not hasattr(loader, "epoch_report"):
+        loader = report.Timed(loader, trainset)
     history = []
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         ddp.train()
-        wait = compute = 0.0
         loss_sum = torch.zeros(2, dtype=torch.float64)
-        t_epoch = time.perf_counter()
-        t_mark = t_epoch
-        for b, batch in enumerate(loader):
-            if args.max_batches and b >= args.max_batches:
-                break
+        # (islice: no batch beyond --max-batches is drawn, so the report counts those trained)
+        for batch in itertools.islice(loader, args.max_batches or None):
             x = batch[0].to(device, non_blocking=True)
-            t_got = time.perf_counter()
-            wait += t_got - t_mark
             logits, mu, logvar = ddp(x)
             loss = vae_loss(logits, x, mu, logvar)
             opt.zero_grad(set_to_none=True)
@@ -298,27 +299,23 @@ def train(args, d, trainset, loader, sampler, device, log=print, tag=""):
             opt.step()
             loss_sum[0] += loss.item() * x.shape[0]
             loss_sum[1] += x.shape[0]
-            t_mark = time.perf_counter()
-            compute += t_mark - t_got
-        epoch_time = time.perf_counter() - t_epoch
-        stats = torch.tensor([loss_sum[0].item(), loss_sum[1].item(), epoch_time, wait, compute],
-                             dtype=torch.float64)
-        if device.type == "cuda":
-            stats = stats.to(device)
-        all_max = stats.clone()
+        # (collective: every rank; timeline for the plot, kept on rank 0)
+        fig = loader.epoch_report(gather=True, timeline=True)
+        if d.rank != 0:
+            fig.pop("timeline", None)
+        stats = loss_sum.to(device) if device.type == "cuda" else loss_sum
         dist.all_reduce(stats, op=dist.ReduceOp.SUM)
-        dist.all_reduce(all_max, op=dist.ReduceOp.MAX)
-        stats, all_max = stats.cpu(), all_max.cpu()
+        stats = stats.cpu()
         loss_avg = stats[0].item() / max(1.0, stats[1].item())
+        pr = fig["per_rank"]
         rec = {"epoch": epoch, "loss": loss_avg, "samples": int(stats[1].item()),
-               "epoch_s": all_max[2].item(), "wait_s": stats[3].item() / d.size,
-               "compute_s": stats[4].item() / d.size, "wait_max_s": all_max[3].item()}
+               "epoch_s": max(pr["wall_s"]), "wait_s": sum(pr["wait_s"]) / d.size,
+               "compute_s": sum(pr["compute_s"]) / d.size, "wait_max_s": fig["wait_max_s"],
+               "report": fig}
         history.append(rec)
         if d.rank == 0:
-            log(f"{tag}epoch {epoch}: loss {loss_avg:8.2f}  epoch {rec['epoch_s']:6.2f} s  "
-                f"waiting for data {rec['wait_s']:6.2f} s (max {rec['wait_max_s']:.2f})  "
-                f"computing {rec['compute_s']:6.2f} s  [{rec['samples']} samples]",
-                flush=True)
+            log(f"{tag}epoch {epoch}: loss {loss_avg:8.2f}  [{rec['samples']} samples]\n"
+                + report.summary(fig), flush=True)
     return model, history
 
 

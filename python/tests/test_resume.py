@@ -250,5 +250,49 @@ def test_report_adds_up(stores, tmp_path, monkeypatch, caplog):
             errs.append(f"JSON lines {lines}")
         if not any("waiting for data" in r.getMessage() for r in caplog.records):
             errs.append("no summary logged")
+        tl = lines[0].get("timeline") if lines else None
+        if not tl or len(tl["batches"]) != n2 or len(tl["fetches"]) < n2:
+            errs.append(f"timeline in the JSON line {tl}")
+        # the timeline plot from the JSON lines (and the first epoch's dict)
+        pytest.importorskip("matplotlib")
+        from pyddstore.torch.report import plot_timeline
+        png = str(tmp_path / "timeline.png")
+        if plot_timeline([fig] + lines, png) != png:
+            errs.append("plot_timeline returned no path")
+        with open(png, "rb") as f:
+            if f.read(8) != b"\x89PNG\r\n\x1a\n":
+                errs.append("timeline plot is not a PNG")
         os.unlink(path)
+    assert_all(comm, not errs, "; ".join(errs))
+
+
+def test_report_collate_split_and_timed():
+    """A collate_fn of its own is a step of its own: collate_s counts it
+    (0 workers and 1); report.Timed gives torch's DataLoader the consumer's
+    figures and timeline."""
+    from pyddstore.torch.report import Timed
+    comm = world()
+    data = [torch.full((4,), float(i)) for i in range(12)]
+
+    def slow_collate(rows):
+        time.sleep(0.002)
+        return torch.stack(rows)
+    errs = []
+    for w in (0, 1):
+        lo = ThreadDataLoader(data, batch_size=3, num_workers=w, collate_fn=slow_collate)
+        n = sum(1 for _ in lo)
+        fig = lo.epoch_report(timeline=True)
+        if n != 4 or fig["collate_s"] < 0.002 * n or fig["collate_s"] > fig["fetch_s"] or \
+                len(fig["timeline"]["fetches"]) != n:
+            errs.append(f"workers {w}: {fig}")
+    t = Timed(torch.utils.data.DataLoader(data, batch_size=5))
+    n = 0
+    for _ in t:
+        time.sleep(0.002)
+        n += 1
+    fig = t.epoch_report(timeline=True)
+    if fig["batches"] != n or fig["samples"] != 12 or not fig["complete"] or \
+            fig["compute_s"] < 0.002 * n or len(fig["timeline"]["batches"]) != n or \
+            abs(fig["start_s"] + fig["wait_s"] + fig["compute_s"] - fig["wall_s"]) > 1e-3:
+        errs.append(f"Timed: {fig}")
     assert_all(comm, not errs, "; ".join(errs))

@@ -38,8 +38,14 @@ def test_vae_one_short_epoch(loader, workers):
     h = res["history"]
     ok = len(h) == 1 and math.isfinite(h[0]["loss"]) and h[0]["samples"] == 4 * 16 * comm.Get_size()
     ok = ok and res["samples"] == 413 and res["loader"] == loader
+    # the loader's epoch report (gathered) instead of the example's own timers
+    rep = h[0]["report"] if h else {}
+    ok = ok and rep.get("ranks") == comm.Get_size() and rep.get("batches", 0) >= 4
+    ok = ok and h[0]["epoch_s"] >= h[0]["wait_s"] + h[0]["compute_s"] - 1e-6
     if comm.Get_rank() == 0:
         ok = ok and os.path.getsize(os.path.join(out, "vae-ddp.png")) > 1000
+        with open(os.path.join(out, "vae-ddp-timeline.png"), "rb") as f:
+            ok = ok and f.read(8) == b"\x89PNG\r\n\x1a\n"
         ok = ok and res["profile"]["sum"]["rows"] >= 4 * 16 * comm.Get_size()
     assert_all(comm, ok, f"result {res}")
 

@@ -386,31 +386,25 @@ class ThreadDataLoader(DataLoader):
             None if ds is None else (ds.epoch, ds._start))
 
     # -- report ---------------------------------------------------------------
-    def epoch_report(self, gather=False):
+    def epoch_report(self, gather=False, timeline=False):
         """Figures of the latest epoch (the one in progress, or the last
         finished): a dict, see pyddstore/torch/report.py and docs.  None before
         the first iter().  gather=True adds the per-rank spread (collective
-        over the dataset's communicator, else torch.distributed)."""
+        over the dataset's communicator, else torch.distributed);
+        timeline=True the last batches' times (report.plot_timeline draws them)."""
         if self._stats is None:
             return None
-        fig = self._stats.figures()
+        fig = self._stats.figures(timeline)
         return _report.gather(fig, self._report_comm()) if gather else fig
 
     def _report_comm(self):
-        for d in self._stores:
-            c = getattr(d, "comm", None)
-            if c is not None and hasattr(c, "allgather"):
-                return c
-        import torch.distributed as dist
-        if dist.is_available() and dist.is_initialized():
-            return "torch"
-        return None
+        return _report.comm_of(self._stores)
 
     def _epoch_ended(self, stats):
         target = env.loader_report(self._report_arg)
         if target is None or stats is not self._stats:
             return
-        fig = _report.gather(stats.figures(), self._report_comm())
+        fig = _report.gather(stats.figures(isinstance(target, str)), self._report_comm())
         if fig["rank"] == 0:
             _report.emit(fig, target)
 
@@ -555,7 +549,9 @@ class _ThreadIter:
 
     # -- fetching -----------------------------------------------------------
     def _make_fetch(self):
-        """fetch(index, slot) -> batch, run by a worker (or the calling thread)."""
+        """fetch(index, slot, tm) -> batch, run by a worker (or the calling thread);
+        tm[0], tm[1] := the collate (or copy) and pin seconds where they are
+        steps of their own."""
         ds = self._dataset
         collate = self._collate_fn
         pin = self._pin
@@ -566,18 +562,25 @@ class _ThreadIter:
         is_iterable = self._is_iterable
         drop_last = self._drop_last
         fetcher_box = {}
+        perf = time.perf_counter
         # (no reference to self here: worker threads must not keep the
         # iterator alive, so that dropping it stops them)
 
-        def fetch(index, slot):
+        def fetch(index, slot, tm):
+            # tm: [collate_s, pin_s] of this fetch, where they are steps of their own
             bufs = slot.bufs if (slot is not None and reuse) else None
             if fast:
                 if bufs is not None:
-                    data = _copy_batch(ds._collate(index, out=bufs))
+                    data = ds._collate(index, out=bufs)
+                    t = perf()
+                    data = _copy_batch(data)
+                    t1 = perf()
+                    tm[0] = t1 - t
                     if pin:
                         data = _tud_utils.pin_memory.pin_memory(data, pin_device)
+                        tm[1] = perf() - t1
                     return data
-                return ds._collate(index, pin_memory=pin)
+                return ds._collate(index, pin_memory=pin)    # read + collate + pin in one
             if is_iterable:
                 f = fetcher_box.get("f")
                 if f is None:
@@ -585,17 +588,28 @@ class _ThreadIter:
                     f = fetcher_box["f"] = kind.create_fetcher(kind.Iterable, ds, auto,
                                                                collate, drop_last)
                 data = f.fetch(index)
+                t = None
             elif auto:
                 if bufs is not None:
-                    data = collate(ds.__getitems__(index, out=bufs))
+                    rows = ds.__getitems__(index, out=bufs)
                 elif hasattr(ds, "__getitems__") and ds.__getitems__:
-                    data = collate(ds.__getitems__(index))
+                    rows = ds.__getitems__(index)
                 else:
-                    data = collate([ds[i] for i in index])
+                    rows = [ds[i] for i in index]
+                t = perf()
+                data = collate(rows)
             else:
-                data = collate(ds[index])
+                rows = ds[index]
+                t = perf()
+                data = collate(rows)
             if pin:
+                t1 = perf()
                 data = _tud_utils.pin_memory.pin_memory(data, pin_device)
+                tm[1] = perf() - t1
+            else:
+                t1 = perf()
+            if t is not None:
+                tm[0] = t1 - t
             return data
         return fetch
 
@@ -666,9 +680,10 @@ class _ThreadIter:
         if self._num_workers == 0:
             try:
                 index = next(self._sampler_iter)
+                tm = [0.0, 0.0]
                 t = time.perf_counter()
-                data = self._main_fetch(index, self._slot)
-                self._stats.add_fetch(time.perf_counter() - t)
+                data = self._main_fetch(index, self._slot, tm)
+                self._stats.add_fetch(t, time.perf_counter(), tm[0], tm[1])
             except StopIteration:
                 self._ended = True
                 self._shutdown()
@@ -817,9 +832,10 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
             if err is not None:
                 ok, data = False, err
             else:
+                tm = [0.0, 0.0]
                 t = time.perf_counter()
                 try:
-                    data, ok = fetch(index, slot), True
+                    data, ok = fetch(index, slot, tm), True
                     if st.gpu:
                         events = _record_events(data)
                 except StopIteration:
@@ -828,7 +844,7 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
                     data, ok = e, False
             with st.cond:
                 if err is None and st.stats is not None:
-                    st.stats.add_fetch(time.perf_counter() - t)
+                    st.stats.add_fetch(t, time.perf_counter(), tm[0], tm[1], wid)
                 st.results[seq] = (ok, data, events)
                 st.cond.notify_all()
     finally:

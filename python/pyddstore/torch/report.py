@@ -10,17 +10,26 @@ The consumer's wall time of an epoch (from ``iter(loader)`` to the
 - ``compute_s``: between batches: the training step.
 
 so ``start_s + wait_s + compute_s == wall_s``.  The workers' side (time
-fetching: read + collate + pin) and the store's read counters split the read
+fetching: read + collate + pin, with ``collate_s`` and ``pin_s`` measured
+where they are separate steps) and the store's read counters split the read
 time as far as the store measures it.  The per-rank spread needs a collective
 and is gathered only when asked.
+
+The last ``TIMELINE_BATCHES`` batches of an epoch are kept as a timeline
+(the consumer's enter/leave times of ``next()``, each fetch's start/end and
+worker), bounded memory; ``plot_timeline`` draws it as a PNG.
 """
 
+import collections
 import json
 import logging
 import sys
 import time
 
-__all__ = ["EpochStats", "gather", "summary", "emit"]
+__all__ = ["EpochStats", "Timed", "gather", "summary", "emit", "plot_timeline",
+           "TIMELINE_BATCHES"]
+
+TIMELINE_BATCHES = 2048     # batches (and fetches) kept per epoch for the timeline
 
 log = logging.getLogger("pyddstore.torch.report")
 
@@ -62,6 +71,12 @@ class EpochStats:
         self.samples = 0
         self.fetch_s = 0.0
         self.fetched = 0
+        self.collate_s = 0.0
+        self.pin_s = 0.0
+        # (enter, leave) of each next() that returned a batch, and (worker,
+        # start, end, collate+pin) of each fetch; seconds since t0
+        self.batch_times = collections.deque(maxlen=TIMELINE_BATCHES)
+        self.fetch_times = collections.deque(maxlen=TIMELINE_BATCHES)
         self.ready_sum = 0
         self.ready_min = None
         self.ready_max = 0
@@ -99,37 +114,127 @@ class EpochStats:
             return first_end
         if samples < 0:                                 # next() raised
             return False
+        self.batch_times.append((t_enter - self.t0, t - self.t0))
         self.batches += 1
         self.samples += samples
         return False
 
-    def add_fetch(self, seconds):
-        self.fetch_s += seconds
+    def add_fetch(self, t_start, t_end, collate=0.0, pin=0.0, worker=0):
+        """One fetch (read + collate + pin) from t_start to t_end
+        (perf_counter), of which `collate` and `pin` seconds were those steps."""
+        self.fetch_s += t_end - t_start
         self.fetched += 1
+        self.collate_s += collate
+        self.pin_s += pin
+        self.fetch_times.append((worker, t_start - self.t0, t_end - self.t0, collate + pin))
 
-    def figures(self):
-        """A plain dict (JSON-ready)."""
+    def figures(self, timeline=False):
+        """A plain dict (JSON-ready); timeline=True adds the kept batches'
+        times ("timeline": {"batches": [[enter, leave]...], "fetches":
+        [[worker, start, end, collate_pin]...]}, seconds since iter())."""
         now = self.t_end if self.t_end is not None else time.perf_counter()
         wall = now - self.t0
+        compute = self.compute_s
+        if self.t_end is None and self._t_leave is not None:
+            compute += now - self._t_leave      # in progress or left: the step since
         b = max(self.batches, 1)
         d = {"epoch": self.index, "complete": self.t_end is not None,
              "wall_s": wall, "start_s": self.start_s, "wait_s": self.wait_s,
-             "compute_s": self.compute_s, "batches": self.batches, "samples": self.samples,
+             "compute_s": compute, "batches": self.batches, "samples": self.samples,
              "wait_fraction": self.wait_s / wall if wall > 0 else 0.0,
              "wait_per_batch_ms": 1e3 * self.wait_s / b,
-             "compute_per_batch_ms": 1e3 * self.compute_s / b,
+             "compute_per_batch_ms": 1e3 * compute / b,
              "workers": self.workers, "prefetch_depth": self.depth,
              "fetch_s": self.fetch_s, "fetched": self.fetched,
-             "fetch_per_batch_ms": 1e3 * self.fetch_s / max(self.fetched, 1)}
+             "fetch_per_batch_ms": 1e3 * self.fetch_s / max(self.fetched, 1),
+             "collate_s": self.collate_s, "pin_s": self.pin_s}
         if self.workers:
             d.update(prefetched_mean=self.ready_sum / b, prefetched_min=self.ready_min or 0,
                      prefetched_max=self.ready_max, starved_batches=self.starved)
-        if self.read is not None:
-            r = dict(self.read)
+        read = self.read
+        if read is None and self.t_end is None and self._prof0 is not None:
+            p1 = _profile(self._dataset)     # an epoch in progress (or left): reads so far
+            if p1 is not None:
+                read = {k: p1[k] - self._prof0[k] for k in p1}
+        if read is not None:
+            r = dict(read)
             for k in _READ_NS:
                 r[k[:-3] + "_s"] = r.pop(k) / 1e9
             d["read"] = r
+        if timeline:
+            d["timeline"] = {
+                "batches": [[round(a, 6), round(b, 6)] for a, b in list(self.batch_times)],
+                "fetches": [[w, round(a, 6), round(b, 6), round(c, 6)]
+                            for w, a, b, c in list(self.fetch_times)]}
         return d
+
+
+def comm_of(datasets):
+    """The communicator for gather(): the first dataset's with an allgather,
+    else torch.distributed's world when initialised, else None."""
+    for d in datasets:
+        c = getattr(d, "comm", None)
+        if c is not None and hasattr(c, "allgather"):
+            return c
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if dist.is_available() and dist.is_initialized():
+        return "torch"
+    return None
+
+
+def _samples(batch):
+    """Samples in a collated batch: the first dimension of its first tensor."""
+    while isinstance(batch, (list, tuple)) and batch:
+        batch = batch[0]
+    if isinstance(batch, dict) and batch:
+        return _samples(next(iter(batch.values())))
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
+class Timed:
+    """Any loader (torch's DataLoader, ...) with ThreadDataLoader's report of
+    the consumer's side: iterate it as the loader; ``epoch_report(gather=False)``
+    as ThreadDataLoader's (no worker figures: the loader's workers are not
+    seen).  ``dataset`` gives the store's read counters and the communicator."""
+
+    def __init__(self, loader, dataset=None):
+        self.loader = loader
+        self.dataset = dataset if dataset is not None else getattr(loader, "dataset", None)
+        self._stats = None
+        self._epochs = 0
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["loader"], name)
+
+    def __iter__(self):
+        stats = self._stats = EpochStats(self._epochs, self.dataset, 0, 0)
+        self._epochs += 1
+        it = iter(self.loader)
+        while True:
+            t = stats.enter(0)
+            try:
+                batch = next(it)
+            except StopIteration:
+                stats.leave(t, None)
+                return
+            except BaseException:
+                stats.leave(t, -1)
+                raise
+            stats.leave(t, _samples(batch))
+            yield batch
+
+    def epoch_report(self, gather=False, timeline=False):
+        if self._stats is None:
+            return None
+        fig = self._stats.figures(timeline)
+        return _gather(fig, comm_of([self.dataset])) if gather else fig
 
 
 def gather(fig, comm):
@@ -163,6 +268,9 @@ def gather(fig, comm):
     return out
 
 
+_gather = gather     # (for methods whose argument is named gather)
+
+
 def summary(fig):
     """The one-screen text of gathered figures."""
     w = fig["wall_s"] or 1e-12
@@ -174,9 +282,13 @@ def summary(fig):
              f"  between batches  {fig['compute_s']:9.3f} s  {100 * fig['compute_s'] / w:5.1f} %  "
              f"({fig['compute_per_batch_ms']:.3f} ms/batch)",
              f"  start            {fig['start_s']:9.3f} s  {100 * fig['start_s'] / w:5.1f} %"]
+    if fig["fetched"]:
+        split = ", ".join(f"{k} {fig[k + '_s']:.3f} s" for k in ("collate", "pin")
+                          if fig.get(k + "_s"))
+        lines.append(f"  fetching {fig['fetch_s']:.3f} s ({fig['fetch_per_batch_ms']:.3f} "
+                     f"ms/batch" + (f"; of it {split}" if split else "") + ")")
     if fig["workers"]:
-        lines.append(f"  workers {fig['workers']}: fetching {fig['fetch_s']:.3f} s "
-                     f"({fig['fetch_per_batch_ms']:.3f} ms/batch); prefetched on hand "
+        lines.append(f"  workers {fig['workers']}: prefetched on hand "
                      f"mean {fig['prefetched_mean']:.1f} of {fig['prefetch_depth']}, "
                      f"{fig['starved_batches']} batches found none")
     r = fig.get("read")
@@ -206,3 +318,90 @@ def emit(fig, target):
     if isinstance(target, str):
         with open(target, "a") as f:
             f.write(json.dumps(fig) + "\n")
+
+
+def _load(src):
+    """Figures dicts from a dict, a list of dicts, or a JSON-lines path."""
+    if isinstance(src, dict):
+        return [src]
+    if isinstance(src, (list, tuple)):
+        return list(src)
+    with open(src) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_timeline(src, path, epoch=None):
+    """Draw where the time went as a PNG at `path`: for the epoch `epoch`
+    (default the last one in `src` with a timeline) each kept batch's wait and
+    compute on the consumer's row and each fetch on its worker's row (read,
+    then collate + pin), and, with several epochs in `src`, each epoch's
+    start / wait / compute split.  `src`: epoch_report(timeline=True)'s dict,
+    a list of them, or a JSON-lines file (report= a path).  Returns `path`,
+    or None (with a warning) when matplotlib is not installed."""
+    figs = _load(src)
+    if not figs:
+        raise ValueError(f"plot_timeline: no epoch figures in {src!r}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log.warning("plot_timeline: matplotlib is not installed (pip install matplotlib); "
+                    "no plot written")
+        return None
+    with_tl = [f for f in figs if f.get("timeline") and f["timeline"]["batches"]]
+    if epoch is not None:
+        with_tl = [f for f in with_tl if f["epoch"] == epoch]
+        if not with_tl:
+            raise ValueError(f"plot_timeline: no timeline for epoch {epoch} in the figures")
+    rows = (1 if with_tl else 0) + (1 if len(figs) > 1 or not with_tl else 0)
+    fig_, axes = plt.subplots(rows, 1, figsize=(10, 2.2 + 2.6 * rows), squeeze=False)
+    axes = list(axes[:, 0])
+    colors = {"wait": "#d62728", "compute": "#2ca02c", "read": "#1f77b4",
+              "collate": "#ff7f0e", "start": "#7f7f7f"}
+    if with_tl:
+        f = with_tl[-1]
+        ax = axes.pop(0)
+        tl = f["timeline"]
+        waits = [(a, b - a) for a, b in tl["batches"]]
+        comps = [(p[1], q[0] - p[1]) for p, q in zip(tl["batches"], tl["batches"][1:])]
+        ax.broken_barh(comps, (0.6, 0.8), color=colors["compute"], label="compute")
+        ax.broken_barh(waits, (0.6, 0.8), color=colors["wait"], label="waiting for data")
+        workers = sorted({w for w, *_ in tl["fetches"]})
+        split = any(x[3] > 0 for x in tl["fetches"])
+        for i, w in enumerate(workers):
+            fs = [x for x in tl["fetches"] if x[0] == w]
+            y = 2 + i
+            ax.broken_barh([(a, b - a - c) for _, a, b, c in fs], (y - 0.4, 0.8),
+                           color=colors["read"], label=None if i else
+                           "fetch: read" if split else "fetch (read + collate)")
+            ax.broken_barh([(b - c, c) for _, a, b, c in fs if c > 0], (y - 0.4, 0.8),
+                           color=colors["collate"], label="collate + pin" if i == 0 else None)
+        ax.set_yticks([1] + [2 + i for i in range(len(workers))])
+        ax.set_yticklabels(["consumer"] + [f"fetch {'main' if f['workers'] == 0 else f'w{w}'}"
+                                           for w in workers])
+        ax.set_xlabel("seconds since iter(loader)")
+        kept = len(tl["batches"])
+        ax.set_title(f"epoch {f['epoch']}: {f['batches']} batches"
+                     + (f" (last {kept} shown)" if kept < f["batches"] else "")
+                     + f", waiting {100 * f['wait_fraction']:.1f} % of {f['wall_s']:.3f} s")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), fontsize="small", ncol=4)
+        ax.invert_yaxis()
+    if axes:
+        ax = axes.pop(0)
+        xs = range(len(figs))
+        bottom = [0.0] * len(figs)
+        for k, name in (("start_s", "start"), ("wait_s", "wait"), ("compute_s", "compute")):
+            v = [f[k] for f in figs]
+            ax.bar(xs, v, bottom=bottom, color=colors[name], label=name)
+            bottom = [a + b for a, b in zip(bottom, v)]
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([str(f["epoch"]) for f in figs])
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("seconds")
+        ax.set_title("each epoch's wall time: start, waiting for data, compute")
+        ax.legend(fontsize="small")
+    fig_.tight_layout()
+    fig_.savefig(path, dpi=100)
+    plt.close(fig_)
+    return path
