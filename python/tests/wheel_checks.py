@@ -189,6 +189,8 @@ def _script(name):
     return p
 
 
+@pytest.mark.skipif(os.environ.get("OMPI_COMM_WORLD_RANK", "0") != "0",
+                    reason="starts a job of its own: on rank 0 only")
 def test_console_commands(tmp_path):
     """ddstore-info, ddstore-handshake and ddrun come with the wheel and run."""
     import pyddstore
@@ -211,8 +213,8 @@ def test_console_commands(tmp_path):
                         sys.executable, "-c", code],
                        cwd=str(tmp_path), capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout + p.stderr
-    lines = sorted(x for x in p.stdout.splitlines() if x.startswith("rank "))
-    assert lines == ["rank 0 of 2", "rank 1 of 2"], p.stdout
+    # (the ranks' lines may interleave on the launcher's stdout)
+    assert sorted(re.findall(r"rank (\d) of 2", p.stdout)) == ["0", "1"], p.stdout
 
 
 def test_isolated_build_skips_torch_with_a_message():
