@@ -128,7 +128,7 @@ def test_calls_after_mpi_finalize_never_crash(top):
                 print("no error?")
             except pyddstore.DDStoreError as e:
                 print("DDStoreError:", e)
-        s.epoch_begin()                      # a no-op for MPI RMA
+        s.epoch_begin()                      # collective; one rank: must not crash
         s.info("x")
         try:
             s.free()                        # safe after MPI_Finalize
