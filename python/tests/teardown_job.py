@@ -17,7 +17,8 @@ import torch
 mode, method, hs, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
 size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-print("pid", rank, os.getpid(), flush=True)
+sys.stdout.write(f"pid {rank} {os.getpid()}\n")   # one write: ranks interleave
+sys.stdout.flush()
 group = mode.startswith("pg_gone")
 if group:
     import torch.distributed as dist
@@ -35,4 +36,5 @@ if group:
     dist.destroy_process_group()
 if mode == "pg_gone_free":
     ds.free()
-print("done", rank, flush=True)
+sys.stdout.write(f"done {rank}\n")
+sys.stdout.flush()

@@ -205,10 +205,12 @@ def test_console_commands(tmp_path):
     assert "none.ddshs" in p.stderr or "no libfabric" in p.stderr, p.stderr
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}      # not the caller's launch
-    code = ("import pyddstore; s = pyddstore.PyDDStore(None); print('rank', s.rank, 'of', s.size)"
+    # one write per line (print() writes its pieces one by one, unbuffered)
+    code = ("import sys, pyddstore; s = pyddstore.PyDDStore(None); "
+            "sys.stdout.write(f'rank {s.rank} of {s.size}\\n')"
             if pyddstore.HAVE_MPI else
-            "import os; print('rank', os.environ['OMPI_COMM_WORLD_RANK'], 'of', "
-            "os.environ['OMPI_COMM_WORLD_SIZE'])")
+            "import os, sys; sys.stdout.write(f\"rank {os.environ['OMPI_COMM_WORLD_RANK']} of "
+            "{os.environ['OMPI_COMM_WORLD_SIZE']}\\n\")")
     p = subprocess.run([_script("ddrun"), "-n", "2", "--timeout", "120", "--",
                         sys.executable, "-c", code],
                        cwd=str(tmp_path), capture_output=True, text=True, timeout=300, env=env)
