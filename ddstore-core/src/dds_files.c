@@ -373,9 +373,9 @@ int dds_file_open_read(const char *path, const char *what, int *fd_p,
     return 0;
 }
 
-/* Reads up to n bytes (until EOF); the count read, or -1. */
-static ssize_t read_upto(int fd, unsigned char *p, size_t n)
+ssize_t dds_fd_read_upto(int fd, void *buf, size_t n)
 {
+    unsigned char *p = buf;
     size_t got = 0;
     while (got < n) {
         ssize_t r = read(fd, p + got, n - got);
@@ -421,7 +421,7 @@ int dds_file_read(const char *path, const char *what, size_t max_bytes,
         return dds_error(-DDS_ENOMEM, "%s %s: out of memory (%llu bytes)",
                          what, path, (unsigned long long)size);
     }
-    got = read_upto(fd, buf, (size_t)size + 1);
+    got = dds_fd_read_upto(fd, buf, (size_t)size + 1);
     e = errno;
     close(fd);
     if (got < 0) {
@@ -458,7 +458,7 @@ static int read_proc_stat(const char *path, char *state_p, uint64_t *start_p)
 
     if (fd < 0)
         return errno == ENOENT || errno == ESRCH ? -ENOENT : -1;
-    n = read_upto(fd, (unsigned char *)buf, sizeof buf - 1);
+    n = dds_fd_read_upto(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)
         return n == 0 ? -ENOENT : -1; /* an empty file: the task is gone */

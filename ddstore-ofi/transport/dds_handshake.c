@@ -669,24 +669,6 @@ int dds_hs_file_name(const char *name, char *out, size_t cap)
 
 /* ---- files ------------------------------------------------------------------ */
 
-/* Reads up to n bytes (until EOF); the count read, or -1. */
-static ssize_t read_upto(int fd, unsigned char *p, size_t n)
-{
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (r == 0)
-            break;
-        got += (size_t)r;
-    }
-    return (ssize_t)got;
-}
-
 /* errno of a path problem (the caller's input) or of the system. */
 static int path_errno_code(int e)
 {
@@ -798,7 +780,7 @@ static int read_file(const char *dir, const char *fname, const char *path,
         return dds_error(-DDS_ENOMEM, "%s: out of memory (%llu bytes)", what,
                          (unsigned long long)size);
     }
-    got = read_upto(fd, buf, (size_t)size + 1);
+    got = dds_fd_read_upto(fd, buf, (size_t)size + 1);
     e = errno;
     close(fd);
     if (got < 0) {

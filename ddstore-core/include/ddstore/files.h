@@ -23,6 +23,7 @@
  *                        it: a regular file owned by this user that others
  *                        may not write to
  *   dds_file_read        dds_file_open_read + read it all (bounded)
+ *   dds_fd_read_upto     read until n bytes or EOF (EINTR retried)
  *
  * Errors: 0 or a negative code with dds_last_error() naming the path and
  * what was wrong.  -DDS_ENOENT for a missing file (readers poll for it),
@@ -130,6 +131,10 @@ int dds_file_open_read(const char *path, const char *what, int *fd_p,
  * Returns 0 or the codes above, -DDS_ENOMEM. */
 int dds_file_read(const char *path, const char *what, size_t max_bytes,
                   void **buf_p, size_t *len_p);
+
+/* Reads up to n bytes from fd into buf, until EOF (retrying EINTR); the
+ * count read, or -1 with errno set. */
+ssize_t dds_fd_read_upto(int fd, void *buf, size_t n);
 
 /* ---- processes ----------------------------------------------------------- */
 
