@@ -16,7 +16,17 @@
 
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
+
+/* Bazel and CMake generate ddstore/hub_version.h from VERSION; builds
+ * without it (tools/dev-build.sh) pass -DDDSTORE_HUB_VERSION='"x.y.z"'. */
+#if defined(__has_include)
+#if __has_include("ddstore/hub_version.h")
 #include "ddstore/hub_version.h"
+#endif
+#endif
+#ifndef DDSTORE_HUB_VERSION
+#define DDSTORE_HUB_VERSION "0.0.0-unknown"
+#endif
 
 #ifdef HAVE_MPI
 #include "ddstore/mpi.h"
