@@ -53,7 +53,10 @@ int ddstore_pin_acquire(ddstore_pin_t *pin, dds_store_t **store_p);
 void ddstore_pin_acquire_any(ddstore_pin_t *pin);
 void ddstore_pin_release(ddstore_pin_t *pin);
 
-/* Exclusive: waits for every pin in flight; no new pin until unlock. */
+/* Exclusive: waits for every pin in flight; no new pin until unlock.
+ * (The handle is a rwlock: ddstore_pin_unlock and ddstore_pin_release are
+ * the same operation, so code that holds it either way may end it with
+ * either.) */
 void ddstore_pin_lock(ddstore_pin_t *pin);
 void ddstore_pin_unlock(ddstore_pin_t *pin);
 /* With the exclusive lock held: detach and return the store (NULL when

@@ -8,7 +8,8 @@
  * lock for writing, so they wait for reads in flight, and reads started
  * later see the released names (DDStoreError) or the destroyed store
  * (DDStoreError).  Cheap queries (info, get_profile, ...) run under the GIL
- * alone: PYDDS_STORE(s) only becomes NULL while the GIL is held.
+ * alone: PYDDS_STORE(s) only becomes NULL while the GIL is held.  The life
+ * lock is libddstore's pin handle (ddstore/pin.h); the GIL handling is here.
  *
  * Collective calls agree on failure: a local failure (bad argument, bad
  * buffer) on one rank is sent through dds_comm_agree, which the other
