@@ -119,9 +119,18 @@ function(dds_sources_pycore prefix)
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
 endfunction()
 
-# //python:pyddstore_api  (BUILD: hdrs ["pyddstore/csrc/pyddstore_api.h"])
-function(dds_sources_pyapi prefix)
-  set(${prefix}_HDRS "${DDS_SOURCE_ROOT}/python/pyddstore/csrc/pyddstore_api.h" PARENT_SCOPE)
+# //libddstore:ddstore  (BUILD: srcs glob(["src/*.c", "src/*.h"]), hdrs
+# glob(["include/ddstore/*.h"], exclude api.h and hub_version.h)) and
+# //libddstore:api (those headers + api.h, for the torch extension).
+function(dds_sources_hub prefix)
+  _dds_glob(srcs libddstore "src/*.c" "src/*.h")
+  _dds_glob(hdrs libddstore "include/ddstore/*.h")
+  list(REMOVE_ITEM hdrs "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/hub_version.h"
+                        "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h")
+  set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_HDRS "${hdrs}" PARENT_SCOPE)
+  set(${prefix}_API_HDRS ${hdrs} "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/libddstore/VERSION" PARENT_SCOPE)
 endfunction()
 
 # //ddstore-torch:_ddstore_torch.so  (BUILD: srcs glob(["csrc/*.cpp",
@@ -141,7 +150,8 @@ function(dds_module_sources out target backend mpi ofi)
   if(target STREQUAL "core")
     list(APPEND files ${c_SRCS} ${c_HDRS} ${c_VERSION_FILE} ${g_SRCS} ${g_HDRS} ${g_VERSION_FILE})
     dds_sources_pycore(p)
-    list(APPEND files ${p_SRCS})
+    dds_sources_hub(h)
+    list(APPEND files ${p_SRCS} ${h_SRCS} ${h_API_HDRS} ${h_VERSION_FILE})
     if(mpi)
       dds_sources_mpi(m)
       list(APPEND files ${m_SRCS} ${m_HDRS} ${m_VERSION_FILE})
@@ -152,11 +162,13 @@ function(dds_module_sources out target backend mpi ofi)
       list(APPEND files ${o_SRCS} ${o_HDRS} ${o_VERSION_FILE} ${t_SRCS} ${t_HDRS})
     endif()
   elseif(target STREQUAL "torch")
-    # Headers only from core and gpu (:core_headers, :gpu_headers) and the
-    # C API table; the code runs from _core through its capsule.
-    dds_sources_pyapi(a)
+    # Headers only from core, gpu and the hub (:core_headers, :gpu_headers,
+    # //libddstore:api: the C API table); the code runs from _core through
+    # its capsule.
+    dds_sources_hub(a)
     dds_sources_torch(t)
-    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_HDRS} ${t_SRCS})
+    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_API_HDRS}
+         ${a_VERSION_FILE} ${t_SRCS})
   else()
     message(FATAL_ERROR "ddstore: TARGET=${target}: expected core or torch")
   endif()

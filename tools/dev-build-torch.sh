@@ -28,12 +28,12 @@ OUT="python/pyddstore/_ddstore_torch$EXT"
 OBJ="build/ddstore-torch"
 mkdir -p "$OBJ"
 SRCS=(ddstore-torch/csrc/*.cpp)
-HDRS=(ddstore-torch/csrc/*.h python/pyddstore/csrc/pyddstore_api.h ddstore-core/include/ddstore/*.h)
+HDRS=(ddstore-torch/csrc/*.h libddstore/include/ddstore/api.h ddstore-core/include/ddstore/*.h)
 
 CXXFLAGS=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter
           -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
           "-DDDSTORE_TORCH_VERSION=\"$VERSION\"" "-D_GLIBCXX_USE_CXX11_ABI=$ABI"
-          -Iddstore-torch/csrc -Ipython/pyddstore/csrc -Iddstore-core/include
+          -Iddstore-torch/csrc -Ilibddstore/include -Iddstore-core/include
           "-I$PYINC" "${TINC[@]}")
 
 newest_hdr=0

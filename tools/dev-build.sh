@@ -19,9 +19,10 @@ EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'
 OUT=${OUT:-python/pyddstore/_core$EXT}
 
 shopt -s nullglob
-srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
-incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
-defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\"")
+srcs=(python/pyddstore/csrc/*.c libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
+incs=(-Ipython/pyddstore/csrc -Ilibddstore/include -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
+defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\""
+      -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\"")
 mpi=()
 gpu=()
 case "${DDSTORE_GPU:-none}" in

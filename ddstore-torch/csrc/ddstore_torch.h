@@ -2,7 +2,7 @@
 //
 // The extension does not link the C libraries: every store call goes through
 // the function table that pyddstore._core exports as a capsule
-// (python/pyddstore/csrc/pyddstore_api.h), so a store created by either
+// (libddstore/include/ddstore/api.h), so a store created by either
 // module is the same object.  Errors become Python exceptions in one place:
 // throw_rc() (errors.cpp).
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pyddstore_api.h"
+#include "ddstore/api.h"
 
 namespace ddstore_torch {
 

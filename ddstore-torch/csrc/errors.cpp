@@ -18,15 +18,8 @@ const pyddstore_api_t *api() { return g_api; }
 void load_api()
 {
     const pyddstore_api_t *a = pyddstore_api_import();
-    if (a == nullptr)
+    if (a == nullptr)  // also a table of another version or size
         throw py::error_already_set();
-    if (a->size < offsetof(pyddstore_api_t, log_enabled) + sizeof(a->log_enabled))
-        throw_py(PyExc_ImportError,
-                 "pyddstore._core exports a C API table smaller than "
-                 "_ddstore_torch was compiled for (" +
-                     std::to_string(a->size) + " < " +
-                     std::to_string(sizeof(pyddstore_api_t)) +
-                     " bytes); rebuild both extensions together");
     g_api = a;
 }
 
@@ -52,8 +45,7 @@ void throw_py(PyObject *type, const std::string &msg)
 namespace {
 bool have_acquire()
 {
-    return g_api->size >= offsetof(pyddstore_api_t, release) + sizeof(g_api->release) &&
-           g_api->acquire != nullptr && g_api->release != nullptr;
+    return g_api->acquire != nullptr && g_api->release != nullptr;
 }
 }  // namespace
 
