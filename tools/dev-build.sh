@@ -27,10 +27,10 @@ gpu=()
 case "${DDSTORE_GPU:-none}" in
 none) srcs+=(ddstore-gpu/src/ddgpu_none.c) ;;
 cuda) CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-      srcs+=(ddstore-gpu/src/ddgpu_cuda.c); incs+=(-I"$CUDA_HOME/include")
+      srcs+=(ddstore-gpu/src/ddgpu_rt.c); defs+=(-DDDSTORE_WITH_CUDA); incs+=(-I"$CUDA_HOME/include")
       gpu=(-L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart) ;;
 hip)  ROCM_PATH=${ROCM_PATH:-/usr}
-      srcs+=(ddstore-gpu/src/ddgpu_hip.c); defs+=(-D__HIP_PLATFORM_AMD__)
+      srcs+=(ddstore-gpu/src/ddgpu_rt.c); defs+=(-DDDSTORE_WITH_HIP -D__HIP_PLATFORM_AMD__)
       [ "$ROCM_PATH" != /usr ] && incs+=(-I"$ROCM_PATH/include") && gpu=(-L"$ROCM_PATH/lib" -Wl,-rpath,"$ROCM_PATH/lib")
       gpu+=(-lamdhip64) ;;
 *) echo "dev-build: DDSTORE_GPU must be none, cuda or hip" >&2; exit 2 ;;
