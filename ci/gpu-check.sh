@@ -152,7 +152,8 @@ EOF
 
 # ---- 1. build ------------------------------------------------------------
 VERSION=$(tr -d ' \t\r\n' <"$ROOT/ddstore-gpu/VERSION")
-CFLAGS_COMMON=(-std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -O2 -g -pthread
+# DDSTORE_TEST_HOOKS: the none build's host emulation (a test build).
+CFLAGS_COMMON=(-std=c11 -D_GNU_SOURCE -DDDSTORE_TEST_HOOKS -Wall -Wextra -Wno-unused-parameter -O2 -g -pthread
     -I"$ROOT/ddstore-gpu/include" -I"$ROOT/ddstore-core/include")
 CORE_LIB="$BUILD_DIR/libddstore_core.a"
 

@@ -9,6 +9,7 @@
 #                                  default /usr/local/cuda; ROCM_PATH)
 #   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
 #   OUT=path/_core.so             write the module elsewhere
+#   DDSTORE_TEST_HOOKS=0          without the test hooks (as a release build)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 cd "$TOP"
@@ -22,6 +23,8 @@ shopt -s nullglob
 srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
 incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
 defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\"")
+# a dev build: test hooks on (DDSTORE_TEST_HOOKS=0: as a release build)
+[ "${DDSTORE_TEST_HOOKS:-1}" != 0 ] && defs+=(-DDDSTORE_TEST_HOOKS)
 mpi=()
 gpu=()
 case "${DDSTORE_GPU:-none}" in
