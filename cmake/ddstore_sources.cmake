@@ -1,7 +1,7 @@
 # ddstore_sources.cmake: the files the pip (CMake) build compiles, by the same
 # glob patterns as the Bazel BUILD files, one function per Bazel target.
 #
-# This file is the pip build's only list of sources.  tools/check_sources.py
+# This file is the pip build's only list of sources.  ci/check_sources.py
 # runs it in script mode and compares its answer with what Bazel compiles
 # (`bazel query 'kind("source file", deps(...))'`); the wheel stage of the
 # suite fails when the two differ.  When you change a glob in a BUILD file,
@@ -129,6 +129,7 @@ endfunction()
 function(dds_sources_torch prefix)
   _dds_glob(srcs ddstore-torch "csrc/*.cpp" "csrc/*.h")
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/ddstore-torch/VERSION" PARENT_SCOPE)
 endfunction()
 
 # dds_module_sources(<out> <core|torch> <gpu backend> <mpi ON/OFF> <ofi ON/OFF>):
@@ -156,7 +157,7 @@ function(dds_module_sources out target backend mpi ofi)
     # C API table; the code runs from _core through its capsule.
     dds_sources_pyapi(a)
     dds_sources_torch(t)
-    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_HDRS} ${t_SRCS})
+    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_HDRS} ${t_SRCS} ${t_VERSION_FILE})
   else()
     message(FATAL_ERROR "ddstore: TARGET=${target}: expected core or torch")
   endif()
@@ -182,7 +183,7 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   foreach(f IN LISTS files)
     file(RELATIVE_PATH rel "${DDS_SOURCE_ROOT}" "${f}")
     # message() goes to stderr; execute_process(... OUTPUT_VARIABLE) users
-    # and tools/check_sources.py read stderr.
+    # and ci/check_sources.py read stderr.
     message("${rel}")
   endforeach()
 endif()

@@ -2,9 +2,9 @@
 # Development build of pyddstore._core with gcc, into python/pyddstore/.
 # Stop-gap until the Bazel build works (`./ddstore build` replaces it).
 #
-#   tools/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
-#   DDSTORE_MPI=0 tools/dev-build.sh   build without MPI (HAVE_MPI False)
-#   DDSTORE_GPU=cuda|hip tools/dev-build.sh   ddstore-gpu's CUDA / HIP backend
+#   ci/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
+#   DDSTORE_MPI=0 ci/dev-build.sh   build without MPI (HAVE_MPI False)
+#   DDSTORE_GPU=cuda|hip ci/dev-build.sh   ddstore-gpu's CUDA / HIP backend
 #                                  (default none: no GPU support; CUDA_HOME,
 #                                  default /usr/local/cuda; ROCM_PATH)
 #   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
