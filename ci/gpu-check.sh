@@ -194,7 +194,7 @@ build_backend() {
     rm -f "$d/libddgpu.a" && ar rcs "$d/libddgpu.a" "$d/ddgpu_common.o" "$d/$BSRC.o" || return 1
     for t in "$ROOT"/ddstore-gpu/test/*_test.c; do
         o="$d/$(basename "${t%.c}")"
-        "$CC" "${CFLAGS_COMMON[@]}" -I"$ROOT/ddstore-gpu/src" -I"$ROOT/ddstore-gpu/test" \
+        "$CC" "${CFLAGS_COMMON[@]}" -I"$ROOT/ddstore-gpu/src" -I"$ROOT/ddstore-core/test" \
             -DDDGPU_VERSION="\"$VERSION\"" "$t" "$d/libddgpu.a" "$CORE_LIB" \
             "${BLIBS[@]}" -o "$o" || return 1
     done
