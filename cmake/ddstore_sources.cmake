@@ -1,7 +1,7 @@
 # ddstore_sources.cmake: the files the pip (CMake) build compiles, by the same
 # glob patterns as the Bazel BUILD files, one function per Bazel target.
 #
-# This file is the pip build's only list of sources.  tools/check_sources.py
+# This file is the pip build's only list of sources.  ci/check_sources.py
 # runs it in script mode and compares its answer with what Bazel compiles
 # (`bazel query 'kind("source file", deps(...))'`); the wheel stage of the
 # suite fails when the two differ.  When you change a glob in a BUILD file,
@@ -55,15 +55,15 @@ endfunction()
 # + one backend by --config; hdrs glob(["include/ddstore/*.h"], exclude
 # gpu_version.h))
 function(dds_sources_gpu prefix backend)
-  set(backends src/ddgpu_none.c src/ddgpu_cuda.c src/ddgpu_hip.c)
+  set(backends src/ddgpu_none.c src/ddgpu_rt.c)
   _dds_glob(srcs ddstore-gpu "src/*.c" "src/*.h")
   foreach(b IN LISTS backends)
     list(REMOVE_ITEM srcs "${DDS_SOURCE_ROOT}/ddstore-gpu/${b}")
   endforeach()
   if(backend STREQUAL "cuda")
-    _dds_glob(be ddstore-gpu "src/ddgpu_cuda.c")
+    _dds_glob(be ddstore-gpu "src/ddgpu_rt.c")
   elseif(backend STREQUAL "rocm")
-    _dds_glob(be ddstore-gpu "src/ddgpu_hip.c")
+    _dds_glob(be ddstore-gpu "src/ddgpu_rt.c")
   elseif(backend STREQUAL "none")
     _dds_glob(be ddstore-gpu "src/ddgpu_none.c")
   elseif(backend STREQUAL "all")
@@ -138,6 +138,7 @@ endfunction()
 function(dds_sources_torch prefix)
   _dds_glob(srcs ddstore-torch "csrc/*.cpp" "csrc/*.h")
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/ddstore-torch/VERSION" PARENT_SCOPE)
 endfunction()
 
 # dds_module_sources(<out> <core|torch> <gpu backend> <mpi ON/OFF> <ofi ON/OFF>):
@@ -168,7 +169,7 @@ function(dds_module_sources out target backend mpi ofi)
     dds_sources_hub(a)
     dds_sources_torch(t)
     list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_API_HDRS}
-         ${a_VERSION_FILE} ${t_SRCS})
+         ${a_VERSION_FILE} ${t_SRCS} ${t_VERSION_FILE})
   else()
     message(FATAL_ERROR "ddstore: TARGET=${target}: expected core or torch")
   endif()
@@ -194,7 +195,7 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   foreach(f IN LISTS files)
     file(RELATIVE_PATH rel "${DDS_SOURCE_ROOT}" "${f}")
     # message() goes to stderr; execute_process(... OUTPUT_VARIABLE) users
-    # and tools/check_sources.py read stderr.
+    # and ci/check_sources.py read stderr.
     message("${rel}")
   endforeach()
 endif()

@@ -361,6 +361,7 @@ int pydds_cai_get(PyObject *obj, PyObject *cai, const char *what, int writable,
 
 /* ---- test hooks over ddstore-gpu ---------------------------------------- */
 
+#ifdef DDSTORE_TEST_HOOKS /* not in release builds */
 static PyObject *raise_rc(int rc) { return pydds_raise(rc); }
 
 static void *as_ptr(PyObject *o)
@@ -381,6 +382,7 @@ static int mem_of(PyObject *stream_o, dds_mem_t *m)
     }
     return 0;
 }
+#endif
 
 static PyObject *g_info(PyObject *m, PyObject *unused)
 {
@@ -400,6 +402,7 @@ static PyObject *g_info(PyObject *m, PyObject *unused)
                          "driver_version", info.driver_version);
 }
 
+#ifdef DDSTORE_TEST_HOOKS
 static PyObject *g_emulation(PyObject *m, PyObject *arg)
 {
     int on = PyObject_IsTrue(arg), rc;
@@ -576,11 +579,13 @@ static PyObject *g_write(PyObject *m, PyObject *args)
         return raise_rc(rc);
     Py_RETURN_NONE;
 }
+#endif /* DDSTORE_TEST_HOOKS */
 
 PyMethodDef pydds_gpu_methods[] = {
     {"_gpu_info", g_info, METH_NOARGS,
      "_gpu_info() -> dict: ddstore-gpu's backend, version, and whether a GPU "
      "is usable here (probes the runtime)."},
+#ifdef DDSTORE_TEST_HOOKS
     {"_gpu_emulation", g_emulation, METH_O,
      "_gpu_emulation(on): TEST HOOK, none build only: ddstore-gpu's host "
      "emulation of one CUDA device (turn it on before creating a store)."},
@@ -601,4 +606,5 @@ PyMethodDef pydds_gpu_methods[] = {
     {"_gpu_peek", g_peek, METH_VARARGS,
      "_gpu_peek(ptr, nbytes) -> bytes of emulated device memory now, "
      "without waiting (emulation only)"},
+#endif
     {NULL, NULL, 0, NULL}};

@@ -4,8 +4,8 @@
 # against the venv's torch.  Like the Bazel rule, it does NOT link the C
 # libraries: the extension calls the store through pyddstore._core's capsule.
 #
-#   tools/dev-build-torch.sh            # build (skips when up to date)
-#   FORCE=1 tools/dev-build-torch.sh    # rebuild
+#   ci/dev-build-torch.sh            # build (skips when up to date)
+#   FORCE=1 ci/dev-build-torch.sh    # rebuild
 #   JOBS=2 (default) parallel compiles
 set -euo pipefail
 TOP="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
