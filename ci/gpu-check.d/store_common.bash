@@ -196,7 +196,9 @@ PY
 # $PYTHON's torch, in parallel.
 build_torch_ext_gxx() {
     local out=$1 obj=$2 cxx=${CXX:-g++} s o objs=() vars
-    mkdir -p "$obj"
+    mkdir -p "$obj/include/ddstore"
+    printf '#define DDSTORE_TORCH_VERSION "%s"\n' "$(tr -d ' \t\r\n' <"$ROOT/ddstore-torch/VERSION")" \
+        >"$obj/include/ddstore/torch_version.h"
     vars=$("$PYTHON" - <<'PY'
 import sysconfig, torch, torch.utils.cpp_extension as ce
 print(sysconfig.get_paths()["include"])
@@ -210,8 +212,7 @@ PY
     while IFS= read -r s; do [ -n "$s" ] && tinc+=("-isystem$s"); done < <(sed -n '4,$p' <<<"$vars")
     local flags=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wno-unused-parameter
         -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
-        "-DDDSTORE_TORCH_VERSION=\"$(tr -d ' \t\r\n' <"$ROOT/ddstore-torch/VERSION")\""
-        "-D_GLIBCXX_USE_CXX11_ABI=$abi" -I"$ROOT/ddstore-torch/csrc" -I"$ROOT/python/pyddstore/csrc"
+        "-D_GLIBCXX_USE_CXX11_ABI=$abi" -I"$obj/include" -I"$ROOT/ddstore-torch/csrc" -I"$ROOT/libddstore/include"
         -I"$ROOT/ddstore-core/include" -I"$pyinc" "${tinc[@]}")
     local jobs failed=0
     jobs=$(nproc 2>/dev/null || echo 4)
