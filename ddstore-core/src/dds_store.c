@@ -14,8 +14,8 @@
  *   readers_mutex  the list of open readers.
  *
  * Per-thread state (process-wide, not per store): a cached plan, a staging
- * buffer and a scratch op array, reused by every read of that thread and
- * freed at thread exit.  No allocation on the read path after warm-up.
+ * buffer and a copy of the batch's indices, reused by every read of that
+ * thread and freed at thread exit.  No allocation on the read path after warm-up.
  *
  * GPU memory (memops.h, docs/gpudirect.md): every buffer is routed once per
  * call (mem_route): host memory -> the host path; GPU memory the transport

@@ -24,8 +24,6 @@ typedef struct tctx {
     dds_plan_t plan;
     void *staging;
     size_t staging_cap;
-    dds_read_op_t *xops;
-    size_t xops_cap;
     int64_t *rows;          /* the batch's indices, copied once per read   */
     size_t rows_cap;
 } tctx_t;
@@ -42,7 +40,6 @@ static void tctx_free(void *p)
         return;
     dds_plan_fini(&c->plan);
     free(c->staging);
-    free(c->xops);
     free(c->rows);
     free(c);
     t_ctx = NULL;
@@ -87,61 +84,6 @@ static int tctx_staging(tctx_t *c, size_t bytes)
 }
 
 /* ---- reads ------------------------------------------------------------ */
-
-/* For a destination the core cannot memcpy into (device memory), turn the
- * plan into reads only: every direct read is kept, staged reads are
- * dropped, and every row that a copy would have written is read straight
- * into its slot. */
-static int device_ops(tctx_t *tc, const dds_var_t *v, const int64_t *rows,
-                      size_t maxr, dds_read_op_t **ops_p, size_t *nops_p)
-{
-    const dds_plan_t *pl = &tc->plan;
-    size_t rb = v->row_bytes, per_row = 1, need = 0, n = 0;
-
-    if (maxr != 0)
-        per_row = (rb + maxr - 1) / maxr;
-    for (size_t i = 0; i < pl->nops; i++)
-        need += !pl->ops[i].staged;
-    for (size_t i = 0; i < pl->ncopies; i++)
-        need += (pl->copies[i].len / rb) * per_row;
-    if (need > tc->xops_cap) {
-        size_t cap = need < 64 ? 64 : need;
-        dds_read_op_t *x = realloc(tc->xops, cap * sizeof(*x));
-        if (x == NULL)
-            return dds_error(-DDS_ENOMEM, "variable '%s': out of memory",
-                             v->name);
-        tc->xops = x;
-        tc->xops_cap = cap;
-    }
-    for (size_t i = 0; i < pl->nops; i++)
-        if (!pl->ops[i].staged)
-            tc->xops[n++] = pl->ops[i];
-    for (size_t i = 0; i < pl->ncopies; i++) {
-        const dds_copy_op_t *c = &pl->copies[i];
-        for (size_t q = c->dst_offset / rb; q < (c->dst_offset + c->len) / rb;
-             q++) {
-            int owner = 0;
-            int64_t local = 0;
-            size_t left = rb, done = 0;
-            (void)dds_layout_locate(v->offsets, v->nranks, rows[q], &owner,
-                                    &local);
-            while (left > 0) {
-                size_t piece = maxr != 0 && left > maxr ? maxr : left;
-                dds_read_op_t *op = &tc->xops[n++];
-                op->owner = owner;
-                op->staged = 0;
-                op->src_offset = local * (int64_t)rb + (int64_t)done;
-                op->len = piece;
-                op->dst_offset = q * rb + done;
-                done += piece;
-                left -= piece;
-            }
-        }
-    }
-    *ops_p = tc->xops;
-    *nops_p = n;
-    return 0;
-}
 
 /* Serve the planned ops of this rank from the host view of its shard (the
  * shard itself, or the host mirror of a GPU shard, except in a forked child)
@@ -378,6 +320,13 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
     pp.row_bytes = v->row_bytes;
     pp.max_read_bytes = s->max_read_bytes;
     pp.merge_row_bytes_max = s->merge_row_bytes;
+    /* GPU memory the transport writes: no host copies into it, every row
+     * is read into its own slot (the staged fallback below takes the same
+     * plan) */
+    if (route == ROUTE_DIRECT) {
+        pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
+        pp.flags = DDS_PLAN_DIRECT;
+    }
     rc = is_batch ? dds_plan_batch(&pp, rows, n, &tc->plan)
                   : dds_plan_range(&pp, start, dst->nrows, &tc->plan);
     if (rc != 0) {
@@ -429,12 +378,6 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
                 goto out;
             }
         }
-        /* no host copies into device memory: every row is read in place */
-        if (tc->plan.ncopies > 0) {
-            rc = device_ops(tc, v, rows, s->max_read_bytes, &ops, &nops);
-            if (rc != 0)
-                goto out;
-        }
         if (nops > 0) {
             void *dh = dds_st_reg_lookup(s, dst->ptr,
                                          (size_t)dst->nrows * v->row_bytes);
@@ -443,8 +386,6 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
             if (rc == -DDS_ENOSYS &&
                 dds_st_hmem_failed(s, dst->mem.kind, name)) {
                 /* the registration result says no: the same read, staged */
-                ops = tc->plan.ops;
-                nops = tc->plan.nops;
                 rc = read_staged(s, reader, v, tc, ops, &nops, dst,
                                  &local_bytes, &staged, &wait_ns, &t_xfer,
                                  &t_gpu);
