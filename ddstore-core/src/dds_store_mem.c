@@ -179,12 +179,23 @@ int dds_st_check_buf(const dds_var_t *v, const dds_buf_t *b)
     if (b->nrows > 0 && b->ptr == NULL)
         return dds_error(-DDS_EINVAL, "variable '%s': buffer pointer is NULL",
                          v->name);
-    if (b->row_bytes != v->row_bytes)
+    if (b->row_bytes != v->row_bytes) {
+        /* what the buffer's rows are made of: the caller's shape */
+        size_t bsize = b->itemsize != 0 ? b->itemsize
+                                         : dds_dtype_size(b->dtype);
+        if (bsize != 0 && b->row_bytes % bsize == 0)
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': expected %zu bytes per row "
+                             "(disp %zu x itemsize %zu), got %zu (%zu x %s)",
+                             v->name, v->row_bytes, v->disp, v->itemsize,
+                             b->row_bytes, b->row_bytes / bsize,
+                             dds_dtype_name(b->dtype));
         return dds_error(-DDS_EINVAL,
                          "variable '%s': expected %zu bytes per row (disp "
                          "%zu x itemsize %zu), got %zu",
                          v->name, v->row_bytes, v->disp, v->itemsize,
                          b->row_bytes);
+    }
     return 0;
 }
 
