@@ -2,8 +2,8 @@
  * ops (no store).  Run at 1, 2, 4 ranks: tools/ddrun -n N ./transport_mpitest
  *
  * MPI_Get is intercepted through the MPI profiling interface (PMPI) to count
- * the gets and record the largest count, so that the splitting at
- * max_read_bytes is checked directly. */
+ * the gets and record the largest count, so that one get per op within
+ * max_read_bytes (ops split by the store: transport.h) is checked directly. */
 #include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -370,13 +370,15 @@ out:
     free(dst);
 }
 
-/* DDSTORE_MPI_MAX_READ_BYTES: counts are split and never exceed it. */
+/* DDSTORE_MPI_MAX_READ_BYTES: the transport advertises it, the store
+ * splits its reads there (transport.h), and an op above it is refused
+ * before anything is posted. */
 static void test_split(void)
 {
     dds_transport_t t;
     ddt_region_t g;
-    dds_read_op_t ops[4];
-    size_t len = ((size_t)1 << 20) + 123, limit = 4096, expect;
+    dds_read_op_t *ops = NULL;
+    size_t len = ((size_t)1 << 20) + 123, limit = 4096, nops = 0, done;
     uint8_t *dst = NULL;
     int peer = (ddt_rank + 1) % ddt_size, rc;
 
@@ -392,20 +394,33 @@ static void test_split(void)
     rc = ddt_region_make(&t, "split", bytes_64m, &g);
     CHECK_OK(rc);
     dst = malloc(2 * len);
-    if (!rc && dst) {
-        ops[0] = (dds_read_op_t){peer, 0, 1000, len, 0};
-        ops[1] = (dds_read_op_t){peer, 0, (int64_t)bytes_64m(0) - 5000, 5000, len};
+    ops = calloc(len / limit + 4, sizeof(*ops));
+    if (!rc && dst && ops) {
+        /* len bytes at offset 1000 as the planner splits them, then 4096 */
+        for (done = 0; done < len; done += limit)
+            ops[nops++] = (dds_read_op_t){
+                peer, 0, (int64_t)(1000 + done),
+                len - done < limit ? len - done : limit, done};
+        ops[nops++] = (dds_read_op_t){peer, 0, (int64_t)bytes_64m(0) - 4096,
+                                      4096, len};
         ddt_gets_reset();
-        CHECK_OK(t.ops->read(t.ctx, NULL, g.region, ops, 2, dst, NULL, NULL,
-                             NULL, NULL, NULL));
+        CHECK_OK(t.ops->read(t.ctx, NULL, g.region, ops, nops, dst, NULL,
+                             NULL, NULL, NULL, NULL));
         CHECK(ddt_verify(dst, 0, peer, 1000, len));
-        CHECK(ddt_verify(dst, len, peer, (int64_t)bytes_64m(0) - 5000, 5000));
-        expect = peer == ddt_rank ? 0 : (len + limit - 1) / limit + 2;
-        CHECK_EQ(ddt_gets, expect);
+        CHECK(ddt_verify(dst, len, peer, (int64_t)bytes_64m(0) - 4096, 4096));
+        CHECK_EQ(ddt_gets, peer == ddt_rank ? 0 : (unsigned long)nops);
         CHECK(ddt_max_count <= (int)limit);
         if (peer != ddt_rank)
             CHECK_EQ(ddt_max_count, limit);
+        /* one byte above the limit: out of contract, nothing posted */
+        ops[0] = (dds_read_op_t){peer, 0, 0, limit + 1, 0};
+        ddt_gets_reset();
+        CHECK_RC(t.ops->read(t.ctx, NULL, g.region, ops, 1, dst, NULL, NULL,
+                             NULL, NULL, NULL), -DDS_EINVAL);
+        CHECK_CONTAINS(dds_last_error(), "max_read_bytes");
+        CHECK_EQ(ddt_gets, 0);
     }
+    free(ops);
     MPI_Barrier(MPI_COMM_WORLD);
     ddt_region_drop(&t, &g);
     t.ops->destroy(t.ctx);
