@@ -15,7 +15,8 @@
  *
  * Per-thread state (process-wide, not per store): a cached plan, a staging
  * buffer and a copy of the batch's indices, reused by every read of that
- * thread and freed at thread exit.  No allocation on the read path after warm-up.
+ * thread and freed at thread exit.  No allocation on the read path after
+ * warm-up.
  *
  * GPU memory (memops.h, docs/gpudirect.md): every buffer is routed once per
  * call (mem_route): host memory -> the host path; GPU memory the transport
@@ -212,6 +213,23 @@ int dds_st_not_live(const dds_store_t *s, const char *name)
                          "by free()",
                          name);
     return dds_error(-DDS_ENOENT, "no variable named '%s'", name);
+}
+
+/* The live variable `name` for a local call: checks the name, takes
+ * table_lock for reading and finds the variable.  0 with *v_p set and the
+ * lock held (the caller unlocks it), or an error with the lock released. */
+int dds_st_var_lookup(dds_store_t *s, const char *name, dds_var_t **v_p)
+{
+    int rc = dds_st_check_name(name);
+    if (rc != 0)
+        return rc;
+    pthread_rwlock_rdlock(&s->table_lock);
+    *v_p = dds_st_find_var(s, name, NULL);
+    if (*v_p == NULL) {
+        rc = dds_st_not_live(s, name);
+        pthread_rwlock_unlock(&s->table_lock);
+    }
+    return rc;
 }
 
 /* ---- collectives out of step -------------------------------------------

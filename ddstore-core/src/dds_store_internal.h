@@ -144,6 +144,11 @@ dds_var_t *dds_st_find_var(const dds_store_t *s, const char *name,
 /* Caller holds table_lock.  The error for a name that is not live. */
 int dds_st_not_live(const dds_store_t *s, const char *name);
 
+/* The live variable `name` for a local call: checks the name, takes
+ * table_lock for reading and finds the variable.  0 with *v_p set and the
+ * lock held (the caller unlocks it), or an error with the lock released. */
+int dds_st_var_lookup(dds_store_t *s, const char *name, dds_var_t **v_p);
+
 /* Lock; returns the nanoseconds waited (0 when uncontended). */
 uint64_t dds_st_lock_mutex_timed(pthread_mutex_t *m);
 

@@ -313,15 +313,9 @@ int dds_store_var_update(dds_store_t *s, const char *name,
     if (s == NULL || src == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_update: NULL %s",
                          s == NULL ? "store" : "source buffer");
-    rc = dds_st_check_name(name);
+    rc = dds_st_var_lookup(s, name, &v);
     if (rc != 0)
         return rc;
-    pthread_rwlock_rdlock(&s->table_lock);
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL) {
-        rc = dds_st_not_live(s, name);
-        goto out;
-    }
     if (v->joined) {
         rc = dds_error(-DDS_EINVAL,
                        "variable '%s' was published by another job and "

@@ -91,17 +91,12 @@ int dds_store_profile(dds_store_t *s, const char *name,
     int rc;
     if (s == NULL || profile_p == NULL)
         return dds_error(-DDS_EINVAL, "profile: NULL argument");
-    rc = dds_st_check_name(name);
+    rc = dds_st_var_lookup(s, name, &v);
     if (rc != 0)
         return rc;
-    pthread_rwlock_rdlock(&s->table_lock);
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL)
-        rc = dds_st_not_live(s, name);
-    else
-        dds_prof_snapshot(&v->prof, profile_p);
+    dds_prof_snapshot(&v->prof, profile_p);
     pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    return 0;
 }
 
 int dds_store_profile_reset(dds_store_t *s, const char *name)
@@ -110,17 +105,12 @@ int dds_store_profile_reset(dds_store_t *s, const char *name)
     int rc;
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "profile_reset: NULL store");
-    rc = dds_st_check_name(name);
+    rc = dds_st_var_lookup(s, name, &v);
     if (rc != 0)
         return rc;
-    pthread_rwlock_rdlock(&s->table_lock);
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL)
-        rc = dds_st_not_live(s, name);
-    else
-        dds_prof_clear(&v->prof);
+    dds_prof_clear(&v->prof);
     pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    return 0;
 }
 
 static const char *coll_name(dds_coll_t call)

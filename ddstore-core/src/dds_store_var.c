@@ -710,26 +710,20 @@ int dds_store_var_info(dds_store_t *s, const char *name,
     int rc;
     if (s == NULL || info_p == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_info: NULL argument");
-    rc = dds_st_check_name(name);
+    rc = dds_st_var_lookup(s, name, &v);
     if (rc != 0)
         return rc;
-    pthread_rwlock_rdlock(&s->table_lock);
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL) {
-        rc = dds_st_not_live(s, name);
-    } else {
-        info_p->total_rows = v->offsets[v->nranks];
-        info_p->local_rows = v->local_rows;
-        info_p->local_first = v->local_first;
-        info_p->disp = v->disp;
-        info_p->itemsize = v->itemsize;
-        info_p->row_bytes = v->row_bytes;
-        info_p->dtype = v->dtype;
-        info_p->mem = v->mem;
-        info_p->nranks = v->nranks;
-    }
+    info_p->total_rows = v->offsets[v->nranks];
+    info_p->local_rows = v->local_rows;
+    info_p->local_first = v->local_first;
+    info_p->disp = v->disp;
+    info_p->itemsize = v->itemsize;
+    info_p->row_bytes = v->row_bytes;
+    info_p->dtype = v->dtype;
+    info_p->mem = v->mem;
+    info_p->nranks = v->nranks;
     pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    return 0;
 }
 
 int dds_store_var_offsets(dds_store_t *s, const char *name, int64_t *offsets)
@@ -738,17 +732,12 @@ int dds_store_var_offsets(dds_store_t *s, const char *name, int64_t *offsets)
     int rc;
     if (s == NULL || offsets == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_offsets: NULL argument");
-    rc = dds_st_check_name(name);
+    rc = dds_st_var_lookup(s, name, &v);
     if (rc != 0)
         return rc;
-    pthread_rwlock_rdlock(&s->table_lock);
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL)
-        rc = dds_st_not_live(s, name);
-    else
-        memcpy(offsets, v->offsets, ((size_t)v->nranks + 1) * sizeof(int64_t));
+    memcpy(offsets, v->offsets, ((size_t)v->nranks + 1) * sizeof(int64_t));
     pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    return 0;
 }
 
 int dds_store_var_foreach(dds_store_t *s,
