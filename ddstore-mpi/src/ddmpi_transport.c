@@ -518,10 +518,13 @@ static void ddmpi_region_abandon(void *ctx, void *region)
 /* ---- read ------------------------------------------------------------------ */
 
 /* The ops against the region, and transport.h's contract on what the store
- * plans: every op within max_read_bytes (so one MPI_Get each). */
+ * plans: every op within max_read_bytes (so one MPI_Get each) and, unless
+ * `forked`, none of our own shard (the store serves those itself:
+ * DDS_TRANSPORT_CAP_LOCAL_SELF; a forked child's store cannot serve the
+ * rows of a GPU shard, whose host mirror it did not inherit). */
 static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
                             const dds_read_op_t *ops, size_t nops, void *dst,
-                            void *staging)
+                            void *staging, int forked)
 {
     size_t i;
 
@@ -551,6 +554,11 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
             return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: NULL "
                              "%s buffer", r->name, i,
                              op->staged ? "staging" : "destination");
+        if (!forked && op->owner == t->rank)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: rows "
+                             "of this rank's own shard, which the store "
+                             "serves itself (DDS_TRANSPORT_CAP_LOCAL_SELF, "
+                             "transport.h)", r->name, i);
     }
     return 0;
 }
@@ -608,7 +616,7 @@ static int ddmpi_read_forked(const ddmpi_transport_t *t,
                          ? "no shared memory for it"
                          : t->shm ? "another node, or no shared memory"
                                   : "DDSTORE_MPI_SHM=0");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 1)) != 0)
         return rc;
     t0 = dds_prof_now();
     for (i = 0; i < nops; i++) {
@@ -658,7 +666,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
         return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
                          r->name, ddmpi_gone() ? "MPI_Finalize"
                                                : "the window was freed");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 0)) != 0)
         return rc;
 
     ddmpi_serial_lock(t->serial);
@@ -668,14 +676,6 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
         char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
 
         if (op->len == 0) {
-            posted = i + 1;
-            continue;
-        }
-        if (op->owner == t->rank) {
-            /* own rows: a load from our own shard (unified memory model);
-             * only from hand-made ops (the store serves them itself:
-             * DDS_TRANSPORT_CAP_LOCAL_SELF) */
-            memcpy(to, (const char *)r->base + op->src_offset, op->len);
             posted = i + 1;
             continue;
         }
@@ -709,8 +709,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     for (i = 0; i < posted; i++) {
         int owner = ops[i].owner;
 
-        if (owner == prev_owner || owner == t->rank || ops[i].len == 0 ||
-            r->peer_base[owner])
+        if (owner == prev_owner || ops[i].len == 0 || r->peer_base[owner])
             continue;
         prev_owner = owner;
         mrc = MPI_Win_flush_local(owner, r->win);
