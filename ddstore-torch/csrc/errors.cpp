@@ -158,8 +158,20 @@ int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *
     }
 }
 
+namespace {
+int64_t *alloc_indices(void *ctx, size_t n)
+{
+    auto *t = static_cast<at::Tensor *>(ctx);
+    *t = at::empty({static_cast<int64_t>(n)}, at::kLong);
+    return t->data_ptr<int64_t>();
+}
+}  // namespace
+
 at::Tensor as_indices(py::handle obj)
 {
+    // A tensor (any device: indices may live on the GPU) is torch's to
+    // convert; anything else goes through _core's converter, the one
+    // get_batch uses (every integer width, DLPack, sequences).
     if (THPVariable_Check(obj.ptr())) {
         at::Tensor t = THPVariable_Unpack(obj.ptr());
         if (t.scalar_type() != at::kLong && t.scalar_type() != at::kInt)
@@ -170,45 +182,9 @@ at::Tensor as_indices(py::handle obj)
                                            std::to_string(t.dim()) + " dimensions");
         return t.to(at::kCPU, at::kLong).contiguous();
     }
-    // int64 buffers (numpy arrays, array.array): one memcpy
-    if (PyObject_CheckBuffer(obj.ptr())) {
-        Py_buffer view;
-        if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
-            const std::string fmt = view.format ? view.format : "B";
-            const bool i64 = view.itemsize == 8 && view.ndim == 1 &&
-                             (fmt == "q" || fmt == "l" || fmt == "<q" || fmt == "<l" ||
-                              fmt == "=q" || fmt == "=l");
-            if (i64) {
-                at::Tensor idx = at::empty({static_cast<int64_t>(view.shape[0])}, at::kLong);
-                std::memcpy(idx.data_ptr<int64_t>(), view.buf, view.len);
-                PyBuffer_Release(&view);
-                return idx;
-            }
-            PyBuffer_Release(&view);
-        } else {
-            PyErr_Clear();
-        }
-    }
-    if (!PySequence_Check(obj.ptr()))
-        throw_py(PyExc_TypeError, "indices must be a 1-D integer tensor, array or sequence");
-    const Py_ssize_t n = PySequence_Size(obj.ptr());
-    if (n < 0)
+    at::Tensor idx;
+    if (api()->indices(obj.ptr(), alloc_indices, &idx) != 0)
         throw py::error_already_set();
-    at::Tensor idx = at::empty({static_cast<int64_t>(n)}, at::kLong);
-    int64_t *p = idx.data_ptr<int64_t>();
-    for (Py_ssize_t i = 0; i < n; i++) {
-        py::object item = py::reinterpret_steal<py::object>(PySequence_GetItem(obj.ptr(), i));
-        if (!item)
-            throw py::error_already_set();
-        // operator.index(): ints and numpy integers, not floats
-        py::object ix = py::reinterpret_steal<py::object>(PyNumber_Index(item.ptr()));
-        if (!ix)
-            throw py::error_already_set();
-        long long v = PyLong_AsLongLong(ix.ptr());
-        if (v == -1 && PyErr_Occurred())
-            throw py::error_already_set();
-        p[i] = v;
-    }
     return idx;
 }
 

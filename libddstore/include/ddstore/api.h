@@ -79,6 +79,15 @@ typedef struct pyddstore_api {
      * raise_error / last_error reports (a communicator implemented outside
      * _core explains its failures this way).  Returns rc. */
     int (*error)(int rc, const char *fmt, ...);
+
+    /* The one converter of row indices (_core's, used by get_batch too):
+     * any 1-D integer buffer (numpy array of any integer width, array.array,
+     * memoryview), a host DLPack tensor, or a sequence of Python integers
+     * (floats refused), each value as int64 (an unsigned one above INT64_MAX
+     * is an IndexError).  alloc(ctx, n) returns room for the n rows (NULL =
+     * out of memory, with an exception set), which are copied there.  GIL
+     * held.  0, or -1 + exception (TypeError / ValueError / IndexError). */
+    int (*indices)(PyObject *obj, int64_t *(*alloc)(void *ctx, size_t n), void *ctx);
 } pyddstore_api_t;
 
 /* Communicators implemented outside _core (pyddstore.FileComm, a

@@ -132,6 +132,29 @@ int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref)
     return PyList_Append(list, ref);
 }
 
+static int capi_indices(PyObject *obj, int64_t *(*alloc)(void *ctx, size_t n), void *ctx)
+{
+    pydds_indices_t ix;
+    int64_t *dst;
+    if (alloc == NULL) {
+        PyErr_SetString(PyExc_SystemError, "pyddstore C API indices: NULL alloc");
+        return -1;
+    }
+    if (pydds_indices_get(obj, &ix) != 0)
+        return -1;
+    dst = alloc(ctx, ix.n);
+    if (dst == NULL) {
+        pydds_indices_release(&ix);
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        return -1;
+    }
+    if (ix.n)
+        memcpy(dst, ix.rows, ix.n * sizeof(int64_t));
+    pydds_indices_release(&ix);
+    return 0;
+}
+
 static const pyddstore_api_t capi_table = {
     .size = sizeof(pyddstore_api_t),
     .version = PYDDSTORE_API_VERSION,
@@ -154,6 +177,7 @@ static const pyddstore_api_t capi_table = {
     .release = capi_release,
     .keep_alive = capi_keep_alive,
     .error = dds_error,
+    .indices = capi_indices,
 };
 
 PyObject *pydds_capi_capsule(void)
