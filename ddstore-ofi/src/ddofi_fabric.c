@@ -8,6 +8,7 @@
 #include "ddofi_internal.h"
 
 _Atomic int ddofi_libfabric_started;
+_Atomic int ddofi_test_mr_local;
 
 static int getinfo(const char *node, uint64_t flags, struct fi_info *hints,
                    struct fi_info **list_p)
@@ -307,15 +308,8 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     f->mr_mode = info->domain_attr->mr_mode;
     if (info->mode & FI_LOCAL_MR)
         f->mr_mode |= FI_MR_LOCAL;
-    /* Test seam: behave as if the provider required registered read
-     * destinations (FI_MR_LOCAL), so that the paths providers such as verbs
-     * and efa need run on shm/tcp too. */
-    {
-        const char *t = getenv("DDSTORE_OFI_TEST_MR_LOCAL");
-        int on = 0;
-        if (t && !ddofi_parse_bool(t, &on) && on)
-            f->mr_mode |= FI_MR_LOCAL;
-    }
+    if (atomic_load(&ddofi_test_mr_local)) /* test seam (ddofi_internal.h) */
+        f->mr_mode |= FI_MR_LOCAL;
     f->info = info;
 
     snprintf(f->prov_name, sizeof f->prov_name, "%s", info->fabric_attr->prov_name);
@@ -438,9 +432,8 @@ int ddofi_fabric_query(const ddofi_fabric_t *f, ddofi_fabric_attr_t *a)
     a->read_timeout_s = f->set.read_timeout_s;
     a->local_only = f->set.local_only && (f->quirk->flags & DDOFI_Q_SOCKETS) != 0;
     if (f->quirk->flags & DDOFI_Q_CMA) {
-        const char *c = getenv("DDSTORE_OFI_CMA");
         int on = 1;
-        if (c && *c && ddofi_parse_bool(c, &on))
+        if (ddofi_param_get_bool("CMA", &on))
             on = 0;
         a->direct_reads = on;
     }

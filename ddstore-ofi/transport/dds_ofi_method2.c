@@ -261,9 +261,7 @@ int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t 
     }
     if (!rc) {
         /* libfabric reads its fork settings once, at its first use */
-        int r = ddofi_env_prepare(-1);
-        if (r < 0)
-            rc = ddofi_transport_error(r, NULL);
+        rc = ofi_env_prepare();
     }
     if (rc) {
         char saved[768];
@@ -487,7 +485,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
         return rc;
     fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
     fp.local_only = (rec->flags & DDS_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
-    const char *want = NULL, *e;
+    const char *want = NULL;
     if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
         return rc;
     const int forced = want && want[0] && strcmp(want, "auto") != 0;
@@ -495,8 +493,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
         fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
         fp.provider = rec->provider;
     }
-    const int named = t->hs.nic_map[0] || ((e = getenv("FABRIC_IFACE")) && *e) ||
-                      ((e = getenv("DDSTORE_NIC_MAP")) && *e);
+    const int named = (fp.field_mask & (DDOFI_FABRIC_FIELD_IFACE | DDOFI_FABRIC_FIELD_NIC_MAP)) != 0;
     if (!named && rec->domain[0]) {
         fp.field_mask |= DDOFI_FABRIC_FIELD_IFACE;
         fp.iface = rec->domain;

@@ -48,23 +48,9 @@ static const dds_config_entry_t ofi_config_table[] = {
     {"DDSTORE_FABRIC_LOCAL_ONLY", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
      "socket providers use 127.0.0.1 only; auto: when every rank is on this "
      "host and no interface is named"},
-    {"DDSTORE_OFI_PROGRESS", DDS_CONFIG_ENUM, "auto", "auto|thread|none", "ofi",
-     "target-side progress thread: auto (where the provider needs one), "
-     "thread (always), none"},
-    {"DDSTORE_OFI_PROGRESS_WAIT", DDS_CONFIG_ENUM, "auto", "auto|fd|backoff", "ofi",
-     "how the progress thread sleeps: wait fd (tcp) or backoff sleep (shm); "
-     "auto = the provider's quirk entry"},
-    {"DDSTORE_OFI_BACKOFF_MAX_US", DDS_CONFIG_INT, "0", NULL, "ofi",
-     "longest backoff sleep of a polling progress thread in microseconds "
-     "(0 = the provider's default, 1000 for shm)"},
-    {"DDSTORE_OFI_MAX_OUTSTANDING", DDS_CONFIG_INT, "0", NULL, "ofi",
-     "reads in flight per read call (0 = the endpoint's transmit queue size)"},
     {"DDSTORE_OFI_HMEM", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
      "open the provider with FI_HMEM (GPU memory): auto = where a NIC provider "
      "(cxi, verbs, efa) offers it, 1 = required"},
-    {"DDSTORE_OFI_CMA", DDS_CONFIG_BOOL, "1", NULL, "ofi",
-     "same-node direct reads (shm): host rows straight through process_vm_readv, up "
-     "to 1024 per system call; 0 = every read through the provider"},
     {"DDSTORE_OFI_THP", DDS_CONFIG_BOOL, "1", NULL, "ofi",
      "same-node direct reads (shm): back shards and registered destinations with "
      "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
@@ -82,11 +68,54 @@ static const dds_config_entry_t ofi_config_table[] = {
      "starts"},
 };
 
+/* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
+ * (DDSTORE_OFI_PROGRESS, DDSTORE_OFI_CMA ...).  The ones that ddstore
+ * declares above or in core (provider, interface, nic_map, local_only, read
+ * size and timeout, fork workers) are passed as parameters instead
+ * (ofi_read_settings), so the library does not read them itself. */
+#define OFI_PARAM_PREFIX "DDSTORE_OFI_"
+static const char *const ofi_host_owned[] = {"PROVIDER", "IFACE", "NIC_MAP", "LOCAL_ONLY",
+                                             "MAX_READ_BYTES", "READ_TIMEOUT_S",
+                                             "FORK_WORKERS", NULL};
+static dds_config_entry_t *g_lib_table; /* the rest, mirrored into core's registry */
+
+static dds_config_type_t core_type(ddofi_param_type_t t)
+{
+    switch (t) {
+    case DDOFI_PARAM_BOOL: return DDS_CONFIG_BOOL;
+    case DDOFI_PARAM_SIZE: return DDS_CONFIG_INT;
+    case DDOFI_PARAM_DOUBLE: return DDS_CONFIG_DOUBLE;
+    case DDOFI_PARAM_ENUM: return DDS_CONFIG_ENUM;
+    case DDOFI_PARAM_STRING: break;
+    }
+    return DDS_CONFIG_STRING;
+}
+
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 static void cfg_once(void)
 {
     (void)dds_config_register(ofi_config_table,
                               sizeof ofi_config_table / sizeof ofi_config_table[0]);
+    if (ddofi_param_set_prefix(OFI_PARAM_PREFIX, ofi_host_owned) != 0)
+        return; /* a name above is not the library's: its unit test says which */
+    /* One block, kept for the life of the process (registered tables are
+     * not copied): the entries, then their names. */
+    size_t n = ddofi_param_count(), k = 0;
+    const size_t name_max = sizeof OFI_PARAM_PREFIX + 32;
+    dds_config_entry_t *t = calloc(n, sizeof *t + name_max);
+    if (!t)
+        return;
+    char *names = (char *)(t + n);
+    for (size_t i = 0; i < n; i++) {
+        const ddofi_param_t *p = ddofi_param_at(i);
+        char *name = names + i * name_max;
+        if (ddofi_param_env_name(p->name, name, name_max) != 0)
+            continue; /* host-owned */
+        t[k++] = (dds_config_entry_t){name, core_type(p->type), p->defval, p->choices, "ofi",
+                                      p->help};
+    }
+    g_lib_table = t;
+    (void)dds_config_register(t, k);
 }
 void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once); }
 
@@ -744,6 +773,18 @@ static void log_once(void)
         ddofi_log_set_sink(ddofi_log_to_core, NULL, max);
 }
 
+/* libfabric's fork settings (read once, at its first use) with
+ * DDSTORE_FORK_WORKERS from core's registry. */
+int ofi_env_prepare(void)
+{
+    int fork_workers = 0;
+    int rc = dds_config_get_bool("DDSTORE_FORK_WORKERS", &fork_workers);
+    if (rc)
+        return rc;
+    rc = ddofi_env_prepare(fork_workers);
+    return rc < 0 ? ddofi_transport_error(rc, NULL) : 0;
+}
+
 /* Settings from core's registry (validated there) into the library's params. */
 int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                          ddofi_fabric_params_t *p)
@@ -778,9 +819,25 @@ int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int l
         p->nic_map = tp->nic_map;
         named_iface = 1;
     }
-    const char *e;
-    if (((e = getenv("FABRIC_IFACE")) && *e) || ((e = getenv("DDSTORE_NIC_MAP")) && *e))
+    const char *iface = NULL, *map = NULL, *prov = NULL;
+    if ((rc = dds_config_get_string("FABRIC_IFACE", &iface)) ||
+        (rc = dds_config_get_string("DDSTORE_NIC_MAP", &map)))
+        return rc;
+    if (!named_iface && iface && *iface) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_IFACE;
+        p->iface = iface;
         named_iface = 1;
+    } else if (!named_iface && map && *map) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
+        p->nic_map = map;
+        named_iface = 1;
+    }
+    if (!(p->field_mask & DDOFI_FABRIC_FIELD_PROVIDER)) {
+        if ((rc = dds_config_get_string("DDSTORE_FABRIC", &prov)))
+            return rc;
+        p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
+        p->provider = prov && *prov ? prov : "auto";
+    }
     if ((rc = dds_config_get_string("DDSTORE_FABRIC_LOCAL_ONLY", &s)))
         return rc;
     p->field_mask |= DDOFI_FABRIC_FIELD_LOCAL_ONLY;
@@ -849,9 +906,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
     }
     /* Validate the environment on every rank before any collective. */
     if (!rc) {
-        int r2 = ddofi_env_prepare(-1);
-        if (r2 < 0)
-            rc = ddofi_transport_error(r2, NULL);
+        rc = ofi_env_prepare();
     }
     rc = dds_comm_agree(comm, rc);
     if (rc)

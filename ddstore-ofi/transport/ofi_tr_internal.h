@@ -100,6 +100,8 @@ struct ofi_tr {
 extern const dds_transport_ops_t ofi_tr_ops;
 int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p);
 void ofi_reader_free(ofi_reader_t *r);
+/* ddofi_env_prepare with DDSTORE_FORK_WORKERS from core's registry: 0 or a dds error. */
+int ofi_env_prepare(void);
 int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                       ddofi_fabric_params_t *p);
 void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p);

@@ -64,8 +64,7 @@ typedef struct dds_store_params {
     uint64_t field_mask;          /* DDS_STORE_PARAM_* that are set           */
     dds_comm_t comm;              /* required; ownership moves to the store   */
     dds_transport_t transport;    /* required; ownership moves to the store   */
-    /* Added after 0.1.0 (read only when DDS_STORE_PARAM_MEMSYS is set):
-     * GPU memory operations (memops.h) for one device kind (ops->kind).
+    /* DDS_STORE_PARAM_MEMSYS: GPU memory operations (memops.h) for one device kind (ops->kind).
      * Optional; ownership moves to the store (ops->destroy(ctx) when the
      * store is destroyed, or at once when creation fails).  Without it the
      * store reads into GPU memory only through a transport with

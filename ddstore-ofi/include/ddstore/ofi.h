@@ -7,7 +7,7 @@
  * Objects (opaque, symmetric lifecycles; every close/deregister accepts NULL):
  *
  *   ddofi_fabric_t   provider + fabric + domain chosen from the parameters
- *                    (DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP ...)
+ *                    (PROVIDER, IFACE, NIC_MAP ...: see Parameters)
  *   ddofi_ep_t       one RDM endpoint with its completion queue and address
  *                    vector.  A reader posts reads on it; a server endpoint
  *                    (DDOFI_EP_SERVE) is the target of other processes'
@@ -50,7 +50,7 @@
  * child opens a new fabric/endpoint and may close the inherited handles
  * (which then only frees the child's copy of the memory; the parent's
  * provider objects are untouched).  Call ddofi_env_prepare(1) before
- * libfabric starts when children will use libfabric (DDSTORE_FORK_WORKERS).
+ * libfabric starts when children will use libfabric (FORK_WORKERS).
  *
  * Thread-safety: see each object.  In short: a fabric may be shared by every
  * thread; endpoints may be shared too (reads from several threads on one
@@ -131,6 +131,50 @@ typedef void (*ddofi_log_fn)(void *arg, ddofi_log_level_t level,
 void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level);
 
 /* ------------------------------------------------------------------ */
+/* Parameters: every environment variable the library reads            */
+
+/* Each setting is declared once (name, type, default, accepted values,
+ * help), in the style of libfabric's FI_<PROV>_<NAME>: the variable is
+ * <prefix><name>, e.g. DDOFI_PROGRESS.  The prefix is "DDOFI_" unless the
+ * host sets its own.  A field of ddofi_fabric_params_t whose bit is set in
+ * field_mask is never read from the environment. */
+typedef enum {
+    DDOFI_PARAM_BOOL = 0,   /* 0/1, true/false, yes/no, on/off             */
+    DDOFI_PARAM_SIZE = 1,   /* count; K/M/G/T suffixes (x1024)             */
+    DDOFI_PARAM_DOUBLE = 2,
+    DDOFI_PARAM_STRING = 3,
+    DDOFI_PARAM_ENUM = 4    /* one of `choices` ("auto|0|1")               */
+} ddofi_param_type_t;
+
+typedef struct ddofi_param {
+    const char *name;       /* suffix: "PROGRESS"                          */
+    ddofi_param_type_t type;
+    const char *defval;     /* default as text; NULL = unset               */
+    const char *choices;    /* ENUM only, else NULL                        */
+    const char *help;       /* one line                                    */
+} ddofi_param_t;
+
+#define DDOFI_PARAM_PREFIX_DEFAULT "DDOFI_"
+
+/* Set the prefix of every variable (NULL: the default; at most 31 bytes),
+ * and the parameters the host supplies itself (NULL-terminated names, or
+ * NULL): those are no longer read from the environment (their default
+ * applies unless the host passes a value) and ddofi_param_env_name reports
+ * them as -ENOENT, so a host lists only what the library reads.  Call before
+ * the first fabric is opened.  Returns 0 or -EINVAL (too long, unknown
+ * name).  Thread-safe. */
+int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned);
+
+/* The declared parameters: index 0..count-1; NULL past the end. */
+size_t ddofi_param_count(void);
+const ddofi_param_t *ddofi_param_at(size_t i);
+
+/* The environment variable of parameter `name` ("PROGRESS" ->
+ * "DDOFI_PROGRESS") into buf.  0, -EINVAL (not a parameter), -ENOENT
+ * (host-owned: not read from the environment), -ENOSPC. */
+int ddofi_param_env_name(const char *name, char *buf, size_t cap);
+
+/* ------------------------------------------------------------------ */
 /* Process environment (call before libfabric starts in this process)  */
 
 /* Apply libfabric settings that must be in the environment before
@@ -139,8 +183,8 @@ void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level)
  *     registration of CXI host buffers fails after fork);
  *   - fork_workers != 0: FI_MR_CACHE_MONITOR=memhooks when it is unset or
  *     "kdreg2" (kdreg2 does not work in forked processes; memhooks does).
- * fork_workers < 0: read DDSTORE_FORK_WORKERS (0/1, default 0).
- * Returns 0, -DDOFI_ECONFIG (bad DDSTORE_FORK_WORKERS), or 1 when it had
+ * fork_workers < 0: read parameter FORK_WORKERS (0/1, default 0).
+ * Returns 0, -DDOFI_ECONFIG (bad FORK_WORKERS value), or 1 when it had
  * to change a setting after this library already started libfabric in
  * this process (applied, but probably too late; logged as a warning).
  * Not thread-safe (setenv): call from the main thread, early. */
@@ -180,21 +224,22 @@ enum {
 };
 
 /* Every field is used only when its bit is set in field_mask; otherwise the
- * environment variable named beside it is read, else the default.
+ * parameter named beside it is read from the environment (<prefix><NAME>,
+ * see ddofi_param_set_prefix), else the default.
  * Strings are copied; the struct may be freed after ddofi_fabric_open. */
 typedef struct ddofi_fabric_params {
     uint64_t field_mask;
-    /* DDSTORE_FABRIC (default "auto"): auto | cxi | verbs | efa | shm | tcp |
+    /* PROVIDER (default "auto"): auto | cxi | verbs | efa | shm | tcp |
      * hsn | any libfabric provider string ("tcp;ofi_rxm", "udp;ofi_rxd",
      * "sockets" ...).  tcp = "tcp;ofi_rxm", verbs = "verbs;ofi_rxm",
      * hsn = "tcp;ofi_rxm" on a Slingshot interface (domain hsn*).
      * auto tries cxi > verbs > efa > shm (only when single_node) >
      * tcp;ofi_rxm and takes the first that has a fitting domain. */
     const char *provider;
-    /* FABRIC_IFACE: libfabric domain name to use ("cxi0", "mlx5_0", "eth0",
+    /* IFACE: libfabric domain name to use ("cxi0", "mlx5_0", "eth0",
      * "hsn0", "lo").  Wins over nic_map when both are given. */
     const char *iface;
-    /* DDSTORE_NIC_MAP: local rank -> domain, comma-separated entries
+    /* NIC_MAP: local rank -> domain, comma-separated entries
      * "LOCALRANK:DOMAIN" ("0:cxi0,1:cxi1,2:cxi2,3:cxi3"); an entry "*:DOMAIN"
      * matches ranks without their own entry; a list of bare names
      * ("cxi0,cxi1") is used round-robin (local_rank % count). */
@@ -207,24 +252,24 @@ typedef struct ddofi_fabric_params {
      * (default 0). */
     int single_node;
     /* Non-zero: socket providers (tcp, udp, net, sockets) use 127.0.0.1
-     * only (FI_SOURCE + node "127.0.0.1") (default 0; env
-     * DDSTORE_FABRIC_LOCAL_ONLY). */
+     * only (FI_SOURCE + node "127.0.0.1").  Unset: LOCAL_ONLY = auto | 0 |
+     * 1 (default auto: when single_node and no iface/nic_map is given). */
     int local_only;
     /* Device memory (FI_HMEM): DDOFI_FABRIC_HMEM_OFF (default),
      * DDOFI_FABRIC_HMEM_REQUIRE (only providers with FI_HMEM), or
      * DDOFI_FABRIC_HMEM_PREFER (with FI_HMEM where a NIC provider - cxi,
      * verbs, efa - offers it, else without). */
     int hmem;
-    /* DDSTORE_MAX_READ_BYTES: split reads above this size (default 0 = the
+    /* MAX_READ_BYTES: split reads above this size (default 0 = the
      * endpoint's max_msg_size only).  K/M/G suffixes accepted. */
     size_t max_read_bytes;
-    /* DDSTORE_READ_TIMEOUT_S: a ddofi_read that has not completed after
-     * this many seconds returns -ETIMEDOUT (default 60; <= 0: wait for
+    /* READ_TIMEOUT_S: a ddofi_read that has not completed after this
+     * many seconds returns -ETIMEDOUT (default 120; <= 0 or inf: wait for
      * ever). */
     double read_timeout_s;
-    /* DDSTORE_OFI_PROGRESS = auto | thread | none (default auto). */
+    /* PROGRESS = auto | thread | none (default auto). */
     ddofi_progress_t progress;
-    /* DDSTORE_OFI_MAX_OUTSTANDING: reads in flight per ddofi_read call
+    /* MAX_OUTSTANDING: reads in flight per ddofi_read call
      * (default 0 = the endpoint's transmit queue size). */
     size_t max_outstanding;
 } ddofi_fabric_params_t;
@@ -266,7 +311,7 @@ typedef struct ddofi_fabric_attr {
     double read_timeout_s;
     int direct_reads;           /* same-node host reads go straight
                                    through process_vm_readv (shm; see
-                                   DDSTORE_OFI_CMA)                       */
+                                   parameter CMA)                        */
     int local_only;             /* a socket provider bound to 127.0.0.1
                                    (local_only asked for and applicable)  */
 } ddofi_fabric_attr_t;
