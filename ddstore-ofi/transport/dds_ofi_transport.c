@@ -55,17 +55,10 @@ static const dds_config_entry_t ofi_config_table[] = {
      "same-node direct reads (shm): back shards and registered destinations with "
      "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
      "sides)"},
-    {"DDSTORE_HANDSHAKE_DIR", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "method 2: directory (shared by the core and reader jobs) for the core job's "
-     "per-variable record files; created 0700"},
-    {"DDSTORE_EXCHANGE_NS", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "method 2: run namespace written into the core job's records; a reader with a "
-     "namespace accepts only records carrying the same one (e.g. a job id passed "
-     "to both jobs)"},
     {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
      "forked DataLoader workers read with methods 1/2: sets "
      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
-     "starts"},
+     "starts (FI_CXI_DISABLE_HOST_REGISTER=1 is set unless given, either way)"},
 };
 
 /* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
