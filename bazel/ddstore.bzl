@@ -23,12 +23,16 @@ load("@local_config_torch//:defs.bzl", "TORCH_CXX_STD")
 load(":select.bzl", "requires_mpi", "requires_python", "requires_torch")
 
 # C11 for every C library; _GNU_SOURCE for pthread_*_np, O_DIRECT, etc.
+# -fvisibility=hidden: a shared object exports only what is marked (the
+# extensions' PyInit_*; the libraries' *_API only in a shared build that
+# defines DDSTORE_BUILD_SHARED, include/ddstore/visibility.h).
 DDS_C_COPTS = [
     "-std=c11",
     "-D_GNU_SOURCE",
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
+    "-fvisibility=hidden",
 ]
 
 # ddstore-torch only; the -std=c++NN is torch's (TORCH_CXX_STD: what
@@ -37,6 +41,8 @@ DDS_CXX_COPTS = [
     "-std=c++%d" % TORCH_CXX_STD,
     "-Wall",
     "-Wno-unused-parameter",
+    "-fvisibility=hidden",
+    "-fvisibility-inlines-hidden",
 ]
 
 DDS_LINKOPTS = ["-pthread"]

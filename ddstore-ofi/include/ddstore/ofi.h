@@ -60,6 +60,17 @@
 #ifndef DDSTORE_OFI_H
 #define DDSTORE_OFI_H
 
+/* DDOFI_API marks the public API.  The library is compiled with
+ * -fvisibility=hidden; a shared build for C users defines DDOFI_BUILD_SHARED
+ * (or DDSTORE_BUILD_SHARED) and exports exactly these functions.  Linked
+ * statically into a host (ddstore's Python extension), they stay hidden. */
+#if (defined(DDOFI_BUILD_SHARED) || defined(DDSTORE_BUILD_SHARED)) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define DDOFI_API __attribute__((visibility("default")))
+#else
+#define DDOFI_API
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -76,11 +87,11 @@ extern "C" {
 #define DDOFI_VERSION_STRING "0.1.0"
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked (VERSION file). */
-const char *ddofi_version(void);
+DDOFI_API const char *ddofi_version(void);
 
 /* API version of the libfabric library linked at run time ("1.17";
  * fi_version()).  The pointer is thread-local. */
-const char *ddofi_libfabric_version(void);
+DDOFI_API const char *ddofi_libfabric_version(void);
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -103,11 +114,11 @@ enum {
 
 /* Static description of a code (positive or negative accepted).  Never
  * NULL.  Thread-safe. */
-const char *ddofi_strerror(int rc);
+DDOFI_API const char *ddofi_strerror(int rc);
 
 /* Detail of the last failure recorded on the calling thread ("" if none).
  * Thread-local; valid until the next ddofi call on this thread. */
-const char *ddofi_last_error(void);
+DDOFI_API const char *ddofi_last_error(void);
 
 /* ------------------------------------------------------------------ */
 /* Logging: silent unless a sink is set.                               */
@@ -128,7 +139,7 @@ typedef void (*ddofi_log_fn)(void *arg, ddofi_log_level_t level,
 /* Set the sink and the most verbose level passed to it (messages above
  * `max_level` cost one load and one compare).  fn == NULL: silent (the
  * default).  Call before other threads use the library. */
-void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level);
+DDOFI_API void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level);
 
 /* ------------------------------------------------------------------ */
 /* Parameters: every environment variable the library reads            */
@@ -163,16 +174,16 @@ typedef struct ddofi_param {
  * them as -ENOENT, so a host lists only what the library reads.  Call before
  * the first fabric is opened.  Returns 0 or -EINVAL (too long, unknown
  * name).  Thread-safe. */
-int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned);
+DDOFI_API int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned);
 
 /* The declared parameters: index 0..count-1; NULL past the end. */
-size_t ddofi_param_count(void);
-const ddofi_param_t *ddofi_param_at(size_t i);
+DDOFI_API size_t ddofi_param_count(void);
+DDOFI_API const ddofi_param_t *ddofi_param_at(size_t i);
 
 /* The environment variable of parameter `name` ("PROGRESS" ->
  * "DDOFI_PROGRESS") into buf.  0, -EINVAL (not a parameter), -ENOENT
  * (host-owned: not read from the environment), -ENOSPC. */
-int ddofi_param_env_name(const char *name, char *buf, size_t cap);
+DDOFI_API int ddofi_param_env_name(const char *name, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ */
 /* Process environment (call before libfabric starts in this process)  */
@@ -188,7 +199,7 @@ int ddofi_param_env_name(const char *name, char *buf, size_t cap);
  * to change a setting after this library already started libfabric in
  * this process (applied, but probably too late; logged as a warning).
  * Not thread-safe (setenv): call from the main thread, early. */
-int ddofi_env_prepare(int fork_workers);
+DDOFI_API int ddofi_env_prepare(int fork_workers);
 
 /* ------------------------------------------------------------------ */
 /* Fabric: provider and domain selection                               */
@@ -281,13 +292,13 @@ typedef struct ddofi_fabric_params {
  * -DDOFI_ECONFIG (bad value; detail names the variable), -DDOFI_EPROVIDER,
  * -ENOMEM.  On success *fabric_p is owned by the caller
  * (ddofi_fabric_close).  Thread-safe. */
-int ddofi_fabric_open(const ddofi_fabric_params_t *params,
+DDOFI_API int ddofi_fabric_open(const ddofi_fabric_params_t *params,
                       ddofi_fabric_t **fabric_p);
 
 /* Close: every endpoint and MR of the fabric must be closed first (else
  * -EBUSY and nothing is closed).  NULL accepted.  In a forked child only the
  * child's memory is released. */
-int ddofi_fabric_close(ddofi_fabric_t *fabric);
+DDOFI_API int ddofi_fabric_close(ddofi_fabric_t *fabric);
 
 /* What was chosen (pointers valid until the fabric is closed). */
 typedef struct ddofi_fabric_attr {
@@ -317,7 +328,7 @@ typedef struct ddofi_fabric_attr {
 } ddofi_fabric_attr_t;
 
 /* Fill *attr_p.  Returns 0 or -EINVAL. */
-int ddofi_fabric_query(const ddofi_fabric_t *fabric, ddofi_fabric_attr_t *attr_p);
+DDOFI_API int ddofi_fabric_query(const ddofi_fabric_t *fabric, ddofi_fabric_attr_t *attr_p);
 
 /* ------------------------------------------------------------------ */
 /* Endpoints                                                           */
@@ -339,13 +350,13 @@ typedef struct ddofi_ep_params {
 /* Open an endpoint (caps FI_RMA|FI_READ, plus FI_REMOTE_READ when SERVE).
  * params may be NULL.  Returns 0, -DDOFI_EPROVIDER, -ENOMEM,
  * -DDOFI_EFORKED.  Thread-safe. */
-int ddofi_ep_open(ddofi_fabric_t *fabric, const ddofi_ep_params_t *params,
+DDOFI_API int ddofi_ep_open(ddofi_fabric_t *fabric, const ddofi_ep_params_t *params,
                   ddofi_ep_t **ep_p);
 
 /* Stop the progress thread, close.  MRs bound to it (FI_MR_ENDPOINT) must
  * be deregistered first (else -EBUSY).  No read may be running on it.
  * NULL accepted. */
-int ddofi_ep_close(ddofi_ep_t *ep);
+DDOFI_API int ddofi_ep_close(ddofi_ep_t *ep);
 
 /* Largest address blob (bytes): size buffers for ddofi_ep_address with it,
  * or exchange fixed-size slots of this size. */
@@ -355,7 +366,7 @@ int ddofi_ep_close(ddofi_ep_t *ep);
  * written out).  -ENOSPC (with *len_p = size needed) when too small.  A
  * reader endpoint's address changes when a timed-out read fences it (see
  * ddofi_read); a server endpoint's never changes. */
-int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
+DDOFI_API int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
 
 /* A peer's address inserted into an endpoint (libfabric fi_addr_t). */
 typedef uint64_t ddofi_peer_t;
@@ -363,15 +374,15 @@ typedef uint64_t ddofi_peer_t;
 /* Insert a peer's address blob (from ddofi_ep_address in another process
  * or this one) into `ep`.  The blob is validated (magic, version, provider):
  * -DDOFI_EBLOB names what does not match.  Thread-safe. */
-int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len,
+DDOFI_API int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len,
                       ddofi_peer_t *peer_p);
 
 /* Remove a peer from the endpoint (no read to it may be in flight). */
-int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer);
+DDOFI_API int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer);
 
 /* Drive the endpoint's progress once (reap completions, serve remote
  * reads).  Needed only with DDOFI_PROGRESS_NONE.  Thread-safe. */
-int ddofi_ep_progress(ddofi_ep_t *ep);
+DDOFI_API int ddofi_ep_progress(ddofi_ep_t *ep);
 
 /* ------------------------------------------------------------------ */
 /* Memory registration                                                 */
@@ -415,18 +426,18 @@ typedef struct ddofi_mr_params {
  * len == 0 gives a valid MR that covers nothing (exports size 0).
  * Device memory without FI_HMEM: -DDOFI_ENOHMEM.  The caller keeps the
  * memory alive until ddofi_mr_deregister.  Thread-safe. */
-int ddofi_mr_register(ddofi_fabric_t *fabric, const ddofi_mr_params_t *params,
+DDOFI_API int ddofi_mr_register(ddofi_fabric_t *fabric, const ddofi_mr_params_t *params,
                       ddofi_mr_t **mr_p);
 
 /* NULL accepted.  No read into/out of it may be in flight. */
-int ddofi_mr_deregister(ddofi_mr_t *mr);
+DDOFI_API int ddofi_mr_deregister(ddofi_mr_t *mr);
 
 /* Region blob: fixed size. */
 #define DDOFI_MR_BLOB_SIZE 48
 
 /* Write the export blob (DDOFI_MR_BLOB_SIZE bytes) of a REMOTE_READ
  * registration: base address, key, size, addressing mode, provider tag. */
-int ddofi_mr_export(const ddofi_mr_t *mr, void *blob);
+DDOFI_API int ddofi_mr_export(const ddofi_mr_t *mr, void *blob);
 
 /* A peer's region as seen by a reader.  Plain value: copy it freely.
  * Fill it with ddofi_remote_import (fields are documented for logging and
@@ -447,7 +458,7 @@ enum {
 };
 
 /* Decode a region blob.  -DDOFI_EBLOB when truncated/corrupted/foreign. */
-int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *remote_p);
+DDOFI_API int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *remote_p);
 
 /* ------------------------------------------------------------------ */
 /* Batched reads                                                       */
@@ -493,7 +504,7 @@ typedef struct ddofi_read_stats {
  * stopped peer are CMA copies by the reader and complete anyway, a timeout
  * there means a full command queue, with nothing in flight).  Thread-safe (several threads may read on one endpoint).  stats may be
  * NULL. */
-int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
+DDOFI_API int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                ddofi_read_stats_t *stats);
 
 #ifdef __cplusplus
