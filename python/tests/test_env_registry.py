@@ -85,46 +85,36 @@ def scan(declared, ofi_params, env_doc):
     """Every undeclared read: a list of 'file:line: what'."""
     bad = []
 
-    def name_ok(n):
-        return n.endswith("_") or n in declared  # a prefix ("DDSTORE_OFI_") is no variable
+    def check(path, text, strings, getenv_re, setenv_re):
+        rel = _rel(path)
+        for line, s in strings:
+            for n in NAME.findall(s):
+                # a prefix ("DDSTORE_OFI_") is no variable
+                if not n.endswith("_") and n not in declared:
+                    bad.append(f"{rel}:{line}: {n} is not declared in any registry")
+        for m in getenv_re.finditer(text):
+            n = m.group(1)
+            if not n.startswith("DDSTORE_") and not EXTERNAL.match(n) and n not in declared:
+                bad.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: reads {n}, "
+                           "neither declared nor a launcher's/libfabric's")
+        for m in setenv_re.finditer(text):
+            if m.group(1) not in env_doc:
+                bad.append(f"{rel}: sets {m.group(1)}, which docs/environment.md does "
+                           "not mention")
 
     for path in _files(C_DIRS, (".c", ".h", ".cpp", ".cc")):
         with open(path, encoding="utf-8", errors="replace") as f:
             text = _strip_c_comments(f.read())
-        for m in STRING_C.finditer(text):
-            line = text.count("\n", 0, m.start()) + 1
-            for n in NAME.findall(m.group(0)):
-                if not name_ok(n):
-                    bad.append(f"{_rel(path)}:{line}: {n} is not declared in any registry")
-        for m in GETENV_C.finditer(text):
-            n = m.group(1)
-            if not n.startswith("DDSTORE_") and not EXTERNAL.match(n) and n not in declared:
-                bad.append(f"{_rel(path)}:{text.count(chr(10), 0, m.start()) + 1}: "
-                           f"getenv(\"{n}\") is neither declared nor a launcher's/libfabric's")
+        check(path, text, ((text.count("\n", 0, m.start()) + 1, m.group(0))
+                           for m in STRING_C.finditer(text)), GETENV_C, SETENV_C)
         for m in OFI_PARAM_C.finditer(text):
             if m.group(1) not in ofi_params:
                 bad.append(f"{_rel(path)}:{text.count(chr(10), 0, m.start()) + 1}: ddofi "
                            f"parameter {m.group(1)} is not in src/ddofi_param.c's table")
-        for m in SETENV_C.finditer(text):
-            if m.group(1) not in env_doc:
-                bad.append(f"{_rel(path)}: sets {m.group(1)}, which docs/environment.md "
-                           "does not mention")
     for path in _files(PY_DIRS, (".py",)):
         with open(path, encoding="utf-8") as f:
             text = f.read()
-        for line, s in _py_strings(text):
-            for n in NAME.findall(s):
-                if not name_ok(n):
-                    bad.append(f"{_rel(path)}:{line}: {n} is not declared in any registry")
-        for m in GETENV_PY.finditer(text):
-            n = m.group(1)
-            if not n.startswith("DDSTORE_") and not EXTERNAL.match(n) and n not in declared:
-                bad.append(f"{_rel(path)}:{text.count(chr(10), 0, m.start()) + 1}: "
-                           f"reads {n}, neither declared nor a launcher's/libfabric's")
-        for m in SETENV_PY.finditer(text):
-            if m.group(1) not in env_doc:
-                bad.append(f"{_rel(path)}: sets {m.group(1)}, which docs/environment.md "
-                           "does not mention")
+        check(path, text, _py_strings(text), GETENV_PY, SETENV_PY)
     return bad
 
 
