@@ -220,12 +220,14 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     struct fi_info *info = NULL;
     char tried[256] = "";
     char shm_note[400] = "";
+    char pvar[64]; /* what to call the provider setting in messages */
+    ddofi_param_label("PROVIDER", pvar, sizeof pvar);
     size_t tn = 0;
     for (size_t i = 0; i < ncands && !info; i++) {
         char prov[64];
         const char *prefix = NULL;
         if (ddofi_provider_alias(cands[i], prov, sizeof prov, &prefix)) {
-            rc = ddofi_error(-DDOFI_ECONFIG, "DDSTORE_FABRIC is empty");
+            rc = ddofi_error(-DDOFI_ECONFIG, "%s is empty", pvar);
             goto fail;
         }
         const ddofi_quirk_t *q = ddofi_quirk_lookup(prov);
@@ -253,10 +255,10 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         if (rc && (q->flags & DDOFI_Q_SINGLE_NODE) &&
             ddofi_shm_explain(shm_note, sizeof shm_note)) {
             if (!is_auto) {
-                rc = ddofi_error(-ENOSPC, "DDSTORE_FABRIC=%s: %s", s.provider, shm_note);
+                rc = ddofi_error(-ENOSPC, "%s=%s: %s", pvar, s.provider, shm_note);
                 goto fail;
             }
-            DDOFI_LOG(DDOFI_LOG_WARN, "DDSTORE_FABRIC=auto: shm skipped: %s", shm_note);
+            DDOFI_LOG(DDOFI_LOG_WARN, "%s=auto: shm skipped: %s", pvar, shm_note);
         }
         if (!rc)
             f->hmem_on = want;
@@ -276,9 +278,9 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         else
             want[0] = '\0';
         rc = ddofi_error(-DDOFI_ENOPROV,
-                         "DDSTORE_FABRIC=%s: no libfabric provider fits (tried %s%s%s%s%s%s); "
+                         "%s=%s: no libfabric provider fits (tried %s%s%s%s%s%s); "
                          "found with FI_EP_RDM + fi_read: %s",
-                         s.provider, tried, want,
+                         pvar, s.provider, tried, want,
                          s.hmem == DDOFI_FABRIC_HMEM_REQUIRE ? ", FI_HMEM required" : "",
                          (is_auto && !s.single_node) ? ", shm skipped: peers not all on this node" : "",
                          shm_note[0] ? "; shm: " : "", shm_note, found);

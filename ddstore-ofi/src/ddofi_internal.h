@@ -70,6 +70,10 @@ int ddofi_param_get_size(const char *name, size_t *value_p);
 int ddofi_param_get_double(const char *name, double *value_p);
 int ddofi_param_get_string(const char *name, const char **value_p);
 int ddofi_param_get_enum(const char *name, int *index_p);
+/* What to call a parameter in messages: its variable (<prefix><name>), or
+ * for a host-owned one the host's variable when the host named it
+ * ("PROVIDER=DDSTORE_FABRIC"), else the bare name.  Returns buf. */
+const char *ddofi_param_label(const char *name, char *buf, size_t cap);
 
 /* Test seam (tests only; no environment variable): behave as if every
  * provider required registered read destinations (FI_MR_LOCAL), so that the

@@ -56,14 +56,20 @@ static const ddofi_param_t params[] = {
 static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
 static char g_prefix[PREFIX_MAX] = DDOFI_PARAM_PREFIX_DEFAULT;
 static unsigned char g_host_owned[NPARAMS];
+static char g_host_label[NPARAMS][PREFIX_MAX + 32]; /* the host's variable, for messages */
 
-static int index_of(const char *name)
+/* "NAME" or "NAME=HOST_VARIABLE" (host_owned entries): the length of NAME. */
+static size_t name_len(const char *entry) { return strcspn(entry, "="); }
+
+static int index_of_n(const char *name, size_t len)
 {
     for (size_t i = 0; i < NPARAMS; i++)
-        if (!strcmp(params[i].name, name))
+        if (strlen(params[i].name) == len && !strncmp(params[i].name, name, len))
             return (int)i;
     return -1;
 }
+
+static int index_of(const char *name) { return index_of_n(name, strlen(name)); }
 
 int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned)
 {
@@ -72,15 +78,24 @@ int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned)
     if (strlen(prefix) >= PREFIX_MAX)
         return ddofi_error(-EINVAL, "parameter prefix \"%s\" is longer than %d bytes",
                            prefix, PREFIX_MAX - 1);
-    for (size_t i = 0; host_owned && host_owned[i]; i++)
-        if (index_of(host_owned[i]) < 0)
-            return ddofi_error(-EINVAL, "host-owned parameter \"%s\" is not a parameter",
-                               host_owned[i]);
+    for (size_t i = 0; host_owned && host_owned[i]; i++) {
+        const char *e = host_owned[i];
+        if (index_of_n(e, name_len(e)) < 0 ||
+            (e[name_len(e)] && strlen(e + name_len(e) + 1) >= sizeof g_host_label[0]))
+            return ddofi_error(-EINVAL, "host-owned parameter \"%s\": not a parameter, or "
+                               "the variable named is too long", e);
+    }
     pthread_mutex_lock(&g_lock);
     snprintf(g_prefix, sizeof g_prefix, "%s", prefix);
     memset(g_host_owned, 0, sizeof g_host_owned);
-    for (size_t i = 0; host_owned && host_owned[i]; i++)
-        g_host_owned[index_of(host_owned[i])] = 1;
+    memset(g_host_label, 0, sizeof g_host_label);
+    for (size_t i = 0; host_owned && host_owned[i]; i++) {
+        const char *e = host_owned[i];
+        int k = index_of_n(e, name_len(e));
+        g_host_owned[k] = 1;
+        if (e[name_len(e)])
+            snprintf(g_host_label[k], sizeof g_host_label[k], "%s", e + name_len(e) + 1);
+    }
     pthread_mutex_unlock(&g_lock);
     return 0;
 }
@@ -103,6 +118,20 @@ int ddofi_param_env_name(const char *name, char *buf, size_t cap)
     return n < 0 || (size_t)n >= cap ? -ENOSPC : 0;
 }
 
+const char *ddofi_param_label(const char *name, char *buf, size_t cap)
+{
+    int i = index_of(name);
+    int rc = ddofi_param_env_name(name, buf, cap);
+    if (rc == -ENOENT && i >= 0) {
+        pthread_mutex_lock(&g_lock);
+        snprintf(buf, cap, "%s", g_host_label[i][0] ? g_host_label[i] : name);
+        pthread_mutex_unlock(&g_lock);
+    } else if (rc) {
+        snprintf(buf, cap, "%s", name);
+    }
+    return buf;
+}
+
 /* The parameter's declaration and its text: the environment's value when set
  * and not blank (and not host-owned), else the default.  var gets the
  * variable's name for messages. */
@@ -116,7 +145,7 @@ static const ddofi_param_t *lookup(const char *name, ddofi_param_type_t type,
     int rc = ddofi_param_env_name(name, var, cap);
     const char *v = rc == 0 ? getenv(var) : NULL;
     if (rc == -ENOENT)
-        snprintf(var, cap, "%s", name);
+        ddofi_param_label(name, var, cap);
     while (v && isspace((unsigned char)*v))
         v++;
     *from_env_p = v && *v;

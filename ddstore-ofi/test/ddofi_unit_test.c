@@ -340,11 +340,14 @@ static void test_params(void)
     unsetenv("DDOFI_LOCAL_ONLY");
 
     /* A host's prefix; host-owned parameters are not read or listed. */
-    static const char *const owned[] = {"PROVIDER", "READ_TIMEOUT_S", NULL};
+    static const char *const owned[] = {"PROVIDER=HOSTLIB_FABRIC", "READ_TIMEOUT_S", NULL};
     T_EQ_INT(ddofi_param_set_prefix("HOSTLIB_OFI_", owned), 0);
     T_EQ_INT(ddofi_param_env_name("PROGRESS", var, sizeof var), 0);
     T_EQ_STR(var, "HOSTLIB_OFI_PROGRESS");
     T_EQ_INT(ddofi_param_env_name("PROVIDER", var, sizeof var), -ENOENT);
+    T_EQ_STR(ddofi_param_label("PROVIDER", var, sizeof var), "HOSTLIB_FABRIC");
+    T_EQ_STR(ddofi_param_label("READ_TIMEOUT_S", var, sizeof var), "READ_TIMEOUT_S");
+    T_EQ_STR(ddofi_param_label("CMA", var, sizeof var), "HOSTLIB_OFI_CMA");
     setenv("HOSTLIB_OFI_PROGRESS", "none", 1);
     setenv("HOSTLIB_OFI_PROVIDER", "tcp", 1);
     setenv("HOSTLIB_OFI_READ_TIMEOUT_S", "5", 1);
@@ -571,10 +574,10 @@ static void test_selection_errors(void)
     /* Errors never print (the library has no default sink). */
     T_EQ_INT(foreign_output_lines(try_selections), 0);
     T_EQ_INT(sel_rc[0], -DDOFI_ENOPROV);
-    T_CONTAINS(sel_msg[0], "DDSTORE_FABRIC=no-such-provider");
+    T_CONTAINS(sel_msg[0], "DDOFI_PROVIDER=no-such-provider");
     T_CONTAINS(sel_msg[0], "found with FI_EP_RDM + fi_read:");
     T_EQ_INT(sel_rc[1], -DDOFI_ENOPROV);
-    T_CONTAINS(sel_msg[1], "DDSTORE_FABRIC=cxi");
+    T_CONTAINS(sel_msg[1], "DDOFI_PROVIDER=cxi");
     T_EQ_INT(sel_rc[2], -DDOFI_ENOPROV);
     T_CONTAINS(sel_msg[2], "hsn*");
     T_EQ_INT(sel_rc[3], -DDOFI_ENOPROV);

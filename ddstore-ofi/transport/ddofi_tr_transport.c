@@ -67,9 +67,15 @@ static const dds_config_entry_t ddofi_tr_config_table[] = {
  * size and timeout, fork workers) are passed as parameters instead
  * (ddofi_tr_read_settings), so the library does not read them itself. */
 #define OFI_PARAM_PREFIX "DDSTORE_OFI_"
-static const char *const ddofi_tr_host_owned[] = {"PROVIDER", "IFACE", "NIC_MAP", "LOCAL_ONLY",
-                                             "MAX_READ_BYTES", "READ_TIMEOUT_S",
-                                             "FORK_WORKERS", NULL};
+static const char *const ddofi_tr_host_owned[] = {
+    "PROVIDER=DDSTORE_FABRIC",
+    "IFACE=FABRIC_IFACE",
+    "NIC_MAP=DDSTORE_NIC_MAP",
+    "LOCAL_ONLY=DDSTORE_FABRIC_LOCAL_ONLY",
+    "MAX_READ_BYTES=DDSTORE_MAX_READ_BYTES",
+    "READ_TIMEOUT_S=DDSTORE_READ_TIMEOUT_S",
+    "FORK_WORKERS=DDSTORE_FORK_WORKERS",
+    NULL};
 static dds_config_entry_t *g_lib_table; /* the rest, mirrored into core's registry */
 
 static dds_config_type_t core_type(ddofi_param_type_t t)

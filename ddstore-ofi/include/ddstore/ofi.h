@@ -171,7 +171,9 @@ typedef struct ddofi_param {
  * and the parameters the host supplies itself (NULL-terminated names, or
  * NULL): those are no longer read from the environment (their default
  * applies unless the host passes a value) and ddofi_param_env_name reports
- * them as -ENOENT, so a host lists only what the library reads.  Call before
+ * them as -ENOENT, so a host lists only what the library reads.  An entry
+ * "NAME=VARIABLE" also names the host's own variable for that setting, which
+ * the library's messages then use ("PROVIDER=MYAPP_FABRIC").  Call before
  * the first fabric is opened.  Returns 0 or -EINVAL (too long, unknown
  * name).  Thread-safe. */
 DDOFI_API int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned);
