@@ -167,35 +167,24 @@ static int bad(const char *var, int from_env, const char *text, const char *want
                        from_env ? "" : " (default)", text, want);
 }
 
-int ddofi_param_get_bool(const char *name, int *value_p)
-{
-    LOOKUP(DDOFI_PARAM_BOOL);
-    int v = 0;
-    if (text && ddofi_parse_bool(text, &v))
-        return bad(var, from_env, text, "0 or 1");
-    *value_p = v;
-    return 0;
-}
+/* A getter of a parsed type: the value, else the default; a bad value names
+ * the variable. */
+#define GETTER(fn, ptype, ctype, parse, want)                                  \
+    int fn(const char *name, ctype *value_p)                                   \
+    {                                                                          \
+        LOOKUP(ptype);                                                         \
+        ctype v = 0;                                                           \
+        if (text && parse(text, &v))                                           \
+            return bad(var, from_env, text, (want));                           \
+        *value_p = v;                                                          \
+        return 0;                                                              \
+    }
 
-int ddofi_param_get_size(const char *name, size_t *value_p)
-{
-    LOOKUP(DDOFI_PARAM_SIZE);
-    size_t v = 0;
-    if (text && ddofi_parse_size(text, &v))
-        return bad(var, from_env, text, "a byte count or count (e.g. 1048576, 64K, 1M, 1G)");
-    *value_p = v;
-    return 0;
-}
-
-int ddofi_param_get_double(const char *name, double *value_p)
-{
-    LOOKUP(DDOFI_PARAM_DOUBLE);
-    double v = 0;
-    if (text && ddofi_parse_double(text, &v))
-        return bad(var, from_env, text, "seconds (e.g. 120, 0.5, inf)");
-    *value_p = v;
-    return 0;
-}
+GETTER(ddofi_param_get_bool, DDOFI_PARAM_BOOL, int, ddofi_parse_bool, "0 or 1")
+GETTER(ddofi_param_get_size, DDOFI_PARAM_SIZE, size_t, ddofi_parse_size,
+       "a byte count or count (e.g. 1048576, 64K, 1M, 1G)")
+GETTER(ddofi_param_get_double, DDOFI_PARAM_DOUBLE, double, ddofi_parse_double,
+       "seconds (e.g. 120, 0.5, inf)")
 
 int ddofi_param_get_string(const char *name, const char **value_p)
 {
