@@ -31,6 +31,14 @@ DDS_C_COPTS = [
     "-Wno-unused-parameter",
 ]
 
+# Libraries and extension modules: a shared object exports only what is
+# marked (the extensions' PyInit_*; the libraries' *_API only in a shared
+# build that defines DDSTORE_BUILD_SHARED, include/ddstore/visibility.h).
+# Not for test programs and tools: an executable exports nothing anyway, and
+# the hooks a sanitizer runtime looks up in it (__tsan_default_suppressions)
+# must stay visible.
+DDS_VISIBILITY_COPTS = ["-fvisibility=hidden"]
+
 # ddstore-torch only; the -std=c++NN is torch's (TORCH_CXX_STD: what
 # torch.utils.cpp_extension compiles with, third_party/torch/probe.py).
 DDS_CXX_COPTS = [
@@ -97,7 +105,7 @@ def dds_c_library(name, srcs = [], hdrs = [], deps = [], copts = [], linkopts = 
         hdrs = hdrs,
         deps = deps,
         includes = includes,
-        copts = DDS_C_COPTS + copts,
+        copts = DDS_C_COPTS + DDS_VISIBILITY_COPTS + copts,
         linkopts = DDS_LINKOPTS + linkopts,
         alwayslink = True,
         **kwargs
@@ -217,7 +225,7 @@ def dds_python_extension(name, srcs, deps = [], copts = [], local_defines = [], 
         name = name,
         srcs = srcs,
         deps = deps + ["@local_config_python//:python_headers"],
-        copts = DDS_C_COPTS + copts,
+        copts = DDS_C_COPTS + DDS_VISIBILITY_COPTS + copts,
         linkopts = DDS_LINKOPTS,
         local_defines = local_defines,
         linkshared = True,
@@ -233,7 +241,7 @@ def dds_torch_extension(name, module, srcs, deps = [], copts = [], local_defines
         name = name,
         srcs = srcs,
         deps = deps + ["@local_config_torch//:torch"],
-        copts = DDS_CXX_COPTS + copts,
+        copts = DDS_CXX_COPTS + DDS_VISIBILITY_COPTS + ["-fvisibility-inlines-hidden"] + copts,
         linkopts = DDS_LINKOPTS,
         local_defines = [
             "TORCH_EXTENSION_NAME=" + module,

@@ -59,6 +59,13 @@ static const dds_config_entry_t filecomm_table[] = {
      "seconds a method-2 join waits for the core job's records before "
      "failing with a timeout naming them (FileComm collectives: "
      "DDSTORE_COLLECTIVE_TIMEOUT_S)"},
+    {"DDSTORE_HANDSHAKE_DIR", DDS_CONFIG_STRING, NULL, NULL, "core",
+     "FileComm and method 2: directory shared by the jobs (method 2: the core "
+     "job's per-variable record files); created 0700"},
+    {"DDSTORE_EXCHANGE_NS", DDS_CONFIG_STRING, NULL, NULL, "core",
+     "method 2: run namespace written into the core job's records; a reader with a "
+     "namespace accepts only records carrying the same one (e.g. a job id passed "
+     "to both jobs)"},
     {"DDSTORE_FILECOMM_FSYNC", DDS_CONFIG_BOOL, "0", NULL, "core",
      "FileComm: fsync each file before publishing it (for shared file "
      "systems that need it)"},

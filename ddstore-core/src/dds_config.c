@@ -491,8 +491,6 @@ static const dds_config_entry_t core_table[] = {
     {"DDSTORE_METHOD", DDS_CONFIG_ENUM, "0", "0|1|2", "core",
      "backend: 0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file "
      "handshake"},
-    {"DDSTORE_TEST_STRICT", DDS_CONFIG_BOOL, "0", NULL, "core",
-     "tests: a skipped test (missing hardware) counts as a failure"},
     {"DDSTORE_GPU_STAGING", DDS_CONFIG_BOOL, "1", NULL, "core",
      "GPU memory that the transport cannot reach (no FI_HMEM: MPI RMA, tcp, "
      "Debian's libfabric) goes through pinned host staging buffers and host "

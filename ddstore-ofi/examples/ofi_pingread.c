@@ -7,8 +7,8 @@
  *   ofi_pingread --read FILE [options]     read from the server that wrote FILE
  *
  * Options:
- *   --provider P      DDSTORE_FABRIC value (default: env, else auto)
- *   --iface I         FABRIC_IFACE value
+ *   --provider P      provider (default: DDOFI_PROVIDER, else auto)
+ *   --iface I         domain (default: DDOFI_IFACE)
  *   --local-only      socket providers stay on 127.0.0.1
  *   --single-node     let auto choose shm
  *   --lat-size B      bytes per latency read (default 4096)

@@ -1,5 +1,5 @@
-/* ddstore-ofi: parameters, environment fallback, nic_map parsing and the
- * fork settings. */
+/* ddstore-ofi: value parsers, settings from the parameters (ddofi_param.c),
+ * nic_map parsing and the fork settings. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -192,11 +192,13 @@ int ddofi_env_local_rank(void)
     return 0;
 }
 
-static const char *env_nonempty(const char *name)
-{
-    const char *v = getenv(name);
-    return (v && *v) ? v : NULL;
-}
+/* A parameter's value into a settings field; the error names the variable. */
+#define GET(kind, name, out)                                                   \
+    do {                                                                       \
+        int rc_ = ddofi_param_get_##kind((name), (out));                       \
+        if (rc_)                                                               \
+            return rc_;                                                        \
+    } while (0)
 
 int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
 {
@@ -207,12 +209,15 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
     memset(s, 0, sizeof *s);
 
     /* provider */
-    const char *prov = (m & DDOFI_FABRIC_FIELD_PROVIDER) ? p->provider
-                                                         : env_nonempty("DDSTORE_FABRIC");
+    const char *prov = NULL;
+    if (m & DDOFI_FABRIC_FIELD_PROVIDER)
+        prov = p->provider;
+    else
+        GET(string, "PROVIDER", &prov);
     if (!prov || !*prov)
         prov = "auto";
     if (strlen(prov) >= sizeof s->provider)
-        return ddofi_error(-DDOFI_ECONFIG, "DDSTORE_FABRIC=\"%s\": too long", prov);
+        return ddofi_error(-DDOFI_ECONFIG, "provider \"%s\": too long", prov);
     for (size_t i = 0; prov[i]; i++)
         s->provider[i] = (char)tolower((unsigned char)prov[i]);
     /* trim */
@@ -226,17 +231,19 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
     s->local_rank = (m & DDOFI_FABRIC_FIELD_LOCAL_RANK) && p->local_rank >= 0
                         ? p->local_rank : ddofi_env_local_rank();
 
-    /* interface: iface param > nic_map param > FABRIC_IFACE > DDSTORE_NIC_MAP */
+    /* interface: iface param > nic_map param > IFACE > NIC_MAP */
     const char *iface = (m & DDOFI_FABRIC_FIELD_IFACE) ? p->iface : NULL;
     const char *map = (m & DDOFI_FABRIC_FIELD_NIC_MAP) ? p->nic_map : NULL;
-    const char *iface_src = "iface parameter";
-    const char *map_src = "nic_map parameter";
+    char iface_src[48] = "iface parameter";
+    char map_src[48] = "nic_map parameter";
     if (!(iface && *iface) && !(map && *map)) {
-        iface = env_nonempty("FABRIC_IFACE");
-        iface_src = "FABRIC_IFACE";
-        if (!iface) {
-            map = env_nonempty("DDSTORE_NIC_MAP");
-            map_src = "DDSTORE_NIC_MAP";
+        GET(string, "IFACE", &iface);
+        if (ddofi_param_env_name("IFACE", iface_src, sizeof iface_src))
+            snprintf(iface_src, sizeof iface_src, "IFACE");
+        if (!(iface && *iface)) {
+            GET(string, "NIC_MAP", &map);
+            if (ddofi_param_env_name("NIC_MAP", map_src, sizeof map_src))
+                snprintf(map_src, sizeof map_src, "NIC_MAP");
         }
     }
     if (iface && *iface) {
@@ -270,31 +277,20 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
     if (m & DDOFI_FABRIC_FIELD_LOCAL_ONLY) {
         s->local_only = p->local_only != 0;
     } else {
-        const char *v = env_nonempty("DDSTORE_FABRIC_LOCAL_ONLY");
-        if (v && ddofi_parse_bool(v, &s->local_only))
-            return ddofi_error(-DDOFI_ECONFIG,
-                               "DDSTORE_FABRIC_LOCAL_ONLY=\"%s\": expected 0 or 1", v);
+        int lo = 0; /* auto | 0 | 1 */
+        GET(enum, "LOCAL_ONLY", &lo);
+        s->local_only = lo == 0 ? s->single_node && !s->iface[0] : lo == 2;
     }
 
-    if (m & DDOFI_FABRIC_FIELD_MAX_READ_BYTES) {
+    if (m & DDOFI_FABRIC_FIELD_MAX_READ_BYTES)
         s->max_read_bytes = p->max_read_bytes;
-    } else {
-        const char *v = env_nonempty("DDSTORE_MAX_READ_BYTES");
-        if (v && ddofi_parse_size(v, &s->max_read_bytes))
-            return ddofi_error(-DDOFI_ECONFIG,
-                               "DDSTORE_MAX_READ_BYTES=\"%s\": expected a byte count "
-                               "(e.g. 1048576, 64K, 1M, 1G)", v);
-    }
+    else
+        GET(size, "MAX_READ_BYTES", &s->max_read_bytes);
 
-    s->read_timeout_s = 60.0;
-    if (m & DDOFI_FABRIC_FIELD_READ_TIMEOUT) {
+    if (m & DDOFI_FABRIC_FIELD_READ_TIMEOUT)
         s->read_timeout_s = p->read_timeout_s;
-    } else {
-        const char *v = env_nonempty("DDSTORE_READ_TIMEOUT_S");
-        if (v && ddofi_parse_double(v, &s->read_timeout_s))
-            return ddofi_error(-DDOFI_ECONFIG,
-                               "DDSTORE_READ_TIMEOUT_S=\"%s\": expected seconds (e.g. 60, 0.5)", v);
-    }
+    else
+        GET(double, "READ_TIMEOUT_S", &s->read_timeout_s);
     if (!(s->read_timeout_s == s->read_timeout_s))
         return ddofi_error(-DDOFI_ECONFIG, "read timeout is NaN");
 
@@ -305,28 +301,15 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
                                (int)p->progress);
         s->progress = p->progress;
     } else {
-        const char *v = env_nonempty("DDSTORE_OFI_PROGRESS");
-        if (v) {
-            if (!strcasecmp(v, "auto"))
-                s->progress = DDOFI_PROGRESS_AUTO;
-            else if (!strcasecmp(v, "thread"))
-                s->progress = DDOFI_PROGRESS_THREAD;
-            else if (!strcasecmp(v, "none"))
-                s->progress = DDOFI_PROGRESS_NONE;
-            else
-                return ddofi_error(-DDOFI_ECONFIG,
-                                   "DDSTORE_OFI_PROGRESS=\"%s\": expected auto, thread or none", v);
-        }
+        int pr = 0; /* auto | thread | none, in ddofi_progress_t's order */
+        GET(enum, "PROGRESS", &pr);
+        s->progress = (ddofi_progress_t)pr;
     }
 
-    if (m & DDOFI_FABRIC_FIELD_MAX_OUTSTANDING) {
+    if (m & DDOFI_FABRIC_FIELD_MAX_OUTSTANDING)
         s->max_outstanding = p->max_outstanding;
-    } else {
-        const char *v = env_nonempty("DDSTORE_OFI_MAX_OUTSTANDING");
-        if (v && ddofi_parse_size(v, &s->max_outstanding))
-            return ddofi_error(-DDOFI_ECONFIG,
-                               "DDSTORE_OFI_MAX_OUTSTANDING=\"%s\": expected a count", v);
-    }
+    else
+        GET(size, "MAX_OUTSTANDING", &s->max_outstanding);
     return 0;
 }
 
@@ -335,13 +318,8 @@ extern _Atomic int ddofi_libfabric_started;
 
 int ddofi_env_prepare(int fork_workers)
 {
-    if (fork_workers < 0) {
-        const char *v = env_nonempty("DDSTORE_FORK_WORKERS");
-        fork_workers = 0;
-        if (v && ddofi_parse_bool(v, &fork_workers))
-            return ddofi_error(-DDOFI_ECONFIG,
-                               "DDSTORE_FORK_WORKERS=\"%s\": expected 0 or 1", v);
-    }
+    if (fork_workers < 0)
+        GET(bool, "FORK_WORKERS", &fork_workers);
     int changed = 0;
     /* Keep an explicit user value, including an empty one. */
     if (!getenv("FI_CXI_DISABLE_HOST_REGISTER")) {
@@ -353,7 +331,7 @@ int ddofi_env_prepare(int fork_workers)
         if (!mon || !*mon || !strcasecmp(mon, "kdreg2")) {
             if (mon && *mon)
                 DDOFI_LOG(DDOFI_LOG_INFO,
-                          "DDSTORE_FORK_WORKERS=1: FI_MR_CACHE_MONITOR=%s does not work "
+                          "fork_workers: FI_MR_CACHE_MONITOR=%s does not work "
                           "in forked processes; using memhooks", mon);
             setenv("FI_MR_CACHE_MONITOR", "memhooks", 1);
             changed = 1;

@@ -324,12 +324,9 @@ static void *progress_main(void *arg)
     /* Fine-grained sleeps for the backoff (default slack is 50 us). */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
     uint64_t max_us = q->backoff_max_us ? q->backoff_max_us : 1000;
-    const char *env = getenv("DDSTORE_OFI_BACKOFF_MAX_US");
-    if (env && *env) {
-        size_t v;
-        if (ddofi_parse_size(env, &v) == 0)
-            max_us = v;
-    }
+    size_t v = 0;
+    if (ddofi_param_get_size("BACKOFF_MAX_US", &v) == 0 && v)
+        max_us = v;
     const uint64_t max_ns = max_us * 1000, min_ns = max_ns < 2000 ? max_ns : 2000;
     uint64_t backoff = min_ns;
     uint64_t idle_cost = UINT64_MAX; /* cheapest empty progress call seen */
@@ -436,12 +433,10 @@ static int ep_materialize(ddofi_ep_t *ep)
     cq_attr.format = FI_CQ_FORMAT_CONTEXT;
     cq_attr.size = f->info->tx_attr && f->info->tx_attr->size ? f->info->tx_attr->size : 1024;
     cq_attr.wait_obj = FI_WAIT_NONE;
-    const char *wenv = getenv("DDSTORE_OFI_PROGRESS_WAIT");
+    int wait = 0; /* auto | fd | backoff */
     int use_fd = f->quirk->wait == DDOFI_QW_FD;
-    if (wenv && !strcmp(wenv, "backoff"))
-        use_fd = 0;
-    else if (wenv && !strcmp(wenv, "fd"))
-        use_fd = 1;
+    if (ddofi_param_get_enum("PROGRESS_WAIT", &wait) == 0 && wait)
+        use_fd = wait == 1;
     if (want_thread && use_fd) {
         cq_attr.wait_obj = FI_WAIT_FD;
         rc = fi_cq_open(f->domain, &cq_attr, &ep->cq, NULL);
@@ -655,11 +650,8 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
     ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
     if (f->quirk->flags & DDOFI_Q_CMA) {
         int on = 1;
-        const char *cenv = getenv("DDSTORE_OFI_CMA");
-        if (cenv && *cenv && ddofi_parse_bool(cenv, &on)) {
-            rc = ddofi_error(-DDOFI_ECONFIG, "DDSTORE_OFI_CMA=\"%s\": expected 0 or 1", cenv);
+        if ((rc = ddofi_param_get_bool("CMA", &on)))
             goto fail;
-        }
         ep->pid_by_addr = calloc(DDOFI_PID_TABLE, sizeof *ep->pid_by_addr);
         if (!ep->pid_by_addr) {
             rc = ddofi_error(-ENOMEM, "out of memory");

@@ -8,6 +8,7 @@
 #include "ddofi_internal.h"
 
 _Atomic int ddofi_libfabric_started;
+_Atomic int ddofi_test_mr_local;
 
 static int getinfo(const char *node, uint64_t flags, struct fi_info *hints,
                    struct fi_info **list_p)
@@ -219,12 +220,14 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     struct fi_info *info = NULL;
     char tried[256] = "";
     char shm_note[400] = "";
+    char pvar[64]; /* what to call the provider setting in messages */
+    ddofi_param_label("PROVIDER", pvar, sizeof pvar);
     size_t tn = 0;
     for (size_t i = 0; i < ncands && !info; i++) {
         char prov[64];
         const char *prefix = NULL;
         if (ddofi_provider_alias(cands[i], prov, sizeof prov, &prefix)) {
-            rc = ddofi_error(-DDOFI_ECONFIG, "DDSTORE_FABRIC is empty");
+            rc = ddofi_error(-DDOFI_ECONFIG, "%s is empty", pvar);
             goto fail;
         }
         const ddofi_quirk_t *q = ddofi_quirk_lookup(prov);
@@ -252,10 +255,10 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         if (rc && (q->flags & DDOFI_Q_SINGLE_NODE) &&
             ddofi_shm_explain(shm_note, sizeof shm_note)) {
             if (!is_auto) {
-                rc = ddofi_error(-ENOSPC, "DDSTORE_FABRIC=%s: %s", s.provider, shm_note);
+                rc = ddofi_error(-ENOSPC, "%s=%s: %s", pvar, s.provider, shm_note);
                 goto fail;
             }
-            DDOFI_LOG(DDOFI_LOG_WARN, "DDSTORE_FABRIC=auto: shm skipped: %s", shm_note);
+            DDOFI_LOG(DDOFI_LOG_WARN, "%s=auto: shm skipped: %s", pvar, shm_note);
         }
         if (!rc)
             f->hmem_on = want;
@@ -275,9 +278,9 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
         else
             want[0] = '\0';
         rc = ddofi_error(-DDOFI_ENOPROV,
-                         "DDSTORE_FABRIC=%s: no libfabric provider fits (tried %s%s%s%s%s%s); "
+                         "%s=%s: no libfabric provider fits (tried %s%s%s%s%s%s); "
                          "found with FI_EP_RDM + fi_read: %s",
-                         s.provider, tried, want,
+                         pvar, s.provider, tried, want,
                          s.hmem == DDOFI_FABRIC_HMEM_REQUIRE ? ", FI_HMEM required" : "",
                          (is_auto && !s.single_node) ? ", shm skipped: peers not all on this node" : "",
                          shm_note[0] ? "; shm: " : "", shm_note, found);
@@ -307,15 +310,8 @@ int ddofi_fabric_open(const ddofi_fabric_params_t *params, ddofi_fabric_t **fabr
     f->mr_mode = info->domain_attr->mr_mode;
     if (info->mode & FI_LOCAL_MR)
         f->mr_mode |= FI_MR_LOCAL;
-    /* Test seam: behave as if the provider required registered read
-     * destinations (FI_MR_LOCAL), so that the paths providers such as verbs
-     * and efa need run on shm/tcp too. */
-    {
-        const char *t = getenv("DDSTORE_OFI_TEST_MR_LOCAL");
-        int on = 0;
-        if (t && !ddofi_parse_bool(t, &on) && on)
-            f->mr_mode |= FI_MR_LOCAL;
-    }
+    if (atomic_load(&ddofi_test_mr_local)) /* test seam (ddofi_internal.h) */
+        f->mr_mode |= FI_MR_LOCAL;
     f->info = info;
 
     snprintf(f->prov_name, sizeof f->prov_name, "%s", info->fabric_attr->prov_name);
@@ -438,9 +434,8 @@ int ddofi_fabric_query(const ddofi_fabric_t *f, ddofi_fabric_attr_t *a)
     a->read_timeout_s = f->set.read_timeout_s;
     a->local_only = f->set.local_only && (f->quirk->flags & DDOFI_Q_SOCKETS) != 0;
     if (f->quirk->flags & DDOFI_Q_CMA) {
-        const char *c = getenv("DDSTORE_OFI_CMA");
         int on = 1;
-        if (c && *c && ddofi_parse_bool(c, &on))
+        if (ddofi_param_get_bool("CMA", &on))
             on = 0;
         a->direct_reads = on;
     }

@@ -61,6 +61,25 @@ int ddofi_parse_bool(const char *s, int *out);
  * -EINVAL (malformed: detail set). */
 int ddofi_nic_map_lookup(const char *map, int local_rank, char *out, size_t cap);
 
+/* Parameters (ddofi_param.c): the value of a declared parameter from the
+ * environment (<prefix><name>), else its default.  0, or -DDOFI_ECONFIG
+ * naming the variable and the value; -EINVAL for an undeclared name or the
+ * wrong type.  ENUM: the position of the value in `choices`. */
+int ddofi_param_get_bool(const char *name, int *value_p);
+int ddofi_param_get_size(const char *name, size_t *value_p);
+int ddofi_param_get_double(const char *name, double *value_p);
+int ddofi_param_get_string(const char *name, const char **value_p);
+int ddofi_param_get_enum(const char *name, int *index_p);
+/* What to call a parameter in messages: its variable (<prefix><name>), or
+ * for a host-owned one the host's variable when the host named it
+ * ("PROVIDER=DDSTORE_FABRIC"), else the bare name.  Returns buf. */
+const char *ddofi_param_label(const char *name, char *buf, size_t cap);
+
+/* Test seam (tests only; no environment variable): behave as if every
+ * provider required registered read destinations (FI_MR_LOCAL), so that the
+ * paths verbs and efa need run on shm/tcp too. */
+extern _Atomic int ddofi_test_mr_local;
+
 /* Local rank from the launcher's environment, or 0. */
 int ddofi_env_local_rank(void);
 
@@ -68,7 +87,7 @@ int ddofi_env_local_rank(void);
 typedef struct ddofi_settings {
     char provider[64];       /* as given, lower-cased aliases kept      */
     char iface[64];          /* "" = any                                */
-    char iface_source[32];   /* "FABRIC_IFACE", "nic_map" ... for errors */
+    char iface_source[48];   /* "DDOFI_IFACE", "nic_map parameter" ...     */
     int local_rank;
     int single_node;
     int local_only;

@@ -22,8 +22,8 @@ static const ddofi_quirk_t quirks[] = {
     {"verbs", "verbs",
      DDOFI_Q_HMEM_PREFER, DDOFI_QP_HARDWARE, DDOFI_QW_FD, 0,
      "InfiniBand/RoCE through ofi_rxm: RDMA reads complete in the HCA; FI_MR_LOCAL and "
-     "provider keys honoured from mr_mode (set DDSTORE_OFI_PROGRESS=thread if a "
-     "connection setup stalls on a busy target)"},
+     "provider keys honoured from mr_mode (set the PROGRESS parameter to thread "
+     "if a connection setup stalls on a busy target)"},
     {"efa", "efa",
      DDOFI_Q_HMEM_PREFER, DDOFI_QP_FROM_ATTR, DDOFI_QW_BACKOFF, 1000,
      "AWS EFA: hardware RDMA read where the device has it, otherwise emulated by the "
@@ -35,7 +35,7 @@ static const ddofi_quirk_t quirks[] = {
      "the reader one read at a time, and the target must drain its command queue (no "
      "cross-process wake-up object: the progress thread polls with a backoff sleep); "
      "host reads go straight through process_vm_readv, up to 1024 rows per call "
-     "(DDSTORE_OFI_CMA=0 turns that off); an endpoint is never closed under reads "
+     "(the CMA parameter = 0 turns that off); an endpoint is never closed under reads "
      "that timed out (a peer serving a read into a vanished endpoint can crash), so "
      "they are not fenced: reads from a stopped peer complete anyway (the reader "
      "copies) and only time out when its command queue is full, with nothing in "

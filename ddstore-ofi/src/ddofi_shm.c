@@ -144,16 +144,19 @@ int ddofi_shm_space_check(void)
     uint64_t need = region + s.unclaimed;
     if (avail >= need)
         return 0;
+    char pvar[64], cvar[64];
+    ddofi_param_label("PROVIDER", pvar, sizeof pvar);
+    ddofi_param_label("CMA", cvar, sizeof cvar);
     return ddofi_error(-ENOSPC,
                        SHM_DIR " has %.1f MiB free, a new shm endpoint needs %.1f MiB (its "
                        "%.1f MiB region, plus %.1f MiB that the %zu regions of running "
                        "processes may still fill): a full " SHM_DIR " would end the process "
-                       "with SIGBUS.  Use DDSTORE_FABRIC=tcp, or a bigger " SHM_DIR " (docker "
-                       "run --shm-size=1g, or remount it larger); with DDSTORE_OFI_CMA=1 "
+                       "with SIGBUS.  Use %s=tcp, or a bigger " SHM_DIR " (docker "
+                       "run --shm-size=1g, or remount it larger); with %s=1 "
                        "(the default) readers open no shm endpoint of their own",
                        (double)avail / 1048576.0, (double)need / 1048576.0,
                        (double)region / 1048576.0, (double)s.unclaimed / 1048576.0,
-                       s.regions);
+                       s.regions, pvar, cvar);
 }
 
 int ddofi_shm_explain(char *buf, size_t cap)
@@ -168,11 +171,13 @@ int ddofi_shm_explain(char *buf, size_t cap)
     uint64_t want = (uint64_t)ncpu * SHM_REGION_DEFAULT;
     if (!ok || avail >= want)
         return 0;
+    char pvar[64];
+    ddofi_param_label("PROVIDER", pvar, sizeof pvar);
     snprintf(buf, cap,
              "libfabric's shm provider needs %.0f MiB free in " SHM_DIR " (%ld CPUs x "
-             "%.0f MiB) and finds %.1f MiB: use DDSTORE_FABRIC=tcp, or a bigger " SHM_DIR
+             "%.0f MiB) and finds %.1f MiB: use %s=tcp, or a bigger " SHM_DIR
              " (docker run --shm-size=1g, or remount it larger)",
              (double)want / 1048576.0, ncpu, (double)SHM_REGION_DEFAULT / 1048576.0,
-             (double)avail / 1048576.0);
+             (double)avail / 1048576.0, pvar);
     return 1;
 }

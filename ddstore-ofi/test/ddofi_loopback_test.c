@@ -454,7 +454,7 @@ static void run_provider(const char *prov, const char *other_prov)
     /* FI_MR_LOCAL (forced): a destination without a registration is
      * refused before anything is posted; with one, the read works. */
     {
-        setenv("DDSTORE_OFI_TEST_MR_LOCAL", "1", 1);
+        atomic_store(&ddofi_test_mr_local, 1);
         conn_t cl;
         if (conn_open(prov, &s, NULL, &cl) == 0) {
             ddofi_fabric_attr_t al;
@@ -478,7 +478,7 @@ static void run_provider(const char *prov, const char *other_prov)
         } else {
             T_OK(!"conn (MR_LOCAL)");
         }
-        unsetenv("DDSTORE_OFI_TEST_MR_LOCAL");
+        atomic_store(&ddofi_test_mr_local, 0);
     }
 
     /* T5: blobs. */
@@ -536,9 +536,9 @@ static void run_provider(const char *prov, const char *other_prov)
         sp.max_read_bytes = 4096;
         conn_t c2;
         /* through the provider (direct same-node reads are never split) */
-        setenv("DDSTORE_OFI_CMA", "0", 1);
+        setenv("DDOFI_CMA", "0", 1);
         int c2rc = conn_open(prov, &s, &sp, &c2);
-        unsetenv("DDSTORE_OFI_CMA");
+        unsetenv("DDOFI_CMA");
         if (c2rc == 0) {
             ddofi_fabric_attr_t a2;
             ddofi_fabric_query(c2.f, &a2);
@@ -671,10 +671,10 @@ static void run_provider(const char *prov, const char *other_prov)
                 } else {
                     T_OK(!"conn (direct reads)");
                 }
-                setenv("DDSTORE_OFI_CMA", "0", 1); /* now through the provider */
+                setenv("DDOFI_CMA", "0", 1); /* now through the provider */
             }
             int c4rc = conn_open(prov, &s2, &tp, &c4);
-            unsetenv("DDSTORE_OFI_CMA");
+            unsetenv("DDOFI_CMA");
             if (c4rc == 0) {
                 double t0 = now_s();
                 ddofi_read_op_t o5 = {c4.peer, &c4.ra, 0, dst, 65536, NULL};
@@ -705,9 +705,9 @@ static void run_provider(const char *prov, const char *other_prov)
             tp.read_timeout_s = 3;
             conn_t c5;
             if (cmaoff)
-                setenv("DDSTORE_OFI_CMA", "0", 1);
+                setenv("DDOFI_CMA", "0", 1);
             int c5rc = conn_open(prov, &s3, &tp, &c5);
-            unsetenv("DDSTORE_OFI_CMA");
+            unsetenv("DDOFI_CMA");
             if (c5rc == 0) {
                 ddofi_read_op_t o6 = {c5.peer, &c5.ra, 0, dst, 65536, NULL};
                 T_EQ_INT(ddofi_read(c5.ep, &o6, 1, NULL), 0);

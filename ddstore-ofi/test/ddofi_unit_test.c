@@ -18,11 +18,11 @@
 static void clear_env(void)
 {
     static const char *vars[] = {
-        "DDSTORE_FABRIC", "FABRIC_IFACE", "DDSTORE_NIC_MAP", "DDSTORE_MAX_READ_BYTES",
-        "DDSTORE_READ_TIMEOUT_S", "DDSTORE_OFI_PROGRESS", "DDSTORE_OFI_MAX_OUTSTANDING",
-        "DDSTORE_FABRIC_LOCAL_ONLY", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
+        "DDOFI_PROVIDER", "DDOFI_IFACE", "DDOFI_NIC_MAP", "DDOFI_MAX_READ_BYTES",
+        "DDOFI_READ_TIMEOUT_S", "DDOFI_PROGRESS", "DDOFI_MAX_OUTSTANDING",
+        "DDOFI_LOCAL_ONLY", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
         "MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID",
-        "MV2_COMM_WORLD_LOCAL_RANK", "DDSTORE_FORK_WORKERS"};
+        "MV2_COMM_WORLD_LOCAL_RANK", "DDOFI_FORK_WORKERS"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
         unsetenv(vars[i]);
 }
@@ -217,19 +217,19 @@ static void test_settings(void)
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), 0);
     T_EQ_STR(s.provider, "auto");
     T_EQ_STR(s.iface, "");
-    T_OK(s.read_timeout_s == 60.0);
+    T_OK(s.read_timeout_s == 120.0); /* core's documented default */
     T_EQ_INT(s.max_read_bytes, 0);
     T_EQ_INT(s.progress, DDOFI_PROGRESS_AUTO);
     T_EQ_INT(s.local_only, 0);
     T_EQ_INT(s.local_rank, 0);
 
     /* Environment fallback. */
-    setenv("DDSTORE_FABRIC", " TCP ", 1);
-    setenv("DDSTORE_MAX_READ_BYTES", "64K", 1);
-    setenv("DDSTORE_READ_TIMEOUT_S", "2.5", 1);
-    setenv("DDSTORE_OFI_PROGRESS", "thread", 1);
-    setenv("DDSTORE_FABRIC_LOCAL_ONLY", "1", 1);
-    setenv("DDSTORE_OFI_MAX_OUTSTANDING", "32", 1);
+    setenv("DDOFI_PROVIDER", " TCP ", 1);
+    setenv("DDOFI_MAX_READ_BYTES", "64K", 1);
+    setenv("DDOFI_READ_TIMEOUT_S", "2.5", 1);
+    setenv("DDOFI_PROGRESS", "thread", 1);
+    setenv("DDOFI_LOCAL_ONLY", "1", 1);
+    setenv("DDOFI_MAX_OUTSTANDING", "32", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), 0);
     T_EQ_STR(s.provider, "tcp");
     T_EQ_INT(s.max_read_bytes, 65536);
@@ -260,34 +260,34 @@ static void test_settings(void)
     T_EQ_STR(s.provider, "tcp");
 
     /* Bad values name the variable. */
-    setenv("DDSTORE_MAX_READ_BYTES", "lots", 1);
+    setenv("DDOFI_MAX_READ_BYTES", "lots", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_MAX_READ_BYTES");
-    setenv("DDSTORE_MAX_READ_BYTES", "1M", 1);
-    setenv("DDSTORE_READ_TIMEOUT_S", "soon", 1);
+    T_CONTAINS(ddofi_last_error(), "DDOFI_MAX_READ_BYTES");
+    setenv("DDOFI_MAX_READ_BYTES", "1M", 1);
+    setenv("DDOFI_READ_TIMEOUT_S", "soon", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_READ_TIMEOUT_S");
-    setenv("DDSTORE_READ_TIMEOUT_S", "60", 1);
-    setenv("DDSTORE_OFI_PROGRESS", "spin", 1);
+    T_CONTAINS(ddofi_last_error(), "DDOFI_READ_TIMEOUT_S");
+    setenv("DDOFI_READ_TIMEOUT_S", "60", 1);
+    setenv("DDOFI_PROGRESS", "spin", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_OFI_PROGRESS");
-    setenv("DDSTORE_OFI_PROGRESS", "auto", 1);
-    setenv("DDSTORE_FABRIC_LOCAL_ONLY", "maybe", 1);
+    T_CONTAINS(ddofi_last_error(), "DDOFI_PROGRESS");
+    setenv("DDOFI_PROGRESS", "auto", 1);
+    setenv("DDOFI_LOCAL_ONLY", "maybe", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_FABRIC_LOCAL_ONLY");
-    unsetenv("DDSTORE_FABRIC_LOCAL_ONLY");
+    T_CONTAINS(ddofi_last_error(), "DDOFI_LOCAL_ONLY");
+    unsetenv("DDOFI_LOCAL_ONLY");
 
-    /* Interface: FABRIC_IFACE > DDSTORE_NIC_MAP; params > env. */
-    setenv("DDSTORE_NIC_MAP", "0:cxi0,1:cxi1", 1);
+    /* Interface: DDOFI_IFACE > DDOFI_NIC_MAP; params > env. */
+    setenv("DDOFI_NIC_MAP", "0:cxi0,1:cxi1", 1);
     setenv("SLURM_LOCALID", "1", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), 0);
     T_EQ_INT(s.local_rank, 1);
     T_EQ_STR(s.iface, "cxi1");
-    T_EQ_STR(s.iface_source, "DDSTORE_NIC_MAP");
-    setenv("FABRIC_IFACE", "hsn0", 1);
+    T_EQ_STR(s.iface_source, "DDOFI_NIC_MAP");
+    setenv("DDOFI_IFACE", "hsn0", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), 0);
     T_EQ_STR(s.iface, "hsn0");
-    T_EQ_STR(s.iface_source, "FABRIC_IFACE");
+    T_EQ_STR(s.iface_source, "DDOFI_IFACE");
     p.field_mask = DDOFI_FABRIC_FIELD_NIC_MAP | DDOFI_FABRIC_FIELD_LOCAL_RANK;
     p.nic_map = "0:mlx5_0,1:mlx5_1,2:mlx5_2";
     p.local_rank = 2;
@@ -296,15 +296,81 @@ static void test_settings(void)
     p.local_rank = 3;
     T_EQ_INT(ddofi_settings_resolve(&p, &s), -DDOFI_ECONFIG);
     T_CONTAINS(ddofi_last_error(), "no entry for local rank 3");
-    unsetenv("FABRIC_IFACE");
-    setenv("DDSTORE_NIC_MAP", "0:", 1);
+    unsetenv("DDOFI_IFACE");
+    setenv("DDOFI_NIC_MAP", "0:", 1);
     T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_NIC_MAP");
+    T_CONTAINS(ddofi_last_error(), "DDOFI_NIC_MAP");
     clear_env();
     setenv("OMPI_COMM_WORLD_LOCAL_RANK", "5", 1);
     T_EQ_INT(ddofi_env_local_rank(), 5);
     clear_env();
     T_EQ_INT(ddofi_env_local_rank(), 0);
+}
+
+/* The registry: a host's prefix, host-owned parameters, LOCAL_ONLY=auto. */
+static void test_params(void)
+{
+    ddofi_settings_t s;
+    char var[64];
+    clear_env();
+    T_OK(ddofi_param_count() >= 12);
+    for (size_t i = 0; i < ddofi_param_count(); i++) {
+        const ddofi_param_t *d = ddofi_param_at(i);
+        T_OK(d && d->name && d->help);
+        T_EQ_INT(ddofi_param_env_name(d->name, var, sizeof var), 0);
+        T_OK(!strncmp(var, "DDOFI_", 6));
+    }
+    T_OK(ddofi_param_at(ddofi_param_count()) == NULL);
+    T_EQ_INT(ddofi_param_env_name("NO_SUCH", var, sizeof var), -EINVAL);
+
+    /* LOCAL_ONLY: auto (the default) = single_node and no interface named. */
+    ddofi_fabric_params_t p = {.field_mask = DDOFI_FABRIC_FIELD_SINGLE_NODE, .single_node = 1};
+    T_EQ_INT(ddofi_settings_resolve(&p, &s), 0);
+    T_EQ_INT(s.local_only, 1);
+    setenv("DDOFI_IFACE", "lo", 1);
+    T_EQ_INT(ddofi_settings_resolve(&p, &s), 0);
+    T_EQ_INT(s.local_only, 0);
+    unsetenv("DDOFI_IFACE");
+    setenv("DDOFI_LOCAL_ONLY", "0", 1);
+    T_EQ_INT(ddofi_settings_resolve(&p, &s), 0);
+    T_EQ_INT(s.local_only, 0);
+    setenv("DDOFI_LOCAL_ONLY", "AUTO", 1);
+    T_EQ_INT(ddofi_settings_resolve(&p, &s), 0);
+    T_EQ_INT(s.local_only, 1);
+    unsetenv("DDOFI_LOCAL_ONLY");
+
+    /* A host's prefix; host-owned parameters are not read or listed. */
+    static const char *const owned[] = {"PROVIDER=HOSTLIB_FABRIC", "READ_TIMEOUT_S", NULL};
+    T_EQ_INT(ddofi_param_set_prefix("HOSTLIB_OFI_", owned), 0);
+    T_EQ_INT(ddofi_param_env_name("PROGRESS", var, sizeof var), 0);
+    T_EQ_STR(var, "HOSTLIB_OFI_PROGRESS");
+    T_EQ_INT(ddofi_param_env_name("PROVIDER", var, sizeof var), -ENOENT);
+    T_EQ_STR(ddofi_param_label("PROVIDER", var, sizeof var), "HOSTLIB_FABRIC");
+    T_EQ_STR(ddofi_param_label("READ_TIMEOUT_S", var, sizeof var), "READ_TIMEOUT_S");
+    T_EQ_STR(ddofi_param_label("CMA", var, sizeof var), "HOSTLIB_OFI_CMA");
+    setenv("HOSTLIB_OFI_PROGRESS", "none", 1);
+    setenv("HOSTLIB_OFI_PROVIDER", "tcp", 1);
+    setenv("HOSTLIB_OFI_READ_TIMEOUT_S", "5", 1);
+    setenv("DDOFI_MAX_OUTSTANDING", "7", 1); /* the old prefix is not read */
+    T_EQ_INT(ddofi_settings_resolve(NULL, &s), 0);
+    T_EQ_INT(s.progress, DDOFI_PROGRESS_NONE);
+    T_EQ_STR(s.provider, "auto");
+    T_OK(s.read_timeout_s == 120.0);
+    T_EQ_INT(s.max_outstanding, 0);
+    setenv("HOSTLIB_OFI_PROGRESS", "sometimes", 1);
+    T_EQ_INT(ddofi_settings_resolve(NULL, &s), -DDOFI_ECONFIG);
+    T_CONTAINS(ddofi_last_error(), "HOSTLIB_OFI_PROGRESS=\"sometimes\"");
+    T_CONTAINS(ddofi_last_error(), "auto,thread,none");
+    unsetenv("HOSTLIB_OFI_PROGRESS");
+    unsetenv("HOSTLIB_OFI_PROVIDER");
+    unsetenv("HOSTLIB_OFI_READ_TIMEOUT_S");
+    unsetenv("DDOFI_MAX_OUTSTANDING");
+    static const char *const bogus[] = {"NOT_A_PARAM", NULL};
+    T_EQ_INT(ddofi_param_set_prefix("X_", bogus), -EINVAL);
+    T_EQ_INT(ddofi_param_set_prefix("A_PREFIX_LONGER_THAN_THIRTY_ONE_BYTES_", NULL), -EINVAL);
+    T_EQ_INT(ddofi_param_set_prefix(NULL, NULL), 0);
+    T_EQ_INT(ddofi_param_env_name("PROVIDER", var, sizeof var), 0);
+    T_EQ_STR(var, "DDOFI_PROVIDER");
 }
 
 static void test_quirks(void)
@@ -420,18 +486,18 @@ static void test_env_prepare(void)
     T_EQ_INT(ddofi_env_prepare(1), 0);
     T_EQ_STR(getenv("FI_CXI_DISABLE_HOST_REGISTER"), "0");
 
-    /* -1: from DDSTORE_FORK_WORKERS. */
+    /* -1: from DDOFI_FORK_WORKERS. */
     setenv("FI_MR_CACHE_MONITOR", "kdreg2", 1);
-    unsetenv("DDSTORE_FORK_WORKERS");
+    unsetenv("DDOFI_FORK_WORKERS");
     T_EQ_INT(ddofi_env_prepare(-1), 0);
     T_EQ_STR(getenv("FI_MR_CACHE_MONITOR"), "kdreg2");
-    setenv("DDSTORE_FORK_WORKERS", "1", 1);
+    setenv("DDOFI_FORK_WORKERS", "1", 1);
     T_EQ_INT(ddofi_env_prepare(-1), 0);
     T_EQ_STR(getenv("FI_MR_CACHE_MONITOR"), "memhooks");
-    setenv("DDSTORE_FORK_WORKERS", "perhaps", 1);
+    setenv("DDOFI_FORK_WORKERS", "perhaps", 1);
     T_EQ_INT(ddofi_env_prepare(-1), -DDOFI_ECONFIG);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_FORK_WORKERS");
-    unsetenv("DDSTORE_FORK_WORKERS");
+    T_CONTAINS(ddofi_last_error(), "DDOFI_FORK_WORKERS");
+    unsetenv("DDOFI_FORK_WORKERS");
     unsetenv("FI_MR_CACHE_MONITOR");
     unsetenv("FI_CXI_DISABLE_HOST_REGISTER");
 }
@@ -508,10 +574,10 @@ static void test_selection_errors(void)
     /* Errors never print (the library has no default sink). */
     T_EQ_INT(foreign_output_lines(try_selections), 0);
     T_EQ_INT(sel_rc[0], -DDOFI_ENOPROV);
-    T_CONTAINS(sel_msg[0], "DDSTORE_FABRIC=no-such-provider");
+    T_CONTAINS(sel_msg[0], "DDOFI_PROVIDER=no-such-provider");
     T_CONTAINS(sel_msg[0], "found with FI_EP_RDM + fi_read:");
     T_EQ_INT(sel_rc[1], -DDOFI_ENOPROV);
-    T_CONTAINS(sel_msg[1], "DDSTORE_FABRIC=cxi");
+    T_CONTAINS(sel_msg[1], "DDOFI_PROVIDER=cxi");
     T_EQ_INT(sel_rc[2], -DDOFI_ENOPROV);
     T_CONTAINS(sel_msg[2], "hsn*");
     T_EQ_INT(sel_rc[3], -DDOFI_ENOPROV);
@@ -580,12 +646,12 @@ static void test_selection_errors(void)
     printf("example selection error: %s\n", sel_msg[1]);
 
     /* A bad env value fails open with the variable's name. */
-    setenv("DDSTORE_READ_TIMEOUT_S", "x", 1);
+    setenv("DDOFI_READ_TIMEOUT_S", "x", 1);
     ddofi_fabric_t *f = NULL;
     T_EQ_INT(ddofi_fabric_open(NULL, &f), -DDOFI_ECONFIG);
     T_OK(f == NULL);
-    T_CONTAINS(ddofi_last_error(), "DDSTORE_READ_TIMEOUT_S");
-    unsetenv("DDSTORE_READ_TIMEOUT_S");
+    T_CONTAINS(ddofi_last_error(), "DDOFI_READ_TIMEOUT_S");
+    unsetenv("DDOFI_READ_TIMEOUT_S");
     T_EQ_INT(ddofi_fabric_open(NULL, NULL), -EINVAL);
     T_EQ_INT(ddofi_fabric_close(NULL), 0);
     T_EQ_INT(ddofi_ep_close(NULL), 0);
@@ -621,6 +687,7 @@ int main(void)
     test_parse();
     test_nic_map();
     test_settings();
+    test_params();
     test_quirks();
     test_alias();
     test_split();

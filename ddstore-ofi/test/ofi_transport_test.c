@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../src/ddofi_internal.h" /* ddofi_test_mr_local */
 #include "ddstore/errors.h"
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
@@ -126,7 +127,7 @@ static void *reader_thread(void *arg)
 typedef struct cfg {
     const char *provider;
     int dead_peer;  /* end with a rank dying */
-    int mr_local;   /* DDSTORE_OFI_TEST_MR_LOCAL=1 in this run */
+    int mr_local;   /* ddofi_test_mr_local set in this run */
 } cfg_t;
 
 static int rank_main(dds_comm_t *comm, void *arg)
@@ -226,7 +227,7 @@ static int rank_main(dds_comm_t *comm, void *arg)
     T_RC(dds_store_recv_unregister(s, buf, (size_t)NB * DISP * sizeof(float)), 0);
     T_RC(dds_store_recv_unregister(s, buf, (size_t)NB * DISP * sizeof(float)), -DDS_ENOENT);
 
-    /* FI_MR_LOCAL (forced with DDSTORE_OFI_TEST_MR_LOCAL=1): unregistered
+    /* FI_MR_LOCAL (forced with ddofi_test_mr_local): unregistered
      * destinations are registered on the fly and counted; registered ones
      * are not. */
     if (cfg->mr_local) {
@@ -476,10 +477,7 @@ int main(int argc, char **argv)
                 printf("== %s, %d ranks%s\n", provs[p], n,
                        dead ? ", a rank dies" : mrl ? ", FI_MR_LOCAL forced" : "");
                 fflush(stdout);
-                if (mrl)
-                    setenv("DDSTORE_OFI_TEST_MR_LOCAL", "1", 1);
-                else
-                    unsetenv("DDSTORE_OFI_TEST_MR_LOCAL");
+                atomic_store(&ddofi_test_mr_local, mrl); /* the ranks are forked */
                 cfg_t cfg = {provs[p], dead, mrl};
                 int bad = run(n, rank_main, &cfg, 140);
                 if (dead)
@@ -489,7 +487,7 @@ int main(int argc, char **argv)
                 forkcomm_world_free(g_w);
             }
         }
-        unsetenv("DDSTORE_OFI_TEST_MR_LOCAL");
+        atomic_store(&ddofi_test_mr_local, 0);
     }
     printf("== unknown provider, 2 ranks\n");
     fflush(stdout);

@@ -5,7 +5,7 @@
  * privilege the test is a SKIP with the reason):
  *
  *   tiny     8 MiB: explicit shm fails with -ENOSPC naming /dev/shm, the
- *            space and DDSTORE_FABRIC=tcp (not "no libfabric provider
+ *            space and DDOFI_PROVIDER=tcp (not "no libfabric provider
  *            fits"); auto picks tcp.
  *   small    room for shm's own check (one region per CPU) plus half a
  *            region: server endpoints open until /dev/shm is used up, then
@@ -61,7 +61,7 @@ static void check_message(const char *msg)
 {
     T_CONTAINS(msg, "/dev/shm");
     T_CONTAINS(msg, "MiB free");
-    T_CONTAINS(msg, "DDSTORE_FABRIC=tcp");
+    T_CONTAINS(msg, "DDOFI_PROVIDER=tcp"); /* the standalone library's variable */
     T_OK(strstr(msg, "no libfabric provider fits") == NULL);
 }
 

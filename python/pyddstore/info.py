@@ -27,6 +27,15 @@ def _torch_entries():
              "help": h} for (n, t, d, h) in mod.ENTRIES]
 
 
+# Variables read by the test programs only (never by the libraries; not in
+# any library's registry): listed so that they are documented in one place.
+TEST_ENTRIES = (
+    {"name": "DDSTORE_TEST_STRICT", "type": "bool", "default": "0", "choices": None,
+     "library": "tests", "help": "a skipped test (missing hardware) counts as a failure "
+     "(ci/gpu-check.sh sets it where the hardware exists)"},
+)
+
+
 def entries():
     """Every registered DDSTORE_* variable: dicts with name, type, default, choices,
     library, help (the C libraries' registries, then pyddstore.torch's own)."""
@@ -73,6 +82,7 @@ def markdown():
     by_lib = {}
     for e in entries():
         by_lib.setdefault(e["library"], []).append(e)
+    by_lib["tests (read by test programs only)"] = list(TEST_ENTRIES)
     for lib in sorted(by_lib):
         out += [f"## {lib}", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
         for e in by_lib[lib]:

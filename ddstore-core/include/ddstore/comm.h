@@ -9,6 +9,8 @@
 #ifndef DDSTORE_COMM_H
 #define DDSTORE_COMM_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,7 +41,7 @@ typedef struct dds_comm {
 } dds_comm_t;
 
 /* A one-rank communicator (rank 0 of 1) for tests and single-process use. */
-int dds_comm_self(dds_comm_t *comm_p);
+DDS_API int dds_comm_self(dds_comm_t *comm_p);
 
 /* Collective error agreement: every rank passes its local status (0 or a
  * negative code, with the detail in dds_last_error()).  Returns 0 on every
@@ -47,7 +49,7 @@ int dds_comm_self(dds_comm_t *comm_p);
  * lowest failing rank and its dds_last_error() reads "rank R: <detail>"
  * (the failing rank keeps its own detail).  If the exchange itself fails the
  * exchange's error is returned. */
-int dds_comm_agree(const dds_comm_t *comm, int rc);
+DDS_API int dds_comm_agree(const dds_comm_t *comm, int rc);
 
 /* dds_comm_agree that also checks that every rank is in the same collective
  * call: `tag` (>= 0) names the call (e.g. a sequence number and a kind), and
@@ -55,7 +57,7 @@ int dds_comm_agree(const dds_comm_t *comm, int rc);
  * mismatch": a rank skipped, added or reordered a collective call, so the
  * ranks are out of step) without a second exchange.  Same cost as
  * dds_comm_agree on success (one allreduce of three int64). */
-int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
+DDS_API int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
 
 /* How long a collective may wait for the other ranks:
  * DDSTORE_COLLECTIVE_TIMEOUT_S (seconds, > 0; "inf" = no limit; default
@@ -65,10 +67,10 @@ int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
  * step and fails every later collective at once (-DDS_ETIMEDOUT, naming the
  * collective that timed out).  Returns 0 or -DDS_ECONFIG (bad value, the
  * detail names the variable). */
-int dds_comm_timeout_s(double *timeout_s_p);
+DDS_API int dds_comm_timeout_s(double *timeout_s_p);
 
 /* Destroy via ops->destroy (NULL-safe). */
-void dds_comm_destroy(dds_comm_t *comm);
+DDS_API void dds_comm_destroy(dds_comm_t *comm);
 
 #ifdef __cplusplus
 }

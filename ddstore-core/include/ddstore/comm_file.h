@@ -35,6 +35,8 @@
 #ifndef DDSTORE_COMM_FILE_H
 #define DDSTORE_COMM_FILE_H
 
+
+#include "ddstore/visibility.h"
 #include "ddstore/comm.h"
 
 #ifdef __cplusplus
@@ -58,18 +60,18 @@ extern "C" {
  * directory, another user's, writable by others, not writable),
  * -DDS_EBUSY (another run holds this rank of the namespace), -DDS_ECONFIG
  * (bad environment value), -DDS_ENOMEM, -DDS_EIO. */
-int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
+DDS_API int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
                          double timeout_s, dds_comm_t *comm_p);
 
 /* The resolved namespace and the directory the files live in (dir/ns) of a
  * communicator made by dds_comm_file_create; NULL for any other. */
-const char *dds_comm_file_ns(const dds_comm_t *comm);
-const char *dds_comm_file_path(const dds_comm_t *comm);
+DDS_API const char *dds_comm_file_ns(const dds_comm_t *comm);
+DDS_API const char *dds_comm_file_path(const dds_comm_t *comm);
 
 /* Register FileComm's DDSTORE_* variables (DDSTORE_HANDSHAKE_TIMEOUT_S for
  * method-2 joins, DDSTORE_FILECOMM_FSYNC) with the config registry; idempotent, and done by
  * the first dds_comm_file_create anyway. */
-void dds_comm_file_register_config(void);
+DDS_API void dds_comm_file_register_config(void);
 
 #ifdef __cplusplus
 }

@@ -11,6 +11,8 @@
 #ifndef DDSTORE_CONFIG_H
 #define DDSTORE_CONFIG_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,33 +38,33 @@ typedef struct dds_config_entry {
 } dds_config_entry_t;
 
 /* Register a table (static storage; not copied).  Idempotent per table. */
-int dds_config_register(const dds_config_entry_t *entries, size_t n);
+DDS_API int dds_config_register(const dds_config_entry_t *entries, size_t n);
 
 /* Iterate every registered entry: index 0..count-1; NULL past the end. */
-size_t dds_config_count(void);
-const dds_config_entry_t *dds_config_at(size_t i);
-const dds_config_entry_t *dds_config_find(const char *name);
+DDS_API size_t dds_config_count(void);
+DDS_API const dds_config_entry_t *dds_config_at(size_t i);
+DDS_API const dds_config_entry_t *dds_config_find(const char *name);
 
 /* Typed getters: value from the environment, else the default.
  * Return 0 or -DDS_ECONFIG (bad value, detail names the variable) or
  * -DDS_ENOENT (name not registered). */
-int dds_config_get_bool(const char *name, int *value_p);
-int dds_config_get_int(const char *name, int64_t *value_p);
-int dds_config_get_double(const char *name, double *value_p);
+DDS_API int dds_config_get_bool(const char *name, int *value_p);
+DDS_API int dds_config_get_int(const char *name, int64_t *value_p);
+DDS_API int dds_config_get_double(const char *name, double *value_p);
 /* A DOUBLE variable that holds a duration: seconds > 0, or inf ("inf",
  * "infinity") for no limit.  0 and negative values are rejected
  * (-DDS_ECONFIG naming the variable and the value), never taken to mean
  * "no limit". */
-int dds_config_get_seconds(const char *name, double *value_p);
+DDS_API int dds_config_get_seconds(const char *name, double *value_p);
 /* String/enum: pointer to the environment's string or the default; may be
  * NULL when unset with no default. */
-int dds_config_get_string(const char *name, const char **value_p);
+DDS_API int dds_config_get_string(const char *name, const char **value_p);
 
 /* Validate every registered variable that is set; first error returned. */
-int dds_config_validate_all(void);
+DDS_API int dds_config_validate_all(void);
 
 /* Register core's own table (called by dds_store_create; idempotent). */
-void dds_config_register_core(void);
+DDS_API void dds_config_register_core(void);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef DDSTORE_ERRORS_H
 #define DDSTORE_ERRORS_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -42,22 +44,22 @@ enum {
 };
 
 /* Static description of a code (positive or negative accepted).  Never NULL. */
-const char *dds_strerror(int rc);
+DDS_API const char *dds_strerror(int rc);
 
 /* Detail of the last failure recorded on this thread (empty string if none).
  * Valid until the next ddstore call on this thread. */
-const char *dds_last_error(void);
+DDS_API const char *dds_last_error(void);
 
 /* Record a failure detail for this thread and return `rc` (so that
  * `return dds_error(-DDS_EINVAL, "...", ...)` works).  printf-style. */
-int dds_error(int rc, const char *fmt, ...)
+DDS_API int dds_error(int rc, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
 
 /* Clear this thread's detail. */
-void dds_error_clear(void);
+DDS_API void dds_error_clear(void);
 
 #ifdef __cplusplus
 }

@@ -38,6 +38,8 @@
 #ifndef DDSTORE_FILES_H
 #define DDSTORE_FILES_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -68,12 +70,12 @@ enum {
  *   flags_p  out, may be NULL: DDS_DIR_* flags
  * Returns 0, -DDS_EINVAL (empty/too long, not a directory, another owner,
  * writable by others, not writable), -DDS_EIO (mkdir/stat failed). */
-int dds_dir_prepare(const char *path, const char *what, unsigned *flags_p);
+DDS_API int dds_dir_prepare(const char *path, const char *what, unsigned *flags_p);
 
 /* dds_dir_prepare's checks of an existing directory, creating nothing and
  * not requiring write access (a reader's).  -DDS_ENOENT when it does not
  * exist (yet). */
-int dds_dir_check(const char *path, const char *what, unsigned *flags_p);
+DDS_API int dds_dir_check(const char *path, const char *what, unsigned *flags_p);
 
 /* ---- writing ----------------------------------------------------------- */
 
@@ -103,7 +105,7 @@ enum {
  *   flags    DDS_FILE_* flags
  * Returns 0, -DDS_EINVAL (bad name, path too long), -DDS_EEXIST
  * (DDS_FILE_EXCLUSIVE), -DDS_EIO. */
-int dds_file_publish(const char *dir, const char *name,
+DDS_API int dds_file_publish(const char *dir, const char *name,
                      const dds_file_part_t *parts, size_t nparts,
                      unsigned flags, const char *what);
 
@@ -120,7 +122,7 @@ int dds_file_publish(const char *dir, const char *name,
  * Returns 0, -DDS_ENOENT (no such file: the detail names it), -DDS_EINVAL
  * (a symbolic link, a path component not a directory), -DDS_EIO (not a
  * regular file, another owner, writable by others, open/fstat failed). */
-int dds_file_open_read(const char *path, const char *what, int *fd_p,
+DDS_API int dds_file_open_read(const char *path, const char *what, int *fd_p,
                        uint64_t *size_p);
 
 /* dds_file_open_read, then read the whole file into a fresh buffer (one
@@ -129,23 +131,23 @@ int dds_file_open_read(const char *path, const char *what, int *fd_p,
  * size while being read fails with -DDS_ECORRUPT too.
  *   buf_p, len_p  out: the contents (free()) and their length
  * Returns 0 or the codes above, -DDS_ENOMEM. */
-int dds_file_read(const char *path, const char *what, size_t max_bytes,
+DDS_API int dds_file_read(const char *path, const char *what, size_t max_bytes,
                   void **buf_p, size_t *len_p);
 
 /* Reads up to n bytes from fd into buf, until EOF (retrying EINTR); the
  * count read, or -1 with errno set. */
-ssize_t dds_fd_read_upto(int fd, void *buf, size_t n);
+DDS_API ssize_t dds_fd_read_upto(int fd, void *buf, size_t n);
 
 /* ---- processes ----------------------------------------------------------- */
 
 /* This process's start time in clock ticks since boot (/proc/self/stat
  * field 22); 0 when unknown. */
-uint64_t dds_proc_self_start_ticks(void);
+DDS_API uint64_t dds_proc_self_start_ticks(void);
 
 /* Whether process `pid` (on this host, in this pid namespace) is alive and,
  * when start_ticks != 0, started at that time (a reused pid is another
  * process): 1 alive, 0 gone (or a zombie, or pid <= 0), -1 cannot tell. */
-int dds_proc_alive(int32_t pid, uint64_t start_ticks);
+DDS_API int dds_proc_alive(int32_t pid, uint64_t start_ticks);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,8 @@
 #ifndef DDSTORE_LOG_H
 #define DDSTORE_LOG_H
 
+
+#include "ddstore/visibility.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -39,18 +41,18 @@ typedef void (*dds_log_sink_fn)(void *arg, dds_log_level_t level,
                                 dds_log_subsys_t subsys, const char *line);
 
 /* Replace the sink (NULL restores stderr). */
-void dds_log_set_sink(dds_log_sink_fn fn, void *arg);
+DDS_API void dds_log_set_sink(dds_log_sink_fn fn, void *arg);
 
 /* Rank shown in the prefix (-1: not shown). */
-void dds_log_set_rank(int rank);
+DDS_API void dds_log_set_rank(int rank);
 
 /* Override the level (normally read from DDSTORE_LOG_LEVEL once). */
-void dds_log_set_level(dds_log_level_t level);
+DDS_API void dds_log_set_level(dds_log_level_t level);
 
 /* Non-zero if messages of this level/subsystem are emitted. */
-int dds_log_enabled(dds_log_level_t level, dds_log_subsys_t subsys);
+DDS_API int dds_log_enabled(dds_log_level_t level, dds_log_subsys_t subsys);
 
-void dds_log_write(dds_log_level_t level, dds_log_subsys_t subsys,
+DDS_API void dds_log_write(dds_log_level_t level, dds_log_subsys_t subsys,
                    const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))

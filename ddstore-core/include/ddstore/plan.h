@@ -24,6 +24,8 @@
 #ifndef DDSTORE_PLAN_H
 #define DDSTORE_PLAN_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,7 +36,7 @@ extern "C" {
 /* Owner and row within the owner's shard of global `row`.
  * Returns 0, or -DDS_ERANGE when row is outside [0, offsets[nranks]).
  * O(log nranks); zero-row shards are never returned as owners. */
-int dds_layout_locate(const int64_t *offsets, int nranks, int64_t row,
+DDS_API int dds_layout_locate(const int64_t *offsets, int nranks, int64_t row,
                       int *owner_p, int64_t *local_row_p);
 
 /* dds_plan_params_t.field_mask: which members after the first ones are
@@ -99,24 +101,24 @@ typedef struct dds_plan {
 } dds_plan_t;
 
 /* Zero a plan before first use. */
-void dds_plan_init(dds_plan_t *plan);
+DDS_API void dds_plan_init(dds_plan_t *plan);
 
 /* Release a plan's memory (the struct itself is the caller's). */
-void dds_plan_fini(dds_plan_t *plan);
+DDS_API void dds_plan_fini(dds_plan_t *plan);
 
 /* Plan a batch: destination row i <- global row rows[i], i in [0, n).
  * Every row is checked before anything is planned: a row outside
  * [0, total) gives -DDS_ERANGE naming the position and value.  n == 0 gives
  * an empty plan.  Reuses the plan's arrays (grows them as needed); -DDS_ENOMEM
  * on allocation failure. */
-int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
+DDS_API int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
                    size_t n, dds_plan_t *plan);
 
 /* Plan a range: destination rows [0, nrows) <- global rows
  * [start, start+nrows), read straight into dst, split at owner boundaries
  * and at max_read_bytes.  -DDS_ERANGE if the range is not inside
  * [0, total) (negative start included). */
-int dds_plan_range(const dds_plan_params_t *params, int64_t start,
+DDS_API int dds_plan_range(const dds_plan_params_t *params, int64_t start,
                    int64_t nrows, dds_plan_t *plan);
 
 #ifdef __cplusplus

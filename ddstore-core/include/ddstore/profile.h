@@ -7,6 +7,8 @@
 #ifndef DDSTORE_PROFILE_H
 #define DDSTORE_PROFILE_H
 
+
+#include "ddstore/visibility.h"
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -34,19 +36,19 @@ typedef enum {
 /* "calls", "rows", "bytes", "reads", "local_bytes", "staged_bytes",
  * "registrations", "lock_wait_ns", "register_ns", "post_ns", "complete_ns",
  * "gpu_sync_ns", "other_ns", "total_ns". */
-const char *dds_prof_counter_name(dds_prof_counter_t c);
+DDS_API const char *dds_prof_counter_name(dds_prof_counter_t c);
 
 /* A per-variable accumulator (owned by the store). */
 typedef struct dds_prof dds_prof_t;
 
 /* Add `v` to counter `c`.  NULL `p` is a no-op.  Thread-safe, lock-free. */
-void dds_prof_add(dds_prof_t *p, dds_prof_counter_t c, uint64_t v);
+DDS_API void dds_prof_add(dds_prof_t *p, dds_prof_counter_t c, uint64_t v);
 
 /* Non-zero when timing is on (DDSTORE_PROFILE, default 1). */
-int dds_prof_timing_enabled(void);
+DDS_API int dds_prof_timing_enabled(void);
 
 /* CLOCK_MONOTONIC in ns, or 0 when timing is disabled. */
-uint64_t dds_prof_now(void);
+DDS_API uint64_t dds_prof_now(void);
 
 /* Snapshot of all counters. */
 typedef struct dds_profile {

@@ -36,6 +36,8 @@
 #ifndef DDSTORE_STORE_H
 #define DDSTORE_STORE_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,8 +66,7 @@ typedef struct dds_store_params {
     uint64_t field_mask;          /* DDS_STORE_PARAM_* that are set           */
     dds_comm_t comm;              /* required; ownership moves to the store   */
     dds_transport_t transport;    /* required; ownership moves to the store   */
-    /* Added after 0.1.0 (read only when DDS_STORE_PARAM_MEMSYS is set):
-     * GPU memory operations (memops.h) for one device kind (ops->kind).
+    /* DDS_STORE_PARAM_MEMSYS: GPU memory operations (memops.h) for one device kind (ops->kind).
      * Optional; ownership moves to the store (ops->destroy(ctx) when the
      * store is destroyed, or at once when creation fails).  Without it the
      * store reads into GPU memory only through a transport with
@@ -75,11 +76,11 @@ typedef struct dds_store_params {
 
 /* Collective.  On success the store owns comm, transport and memsys
  * (destroyed with it); on failure they are destroyed too. */
-int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p);
+DDS_API int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p);
 
 /* Collective if variables are still live (frees them first).  Safe after
  * MPI_Finalize (local cleanup only).  NULL is a no-op. */
-void dds_store_destroy(dds_store_t *store);
+DDS_API void dds_store_destroy(dds_store_t *store);
 
 /* Local: destroy the store without any collective step and without waiting
  * for a peer, whatever the other ranks do (for a binding's garbage
@@ -94,19 +95,19 @@ void dds_store_destroy(dds_store_t *store);
  * registrations, transport, memsys and communicator are destroyed as in
  * dds_store_destroy.  No other call on the store may be in flight.  NULL
  * is a no-op. */
-void dds_store_destroy_local(dds_store_t *store);
+DDS_API void dds_store_destroy_local(dds_store_t *store);
 
-int dds_store_rank(const dds_store_t *store);
-int dds_store_size(const dds_store_t *store);
-const dds_comm_t *dds_store_comm(const dds_store_t *store);
-const dds_transport_t *dds_store_transport(const dds_store_t *store);
+DDS_API int dds_store_rank(const dds_store_t *store);
+DDS_API int dds_store_size(const dds_store_t *store);
+DDS_API const dds_comm_t *dds_store_comm(const dds_store_t *store);
+DDS_API const dds_transport_t *dds_store_transport(const dds_store_t *store);
 
 /* Collective: a zeroed shard of `nrows` rows x `disp` elements x `itemsize`
  * bytes, dtype `dtype` (DDS_DTYPE_RAW with any itemsize, or a typed dtype
  * whose size equals itemsize).  nrows may be 0.  disp and itemsize must be
  * equal on every rank (else -DDS_EINVAL on all ranks naming both values).
  * -DDS_EEXIST if `name` is live. */
-int dds_store_var_init(dds_store_t *store, const char *name, int64_t nrows,
+DDS_API int dds_store_var_init(dds_store_t *store, const char *name, int64_t nrows,
                        size_t disp, size_t itemsize, dds_dtype_t dtype);
 
 enum {
@@ -122,16 +123,16 @@ enum {
  * otherwise the store keeps a pinned host mirror (memsys required,
  * DDSTORE_GPU_STAGING=1), copied at add after the work queued on
  * mem->stream, and refreshed by var_update. */
-int dds_store_var_add(dds_store_t *store, const char *name, const void *data,
+DDS_API int dds_store_var_add(dds_store_t *store, const char *name, const void *data,
                       int64_t nrows, size_t disp, size_t itemsize,
                       dds_dtype_t dtype, const dds_mem_t *mem, int flags);
 
 /* Collective: release one variable (its name may be added again). */
-int dds_store_var_free(dds_store_t *store, const char *name);
+DDS_API int dds_store_var_free(dds_store_t *store, const char *name);
 
 /* Collective: release every variable.  Idempotent.  Reads of a released
  * name then fail with -DDS_EFREED until that name is added again. */
-int dds_store_free(dds_store_t *store);
+DDS_API int dds_store_free(dds_store_t *store);
 
 /* A caller's buffer: `nrows` rows of `row_bytes`, element type dtype /
  * itemsize (DDS_DTYPE_RAW: only itemsize is checked). */
@@ -149,7 +150,7 @@ typedef struct dds_buf {
  * the source's stream when it is GPU memory, else the shard's; returns after
  * the copies and the shard's host mirror are done, waiting on that stream
  * only). */
-int dds_store_var_update(dds_store_t *store, const char *name,
+DDS_API int dds_store_var_update(dds_store_t *store, const char *name,
                          const dds_buf_t *src, int64_t offset);
 
 typedef struct dds_var_info {
@@ -164,11 +165,11 @@ typedef struct dds_var_info {
     int nranks;
 } dds_var_info_t;
 
-int dds_store_var_info(dds_store_t *store, const char *name,
+DDS_API int dds_store_var_info(dds_store_t *store, const char *name,
                        dds_var_info_t *info_p);
 
 /* Owner offsets (nranks+1 prefix sums) copied into `offsets` (nranks+1). */
-int dds_store_var_offsets(dds_store_t *store, const char *name,
+DDS_API int dds_store_var_offsets(dds_store_t *store, const char *name,
                           int64_t *offsets);
 
 /* Local: rows [0, dst->nrows) of dst <- global rows [start, start+nrows).
@@ -182,14 +183,14 @@ int dds_store_var_offsets(dds_store_t *store, const char *name,
  * copied with one asynchronous host-to-device copy on dst->mem.stream: the
  * call returns without waiting for it, and the rows are ready for the next
  * kernel queued on that stream. */
-int dds_store_get(dds_store_t *store, dds_reader_t *reader, const char *name,
+DDS_API int dds_store_get(dds_store_t *store, dds_reader_t *reader, const char *name,
                   const dds_buf_t *dst, int64_t start);
 
 /* Local: row i of dst <- global row rows[i]; n must equal dst->nrows.
  * `rows` is read once, at the start (copied): another thread changing the
  * array during the call cannot make the checked and the read indices
  * differ. */
-int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
+DDS_API int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const char *name, const dds_buf_t *dst,
                         const int64_t *rows, size_t n);
 
@@ -199,23 +200,23 @@ int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
  * -DDS_EINVAL if it was registered as another kind of memory.  Overlapping
  * ranges are separate registrations.  GPU memory that the transport cannot
  * reach (staged reads) is recorded without a transport registration. */
-int dds_store_recv_register(dds_store_t *store, void *ptr, size_t bytes,
+DDS_API int dds_store_recv_register(dds_store_t *store, void *ptr, size_t bytes,
                             const dds_mem_t *mem);
 /* -DDS_ENOENT if (ptr, bytes) is not registered (never was, or was
  * unregistered already). */
-int dds_store_recv_unregister(dds_store_t *store, void *ptr, size_t bytes);
+DDS_API int dds_store_recv_unregister(dds_store_t *store, void *ptr, size_t bytes);
 
 /* Readers: separate read contexts (endpoints) for threads or forked
  * processes (flags: DDS_READER_THREAD / DDS_READER_FORKED).  Transports
  * without readers return a reader that shares the default. */
-int dds_store_reader_open(dds_store_t *store, int flags,
+DDS_API int dds_store_reader_open(dds_store_t *store, int flags,
                           dds_reader_t **reader_p);
-void dds_store_reader_close(dds_store_t *store, dds_reader_t *reader);
+DDS_API void dds_store_reader_close(dds_store_t *store, dds_reader_t *reader);
 
 /* Counters for one variable (summed over readers and threads). */
-int dds_store_profile(dds_store_t *store, const char *name,
+DDS_API int dds_store_profile(dds_store_t *store, const char *name,
                       dds_profile_t *profile_p);
-int dds_store_profile_reset(dds_store_t *store, const char *name);
+DDS_API int dds_store_profile_reset(dds_store_t *store, const char *name);
 
 /* Epochs (the original DDStore's fences), collective for every method and
  * cheap: the transport's local epoch step (MPI: MPI_Win_sync), then one
@@ -228,8 +229,8 @@ int dds_store_profile_reset(dds_store_t *store, const char *name);
  *                before it entered epoch_end, so an update made afterwards
  *                cannot change what those reads returned.
  * A one-rank communicator (a method-2 reader) synchronises nothing. */
-int dds_store_epoch_begin(dds_store_t *store);
-int dds_store_epoch_end(dds_store_t *store);
+DDS_API int dds_store_epoch_begin(dds_store_t *store);
+DDS_API int dds_store_epoch_end(dds_store_t *store);
 
 /* The store's collective calls, as dds_store_coll_fail names them. */
 typedef enum {
@@ -247,12 +248,12 @@ typedef enum {
  * dds_last_error()), exactly as the call would have, so the ranks that did
  * make it fail together with this one and the calls stay numbered alike.
  * Returns rc (or the agreement's own failure). */
-int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char *name,
+DDS_API int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char *name,
                         int rc);
 
 /* Names of live variables: calls fn for each (under the table's read lock;
  * fn must not call back into the store). */
-int dds_store_var_foreach(dds_store_t *store,
+DDS_API int dds_store_var_foreach(dds_store_t *store,
                           void (*fn)(void *arg, const char *name), void *arg);
 
 /* Local (not collective): make variable `name`, published by another job,
@@ -263,7 +264,7 @@ int dds_store_var_foreach(dds_store_t *store,
  * like any variable.  -DDS_ENOSYS when the transport cannot join,
  * -DDS_EEXIST when the name is live, the transport's codes otherwise
  * (-DDS_ETIMEDOUT, -DDS_ESTALE, -DDS_ECORRUPT, -DDS_EINVAL ...). */
-int dds_store_var_join(dds_store_t *store, const char *name);
+DDS_API int dds_store_var_join(dds_store_t *store, const char *name);
 
 #ifdef __cplusplus
 }

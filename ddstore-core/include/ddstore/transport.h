@@ -52,12 +52,11 @@ typedef struct dds_region_desc {
     dds_dtype_t dtype;
     size_t itemsize;
     dds_mem_t mem;
-    /* Appended: the token shard_alloc returned with `base`, or NULL when
-     * the store allocated the shard itself (malloc, in place, mirror). */
+    /* The token shard_alloc returned with `base`, or NULL when the store
+     * allocated the shard itself (malloc, in place, mirror). */
     void *alloc_token;
-    /* Appended: every rank's first global row, nranks + 1 entries (the
-     * store's layout of the variable, known when region_create is called);
-     * NULL from an older store. */
+    /* Every rank's first global row, nranks + 1 entries (the store's
+     * layout of the variable, known when region_create is called). */
     const int64_t *offsets;
     int nranks;
 } dds_region_desc_t;
@@ -133,9 +132,6 @@ typedef struct dds_transport_ops {
      * frees their shards.  A transport whose region_abandon is set never
      * sees them (they were abandoned). */
     void (*destroy)(void *ctx);
-
-    /* ---- appended members: the store uses them only when `size` covers
-     * them (older implementers stay valid) ---- */
 
     /* Optional (may be NULL; both or neither).  Collective over the
      * store's communicator, called by every rank in the same order (also

@@ -2,6 +2,8 @@
 #ifndef DDSTORE_TYPES_H
 #define DDSTORE_TYPES_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,9 +32,9 @@ typedef enum {
 
 /* "raw", "bool", "uint8", "int32", "int64", "float32", "float64", "float16",
  * "bfloat16"; "unknown" outside [0, DDS_DTYPE_COUNT). */
-const char *dds_dtype_name(dds_dtype_t dt);
+DDS_API const char *dds_dtype_name(dds_dtype_t dt);
 /* Element size in bytes (RAW: 0 = given by itemsize). */
-size_t dds_dtype_size(dds_dtype_t dt);
+DDS_API size_t dds_dtype_size(dds_dtype_t dt);
 
 /* Where a buffer lives.  Device ids are runtime ordinals. */
 typedef enum {
@@ -49,7 +51,7 @@ typedef struct dds_mem {
 } dds_mem_t;
 
 /* Library version, "MAJOR.MINOR.PATCH". */
-const char *dds_core_version(void);
+DDS_API const char *dds_core_version(void);
 
 #ifdef __cplusplus
 }

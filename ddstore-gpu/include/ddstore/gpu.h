@@ -50,6 +50,10 @@
 #ifndef DDSTORE_GPU_H
 #define DDSTORE_GPU_H
 
+#include "ddstore/visibility.h"
+/* the public API of ddstore-gpu (see ddstore/visibility.h) */
+#define DDGPU_API DDS_API
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,14 +75,14 @@ extern "C" {
 /* Library and runtime */
 
 /* "MAJOR.MINOR.PATCH" of ddstore-gpu (ddstore-gpu/VERSION). */
-const char *ddgpu_version(void);
+DDGPU_API const char *ddgpu_version(void);
 
 /* "cuda", "hip" or "none": the backend this library was built with. */
-const char *ddgpu_backend_name(void);
+DDGPU_API const char *ddgpu_backend_name(void);
 
 /* DDS_MEM_CUDA (cuda), DDS_MEM_ROCM (hip), DDS_MEM_HOST (none; DDS_MEM_CUDA
  * while the test emulation below is on). */
-dds_mem_kind_t ddgpu_backend_kind(void);
+DDGPU_API dds_mem_kind_t ddgpu_backend_kind(void);
 
 typedef struct ddgpu_info {
     const char *backend;     /* ddgpu_backend_name()                        */
@@ -93,7 +97,7 @@ typedef struct ddgpu_info {
 /* Is a GPU usable?  Returns 0 (device_count >= 1) or -DDS_ENOGPU with the
  * runtime's error in the detail.  `info_p` (may be NULL) is filled in both
  * cases.  Cheap after the first call (the probe is cached per process). */
-int ddgpu_available(ddgpu_info_t *info_p);
+DDGPU_API int ddgpu_available(ddgpu_info_t *info_p);
 
 typedef enum {
     DDGPU_PTR_HOST = 0,        /* pageable host memory (or unknown to the
@@ -105,14 +109,14 @@ typedef enum {
 } ddgpu_ptr_kind_t;
 
 /* "host", "pinned", "device", "managed" ("?" for other values). */
-const char *ddgpu_ptr_kind_name(ddgpu_ptr_kind_t kind);
+DDGPU_API const char *ddgpu_ptr_kind_name(ddgpu_ptr_kind_t kind);
 
 /* What memory `ptr` points into.  Outputs (either may be NULL):
  * *kind_p; *mem_p = {DDS_MEM_HOST, 0, NULL} for host and pinned memory,
  * {backend kind, device N, NULL} for device and managed memory.
  * Without a GPU every pointer is DDGPU_PTR_HOST and the call returns 0.
  * -DDS_EINVAL for NULL ptr; -DDS_ENOGPU in a forked child (see above). */
-int ddgpu_pointer_kind(const void *ptr, ddgpu_ptr_kind_t *kind_p,
+DDGPU_API int ddgpu_pointer_kind(const void *ptr, ddgpu_ptr_kind_t *kind_p,
                        dds_mem_t *mem_p);
 
 /* ------------------------------------------------------------------------ */
@@ -121,46 +125,46 @@ int ddgpu_pointer_kind(const void *ptr, ddgpu_ptr_kind_t *kind_p,
 /* Pinned (page-locked, portable across devices) host memory of `bytes`
  * (> 0).  The caller owns it until ddgpu_host_free.  Allocation is slow
  * (milliseconds); keep it off the per-read path (use a staging pool). */
-int ddgpu_host_alloc(size_t bytes, void **ptr_p);
+DDGPU_API int ddgpu_host_alloc(size_t bytes, void **ptr_p);
 /* NULL is a no-op.  May wait for the device (the runtimes' free is not
  * stream-ordered): call it at teardown, not per read. */
-int ddgpu_host_free(void *ptr);
+DDGPU_API int ddgpu_host_free(void *ptr);
 
 /* Device memory of `bytes` (> 0) on `device`.  Caller owns it. */
-int ddgpu_device_alloc(int device, size_t bytes, void **ptr_p);
+DDGPU_API int ddgpu_device_alloc(int device, size_t bytes, void **ptr_p);
 /* NULL is a no-op. */
-int ddgpu_device_free(void *ptr);
+DDGPU_API int ddgpu_device_free(void *ptr);
 
 /* ------------------------------------------------------------------------ */
 /* Streams and events (never a device-wide synchronise) */
 
 /* A non-blocking stream (does not synchronise with the legacy default
  * stream) on `device`.  Caller owns it. */
-int ddgpu_stream_create(int device, void **stream_p);
+DDGPU_API int ddgpu_stream_create(int device, void **stream_p);
 /* NULL is a no-op.  Work already queued still completes. */
-int ddgpu_stream_destroy(void *stream);
+DDGPU_API int ddgpu_stream_destroy(void *stream);
 /* The host waits for everything queued on on->stream. */
-int ddgpu_stream_synchronize(const dds_mem_t *on);
+DDGPU_API int ddgpu_stream_synchronize(const dds_mem_t *on);
 /* The host waits for the work queued on on->stream *so far*, through an
  * event recorded now (work queued later by other threads is not waited
  * for).  Uses a pooled event; no allocation after warm-up. */
-int ddgpu_stream_fence(const dds_mem_t *on);
+DDGPU_API int ddgpu_stream_fence(const dds_mem_t *on);
 
 /* An event without timing on `device` (events belong to a device: record
  * it only on streams of that device).  Caller owns it. */
-int ddgpu_event_create(int device, void **event_p);
+DDGPU_API int ddgpu_event_create(int device, void **event_p);
 /* NULL is a no-op. */
-int ddgpu_event_destroy(void *event);
+DDGPU_API int ddgpu_event_destroy(void *event);
 /* Record `event` after the work queued on on->stream. */
-int ddgpu_event_record(void *event, const dds_mem_t *on);
+DDGPU_API int ddgpu_event_record(void *event, const dds_mem_t *on);
 /* *done_p = 1 when the work before the last record finished (or the event
  * was never recorded), else 0.  Does not wait. */
-int ddgpu_event_query(void *event, int *done_p);
+DDGPU_API int ddgpu_event_query(void *event, int *done_p);
 /* The host waits for the work before the last record of `event`. */
-int ddgpu_event_synchronize(void *event);
+DDGPU_API int ddgpu_event_synchronize(void *event);
 /* Work queued on on->stream after this call waits for `event` (on the
  * device; the host does not wait). */
-int ddgpu_stream_wait_event(const dds_mem_t *on, void *event);
+DDGPU_API int ddgpu_stream_wait_event(const dds_mem_t *on, void *event);
 
 /* ------------------------------------------------------------------------ */
 /* Copies, enqueued on on->stream (asynchronous for the host where the
@@ -168,25 +172,25 @@ int ddgpu_stream_wait_event(const dds_mem_t *on, void *event);
  * memory the runtime may return only after the copy). */
 
 /* `bytes` from src to dst.  bytes == 0 is a no-op (pointers may be NULL). */
-int ddgpu_copy_async(dds_copy_dir_t dir, void *dst, const void *src,
+DDGPU_API int ddgpu_copy_async(dds_copy_dir_t dir, void *dst, const void *src,
                      size_t bytes, const dds_mem_t *on);
 
 /* Every segment: len bytes from src + src_offset to dst + dst_offset,
  * in order.  Neighbouring segments contiguous on both sides are merged
  * into one runtime copy; *ncopies_p (may be NULL) = copies issued.
  * Zero-length segments are skipped.  Offsets + len must not overflow. */
-int ddgpu_copy_segments_async(dds_copy_dir_t dir, void *dst, const void *src,
+DDGPU_API int ddgpu_copy_segments_async(dds_copy_dir_t dir, void *dst, const void *src,
                               const dds_memseg_t *segs, size_t nsegs,
                               const dds_mem_t *on, size_t *ncopies_p);
 
 /* `bytes` bytes of device memory at dst set to (unsigned char)value. */
-int ddgpu_memset_async(void *dst, int value, size_t bytes,
+DDGPU_API int ddgpu_memset_async(void *dst, int value, size_t bytes,
                        const dds_mem_t *on);
 
 /* Pure helper (no GPU needed): merge, in place, neighbouring segments that
  * are contiguous in both source and destination and drop empty ones;
  * returns the new count.  Order is kept. */
-size_t ddgpu_segs_coalesce(dds_memseg_t *segs, size_t nsegs);
+DDGPU_API size_t ddgpu_segs_coalesce(dds_memseg_t *segs, size_t nsegs);
 
 /* ------------------------------------------------------------------------ */
 /* The staging engine: a pool of pinned host buffers whose reuse is ordered
@@ -220,40 +224,40 @@ typedef struct ddgpu_staging_params {
 
 /* A pool (params NULL = defaults).  No memory is pinned until the first
  * acquire.  -DDS_ENOGPU without a GPU. */
-int ddgpu_staging_create(const ddgpu_staging_params_t *params,
+DDGPU_API int ddgpu_staging_create(const ddgpu_staging_params_t *params,
                          ddgpu_staging_t **staging_p);
 /* Waits (per buffer event) for pending copies, frees every buffer.  Every
  * buffer must have been released.  NULL is a no-op. */
-void ddgpu_staging_destroy(ddgpu_staging_t *staging);
+DDGPU_API void ddgpu_staging_destroy(ddgpu_staging_t *staging);
 
 /* Lend a buffer of at least `bytes` (> 0) that no pending copy uses: an
  * idle buffer whose events completed, else a new one, else (over the
  * limit) an idle buffer after waiting for its events.  Thread-safe. */
-int ddgpu_staging_acquire(ddgpu_staging_t *staging, size_t bytes,
+DDGPU_API int ddgpu_staging_acquire(ddgpu_staging_t *staging, size_t bytes,
                           ddgpu_stage_buf_t **buf_p);
 /* Give the buffer back; copies still pending on it keep it from being lent
  * again until they finish (nobody waits here). */
-int ddgpu_staging_release(ddgpu_staging_t *staging, ddgpu_stage_buf_t *buf);
+DDGPU_API int ddgpu_staging_release(ddgpu_staging_t *staging, ddgpu_stage_buf_t *buf);
 
 /* Host address and size (>= the bytes acquired) of a lent buffer. */
-void *ddgpu_stage_buf_host(const ddgpu_stage_buf_t *buf);
-size_t ddgpu_stage_buf_bytes(const ddgpu_stage_buf_t *buf);
+DDGPU_API void *ddgpu_stage_buf_host(const ddgpu_stage_buf_t *buf);
+DDGPU_API size_t ddgpu_stage_buf_bytes(const ddgpu_stage_buf_t *buf);
 
 /* Enqueue H2D copies buffer + seg.src_offset -> dst + seg.dst_offset on
  * on->stream, then record the buffer's event there.  Returns without
  * waiting.  Segments outside the buffer: -DDS_ERANGE before anything is
  * enqueued. */
-int ddgpu_stage_to_device(ddgpu_stage_buf_t *buf, void *dst,
+DDGPU_API int ddgpu_stage_to_device(ddgpu_stage_buf_t *buf, void *dst,
                           const dds_memseg_t *segs, size_t nsegs,
                           const dds_mem_t *on);
 /* Enqueue D2H copies src + seg.src_offset -> buffer + seg.dst_offset on
  * on->stream, then record the buffer's event.  The host bytes are valid
  * after ddgpu_stage_buf_wait. */
-int ddgpu_stage_from_device(ddgpu_stage_buf_t *buf, const void *src,
+DDGPU_API int ddgpu_stage_from_device(ddgpu_stage_buf_t *buf, const void *src,
                             const dds_memseg_t *segs, size_t nsegs,
                             const dds_mem_t *on);
 /* The host waits for the copies recorded on the buffer (its events only). */
-int ddgpu_stage_buf_wait(ddgpu_stage_buf_t *buf);
+DDGPU_API int ddgpu_stage_buf_wait(ddgpu_stage_buf_t *buf);
 
 typedef struct ddgpu_staging_stats {
     uint64_t acquires;       /* buffers lent                                */
@@ -268,7 +272,7 @@ typedef struct ddgpu_staging_stats {
     uint64_t lent;           /* buffers lent now                            */
 } ddgpu_staging_stats_t;
 
-int ddgpu_staging_stats(ddgpu_staging_t *staging,
+DDGPU_API int ddgpu_staging_stats(ddgpu_staging_t *staging,
                         ddgpu_staging_stats_t *stats_p);
 
 /* ------------------------------------------------------------------------ */
@@ -278,7 +282,7 @@ int ddgpu_staging_stats(ddgpu_staging_t *staging,
  * staging pool (params as ddgpu_staging_create) and an event pool.  The
  * receiver (the store) releases it with memsys_p->ops->destroy(ctx).
  * -DDS_ENOGPU without a GPU: the store then runs its host path. */
-int ddgpu_memsys_create(const ddgpu_staging_params_t *params,
+DDGPU_API int ddgpu_memsys_create(const ddgpu_staging_params_t *params,
                         dds_memsys_t *memsys_p);
 
 /* ------------------------------------------------------------------------ */
@@ -297,7 +301,7 @@ int ddgpu_memsys_create(const ddgpu_staging_params_t *params,
  * missing wait shows up as data that is not there.
  * enable = 0 turns it off and frees every emulated stream and queue (not
  * the emulated allocations, whose owners free them).  Not for production. */
-int ddgpu_test_host_emulation(int enable);
+DDGPU_API int ddgpu_test_host_emulation(int enable);
 
 #ifdef __cplusplus
 }

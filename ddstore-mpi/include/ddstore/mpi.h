@@ -26,6 +26,10 @@
 #ifndef DDSTORE_MPI_H
 #define DDSTORE_MPI_H
 
+#include "ddstore/visibility.h"
+/* the public API of ddstore-mpi (see ddstore/visibility.h) */
+#define DDMPI_API DDS_API
+
 #include <mpi.h>
 
 #include "ddstore/comm.h"
@@ -50,7 +54,7 @@ extern "C" {
  * job only in the sense that every process must call it).  Thread-safe:
  * serialised by a process-wide mutex; call it from the thread that will be
  * MPI's main thread when the level may end up below MULTIPLE. */
-int ddmpi_init(int *provided_p, int *initialized_by_us_p);
+DDMPI_API int ddmpi_init(int *provided_p, int *initialized_by_us_p);
 
 /* MPI_Finalize if ddmpi_init started MPI and it is not finalized yet;
  * otherwise nothing (MPI started by mpi4py or the application is theirs to
@@ -59,11 +63,11 @@ int ddmpi_init(int *provided_p, int *initialized_by_us_p);
  * communicators, transports and regions afterwards frees local memory only.
  * Collective over the job like MPI_Finalize.  Returns 0 or the translated
  * MPI error.  Thread-safe (same mutex as ddmpi_init). */
-int ddmpi_finalize_if_ours(void);
+DDMPI_API int ddmpi_finalize_if_ours(void);
 
 /* Non-zero once MPI_Finalize has been called (MPI_Finalized); callable at any
  * time, from any thread. */
-int ddmpi_finalized(void);
+DDMPI_API int ddmpi_finalized(void);
 
 /* A core communicator over MPI_Comm_dup(comm) with MPI_ERRORS_RETURN on the
  * duplicate.  ops->name is "mpi"; allgather (MPI_Iallgather of MPI_BYTE,
@@ -90,7 +94,7 @@ int ddmpi_finalized(void);
  * The ops follow comm.h: one thread per rank at a time, every rank in the
  * same order; after MPI_Finalize they return -DDS_EFREED ("MPI is already
  * finalized") without calling MPI. */
-int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
+DDMPI_API int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
 
 /* The MPI RMA transport (ops->name "mpi") over MPI_Comm_dup(comm).
  *   transport_p  out: ops, ctx, caps and max_read_bytes; untouched on
@@ -154,24 +158,24 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
  * Collective over `comm`; MPI must be initialised.  Returns 0, -DDS_EINVAL,
  * -DDS_ENOMEM, -DDS_ECONFIG (bad DDSTORE_MPI_MAX_READ_BYTES on any rank:
  * every rank fails) or a translated MPI error. */
-int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p);
+DDMPI_API int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p);
 
 /* Version of this library at run time, "MAJOR.MINOR.PATCH" from
  * ddstore-mpi/VERSION (Bazel generates ddstore/mpi_version.h with
  * DDMPI_VERSION; other builds pass -DDDMPI_VERSION='"x.y.z"', else
  * "0.0.0-unknown").  Never NULL. */
-const char *ddmpi_version(void);
+DDMPI_API const char *ddmpi_version(void);
 
 /* Translate an MPI return code: MPI_SUCCESS -> 0; otherwise records
  * "<what>: <MPI_Error_string> (MPI error class C)" in dds_last_error() and
  * returns -DDS_ENOMEM for MPI_ERR_NO_MEM, -DDS_ERANGE for MPI_ERR_RMA_RANGE,
  * else -DDS_EIO.  `what` names the call (may be NULL).  Safe after
  * MPI_Finalize (the MPI message is then omitted).  Thread-safe. */
-int ddmpi_translate_error(int mpi_rc, const char *what);
+DDMPI_API int ddmpi_translate_error(int mpi_rc, const char *what);
 
 /* Register this library's DDSTORE_* variables with core's config registry
  * (idempotent; done by the create functions, exposed for ddstore-info). */
-void ddmpi_config_register(void);
+DDMPI_API void ddmpi_config_register(void);
 
 #ifdef __cplusplus
 }

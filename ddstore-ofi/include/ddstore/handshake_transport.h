@@ -48,6 +48,8 @@
 #ifndef DDSTORE_HANDSHAKE_TRANSPORT_H
 #define DDSTORE_HANDSHAKE_TRANSPORT_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -104,15 +106,15 @@ typedef struct dds_hs_record {
  * here, r->version is ignored and written as DDS_HS_VERSION).  *buf_p is
  * malloc'ed (caller frees).  Validates like the parser (a record that would
  * not parse is not written): -DDS_EINVAL with a detail, -DDS_ENOMEM. */
-int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p);
+DDS_API int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p);
 
 /* Parse and validate `len` bytes.  On success *r is filled (r->ranks
  * malloc'ed); on failure *r is zeroed and nothing is allocated.  Returns 0,
  * -DDS_ECORRUPT, -DDS_ESTALE (another format version), -DDS_ENOMEM. */
-int dds_hs_parse(const void *buf, size_t len, dds_hs_record_t *r);
+DDS_API int dds_hs_parse(const void *buf, size_t len, dds_hs_record_t *r);
 
 /* Free r->ranks and zero *r.  NULL accepted. */
-void dds_hs_record_clear(dds_hs_record_t *r);
+DDS_API void dds_hs_record_clear(dds_hs_record_t *r);
 
 /* The record's file name for variable `name`: the name itself when it is
  * made of [A-Za-z0-9._-] and does not start with '.', else every other byte
@@ -120,14 +122,14 @@ void dds_hs_record_clear(dds_hs_record_t *r);
  * bytes (NUL included); returns 0 or -DDS_EINVAL (too long / empty).
  * dds_hs_write / _read / _remove also refuse a file name longer than 255
  * bytes (the usual file-system limit): -DDS_EINVAL naming the variable. */
-int dds_hs_file_name(const char *name, char *out, size_t cap);
+DDS_API int dds_hs_file_name(const char *name, char *out, size_t cap);
 
 /* The file name of the record of `name` in namespace `ns` (exchange_ns):
  * dds_hs_file_name(name) when ns is NULL or "", else the namespace encoded
  * the same way, '@' (which encoding never leaves), then the encoded name
  * and DDS_HS_SUFFIX ("job42@x.ddshs").  So two core jobs of different
  * namespaces never write, read or remove each other's records. */
-int dds_hs_record_file_name(const char *ns, const char *name, char *out,
+DDS_API int dds_hs_record_file_name(const char *ns, const char *name, char *out,
                             size_t cap);
 
 /* Create `dir` (and missing parents) with mode 0700, or check the existing
@@ -135,14 +137,14 @@ int dds_hs_record_file_name(const char *ns, const char *name, char *out,
  * not a directory, is owned by another user or others may write to it; a
  * warning is logged once when its group may write to it.  Returns 0, or
  * -DDS_EIO / -DDS_EINVAL with the path and what is wrong in the detail. */
-int dds_hs_dir_prepare(const char *dir);
+DDS_API int dds_hs_dir_prepare(const char *dir);
 
 /* Write the record for r->name into `dir` under the file name of
  * (r->exchange_ns, r->name), atomically (dds_file_publish): a fresh 0600
  * temporary file in `dir` (O_EXCL|O_NOFOLLOW), write, fsync, rename over
  * the record, fsync the directory.  Returns 0 or -DDS_EIO / -DDS_EINVAL /
  * -DDS_ENOMEM. */
-int dds_hs_write(const char *dir, const dds_hs_record_t *r);
+DDS_API int dds_hs_write(const char *dir, const dds_hs_record_t *r);
 
 /* Read and parse the record of (`ns`, `name`) in `dir`.  The directory must
  * pass dds_dir_check (owned by this user, not writable by others) and the
@@ -152,11 +154,11 @@ int dds_hs_write(const char *dir, const dds_hs_record_t *r);
  * or directory), or dds_hs_parse's codes (the detail names the path).  A
  * record whose name or namespace differs from the file's is
  * -DDS_ECORRUPT. */
-int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
+DDS_API int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
                    dds_hs_record_t *r);
 
 /* dds_hs_read_ns(dir, "", name, r). */
-int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r);
+DDS_API int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r);
 
 /* Called by dds_hs_scan for every record file of the variable in any
  * namespace: rc is dds_hs_read_ns's result for it and rec the record when
@@ -169,29 +171,29 @@ typedef int (*dds_hs_scan_fn)(void *arg, const char *path, int rc,
  * ({name}.ddshs and *@{name}.ddshs).  Returns the number of files visited
  * (0 when the directory does not exist), the first non-zero return of fn
  * when < 0, or an error code. */
-int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
+DDS_API int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
                 void *arg);
 
 /* Remove the record of (`ns`, `name`) from `dir` (a missing file is not an
  * error).  Returns 0 or -DDS_EIO. */
-int dds_hs_remove_ns(const char *dir, const char *ns, const char *name);
+DDS_API int dds_hs_remove_ns(const char *dir, const char *ns, const char *name);
 
 /* dds_hs_remove_ns(dir, "", name). */
-int dds_hs_remove(const char *dir, const char *name);
+DDS_API int dds_hs_remove(const char *dir, const char *name);
 
 /* This process's pid namespace (inode of /proc/self/ns/pid, truncated to
  * 32 bits), or 0 when unknown.  A recorded pid means something here only
  * when the namespaces match (containers). */
-uint32_t dds_hs_self_pidns(void);
+DDS_API uint32_t dds_hs_self_pidns(void);
 
 /* This process's start time in clock ticks since boot (/proc/self/stat
  * field 22), or 0 when unknown. */
-uint64_t dds_hs_self_start_ticks(void);
+DDS_API uint64_t dds_hs_self_start_ticks(void);
 
 /* Liveness of a recorded process on this host: 1 = a process with that pid
  * runs and (when start_ticks != 0) started at that time, 0 = gone (or the
  * pid was reused), -1 = cannot tell (e.g. no /proc). */
-int dds_hs_process_alive(int32_t pid, uint64_t start_ticks);
+DDS_API int dds_hs_process_alive(int32_t pid, uint64_t start_ticks);
 
 #ifdef __cplusplus
 }

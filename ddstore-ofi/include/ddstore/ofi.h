@@ -7,7 +7,7 @@
  * Objects (opaque, symmetric lifecycles; every close/deregister accepts NULL):
  *
  *   ddofi_fabric_t   provider + fabric + domain chosen from the parameters
- *                    (DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP ...)
+ *                    (PROVIDER, IFACE, NIC_MAP ...: see Parameters)
  *   ddofi_ep_t       one RDM endpoint with its completion queue and address
  *                    vector.  A reader posts reads on it; a server endpoint
  *                    (DDOFI_EP_SERVE) is the target of other processes'
@@ -50,7 +50,7 @@
  * child opens a new fabric/endpoint and may close the inherited handles
  * (which then only frees the child's copy of the memory; the parent's
  * provider objects are untouched).  Call ddofi_env_prepare(1) before
- * libfabric starts when children will use libfabric (DDSTORE_FORK_WORKERS).
+ * libfabric starts when children will use libfabric (FORK_WORKERS).
  *
  * Thread-safety: see each object.  In short: a fabric may be shared by every
  * thread; endpoints may be shared too (reads from several threads on one
@@ -59,6 +59,17 @@
  */
 #ifndef DDSTORE_OFI_H
 #define DDSTORE_OFI_H
+
+/* DDOFI_API marks the public API.  The library is compiled with
+ * -fvisibility=hidden; a shared build for C users defines DDOFI_BUILD_SHARED
+ * (or DDSTORE_BUILD_SHARED) and exports exactly these functions.  Linked
+ * statically into a host (ddstore's Python extension), they stay hidden. */
+#if (defined(DDOFI_BUILD_SHARED) || defined(DDSTORE_BUILD_SHARED)) && \
+    (defined(__GNUC__) || defined(__clang__))
+#define DDOFI_API __attribute__((visibility("default")))
+#else
+#define DDOFI_API
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -77,11 +88,11 @@ extern "C" {
 #define DDOFI_VERSION_STRING DDOFI_VERSION
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked (VERSION file). */
-const char *ddofi_version(void);
+DDOFI_API const char *ddofi_version(void);
 
 /* API version of the libfabric library linked at run time ("1.17";
  * fi_version()).  The pointer is thread-local. */
-const char *ddofi_libfabric_version(void);
+DDOFI_API const char *ddofi_libfabric_version(void);
 
 /* ------------------------------------------------------------------ */
 /* Errors                                                              */
@@ -104,11 +115,11 @@ enum {
 
 /* Static description of a code (positive or negative accepted).  Never
  * NULL.  Thread-safe. */
-const char *ddofi_strerror(int rc);
+DDOFI_API const char *ddofi_strerror(int rc);
 
 /* Detail of the last failure recorded on the calling thread ("" if none).
  * Thread-local; valid until the next ddofi call on this thread. */
-const char *ddofi_last_error(void);
+DDOFI_API const char *ddofi_last_error(void);
 
 /* ------------------------------------------------------------------ */
 /* Logging: silent unless a sink is set.                               */
@@ -129,7 +140,53 @@ typedef void (*ddofi_log_fn)(void *arg, ddofi_log_level_t level,
 /* Set the sink and the most verbose level passed to it (messages above
  * `max_level` cost one load and one compare).  fn == NULL: silent (the
  * default).  Call before other threads use the library. */
-void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level);
+DDOFI_API void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level);
+
+/* ------------------------------------------------------------------ */
+/* Parameters: every environment variable the library reads            */
+
+/* Each setting is declared once (name, type, default, accepted values,
+ * help), in the style of libfabric's FI_<PROV>_<NAME>: the variable is
+ * <prefix><name>, e.g. DDOFI_PROGRESS.  The prefix is "DDOFI_" unless the
+ * host sets its own.  A field of ddofi_fabric_params_t whose bit is set in
+ * field_mask is never read from the environment. */
+typedef enum {
+    DDOFI_PARAM_BOOL = 0,   /* 0/1, true/false, yes/no, on/off             */
+    DDOFI_PARAM_SIZE = 1,   /* count; K/M/G/T suffixes (x1024)             */
+    DDOFI_PARAM_DOUBLE = 2,
+    DDOFI_PARAM_STRING = 3,
+    DDOFI_PARAM_ENUM = 4    /* one of `choices` ("auto|0|1")               */
+} ddofi_param_type_t;
+
+typedef struct ddofi_param {
+    const char *name;       /* suffix: "PROGRESS"                          */
+    ddofi_param_type_t type;
+    const char *defval;     /* default as text; NULL = unset               */
+    const char *choices;    /* ENUM only, else NULL                        */
+    const char *help;       /* one line                                    */
+} ddofi_param_t;
+
+#define DDOFI_PARAM_PREFIX_DEFAULT "DDOFI_"
+
+/* Set the prefix of every variable (NULL: the default; at most 31 bytes),
+ * and the parameters the host supplies itself (NULL-terminated names, or
+ * NULL): those are no longer read from the environment (their default
+ * applies unless the host passes a value) and ddofi_param_env_name reports
+ * them as -ENOENT, so a host lists only what the library reads.  An entry
+ * "NAME=VARIABLE" also names the host's own variable for that setting, which
+ * the library's messages then use ("PROVIDER=MYAPP_FABRIC").  Call before
+ * the first fabric is opened.  Returns 0 or -EINVAL (too long, unknown
+ * name).  Thread-safe. */
+DDOFI_API int ddofi_param_set_prefix(const char *prefix, const char *const *host_owned);
+
+/* The declared parameters: index 0..count-1; NULL past the end. */
+DDOFI_API size_t ddofi_param_count(void);
+DDOFI_API const ddofi_param_t *ddofi_param_at(size_t i);
+
+/* The environment variable of parameter `name` ("PROGRESS" ->
+ * "DDOFI_PROGRESS") into buf.  0, -EINVAL (not a parameter), -ENOENT
+ * (host-owned: not read from the environment), -ENOSPC. */
+DDOFI_API int ddofi_param_env_name(const char *name, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------ */
 /* Process environment (call before libfabric starts in this process)  */
@@ -140,12 +197,12 @@ void ddofi_log_set_sink(ddofi_log_fn fn, void *arg, ddofi_log_level_t max_level)
  *     registration of CXI host buffers fails after fork);
  *   - fork_workers != 0: FI_MR_CACHE_MONITOR=memhooks when it is unset or
  *     "kdreg2" (kdreg2 does not work in forked processes; memhooks does).
- * fork_workers < 0: read DDSTORE_FORK_WORKERS (0/1, default 0).
- * Returns 0, -DDOFI_ECONFIG (bad DDSTORE_FORK_WORKERS), or 1 when it had
+ * fork_workers < 0: read parameter FORK_WORKERS (0/1, default 0).
+ * Returns 0, -DDOFI_ECONFIG (bad FORK_WORKERS value), or 1 when it had
  * to change a setting after this library already started libfabric in
  * this process (applied, but probably too late; logged as a warning).
  * Not thread-safe (setenv): call from the main thread, early. */
-int ddofi_env_prepare(int fork_workers);
+DDOFI_API int ddofi_env_prepare(int fork_workers);
 
 /* ------------------------------------------------------------------ */
 /* Fabric: provider and domain selection                               */
@@ -181,21 +238,22 @@ enum {
 };
 
 /* Every field is used only when its bit is set in field_mask; otherwise the
- * environment variable named beside it is read, else the default.
+ * parameter named beside it is read from the environment (<prefix><NAME>,
+ * see ddofi_param_set_prefix), else the default.
  * Strings are copied; the struct may be freed after ddofi_fabric_open. */
 typedef struct ddofi_fabric_params {
     uint64_t field_mask;
-    /* DDSTORE_FABRIC (default "auto"): auto | cxi | verbs | efa | shm | tcp |
+    /* PROVIDER (default "auto"): auto | cxi | verbs | efa | shm | tcp |
      * hsn | any libfabric provider string ("tcp;ofi_rxm", "udp;ofi_rxd",
      * "sockets" ...).  tcp = "tcp;ofi_rxm", verbs = "verbs;ofi_rxm",
      * hsn = "tcp;ofi_rxm" on a Slingshot interface (domain hsn*).
      * auto tries cxi > verbs > efa > shm (only when single_node) >
      * tcp;ofi_rxm and takes the first that has a fitting domain. */
     const char *provider;
-    /* FABRIC_IFACE: libfabric domain name to use ("cxi0", "mlx5_0", "eth0",
+    /* IFACE: libfabric domain name to use ("cxi0", "mlx5_0", "eth0",
      * "hsn0", "lo").  Wins over nic_map when both are given. */
     const char *iface;
-    /* DDSTORE_NIC_MAP: local rank -> domain, comma-separated entries
+    /* NIC_MAP: local rank -> domain, comma-separated entries
      * "LOCALRANK:DOMAIN" ("0:cxi0,1:cxi1,2:cxi2,3:cxi3"); an entry "*:DOMAIN"
      * matches ranks without their own entry; a list of bare names
      * ("cxi0,cxi1") is used round-robin (local_rank % count). */
@@ -208,24 +266,24 @@ typedef struct ddofi_fabric_params {
      * (default 0). */
     int single_node;
     /* Non-zero: socket providers (tcp, udp, net, sockets) use 127.0.0.1
-     * only (FI_SOURCE + node "127.0.0.1") (default 0; env
-     * DDSTORE_FABRIC_LOCAL_ONLY). */
+     * only (FI_SOURCE + node "127.0.0.1").  Unset: LOCAL_ONLY = auto | 0 |
+     * 1 (default auto: when single_node and no iface/nic_map is given). */
     int local_only;
     /* Device memory (FI_HMEM): DDOFI_FABRIC_HMEM_OFF (default),
      * DDOFI_FABRIC_HMEM_REQUIRE (only providers with FI_HMEM), or
      * DDOFI_FABRIC_HMEM_PREFER (with FI_HMEM where a NIC provider - cxi,
      * verbs, efa - offers it, else without). */
     int hmem;
-    /* DDSTORE_MAX_READ_BYTES: split reads above this size (default 0 = the
+    /* MAX_READ_BYTES: split reads above this size (default 0 = the
      * endpoint's max_msg_size only).  K/M/G suffixes accepted. */
     size_t max_read_bytes;
-    /* DDSTORE_READ_TIMEOUT_S: a ddofi_read that has not completed after
-     * this many seconds returns -ETIMEDOUT (default 60; <= 0: wait for
+    /* READ_TIMEOUT_S: a ddofi_read that has not completed after this
+     * many seconds returns -ETIMEDOUT (default 120; <= 0 or inf: wait for
      * ever). */
     double read_timeout_s;
-    /* DDSTORE_OFI_PROGRESS = auto | thread | none (default auto). */
+    /* PROGRESS = auto | thread | none (default auto). */
     ddofi_progress_t progress;
-    /* DDSTORE_OFI_MAX_OUTSTANDING: reads in flight per ddofi_read call
+    /* MAX_OUTSTANDING: reads in flight per ddofi_read call
      * (default 0 = the endpoint's transmit queue size). */
     size_t max_outstanding;
 } ddofi_fabric_params_t;
@@ -237,13 +295,13 @@ typedef struct ddofi_fabric_params {
  * -DDOFI_ECONFIG (bad value; detail names the variable), -DDOFI_EPROVIDER,
  * -ENOMEM.  On success *fabric_p is owned by the caller
  * (ddofi_fabric_close).  Thread-safe. */
-int ddofi_fabric_open(const ddofi_fabric_params_t *params,
+DDOFI_API int ddofi_fabric_open(const ddofi_fabric_params_t *params,
                       ddofi_fabric_t **fabric_p);
 
 /* Close: every endpoint and MR of the fabric must be closed first (else
  * -EBUSY and nothing is closed).  NULL accepted.  In a forked child only the
  * child's memory is released. */
-int ddofi_fabric_close(ddofi_fabric_t *fabric);
+DDOFI_API int ddofi_fabric_close(ddofi_fabric_t *fabric);
 
 /* What was chosen (pointers valid until the fabric is closed). */
 typedef struct ddofi_fabric_attr {
@@ -267,13 +325,13 @@ typedef struct ddofi_fabric_attr {
     double read_timeout_s;
     int direct_reads;           /* same-node host reads go straight
                                    through process_vm_readv (shm; see
-                                   DDSTORE_OFI_CMA)                       */
+                                   parameter CMA)                        */
     int local_only;             /* a socket provider bound to 127.0.0.1
                                    (local_only asked for and applicable)  */
 } ddofi_fabric_attr_t;
 
 /* Fill *attr_p.  Returns 0 or -EINVAL. */
-int ddofi_fabric_query(const ddofi_fabric_t *fabric, ddofi_fabric_attr_t *attr_p);
+DDOFI_API int ddofi_fabric_query(const ddofi_fabric_t *fabric, ddofi_fabric_attr_t *attr_p);
 
 /* ------------------------------------------------------------------ */
 /* Endpoints                                                           */
@@ -295,13 +353,13 @@ typedef struct ddofi_ep_params {
 /* Open an endpoint (caps FI_RMA|FI_READ, plus FI_REMOTE_READ when SERVE).
  * params may be NULL.  Returns 0, -DDOFI_EPROVIDER, -ENOMEM,
  * -DDOFI_EFORKED.  Thread-safe. */
-int ddofi_ep_open(ddofi_fabric_t *fabric, const ddofi_ep_params_t *params,
+DDOFI_API int ddofi_ep_open(ddofi_fabric_t *fabric, const ddofi_ep_params_t *params,
                   ddofi_ep_t **ep_p);
 
 /* Stop the progress thread, close.  MRs bound to it (FI_MR_ENDPOINT) must
  * be deregistered first (else -EBUSY).  No read may be running on it.
  * NULL accepted. */
-int ddofi_ep_close(ddofi_ep_t *ep);
+DDOFI_API int ddofi_ep_close(ddofi_ep_t *ep);
 
 /* Largest address blob (bytes): size buffers for ddofi_ep_address with it,
  * or exchange fixed-size slots of this size. */
@@ -311,7 +369,7 @@ int ddofi_ep_close(ddofi_ep_t *ep);
  * written out).  -ENOSPC (with *len_p = size needed) when too small.  A
  * reader endpoint's address changes when a timed-out read fences it (see
  * ddofi_read); a server endpoint's never changes. */
-int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
+DDOFI_API int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
 
 /* A peer's address inserted into an endpoint (libfabric fi_addr_t). */
 typedef uint64_t ddofi_peer_t;
@@ -319,15 +377,15 @@ typedef uint64_t ddofi_peer_t;
 /* Insert a peer's address blob (from ddofi_ep_address in another process
  * or this one) into `ep`.  The blob is validated (magic, version, provider):
  * -DDOFI_EBLOB names what does not match.  Thread-safe. */
-int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len,
+DDOFI_API int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len,
                       ddofi_peer_t *peer_p);
 
 /* Remove a peer from the endpoint (no read to it may be in flight). */
-int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer);
+DDOFI_API int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer);
 
 /* Drive the endpoint's progress once (reap completions, serve remote
  * reads).  Needed only with DDOFI_PROGRESS_NONE.  Thread-safe. */
-int ddofi_ep_progress(ddofi_ep_t *ep);
+DDOFI_API int ddofi_ep_progress(ddofi_ep_t *ep);
 
 /* ------------------------------------------------------------------ */
 /* Memory registration                                                 */
@@ -371,18 +429,18 @@ typedef struct ddofi_mr_params {
  * len == 0 gives a valid MR that covers nothing (exports size 0).
  * Device memory without FI_HMEM: -DDOFI_ENOHMEM.  The caller keeps the
  * memory alive until ddofi_mr_deregister.  Thread-safe. */
-int ddofi_mr_register(ddofi_fabric_t *fabric, const ddofi_mr_params_t *params,
+DDOFI_API int ddofi_mr_register(ddofi_fabric_t *fabric, const ddofi_mr_params_t *params,
                       ddofi_mr_t **mr_p);
 
 /* NULL accepted.  No read into/out of it may be in flight. */
-int ddofi_mr_deregister(ddofi_mr_t *mr);
+DDOFI_API int ddofi_mr_deregister(ddofi_mr_t *mr);
 
 /* Region blob: fixed size. */
 #define DDOFI_MR_BLOB_SIZE 48
 
 /* Write the export blob (DDOFI_MR_BLOB_SIZE bytes) of a REMOTE_READ
  * registration: base address, key, size, addressing mode, provider tag. */
-int ddofi_mr_export(const ddofi_mr_t *mr, void *blob);
+DDOFI_API int ddofi_mr_export(const ddofi_mr_t *mr, void *blob);
 
 /* A peer's region as seen by a reader.  Plain value: copy it freely.
  * Fill it with ddofi_remote_import (fields are documented for logging and
@@ -403,7 +461,7 @@ enum {
 };
 
 /* Decode a region blob.  -DDOFI_EBLOB when truncated/corrupted/foreign. */
-int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *remote_p);
+DDOFI_API int ddofi_remote_import(const void *blob, size_t len, ddofi_remote_t *remote_p);
 
 /* ------------------------------------------------------------------ */
 /* Batched reads                                                       */
@@ -449,7 +507,7 @@ typedef struct ddofi_read_stats {
  * stopped peer are CMA copies by the reader and complete anyway, a timeout
  * there means a full command queue, with nothing in flight).  Thread-safe (several threads may read on one endpoint).  stats may be
  * NULL. */
-int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
+DDOFI_API int ddofi_read(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops,
                ddofi_read_stats_t *stats);
 
 #ifdef __cplusplus

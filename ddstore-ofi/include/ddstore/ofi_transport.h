@@ -15,6 +15,8 @@
 #ifndef DDSTORE_OFI_TRANSPORT_H
 #define DDSTORE_OFI_TRANSPORT_H
 
+
+#include "ddstore/visibility.h"
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,16 +77,16 @@ typedef struct ddofi_transport_params {
  * Returns 0 or -DDS_E*: -DDS_ECONFIG (bad value, or no provider/domain
  * fits: the detail lists what exists), -DDS_ETRANSPORT (provider failure),
  * -DDS_ENOMEM, -DDS_EINVAL.  On failure *transport_p is untouched. */
-int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *params,
+DDS_API int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *params,
                            dds_transport_t *transport_p);
 
 /* Register the adapter's environment variables with core's registry
  * (idempotent; ddofi_transport_create calls it). */
-void ddofi_transport_register_config(void);
+DDS_API void ddofi_transport_register_config(void);
 
 /* Translate a ddstore-ofi return code to a core code (0 stays 0), copying
  * ddofi_last_error() into dds_last_error() with `what` as a prefix. */
-int ddofi_transport_error(int ddofi_rc, const char *what);
+DDS_API int ddofi_transport_error(int ddofi_rc, const char *what);
 
 #ifdef __cplusplus
 }

@@ -119,6 +119,7 @@ static PyObject *mod_raise(PyObject *m, PyObject *args)
 extern PyObject *pydds_last_read_window(PyObject *m, PyObject *unused);
 extern int pydds_filecomm_type_ready(PyObject *module); /* pydds_filecomm.c */
 extern PyMethodDef pydds_info_methods[];
+extern PyMethodDef pydds_config_methods[];
 extern PyMethodDef pydds_handshake_methods[];
 extern PyMethodDef pydds_files_methods[];
 
@@ -372,6 +373,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddStringConstant(m, "GPU_BACKEND", ddgpu_backend_name()) < 0 ||
         PyModule_AddFunctions(m, pydds_gpu_methods) < 0 ||
         PyModule_AddFunctions(m, pydds_info_methods) < 0 ||
+        PyModule_AddFunctions(m, pydds_config_methods) < 0 ||
         PyModule_AddFunctions(m, pydds_handshake_methods) < 0 ||
         PyModule_AddFunctions(m, pydds_files_methods) < 0)
         goto fail;

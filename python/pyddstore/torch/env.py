@@ -2,7 +2,11 @@
 
 Every variable is read at the moment it is needed (not at import), so a job
 script, ``os.environ`` before the call, or a test's ``monkeypatch`` all work.
-``ENTRIES`` lists them for ``ddstore-info`` and docs/environment.md.
+``ENTRIES`` declares the variables only Python reads, for ``ddstore-info`` and
+docs/environment.md.  Variables the C libraries declare too (DDSTORE_METHOD,
+DDSTORE_FORK_WORKERS, DDSTORE_HANDSHAKE_DIR, DDSTORE_HANDSHAKE_TIMEOUT_S,
+DDSTORE_COLLECTIVE_TIMEOUT_S, DDSTORE_EXCHANGE_NS) are read through their
+registry (``_core.config_get``): one declaration, one parser, one default.
 """
 
 import os
@@ -12,11 +16,9 @@ __all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
            "collective_timeout", "launch_sizes", "exchange_ns", "loader_report"]
 
-# (name, type, default, help) — same shape as core's config registry.
+# (name, type, default, help) — same shape as core's config registry; only
+# the variables no C library declares.
 ENTRIES = (
-    ("DDSTORE_METHOD", "int", "0",
-     "backend when DistDataset(method=None): 0 MPI RMA, 1 libfabric, 2 split jobs "
-     "(default 1 without MPI)"),
     ("DDSTORE_BATCH_GET", "bool", "1",
      "DistDataset.__getitems__ reads one batch per field (0: one read per sample)"),
     ("DDSTORE_FAST_COLLATE", "bool", "1",
@@ -25,10 +27,6 @@ ENTRIES = (
     ("DDSTORE_THREAD_READERS", "bool", "1",
      "ThreadDataLoader opens one reader (endpoint) per worker thread for methods "
      "1/2 (0: threads share the store's reader)"),
-    ("DDSTORE_FORK_WORKERS", "bool", "0",
-     "allow reads from forked DataLoader workers (methods 1/2): each worker opens "
-     "its own reader; sets FI_MR_CACHE_MONITOR=memhooks (method 0 needs no setting: "
-     "workers read this node's shared memory)"),
     ("DDSTORE_COMM", "enum", "",
      "force the communicator kind for comm=None: mpi | torch | file"),
     ("DDSTORE_AFFINITY_WIDTH", "int", "0",
@@ -38,13 +36,8 @@ ENTRIES = (
     ("DDSTORE_PROGRESS", "bool", "1",
      "loading progress on rank 0 while a DistDataset loads: a tqdm bar on a terminal, "
      "else a line on stderr every 5 s (percent, samples/s, ETA)"),
-    ("DDSTORE_HANDSHAKE_DIR", "string", "",
-     "default handshake_dir (methods 1/2 without MPI, method 2, FileComm)"),
     ("DDSTORE_MPI", "bool", "1",
      "0: do not use MPI for comm=None even when pyddstore has it"),
-    ("DDSTORE_HANDSHAKE_TIMEOUT_S", "double", "120",
-     "DistDatasetReader: how long to wait for the core job's {name}.meta.json "
-     "(core uses the same variable for its records)"),
     ("DDSTORE_LOADER_REPORT", "string", "0",
      "ThreadDataLoader(report=None): 1 = a summary of where each epoch's time went on "
      "rank 0 at epoch end (collective: gathers the per-rank spread); a path = also "
@@ -81,12 +74,17 @@ def _int(name, default):
         raise ValueError(f"{name}={v!r}: expected an integer") from None
 
 
+def _c(name, seconds=False):
+    """A variable the C libraries declare: its value through their registry
+    (the environment's, else the declared default), validated there; a bad
+    value is a ValueError naming the variable."""
+    from pyddstore import _core
+    return _core.config_get_seconds(name) if seconds else _core.config_get(name)
+
+
 def method(default=0):
-    """DDSTORE_METHOD, else `default`; must be 0, 1 or 2."""
-    m = _int("DDSTORE_METHOD", default)
-    if m not in (0, 1, 2):
-        raise ValueError(f"DDSTORE_METHOD={m}: expected 0, 1 or 2")
-    return m
+    """DDSTORE_METHOD (core's enum 0|1|2) when set, else `default`."""
+    return int(_c("DDSTORE_METHOD")) if method_is_set() else default
 
 
 def method_is_set():
@@ -107,7 +105,12 @@ def thread_readers():
 
 
 def fork_workers():
-    return _bool("DDSTORE_FORK_WORKERS", False)
+    """DDSTORE_FORK_WORKERS (declared by the libfabric adapter; False in a
+    build without it, where only method 0 exists)."""
+    try:
+        return _c("DDSTORE_FORK_WORKERS")
+    except KeyError:
+        return False
 
 
 def comm_kind():
@@ -144,37 +147,22 @@ def progress():
 def handshake_dir(given=None):
     if given:
         return os.fspath(given)
-    return _raw("DDSTORE_HANDSHAKE_DIR") or None
+    return _c("DDSTORE_HANDSHAKE_DIR") or None
 
 
 def handshake_timeout():
-    v = _raw("DDSTORE_HANDSHAKE_TIMEOUT_S")
-    if v is None or v.strip() == "":
-        return 120.0
-    try:
-        t = float(v)
-    except ValueError:
-        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds") from None
+    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable): seconds >= 0, or inf."""
+    t = _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
     if t < 0:
-        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={v!r}: expected seconds >= 0")
+        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={_raw('DDSTORE_HANDSHAKE_TIMEOUT_S')!r}: "
+                         "expected seconds >= 0")
     return t
 
 
 def collective_timeout():
-    """DDSTORE_COLLECTIVE_TIMEOUT_S (core's variable, the same rule): seconds
+    """DDSTORE_COLLECTIVE_TIMEOUT_S (core's variable, core's rule): seconds
     > 0, or inf for no limit; default 1800."""
-    v = _raw("DDSTORE_COLLECTIVE_TIMEOUT_S")
-    if v is None or v.strip() == "":
-        return 1800.0
-    try:
-        t = float(v)
-    except ValueError:
-        raise ValueError(f"DDSTORE_COLLECTIVE_TIMEOUT_S={v!r}: expected seconds "
-                         "(or inf)") from None
-    if not t > 0:
-        raise ValueError(f"DDSTORE_COLLECTIVE_TIMEOUT_S={v!r}: must be > 0 seconds "
-                         "(or inf for no limit)")
-    return t
+    return _c("DDSTORE_COLLECTIVE_TIMEOUT_S", seconds=True)
 
 
 def local_rank():
@@ -203,7 +191,7 @@ def exchange_ns(given=None):
     variable, read by the store the same way), else ""."""
     if given:
         return str(given)
-    return _raw("DDSTORE_EXCHANGE_NS") or ""
+    return _c("DDSTORE_EXCHANGE_NS") or ""
 
 
 def job_step():

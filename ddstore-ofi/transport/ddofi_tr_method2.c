@@ -27,7 +27,7 @@
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
-#include "ofi_tr_internal.h"
+#include "ddofi_tr_internal.h"
 
 static double now_s(void)
 {
@@ -52,7 +52,7 @@ static uint64_t random_id(void)
 }
 
 /* handshake_dir, namespace, timeout, host name. */
-static int hs_params(ofi_hs_t *hs, const ddofi_transport_params_t *tp)
+static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
 {
     const char *dir = tp->handshake_dir, *ns = tp->exchange_ns;
     int rc;
@@ -87,9 +87,9 @@ static int hs_params(ofi_hs_t *hs, const ddofi_transport_params_t *tp)
     return 0;
 }
 
-void ofi_hs_free(ofi_hs_t *hs)
+void ddofi_hs_free(ddofi_hs_t *hs)
 {
-    ofi_live_unmap(hs);
+    ddofi_tr_live_unmap(hs);
     free(hs->hosts);
     free(hs->pids);
     free(hs->ticks);
@@ -107,7 +107,7 @@ typedef struct hs_ident {
     int32_t pad;
 } hs_ident_t;
 
-int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts)
+int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts)
 {
     const dds_comm_t *c = &t->comm;
     hs_ident_t me, *all = NULL;
@@ -141,7 +141,7 @@ int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const cha
         t->hs.ticks[i] = all[i].ticks;
     }
     memcpy(t->hs.hosts, hosts, (size_t)t->nranks * HOST_MAX);
-    ofi_live_core_ref();
+    ddofi_tr_live_core_ref();
     t->hs.live_ref = 1;
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
             "method 2 core job: run %016llx, namespace '%s', records in %s",
@@ -151,7 +151,7 @@ out:
     return rc;
 }
 
-int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
+int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
                    const unsigned char *mr_blobs)
 {
     dds_hs_record_t rec;
@@ -206,7 +206,7 @@ int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
     return rc;
 }
 
-void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g)
+void ddofi_hs_unpublish(ddofi_tr_t *t, ddofi_tr_region_t *g)
 {
     dds_hs_record_t rec;
     int rc;
@@ -239,10 +239,10 @@ void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g)
 
 /* ---------------- reader job ---------------- */
 
-int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
                          dds_transport_t *transport_p)
 {
-    ofi_tr_t *t = calloc(1, sizeof *t);
+    ddofi_tr_t *t = calloc(1, sizeof *t);
     int rc;
     if (!t)
         return dds_error(-DDS_ENOMEM, "method 2: out of memory");
@@ -261,26 +261,24 @@ int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t 
     }
     if (!rc) {
         /* libfabric reads its fork settings once, at its first use */
-        int r = ddofi_env_prepare(-1);
-        if (r < 0)
-            rc = ddofi_transport_error(r, NULL);
+        rc = ddofi_tr_env_prepare();
     }
     if (rc) {
         char saved[768];
         snprintf(saved, sizeof saved, "%s", dds_last_error());
-        ofi_tr_free(t);
+        ddofi_tr_free(t);
         return dds_error(rc, "%s", saved);
     }
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
             "method 2 reader of %d core ranks: records in %s, namespace '%s'", t->hs.n_core,
             t->hs.dir, t->hs.ns[0] ? t->hs.ns : "(any)");
-    ofi_tr_fill(t, transport_p);
+    ddofi_tr_fill(t, transport_p);
     return 0;
 }
 
 /* 0: usable; 1: stale (`why` says why; keep waiting for a fresh record);
  * < 0: an error to report now. */
-static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, char *why,
+static int hs_check(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, char *why,
                     size_t cap)
 {
     const double age = (double)(realtime_ns() - rec->ctime_ns) * 1e-9;
@@ -322,7 +320,7 @@ static int hs_check(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, c
 
 /* What dds_hs_scan found besides the reader's own record file. */
 typedef struct hs_scan_state {
-    ofi_tr_t *t;
+    ddofi_tr_t *t;
     char why[6000];   /* the last unusable one, and why */
     char nss[1024];   /* the namespaces of the usable ones ("'a', 'b'") */
     char ns[DDS_HS_NS_MAX + 1]; /* the usable one's, when one */
@@ -333,7 +331,7 @@ typedef struct hs_scan_state {
 static int hs_scan_one(void *arg, const char *path, int rc, const dds_hs_record_t *rec)
 {
     hs_scan_state_t *st = arg;
-    ofi_tr_t *t = st->t;
+    ddofi_tr_t *t = st->t;
     char why[6000];
     if (rc != 0) {
         snprintf(st->why, sizeof st->why, "%s", dds_last_error());
@@ -371,7 +369,7 @@ static int hs_scan_one(void *arg, const char *path, int rc, const dds_hs_record_
 /* Wait for a usable record of `name` (DDSTORE_HANDSHAKE_TIMEOUT_S); `path`
  * is its file, for the messages (updated when a reader without a namespace
  * takes the record of another namespace). */
-static int hs_wait(ofi_tr_t *t, const char *name, char *path, size_t path_cap,
+static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
                    dds_hs_record_t *rec)
 {
     char why[6000], stale[6000] = "";
@@ -455,7 +453,7 @@ static int hs_wait(ofi_tr_t *t, const char *name, char *path, size_t path_cap,
 }
 
 /* First join: open the fabric the core job serves with, its ranks as peers. */
-static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
+static int hs_attach_locked(ddofi_tr_t *t, const dds_hs_record_t *rec)
 {
     const int n = (int)rec->nranks;
     int same_host = 1, rc;
@@ -482,12 +480,12 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
         tp.nic_map = t->hs.nic_map;
     }
     ddofi_fabric_params_t fp;
-    rc = ofi_read_settings(&tp, same_host, 0, &fp);
+    rc = ddofi_tr_read_settings(&tp, same_host, 0, &fp);
     if (rc)
         return rc;
     fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
     fp.local_only = (rec->flags & DDS_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
-    const char *want = NULL, *e;
+    const char *want = NULL;
     if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
         return rc;
     const int forced = want && want[0] && strcmp(want, "auto") != 0;
@@ -495,8 +493,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
         fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
         fp.provider = rec->provider;
     }
-    const int named = t->hs.nic_map[0] || ((e = getenv("FABRIC_IFACE")) && *e) ||
-                      ((e = getenv("DDSTORE_NIC_MAP")) && *e);
+    const int named = (fp.field_mask & (DDOFI_FABRIC_FIELD_IFACE | DDOFI_FABRIC_FIELD_NIC_MAP)) != 0;
     if (!named && rec->domain[0]) {
         fp.field_mask |= DDOFI_FABRIC_FIELD_IFACE;
         fp.iface = rec->domain;
@@ -535,7 +532,7 @@ static int hs_attach_locked(ofi_tr_t *t, const dds_hs_record_t *rec)
     /* the default reader first: nobody sees `ready` before it exists */
     t->attacher = pthread_self();
     __atomic_store_n(&t->attaching, 1, __ATOMIC_RELEASE);
-    rc = ofi_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
     __atomic_store_n(&t->attaching, 0, __ATOMIC_RELEASE);
     if (rc)
         goto fail;
@@ -559,11 +556,11 @@ fail: {
 }
 
 /* The joined variable's region and layout. */
-static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
+static int hs_region(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
                      dds_region_layout_t *lay, void **region_p)
 {
     const int n = (int)rec->nranks;
-    ofi_region_t *g = calloc(1, sizeof *g);
+    ddofi_tr_region_t *g = calloc(1, sizeof *g);
     int64_t *off = malloc(((size_t)n + 1) * sizeof *off);
     int rc = 0;
     if (!g || !off || !(g->remotes = calloc((size_t)n, sizeof *g->remotes))) {
@@ -601,7 +598,7 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
         off[i + 1] = off[i] + r->rows;
     }
     g->live_slot = -1;
-    if ((rc = ofi_live_join(t, path, rec, g)) != 0)
+    if ((rc = ddofi_tr_live_join(t, path, rec, g)) != 0)
         goto fail;
     lay->nowners = n;
     lay->offsets = off;
@@ -609,7 +606,7 @@ static int hs_region(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
     lay->disp = rec->disp;
     lay->itemsize = rec->itemsize;
     lay->dtype = (dds_dtype_t)rec->dtype;
-    ofi_region_link(t, g);
+    ddofi_tr_region_link(t, g);
     *region_p = g;
     return 0;
 fail:
@@ -622,9 +619,9 @@ fail:
     return rc;
 }
 
-int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, void **region_p)
+int ddofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, void **region_p)
 {
-    ofi_tr_t *t = ctx;
+    ddofi_tr_t *t = ctx;
     dds_hs_record_t rec;
     char path[5200], fname[1024];
     int rc;

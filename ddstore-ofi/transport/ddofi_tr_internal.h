@@ -1,5 +1,5 @@
 /* ddstore-ofi adapter: objects shared by the method-1 transport
- * (dds_ofi_transport.c) and method 2's handshake (dds_ofi_method2.c).
+ * (ddofi_tr_transport.c) and method 2's handshake (ddofi_tr_method2.c).
  * Internal: not installed, not part of any public API. */
 #ifndef DDSTORE_OFI_TR_INTERNAL_H
 #define DDSTORE_OFI_TR_INTERNAL_H
@@ -17,10 +17,10 @@
 
 #define HOST_MAX 64
 
-typedef struct ofi_tr ofi_tr_t;
+typedef struct ddofi_tr ddofi_tr_t;
 
-typedef struct ofi_reader {
-    ofi_tr_t *tr;
+typedef struct ddofi_tr_reader {
+    ddofi_tr_t *tr;
     int flags;                 /* DDS_READER_*                               */
     pid_t pid;                 /* process whose endpoint this is (0: none)   */
     ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
@@ -28,35 +28,35 @@ typedef struct ofi_reader {
     ddofi_peer_t *peers;       /* nranks                                     */
     pthread_mutex_t open_lock; /* lazy (re)open: forked readers, and method-2
                                   readers opened before the first join       */
-} ofi_reader_t;
+} ddofi_tr_reader_t;
 
-typedef struct ofi_region {
+typedef struct ddofi_tr_region {
     ddofi_mr_t *mr;            /* NULL when the shard is empty or joined     */
     ddofi_remote_t *remotes;   /* nranks                                     */
     size_t bytes;
     int joined;                /* method-2 reader: another job's variable    */
     int published;             /* method-2 core: rank 0 wrote its record     */
     int live_slot;             /* method-2 core: slot in the liveness table
-                                  (dds_ofi_live.c), -1: none                 */
-    struct ofi_live_ref {      /* method-2 reader: same-host core ranks      */
+                                  (ddofi_tr_live.c), -1: none                 */
+    struct ddofi_tr_live_ref {      /* method-2 reader: same-host core ranks      */
         const _Atomic uint64_t *word;
         uint64_t gen;
         int rank;
         int32_t pid;
     } *live;
     int nlive;
-    struct ofi_region *prev, *next;
+    struct ddofi_tr_region *prev, *next;
     char name[256];
-} ofi_region_t;
+} ddofi_tr_region_t;
 
-typedef struct ofi_recv {
+typedef struct ddofi_tr_recv {
     ddofi_mr_t *mr;            /* NULL: the provider needs no registration  */
     ddofi_fabric_t *fab;
     pid_t pid;
-} ofi_recv_t;
+} ddofi_tr_recv_t;
 
 /* Method 2's state (handshake_dir given). */
-typedef struct ofi_hs {
+typedef struct ddofi_hs {
     int on;                    /* method 2                                   */
     int n_core;                /* 0: core job; > 0: reader of n_core ranks   */
     char dir[4096];
@@ -72,9 +72,9 @@ typedef struct ofi_hs {
     int live_ref;              /* core: holds a reference on the liveness table */
     const void **live_maps;    /* reader: n_core core ranks' liveness tables
                                   (mapped at the first join that needs one)  */
-} ofi_hs_t;
+} ddofi_hs_t;
 
-struct ofi_tr {
+struct ddofi_tr {
     dds_comm_t comm;           /* copy; the store owns the communicator     */
     int rank, nranks;
     pid_t pid;
@@ -84,7 +84,7 @@ struct ofi_tr {
     ddofi_fabric_attr_t attr;
     ddofi_ep_t *server;        /* NULL for a method-2 reader                 */
     unsigned char *addrs;      /* nranks x DDOFI_ADDR_BLOB_MAX               */
-    ofi_reader_t *dflt;
+    ddofi_tr_reader_t *dflt;
     int need_local_mr;         /* FI_MR_LOCAL                                */
     int thp;                   /* DDSTORE_OFI_THP                            */
     int ready;                 /* fabric, addrs, dflt set (atomic access)    */
@@ -92,65 +92,67 @@ struct ofi_tr {
                                   the default reader (under lock)           */
     pthread_t attacher;        /* ... on this thread                         */
     pthread_mutex_t lock;      /* regions list; method-2 reader's first join */
-    ofi_region_t *regions;
-    ofi_hs_t hs;
+    ddofi_tr_region_t *regions;
+    ddofi_hs_t hs;
 };
 
-/* dds_ofi_transport.c */
-extern const dds_transport_ops_t ofi_tr_ops;
-int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p);
-void ofi_reader_free(ofi_reader_t *r);
-int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
+/* ddofi_tr_transport.c */
+extern const dds_transport_ops_t ddofi_tr_ops;
+int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p);
+void ddofi_tr_reader_free(ddofi_tr_reader_t *r);
+/* ddofi_env_prepare with DDSTORE_FORK_WORKERS from core's registry: 0 or a dds error. */
+int ddofi_tr_env_prepare(void);
+int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                       ddofi_fabric_params_t *p);
-void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p);
-void ofi_tr_free(ofi_tr_t *t);
-void ofi_region_link(ofi_tr_t *t, ofi_region_t *g);
+void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p);
+void ddofi_tr_free(ddofi_tr_t *t);
+void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g);
 
-/* dds_ofi_method2.c */
+/* ddofi_tr_method2.c */
 /* Creation (collective for a core job): handshake_dir, namespace, run id,
  * every rank's pid/start time/host (hosts: nranks x HOST_MAX, gathered by
  * the caller).  Called after the server addresses are exchanged. */
-int ofi_hs_core_setup(ofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts);
+int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts);
 /* Create a method-2 reader transport (no collective). */
-int ofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
                          dds_transport_t *transport_p);
 /* Core rank 0: write the record of a registered variable (mr_blobs: every
  * rank's DDOFI_MR_BLOB_SIZE export). */
-int ofi_hs_publish(ofi_tr_t *t, ofi_region_t *g, const dds_region_desc_t *d,
+int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
                    const unsigned char *mr_blobs);
 /* Core rank 0: remove the record (errors logged, not returned). */
-void ofi_hs_unpublish(ofi_tr_t *t, ofi_region_t *g);
-int ofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *layout_p,
+void ddofi_hs_unpublish(ddofi_tr_t *t, ddofi_tr_region_t *g);
+int ddofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *layout_p,
                        void **region_p);
-void ofi_hs_free(ofi_hs_t *hs);
+void ddofi_hs_free(ddofi_hs_t *hs);
 
-/* dds_ofi_live.c: method 2's liveness table (a reader on the core's host
+/* ddofi_tr_live.c: method 2's liveness table (a reader on the core's host
  * learns that a joined variable was freed). */
 /* Core: a store of this process uses the table (ref), or no longer (unref:
  * the last one marks every slot free and removes the file). */
-void ofi_live_core_ref(void);
-void ofi_live_core_unref(void);
+void ddofi_tr_live_core_ref(void);
+void ddofi_tr_live_core_unref(void);
 /* Core: a slot for this rank's registration `mine` of g (none for an empty
  * shard).  0 or -DDS_EIO / -DDS_ENOMEM. */
-int ofi_live_add(ofi_region_t *g, const ddofi_remote_t *mine);
+int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine);
 /* Core: mark g's slot free; call before its memory is deregistered. */
-void ofi_live_release(ofi_region_t *g);
+void ddofi_tr_live_release(ddofi_tr_region_t *g);
 /* Reader: g->live for the record's ranks on this host.  0, or -DDS_ESTALE
  * (freed already), -DDS_EIO (the table is needed but unreadable). */
-int ofi_live_join(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ofi_region_t *g);
+int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ddofi_tr_region_t *g);
 /* Reader: unmap the tables (store release). */
-void ofi_live_unmap(ofi_hs_t *hs);
+void ddofi_tr_live_unmap(ddofi_hs_t *hs);
 /* Reader, after a read has completed: 0, or -DDS_ESTALE naming the variable
  * when a core rank freed it. */
-int ofi_live_check_slow(const ofi_region_t *g);
-static inline int ofi_live_check(const ofi_region_t *g)
+int ddofi_tr_live_check_slow(const ddofi_tr_region_t *g);
+static inline int ddofi_tr_live_check(const ddofi_tr_region_t *g)
 {
     if (!g->nlive)
         return 0;
     /* the copy is complete before the words are read (pairs with the core's
      * fence between marking and freeing) */
     atomic_thread_fence(memory_order_seq_cst);
-    return ofi_live_check_slow(g);
+    return ddofi_tr_live_check_slow(g);
 }
 
 #endif

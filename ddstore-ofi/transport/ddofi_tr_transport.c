@@ -2,16 +2,16 @@
  * standalone ddstore-ofi library.
  *
  * Objects:
- *   ofi_tr_t      one per store: the fabric, the server endpoint (target of
+ *   ddofi_tr_t      one per store: the fabric, the server endpoint (target of
  *                 every variable; progress thread where the provider needs
  *                 one), every rank's server address, the default reader.
- *   ofi_reader_t  an endpoint with every rank inserted as a peer.  Thread
+ *   ddofi_tr_reader_t  an endpoint with every rank inserted as a peer.  Thread
  *                 readers share the store's fabric; a forked reader opens a
  *                 fabric of its own, lazily, in the process that first reads
  *                 with it (the inherited fabric is unusable after fork).
- *   ofi_region_t  one per variable: the local registration and every rank's
+ *   ddofi_tr_region_t  one per variable: the local registration and every rank's
  *                 imported region (base, key, size).
- *   ofi_recv_t    a registered destination (recv_register).
+ *   ddofi_tr_recv_t    a registered destination (recv_register).
  *
  * Threading: read / recv_* / reader_* are safe from many threads (caps
  * THREAD_SAFE); no lock is taken on the read path except the forked
@@ -34,9 +34,9 @@
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
 #include "ddstore/profile.h"
-#include "ofi_tr_internal.h"
+#include "ddofi_tr_internal.h"
 
-static const dds_config_entry_t ofi_config_table[] = {
+static const dds_config_entry_t ddofi_tr_config_table[] = {
     {"DDSTORE_FABRIC", DDS_CONFIG_STRING, "auto", NULL, "ofi",
      "libfabric provider for methods 1/2: auto, cxi, verbs, efa, shm, tcp, hsn "
      "(tcp;ofi_rxm on a Slingshot interface) or any provider string"},
@@ -48,45 +48,73 @@ static const dds_config_entry_t ofi_config_table[] = {
     {"DDSTORE_FABRIC_LOCAL_ONLY", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
      "socket providers use 127.0.0.1 only; auto: when every rank is on this "
      "host and no interface is named"},
-    {"DDSTORE_OFI_PROGRESS", DDS_CONFIG_ENUM, "auto", "auto|thread|none", "ofi",
-     "target-side progress thread: auto (where the provider needs one), "
-     "thread (always), none"},
-    {"DDSTORE_OFI_PROGRESS_WAIT", DDS_CONFIG_ENUM, "auto", "auto|fd|backoff", "ofi",
-     "how the progress thread sleeps: wait fd (tcp) or backoff sleep (shm); "
-     "auto = the provider's quirk entry"},
-    {"DDSTORE_OFI_BACKOFF_MAX_US", DDS_CONFIG_INT, "0", NULL, "ofi",
-     "longest backoff sleep of a polling progress thread in microseconds "
-     "(0 = the provider's default, 1000 for shm)"},
-    {"DDSTORE_OFI_MAX_OUTSTANDING", DDS_CONFIG_INT, "0", NULL, "ofi",
-     "reads in flight per read call (0 = the endpoint's transmit queue size)"},
     {"DDSTORE_OFI_HMEM", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
      "open the provider with FI_HMEM (GPU memory): auto = where a NIC provider "
      "(cxi, verbs, efa) offers it, 1 = required"},
-    {"DDSTORE_OFI_CMA", DDS_CONFIG_BOOL, "1", NULL, "ofi",
-     "same-node direct reads (shm): host rows straight through process_vm_readv, up "
-     "to 1024 per system call; 0 = every read through the provider"},
     {"DDSTORE_OFI_THP", DDS_CONFIG_BOOL, "1", NULL, "ofi",
      "same-node direct reads (shm): back shards and registered destinations with "
      "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
      "sides)"},
-    {"DDSTORE_HANDSHAKE_DIR", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "method 2: directory (shared by the core and reader jobs) for the core job's "
-     "per-variable record files; created 0700"},
-    {"DDSTORE_EXCHANGE_NS", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "method 2: run namespace written into the core job's records; a reader with a "
-     "namespace accepts only records carrying the same one (e.g. a job id passed "
-     "to both jobs)"},
     {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
      "forked DataLoader workers read with methods 1/2: sets "
      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
-     "starts"},
+     "starts (FI_CXI_DISABLE_HOST_REGISTER=1 is set unless given, either way)"},
 };
+
+/* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
+ * (DDSTORE_OFI_PROGRESS, DDSTORE_OFI_CMA ...).  The ones that ddstore
+ * declares above or in core (provider, interface, nic_map, local_only, read
+ * size and timeout, fork workers) are passed as parameters instead
+ * (ddofi_tr_read_settings), so the library does not read them itself. */
+#define OFI_PARAM_PREFIX "DDSTORE_OFI_"
+static const char *const ddofi_tr_host_owned[] = {
+    "PROVIDER=DDSTORE_FABRIC",
+    "IFACE=FABRIC_IFACE",
+    "NIC_MAP=DDSTORE_NIC_MAP",
+    "LOCAL_ONLY=DDSTORE_FABRIC_LOCAL_ONLY",
+    "MAX_READ_BYTES=DDSTORE_MAX_READ_BYTES",
+    "READ_TIMEOUT_S=DDSTORE_READ_TIMEOUT_S",
+    "FORK_WORKERS=DDSTORE_FORK_WORKERS",
+    NULL};
+static dds_config_entry_t *g_lib_table; /* the rest, mirrored into core's registry */
+
+static dds_config_type_t core_type(ddofi_param_type_t t)
+{
+    switch (t) {
+    case DDOFI_PARAM_BOOL: return DDS_CONFIG_BOOL;
+    case DDOFI_PARAM_SIZE: return DDS_CONFIG_INT;
+    case DDOFI_PARAM_DOUBLE: return DDS_CONFIG_DOUBLE;
+    case DDOFI_PARAM_ENUM: return DDS_CONFIG_ENUM;
+    case DDOFI_PARAM_STRING: break;
+    }
+    return DDS_CONFIG_STRING;
+}
 
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 static void cfg_once(void)
 {
-    (void)dds_config_register(ofi_config_table,
-                              sizeof ofi_config_table / sizeof ofi_config_table[0]);
+    (void)dds_config_register(ddofi_tr_config_table,
+                              sizeof ddofi_tr_config_table / sizeof ddofi_tr_config_table[0]);
+    if (ddofi_param_set_prefix(OFI_PARAM_PREFIX, ddofi_tr_host_owned) != 0)
+        return; /* a name above is not the library's: its unit test says which */
+    /* One block, kept for the life of the process (registered tables are
+     * not copied): the entries, then their names. */
+    size_t n = ddofi_param_count(), k = 0;
+    const size_t name_max = sizeof OFI_PARAM_PREFIX + 32;
+    dds_config_entry_t *t = calloc(n, sizeof *t + name_max);
+    if (!t)
+        return;
+    char *names = (char *)(t + n);
+    for (size_t i = 0; i < n; i++) {
+        const ddofi_param_t *p = ddofi_param_at(i);
+        char *name = names + i * name_max;
+        if (ddofi_param_env_name(p->name, name, name_max) != 0)
+            continue; /* host-owned */
+        t[k++] = (dds_config_entry_t){name, core_type(p->type), p->defval, p->choices, "ofi",
+                                      p->help};
+    }
+    g_lib_table = t;
+    (void)dds_config_register(t, k);
 }
 void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once); }
 
@@ -138,7 +166,7 @@ static int mem_iface(const dds_mem_t *m)
 #define MADV_COLLAPSE 25
 #endif
 
-static void thp_advise(const ofi_tr_t *t, void *buf, size_t bytes)
+static void thp_advise(const ddofi_tr_t *t, void *buf, size_t bytes)
 {
     if (!t->attr.direct_reads || !t->thp || bytes < ((size_t)2 << 20))
         return;
@@ -196,9 +224,9 @@ static ddofi_read_op_t *scratch_ops(size_t n)
 
 /* Open the reader's endpoint (and, for forked readers, its fabric) in this
  * process, inserting every rank's server address. */
-static int reader_connect(ofi_reader_t *r)
+static int reader_connect(ddofi_tr_reader_t *r)
 {
-    ofi_tr_t *t = r->tr;
+    ddofi_tr_t *t = r->tr;
     int rc;
     if (r->flags == DDS_READER_FORKED) {
         ddofi_fabric_params_t p = t->fparams;
@@ -255,7 +283,7 @@ fail:
     return rc;
 }
 
-static void reader_disconnect(ofi_reader_t *r)
+static void reader_disconnect(ddofi_tr_reader_t *r)
 {
     /* In a process that did not open them, these only free memory. */
     if (r->ep)
@@ -267,9 +295,9 @@ static void reader_disconnect(ofi_reader_t *r)
     r->pid = 0;
 }
 
-int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p)
+int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p)
 {
-    ofi_reader_t *r = calloc(1, sizeof *r);
+    ddofi_tr_reader_t *r = calloc(1, sizeof *r);
     if (!r)
         return dds_error(-DDS_ENOMEM, "reader: out of memory");
     r->peers = calloc((size_t)t->nranks, sizeof *r->peers);
@@ -293,7 +321,7 @@ int ofi_reader_new(ofi_tr_t *t, int flags, int connect_now, ofi_reader_t **r_p)
     return 0;
 }
 
-void ofi_reader_free(ofi_reader_t *r)
+void ddofi_tr_reader_free(ddofi_tr_reader_t *r)
 {
     if (!r)
         return;
@@ -304,7 +332,7 @@ void ofi_reader_free(ofi_reader_t *r)
 }
 
 /* The reader to use in this process, connected. */
-static int reader_ready(ofi_reader_t *r)
+static int reader_ready(ddofi_tr_reader_t *r)
 {
     pid_t me = getpid();
     pid_t was = __atomic_load_n(&r->pid, __ATOMIC_ACQUIRE);
@@ -332,7 +360,7 @@ static int reader_ready(ofi_reader_t *r)
 
 /* Put a region on the transport's list (released by destroy if the store
  * did not). */
-void ofi_region_link(ofi_tr_t *t, ofi_region_t *g)
+void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g)
 {
     pthread_mutex_lock(&t->lock);
     g->next = t->regions;
@@ -344,9 +372,9 @@ void ofi_region_link(ofi_tr_t *t, ofi_region_t *g)
 
 static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_p)
 {
-    ofi_tr_t *t = ctx;
+    ddofi_tr_t *t = ctx;
     const dds_comm_t *c = &t->comm;
-    ofi_region_t *g = calloc(1, sizeof *g);
+    ddofi_tr_region_t *g = calloc(1, sizeof *g);
     unsigned char *all = NULL;
     unsigned char blob[DDOFI_MR_BLOB_SIZE];
     int rc = 0;
@@ -395,7 +423,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             if ((r = ddofi_remote_import(blob, sizeof blob, &mine)) != 0)
                 rc = ddofi_transport_error(r, "region export");
             else
-                rc = ofi_live_add(g, &mine);
+                rc = ddofi_tr_live_add(g, &mine);
         }
     }
     rc = dds_comm_agree(c, rc);
@@ -419,12 +447,12 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     }
     /* method 2: rank 0 writes the variable's record for reader jobs */
     if (!rc && t->hs.on && t->rank == 0)
-        rc = ofi_hs_publish(t, g, d, all);
+        rc = ddofi_hs_publish(t, g, d, all);
     rc = dds_comm_agree(c, rc);
     if (rc)
         goto fail;
     free(all);
-    ofi_region_link(t, g);
+    ddofi_tr_region_link(t, g);
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_OFI, "variable '%s': %zu bytes registered (key 0x%llx)",
             g->name, d->bytes, (unsigned long long)g->remotes[t->rank].key);
     *region_p = g;
@@ -432,8 +460,8 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
 fail:
     free(all);
     if (g) {
-        ofi_hs_unpublish(t, g);
-        ofi_live_release(g);
+        ddofi_hs_unpublish(t, g);
+        ddofi_tr_live_release(g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
@@ -443,8 +471,8 @@ fail:
 
 static int t_region_destroy(void *ctx, void *region)
 {
-    ofi_tr_t *t = ctx;
-    ofi_region_t *g = region;
+    ddofi_tr_t *t = ctx;
+    ddofi_tr_region_t *g = region;
     if (!g)
         return 0;
     pthread_mutex_lock(&t->lock);
@@ -463,8 +491,8 @@ static int t_region_destroy(void *ctx, void *region)
     }
     /* method 2: no new reader finds the variable from now on, and readers
      * that joined it fail their next read */
-    ofi_hs_unpublish(t, g);
-    ofi_live_release(g);
+    ddofi_hs_unpublish(t, g);
+    ddofi_tr_live_release(g);
     /* Every rank has detached the variable before anyone deregisters, so no
      * read of it is in flight anywhere.  A failing barrier (after
      * MPI_Finalize, a dead peer) still releases the local registration. */
@@ -480,13 +508,13 @@ static int t_region_destroy(void *ctx, void *region)
 
 static int t_reader_open(void *ctx, int flags, void **reader_p)
 {
-    ofi_tr_t *t = ctx;
-    ofi_reader_t *r = NULL;
+    ddofi_tr_t *t = ctx;
+    ddofi_tr_reader_t *r = NULL;
     if (flags != DDS_READER_THREAD && flags != DDS_READER_FORKED)
         return dds_error(-DDS_EINVAL, "reader_open: unknown flags %d", flags);
     /* A thread reader connects now; a forked reader connects in the process
      * that first reads with it. */
-    int rc = ofi_reader_new(t, flags,
+    int rc = ddofi_tr_reader_new(t, flags,
                             flags == DDS_READER_THREAD &&
                                 __atomic_load_n(&t->ready, __ATOMIC_ACQUIRE),
                             &r);
@@ -499,11 +527,11 @@ static int t_reader_open(void *ctx, int flags, void **reader_p)
 static void t_reader_close(void *ctx, void *reader)
 {
     (void)ctx;
-    ofi_reader_free(reader);
+    ddofi_tr_reader_free(reader);
 }
 
 /* Register [buf, buf+len) for this read only. */
-static int reg_temp(ofi_reader_t *r, void *buf, size_t len, const dds_mem_t *mem,
+static int reg_temp(ddofi_tr_reader_t *r, void *buf, size_t len, const dds_mem_t *mem,
                     ddofi_mr_t **mr_p, dds_prof_t *prof)
 {
     uint64_t t0 = dds_prof_now();
@@ -527,9 +555,9 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
                   void *dst, void *dst_handle, const dds_mem_t *dst_mem, void *staging,
                   void *staging_handle, dds_prof_t *prof)
 {
-    ofi_tr_t *t = ctx;
-    ofi_region_t *g = region;
-    ofi_reader_t *r = reader ? reader : t->dflt;
+    ddofi_tr_t *t = ctx;
+    ddofi_tr_region_t *g = region;
+    ddofi_tr_reader_t *r = reader ? reader : t->dflt;
     int rc = reader_ready(r);
     if (rc)
         return rc;
@@ -544,7 +572,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
      * needs them (FI_MR_LOCAL, or device memory with FI_MR_HMEM). */
     int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
     int need = t->need_local_mr || (dev && t->attr.mr_hmem);
-    ofi_recv_t *dh = dst_handle, *sh = staging_handle;
+    ddofi_tr_recv_t *dh = dst_handle, *sh = staging_handle;
     ddofi_mr_t *dmr = (dh && dh->fab == r->fab && dh->pid == r->pid) ? dh->mr : NULL;
     ddofi_mr_t *smr = (sh && sh->fab == r->fab && sh->pid == r->pid) ? sh->mr : NULL;
     ddofi_mr_t *tmp_d = NULL, *tmp_s = NULL;
@@ -593,7 +621,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
         snprintf(what, sizeof what, "variable '%s'", g->name);
         rc = ddofi_transport_error(rc, what);
     } else {
-        rc = ofi_live_check(g); /* method 2: freed by the core job meanwhile? */
+        rc = ddofi_tr_live_check(g); /* method 2: freed by the core job meanwhile? */
     }
 out:
     if (tmp_d || tmp_s) {
@@ -609,8 +637,8 @@ out:
 static int t_recv_register(void *ctx, void *buf, size_t bytes, const dds_mem_t *mem,
                            void **handle_p)
 {
-    ofi_tr_t *t = ctx;
-    ofi_recv_t *h = calloc(1, sizeof *h);
+    ddofi_tr_t *t = ctx;
+    ddofi_tr_recv_t *h = calloc(1, sizeof *h);
     if (!h)
         return dds_error(-DDS_ENOMEM, "recv_register: out of memory");
     h->fab = t->fab;
@@ -645,7 +673,7 @@ static int t_recv_register(void *ctx, void *buf, size_t bytes, const dds_mem_t *
 static int t_recv_unregister(void *ctx, void *handle)
 {
     (void)ctx;
-    ofi_recv_t *h = handle;
+    ddofi_tr_recv_t *h = handle;
     if (!h)
         return 0;
     int rc = ddofi_mr_deregister(h->mr);
@@ -655,7 +683,7 @@ static int t_recv_unregister(void *ctx, void *handle)
 
 static int t_progress(void *ctx)
 {
-    ofi_tr_t *t = ctx;
+    ddofi_tr_t *t = ctx;
     if (getpid() != t->pid || !t->server)
         return 0;
     int rc = ddofi_ep_progress(t->server);
@@ -664,19 +692,19 @@ static int t_progress(void *ctx)
 
 /* Release everything (NULL members accepted: also a half-created
  * transport). */
-void ofi_tr_free(ofi_tr_t *t)
+void ddofi_tr_free(ddofi_tr_t *t)
 {
     if (!t)
         return;
-    ofi_reader_free(t->dflt);
+    ddofi_tr_reader_free(t->dflt);
     t->dflt = NULL;
     /* Variables the store did not release (it normally does). */
-    ofi_region_t *g = t->regions;
+    ddofi_tr_region_t *g = t->regions;
     while (g) {
-        ofi_region_t *next = g->next;
+        ddofi_tr_region_t *next = g->next;
         if (!g->joined) {
-            ofi_hs_unpublish(t, g);
-            ofi_live_release(g);
+            ddofi_hs_unpublish(t, g);
+            ddofi_tr_live_release(g);
         }
         ddofi_mr_deregister(g->mr);
         free(g->live);
@@ -686,7 +714,7 @@ void ofi_tr_free(ofi_tr_t *t)
     }
     t->regions = NULL;
     if (t->hs.live_ref) {
-        ofi_live_core_unref();
+        ddofi_tr_live_core_unref();
         t->hs.live_ref = 0;
     }
     int rc = ddofi_ep_close(t->server);
@@ -697,14 +725,14 @@ void ofi_tr_free(ofi_tr_t *t)
     if (rc)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the fabric: %s", ddofi_last_error());
     pthread_mutex_destroy(&t->lock);
-    ofi_hs_free(&t->hs);
+    ddofi_hs_free(&t->hs);
     free(t->addrs);
     free(t);
 }
 
-static void t_destroy(void *ctx) { ofi_tr_free(ctx); }
+static void t_destroy(void *ctx) { ddofi_tr_free(ctx); }
 
-const dds_transport_ops_t ofi_tr_ops = {
+const dds_transport_ops_t ddofi_tr_ops = {
     .size = sizeof(dds_transport_ops_t),
     .name = "ofi",
     .region_create = t_region_create,
@@ -718,7 +746,7 @@ const dds_transport_ops_t ofi_tr_ops = {
     .epoch_begin = NULL,
     .epoch_end = NULL,
     .destroy = t_destroy,
-    .region_join = ofi_hs_region_join,
+    .region_join = ddofi_hs_region_join,
 };
 
 /* ---------------- create ---------------- */
@@ -744,8 +772,20 @@ static void log_once(void)
         ddofi_log_set_sink(ddofi_log_to_core, NULL, max);
 }
 
+/* libfabric's fork settings (read once, at its first use) with
+ * DDSTORE_FORK_WORKERS from core's registry. */
+int ddofi_tr_env_prepare(void)
+{
+    int fork_workers = 0;
+    int rc = dds_config_get_bool("DDSTORE_FORK_WORKERS", &fork_workers);
+    if (rc)
+        return rc;
+    rc = ddofi_env_prepare(fork_workers);
+    return rc < 0 ? ddofi_transport_error(rc, NULL) : 0;
+}
+
 /* Settings from core's registry (validated there) into the library's params. */
-int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
+int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                          ddofi_fabric_params_t *p)
 {
     const char *s = NULL;
@@ -778,9 +818,25 @@ int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int l
         p->nic_map = tp->nic_map;
         named_iface = 1;
     }
-    const char *e;
-    if (((e = getenv("FABRIC_IFACE")) && *e) || ((e = getenv("DDSTORE_NIC_MAP")) && *e))
+    const char *iface = NULL, *map = NULL, *prov = NULL;
+    if ((rc = dds_config_get_string("FABRIC_IFACE", &iface)) ||
+        (rc = dds_config_get_string("DDSTORE_NIC_MAP", &map)))
+        return rc;
+    if (!named_iface && iface && *iface) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_IFACE;
+        p->iface = iface;
         named_iface = 1;
+    } else if (!named_iface && map && *map) {
+        p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
+        p->nic_map = map;
+        named_iface = 1;
+    }
+    if (!(p->field_mask & DDOFI_FABRIC_FIELD_PROVIDER)) {
+        if ((rc = dds_config_get_string("DDSTORE_FABRIC", &prov)))
+            return rc;
+        p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
+        p->provider = prov && *prov ? prov : "auto";
+    }
     if ((rc = dds_config_get_string("DDSTORE_FABRIC_LOCAL_ONLY", &s)))
         return rc;
     p->field_mask |= DDOFI_FABRIC_FIELD_LOCAL_ONLY;
@@ -801,10 +857,10 @@ int ofi_read_settings(const ddofi_transport_params_t *tp, int single_node, int l
 /* The transport handle for `t`.  A method-2 reader's fabric opens at the
  * first join: until then max_read_bytes is 0 (ddofi_read splits at the
  * endpoint's limit anyway) and HMEM is not advertised. */
-void ofi_tr_fill(ofi_tr_t *t, dds_transport_t *transport_p)
+void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p)
 {
     memset(transport_p, 0, sizeof *transport_p);
-    transport_p->ops = &ofi_tr_ops;
+    transport_p->ops = &ddofi_tr_ops;
     transport_p->ctx = t;
     transport_p->caps = DDS_TRANSPORT_CAP_THREAD_SAFE | DDS_TRANSPORT_CAP_READERS |
                         DDS_TRANSPORT_CAP_FORK | DDS_TRANSPORT_CAP_LOCAL_SELF |
@@ -829,9 +885,9 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
     if (method2 && tp->n_core < 0)
         return dds_error(-DDS_EINVAL, "method 2: n_core must be >= 0, got %d", tp->n_core);
     if (method2 && tp->n_core > 0)
-        return ofi_hs_reader_create(comm, tp, transport_p);
+        return ddofi_hs_reader_create(comm, tp, transport_p);
 
-    ofi_tr_t *t = calloc(1, sizeof *t);
+    ddofi_tr_t *t = calloc(1, sizeof *t);
     char *hosts = NULL;
     int rc = 0;
     if (!t)
@@ -849,9 +905,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
     }
     /* Validate the environment on every rank before any collective. */
     if (!rc) {
-        int r2 = ddofi_env_prepare(-1);
-        if (r2 < 0)
-            rc = ddofi_transport_error(r2, NULL);
+        rc = ddofi_tr_env_prepare();
     }
     rc = dds_comm_agree(comm, rc);
     if (rc)
@@ -875,7 +929,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
             local_rank++;
     }
 
-    rc = ofi_read_settings(tp, single, local_rank, &t->fparams);
+    rc = ddofi_tr_read_settings(tp, single, local_rank, &t->fparams);
     if (!rc) {
         int r = ddofi_fabric_open(&t->fparams, &t->fab);
         if (r)
@@ -911,12 +965,12 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         goto fail;
     }
     __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
-    rc = ofi_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
     rc = dds_comm_agree(comm, rc);
     if (rc)
         goto fail;
     /* method 2's core job: collective, agreed inside */
-    if (method2 && (rc = ofi_hs_core_setup(t, tp, hosts)) != 0)
+    if (method2 && (rc = ddofi_hs_core_setup(t, tp, hosts)) != 0)
         goto fail;
     free(hosts);
 
@@ -926,7 +980,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
             method2 ? 2 : 1, t->attr.provider, t->attr.domain, t->nranks, single ? "one host" : "several hosts",
             t->attr.progress_thread ? "yes" : "no", t->attr.max_read_bytes, t->attr.mr_local,
             t->attr.hmem);
-    ofi_tr_fill(t, transport_p);
+    ddofi_tr_fill(t, transport_p);
     return 0;
 
 fail:
@@ -934,7 +988,7 @@ fail:
     if (t) {
         char saved[1024];
         snprintf(saved, sizeof saved, "%s", dds_last_error());
-        ofi_tr_free(t);
+        ddofi_tr_free(t);
         dds_error(rc, "%s", saved);
     }
     return rc;

@@ -43,7 +43,7 @@
 
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
-#include "ofi_tr_internal.h"
+#include "ddofi_tr_internal.h"
 
 #define LIVE_DIR "/dev/shm"
 #define LIVE_PREFIX "ddstore-live."
@@ -132,14 +132,14 @@ static int live_table(void)
     return 0;
 }
 
-void ofi_live_core_ref(void)
+void ddofi_tr_live_core_ref(void)
 {
     pthread_mutex_lock(&g_live.lock);
     g_live.users++;
     pthread_mutex_unlock(&g_live.lock);
 }
 
-void ofi_live_core_unref(void)
+void ddofi_tr_live_core_unref(void)
 {
     pthread_mutex_lock(&g_live.lock);
     if (g_live.users > 0 && --g_live.users == 0 && g_live.tab && g_live.pid == getpid()) {
@@ -153,7 +153,7 @@ void ofi_live_core_unref(void)
     pthread_mutex_unlock(&g_live.lock);
 }
 
-int ofi_live_add(ofi_region_t *g, const ddofi_remote_t *mine)
+int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine)
 {
     g->live_slot = -1;
     if (!mine->size)
@@ -180,7 +180,7 @@ int ofi_live_add(ofi_region_t *g, const ddofi_remote_t *mine)
     return rc;
 }
 
-void ofi_live_release(ofi_region_t *g)
+void ddofi_tr_live_release(ddofi_tr_region_t *g)
 {
     if (g->live_slot < 0)
         return;
@@ -198,7 +198,7 @@ void ofi_live_release(ofi_region_t *g)
 
 /* Map core rank i's table (read-only), once per store.  NULL when there is
  * none (an older core, or another /dev/shm): *why_p says why. */
-static const live_slot_t *live_map(ofi_tr_t *t, const dds_hs_rank_t *r, int i, char *why,
+static const live_slot_t *live_map(ddofi_tr_t *t, const dds_hs_rank_t *r, int i, char *why,
                                    size_t cap)
 {
     if (!t->hs.live_maps) {
@@ -237,7 +237,7 @@ static const live_slot_t *live_map(ofi_tr_t *t, const dds_hs_rank_t *r, int i, c
     return p;
 }
 
-void ofi_live_unmap(ofi_hs_t *hs)
+void ddofi_tr_live_unmap(ddofi_hs_t *hs)
 {
     for (int i = 0; hs->live_maps && i < hs->n_core; i++)
         if (hs->live_maps[i])
@@ -246,7 +246,7 @@ void ofi_live_unmap(ofi_hs_t *hs)
     hs->live_maps = NULL;
 }
 
-int ofi_live_join(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ofi_region_t *g)
+int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ddofi_tr_region_t *g)
 {
     const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     const int needed = t->attr.direct_reads || !strcmp(t->attr.quirks, "shm");
@@ -300,7 +300,7 @@ int ofi_live_join(ofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ofi
     return 0;
 }
 
-int ofi_live_check_slow(const ofi_region_t *g)
+int ddofi_tr_live_check_slow(const ddofi_tr_region_t *g)
 {
     for (int k = 0; k < g->nlive; k++)
         if (atomic_load_explicit(g->live[k].word, memory_order_relaxed) != g->live[k].gen)

@@ -1,0 +1,100 @@
+/* pyddstore._core: values from the C registries, so that Python reads the
+ * variables it shares with the C libraries (DDSTORE_METHOD,
+ * DDSTORE_HANDSHAKE_TIMEOUT_S, DDSTORE_HANDSHAKE_DIR ...) through the one
+ * declaration and the one parser (pyddstore/torch/env.py). */
+#include "pydds.h"
+
+#include "ddstore/comm_file.h"
+#include "ddstore/config.h"
+#ifdef HAVE_MPI
+#include "ddstore/mpi.h"
+#endif
+#ifdef DDSTORE_HAVE_OFI
+#include "ddstore/ofi_transport.h"
+#endif
+
+/* Each library built in registers its table (idempotent). */
+static void (*const registrars[])(void) = {
+    dds_config_register_core,
+    dds_comm_file_register_config,
+#ifdef HAVE_MPI
+    ddmpi_config_register,
+#endif
+#ifdef DDSTORE_HAVE_OFI
+    ddofi_transport_register_config,
+#endif
+};
+
+/* The entry named by `arg`, every table registered first; NULL with an
+ * exception set when it is not a registered name. */
+static const dds_config_entry_t *entry_of(PyObject *arg, const char **name_p)
+{
+    const char *name = PyUnicode_AsUTF8(arg);
+    if (name == NULL)
+        return NULL;
+    for (size_t i = 0; i < sizeof registrars / sizeof registrars[0]; i++)
+        registrars[i]();
+    const dds_config_entry_t *e = dds_config_find(name);
+    if (e == NULL)
+        pydds_raise_fmt(-DDS_ENOENT, "%s is not a registered variable", name);
+    *name_p = name;
+    return e;
+}
+
+static PyObject *mod_config_get(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *name = NULL;
+    const dds_config_entry_t *e = entry_of(arg, &name);
+    if (e == NULL)
+        return NULL;
+    int rc = 0, b = 0;
+    int64_t i64 = 0;
+    double d = 0;
+    const char *s = NULL;
+    switch (e->type) {
+    case DDS_CONFIG_BOOL:
+        if ((rc = dds_config_get_bool(name, &b)) == 0)
+            return PyBool_FromLong(b);
+        break;
+    case DDS_CONFIG_INT:
+        if ((rc = dds_config_get_int(name, &i64)) == 0)
+            return PyLong_FromLongLong((long long)i64);
+        break;
+    case DDS_CONFIG_DOUBLE:
+        if ((rc = dds_config_get_double(name, &d)) == 0)
+            return PyFloat_FromDouble(d);
+        break;
+    case DDS_CONFIG_STRING:
+    case DDS_CONFIG_ENUM:
+        if ((rc = dds_config_get_string(name, &s)) == 0) {
+            if (s == NULL)
+                Py_RETURN_NONE;
+            return PyUnicode_FromString(s);
+        }
+        break;
+    }
+    return pydds_raise(rc);
+}
+
+static PyObject *mod_config_get_seconds(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const char *name = NULL;
+    double d = 0;
+    if (entry_of(arg, &name) == NULL)
+        return NULL;
+    int rc = dds_config_get_seconds(name, &d);
+    return rc ? pydds_raise(rc) : PyFloat_FromDouble(d);
+}
+
+PyMethodDef pydds_config_methods[] = {
+    {"config_get", mod_config_get, METH_O,
+     "config_get(name) -> bool | int | float | str | None: the value of a "
+     "registered DDSTORE_* variable (the environment's, else the default), "
+     "parsed and validated by the C registry.  ValueError names the variable "
+     "and the bad value; KeyError: not registered in this build."},
+    {"config_get_seconds", mod_config_get_seconds, METH_O,
+     "config_get_seconds(name) -> float: a duration variable, > 0 or inf "
+     "(core's rule for timeouts; 0 and negative values are a ValueError)."},
+    {NULL, NULL, 0, NULL}};

@@ -1,0 +1,183 @@
+"""Every environment variable the shipped code reads is declared (issue 13).
+
+- A DDSTORE_* name in a string of a shipped C/C++/Python source (a getenv, a
+  registry query, a #define used for one, an error message naming it) is a
+  variable of a registry: core's (with the tables of the libraries built in,
+  _core.config_entries()), pyddstore.torch's env.ENTRIES, or the test-only
+  list of pyddstore.info.
+- ddstore-ofi's parameter getters name a parameter of its own table
+  (src/ddofi_param.c).
+- A direct getenv / os.environ read of any other name is a launcher's or
+  libfabric's variable from the short list below; an FI_* variable that the
+  code sets is named in docs/environment.md.
+- docs/environment.md is what `python -m pyddstore.info --markdown` writes.
+
+Test sources (*/test/, python/tests) may read what they like.
+"""
+import io
+import os
+import re
+import sys
+import tokenize
+
+import pytest
+
+TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Shipped sources: the libraries, the adapters, the extensions, the package.
+C_DIRS = ["ddstore-core/src", "ddstore-core/include", "ddstore-mpi/src", "ddstore-mpi/include",
+          "ddstore-gpu/src", "ddstore-gpu/include", "ddstore-ofi/src", "ddstore-ofi/include",
+          "ddstore-ofi/transport", "ddstore-torch/csrc", "python/pyddstore/csrc",
+          "libddstore/src", "libddstore/include"]
+PY_DIRS = ["python/pyddstore"]
+
+# Read, not ours: what launchers and libfabric set (documented where read).
+EXTERNAL = re.compile(r"^(SLURM_\w+|OMPI_\w+|PMI_\w+|MV2_\w+|PALS_\w+|MPI_LOCALRANKID|"
+                      r"RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|FI_\w+|CUDA_VISIBLE_DEVICES|"
+                      r"HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TMPDIR|HOME|USER)$")
+
+STRING_C = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+NAME = re.compile(r"\bDDSTORE_[A-Z0-9_]+")
+GETENV_C = re.compile(r'\bgetenv\s*\(\s*"([A-Za-z0-9_]+)"')
+SETENV_C = re.compile(r'\bsetenv\s*\(\s*"(FI_[A-Za-z0-9_]+)"')
+OFI_PARAM_C = re.compile(r'\bddofi_param_(?:get_\w+|env_name)\s*\(\s*"([A-Z0-9_]+)"')
+OFI_DECL = re.compile(r'^\s*\{"([A-Z0-9_]+)",\s*DDOFI_PARAM_', re.M)
+GETENV_PY = re.compile(r'(?:os\.environ\.get|os\.getenv|os\.environ\[|_raw)\s*\(?\s*["\']'
+                       r'([A-Za-z0-9_]+)["\']')
+SETENV_PY = re.compile(r'os\.environ(?:\.setdefault\s*\(|\[)\s*["\'](FI_[A-Za-z0-9_]+)["\']')
+
+
+def _files(dirs, exts):
+    for d in dirs:
+        root = os.path.join(TOP, d)
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [x for x in dirnames if x not in ("test", "tests", "__pycache__")]
+            for f in sorted(filenames):
+                if f.endswith(exts):
+                    yield os.path.join(dirpath, f)
+
+
+def _strip_c_comments(text):
+    # comments name variables in prose (also retired ones); strings are code
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: "\n" * m.group(0).count("\n"), text,
+                  flags=re.S)
+
+
+def _py_strings(text):
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.STRING:
+            yield tok.start[0], tok.string
+
+
+def _declared():
+    from pyddstore import _core, info
+    names = {e["name"] for e in _core.config_entries()}
+    names |= {e["name"] for e in info._torch_entries()}
+    names |= {e["name"] for e in info.TEST_ENTRIES}
+    return names
+
+
+def _rel(path):
+    return os.path.relpath(path, TOP)
+
+
+def scan(declared, ofi_params, env_doc):
+    """Every undeclared read: a list of 'file:line: what'."""
+    bad = []
+
+    def check(path, text, strings, getenv_re, setenv_re):
+        rel = _rel(path)
+        for line, s in strings:
+            for n in NAME.findall(s):
+                # a prefix ("DDSTORE_OFI_") is no variable
+                if not n.endswith("_") and n not in declared:
+                    bad.append(f"{rel}:{line}: {n} is not declared in any registry")
+        for m in getenv_re.finditer(text):
+            n = m.group(1)
+            if not n.startswith("DDSTORE_") and not EXTERNAL.match(n) and n not in declared:
+                bad.append(f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: reads {n}, "
+                           "neither declared nor a launcher's/libfabric's")
+        for m in setenv_re.finditer(text):
+            if m.group(1) not in env_doc:
+                bad.append(f"{rel}: sets {m.group(1)}, which docs/environment.md does "
+                           "not mention")
+
+    for path in _files(C_DIRS, (".c", ".h", ".cpp", ".cc")):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = _strip_c_comments(f.read())
+        check(path, text, ((text.count("\n", 0, m.start()) + 1, m.group(0))
+                           for m in STRING_C.finditer(text)), GETENV_C, SETENV_C)
+        for m in OFI_PARAM_C.finditer(text):
+            if m.group(1) not in ofi_params:
+                bad.append(f"{_rel(path)}:{text.count(chr(10), 0, m.start()) + 1}: ddofi "
+                           f"parameter {m.group(1)} is not in src/ddofi_param.c's table")
+    for path in _files(PY_DIRS, (".py",)):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        check(path, text, _py_strings(text), GETENV_PY, SETENV_PY)
+    return bad
+
+
+def _ofi_params():
+    with open(os.path.join(TOP, "ddstore-ofi", "src", "ddofi_param.c")) as f:
+        return set(OFI_DECL.findall(f.read()))
+
+
+def _env_doc():
+    with open(os.path.join(TOP, "docs", "environment.md")) as f:
+        return f.read()
+
+
+def test_every_read_is_declared():
+    bad = scan(_declared(), _ofi_params(), _env_doc())
+    assert not bad, "undeclared environment variables:\n" + "\n".join(bad)
+
+
+def test_scan_finds_a_planted_read(tmp_path, monkeypatch):
+    """The scan is not vacuous: an undeclared read in a shipped file fails."""
+    d = tmp_path / "ddstore-core" / "src"
+    d.mkdir(parents=True)
+    (d / "planted.c").write_text('const char *v = getenv("DDSTORE_PLANTED_X");\n'
+                                 'int r = ddofi_param_get_bool("NO_SUCH_PARAM", &on);\n'
+                                 'const char *w = getenv("SOME_OTHER_VAR");\n')
+    p = tmp_path / "python" / "pyddstore"
+    p.mkdir(parents=True)
+    (p / "planted.py").write_text('import os\nv = os.environ.get("DDSTORE_PLANTED_Y")\n')
+    declared, ofi = _declared(), _ofi_params()
+    monkeypatch.setattr(sys.modules[__name__], "TOP", str(tmp_path))
+    bad = "\n".join(scan(declared, ofi, ""))
+    for what in ("DDSTORE_PLANTED_X", "NO_SUCH_PARAM", "SOME_OTHER_VAR", "DDSTORE_PLANTED_Y"):
+        assert what in bad, bad
+
+
+def test_environment_md_is_generated():
+    """docs/environment.md is `python -m pyddstore.info --markdown` (regenerate
+    it after changing a registry)."""
+    from pyddstore import info
+    want = info.markdown() + "\n"
+    assert _env_doc() == want, ("docs/environment.md is stale: run "
+                                ".venv/bin/python -m pyddstore.info --markdown > docs/environment.md")
+
+
+def test_registries_agree_on_shared_names():
+    """Python no longer declares what a C library declares (one declaration)."""
+    from pyddstore import _core, info
+    c = {e["name"] for e in _core.config_entries()}
+    py = {e["name"] for e in info._torch_entries()}
+    assert not (c & py), sorted(c & py)
+
+
+@pytest.mark.parametrize("name", ["DDSTORE_METHOD", "DDSTORE_HANDSHAKE_TIMEOUT_S",
+                                  "DDSTORE_HANDSHAKE_DIR", "DDSTORE_COLLECTIVE_TIMEOUT_S"])
+def test_python_reads_through_c_registry(name, monkeypatch):
+    from pyddstore.torch import env
+    monkeypatch.setenv(name, "not-a-valid-value-!")
+    fn = {"DDSTORE_METHOD": lambda: env.method(0),
+          "DDSTORE_HANDSHAKE_TIMEOUT_S": env.handshake_timeout,
+          "DDSTORE_COLLECTIVE_TIMEOUT_S": env.collective_timeout,
+          "DDSTORE_HANDSHAKE_DIR": env.handshake_dir}[name]
+    if name == "DDSTORE_HANDSHAKE_DIR":  # a string: any value is valid
+        assert fn() == "not-a-valid-value-!"
+        return
+    with pytest.raises(ValueError, match=name):
+        fn()
