@@ -67,9 +67,7 @@ typedef struct var_desc {
 static int has_shard_alloc(const dds_store_t *s)
 {
     const dds_transport_ops_t *o = s->tr.ops;
-    return o->size >= offsetof(dds_transport_ops_t, shard_free) +
-                          sizeof(o->shard_free) &&
-           o->shard_alloc != NULL && o->shard_free != NULL;
+    return o->shard_alloc != NULL && o->shard_free != NULL;
 }
 
 /* Local checks of init/add arguments. */
@@ -447,17 +445,13 @@ int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
 int dds_st_has_region_abandon(const dds_store_t *s)
 {
     const dds_transport_ops_t *o = s->tr.ops;
-    return o->size >= offsetof(dds_transport_ops_t, region_abandon) +
-                          sizeof(o->region_abandon) &&
-           o->region_abandon != NULL;
+    return o->region_abandon != NULL;
 }
 
 static int has_region_join(const dds_store_t *s)
 {
     const dds_transport_ops_t *o = s->tr.ops;
-    return o->size >= offsetof(dds_transport_ops_t, region_join) +
-                          sizeof(o->region_join) &&
-           o->region_join != NULL;
+    return o->region_join != NULL;
 }
 
 /* The layout a transport's region_join returned, checked before the store

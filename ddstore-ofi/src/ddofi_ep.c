@@ -105,13 +105,14 @@ static int blob_check(const ddofi_ep_t *ep, const unsigned char *b, size_t len)
     if (get32(b + 16) != addr_checksum(b, ADDR_HDR + alen))
         return ddofi_error(-DDOFI_EBLOB, "address blob: checksum mismatch (corrupted)");
     if (get32(b + 8) != ep->fab->prov_tag) {
-        char other[25];
+        char other[25], lbl[64];
         memcpy(other, b + 24, 24);
         other[24] = '\0';
         return ddofi_error(-DDOFI_EBLOB,
                            "address blob from provider \"%s\", this endpoint uses \"%s\" "
-                           "(every process must select the same DDSTORE_FABRIC)",
-                           other, ep->fab->prov_name);
+                           "(every process must select the same %s)",
+                           other, ep->fab->prov_name,
+                           ddofi_param_label("PROVIDER", lbl, sizeof lbl));
     }
     if (get32(b + 12) != ep->fab->info->addr_format)
         return ddofi_error(-DDOFI_EBLOB, "address blob: address format %u, endpoint uses %u",

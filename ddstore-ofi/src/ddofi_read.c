@@ -321,6 +321,7 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
                        ddofi_read_stats_t *stats)
 {
     int rc = 0;
+    char lbl[64]; /* the read timeout's variable, for messages */
     const ddofi_fabric_t *f = ep->fab;
     ddofi_batch_t *b = malloc(sizeof *b + posts * sizeof(ddofi_ctx_t));
     if (!b)
@@ -498,8 +499,9 @@ drain_done:;
                                f->prov_name, fenced);
         return ddofi_error(-ETIMEDOUT,
                            "%ld of %zu reads still in flight, none completed for %.3g s "
-                           "(DDSTORE_READ_TIMEOUT_S) on provider %s: the peer may be gone "
-                           "or not driving progress%s", left, posted, tmo, f->prov_name,
+                           "(%s) on provider %s: the peer may be gone "
+                           "or not driving progress%s", left, posted, tmo,
+                           ddofi_param_label("READ_TIMEOUT_S", lbl, sizeof lbl), f->prov_name,
                            fenced);
     }
     pthread_rwlock_unlock(&ep->use_lock);
@@ -511,11 +513,12 @@ drain_done:;
                                dead_pid, dead_op, (unsigned long long)ops[dead_op].peer,
                                f->prov_name);
         return ddofi_error(-ETIMEDOUT,
-                           "could not post reads for %.3g s (DDSTORE_READ_TIMEOUT_S) on "
+                           "could not post reads for %.3g s (%s) on "
                            "provider %s: %zu of %zu posted; fi_read kept returning FI_EAGAIN "
                            "(transmit queue full, or no connection to the peer: is it alive "
                            "and driving progress?)",
-                           tmo, f->prov_name, posted, posts);
+                           tmo, ddofi_param_label("READ_TIMEOUT_S", lbl, sizeof lbl),
+                           f->prov_name, posted, posts);
     }
     if (atomic_load_explicit(&b->err_set, memory_order_acquire) && !rc) {
         const ddofi_read_op_t *o = &ops[b->err_op];

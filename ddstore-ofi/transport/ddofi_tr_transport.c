@@ -118,6 +118,20 @@ static void cfg_once(void)
 }
 void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once); }
 
+int ddofi_transport_env_prepare(void)
+{
+    ddofi_transport_register_config();
+    int rc = ddofi_tr_env_prepare();
+    if (rc < 0) {
+        /* keep the detail of the bad value; apply the rest */
+        char why[256];
+        snprintf(why, sizeof why, "%s", dds_last_error());
+        (void)ddofi_env_prepare(0);
+        return dds_error(rc, "%s", why);
+    }
+    return 0;
+}
+
 /* ---------------- errors ---------------- */
 
 int ddofi_transport_error(int rc, const char *what)

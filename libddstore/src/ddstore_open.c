@@ -44,14 +44,9 @@ const char *ddstore_version(void)
 int ddstore_env_prepare(void)
 {
 #ifdef DDSTORE_HAVE_OFI
-    int rc = ddofi_env_prepare(-1);
-    if (rc < 0) {
-        /* bad DDSTORE_FORK_WORKERS: still apply what does not depend on it */
-        (void)dds_error(-DDS_ECONFIG, "%s", ddofi_last_error());
-        (void)ddofi_env_prepare(0);
-        return -DDS_ECONFIG;
-    }
-    return rc;
+    /* ddstore's prefix and DDSTORE_FORK_WORKERS (core's registry), not the
+     * standalone library's DDOFI_ names */
+    return ddofi_transport_env_prepare();
 #else
     return 0;
 #endif

@@ -36,6 +36,12 @@ EXTERNAL = re.compile(r"^(SLURM_\w+|OMPI_\w+|PMI_\w+|MV2_\w+|PALS_\w+|MPI_LOCALR
                       r"RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|FI_\w+|CUDA_VISIBLE_DEVICES|"
                       r"HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|TMPDIR|HOME|USER)$")
 
+# Build-time names (compiler defines, configure variables of docs/building.md
+# and docs/installation.md) that messages and #error lines may name: not read
+# from the environment at run time.
+BUILD_NAMES = {"DDSTORE_TEST_HOOKS", "DDSTORE_WITH_CUDA", "DDSTORE_WITH_HIP",
+               "DDSTORE_BUILD_SHARED", "DDSTORE_HAVE_OFI"}
+
 STRING_C = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 NAME = re.compile(r"\bDDSTORE_[A-Z0-9_]+")
 GETENV_C = re.compile(r'\bgetenv\s*\(\s*"([A-Za-z0-9_]+)"')
@@ -90,7 +96,7 @@ def scan(declared, ofi_params, env_doc):
         for line, s in strings:
             for n in NAME.findall(s):
                 # a prefix ("DDSTORE_OFI_") is no variable
-                if not n.endswith("_") and n not in declared:
+                if not n.endswith("_") and n not in declared and n not in BUILD_NAMES:
                     bad.append(f"{rel}:{line}: {n} is not declared in any registry")
         for m in getenv_re.finditer(text):
             n = m.group(1)

@@ -84,6 +84,13 @@ DDS_API int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport
  * (idempotent; ddofi_transport_create calls it). */
 DDS_API void ddofi_transport_register_config(void);
 
+/* ddofi_env_prepare with ddstore's settings, at start-up before libfabric
+ * or MPI initialise: registers the adapter's settings (the DDSTORE_OFI_
+ * prefix) and passes DDSTORE_FORK_WORKERS from core's registry.  0, or a
+ * negative DDS_E* code with dds_error() detail (a bad DDSTORE_FORK_WORKERS:
+ * what does not depend on it is applied all the same). */
+DDS_API int ddofi_transport_env_prepare(void);
+
 /* Translate a ddstore-ofi return code to a core code (0 stays 0), copying
  * ddofi_last_error() into dds_last_error() with `what` as a prefix. */
 DDS_API int ddofi_transport_error(int ddofi_rc, const char *what);
