@@ -170,6 +170,18 @@ def wheel_stage(timeout=2400):
     return junit_counts("wheel", d, rc)
 
 
+def pipmpi_stage(timeout=1800):
+    """ci/pip-mpi.sh: the pip build whose only MPI and libfabric are PyPI's
+    mpich wheel (the system's hidden, checked with ninja's header log and
+    ldd), store tests for methods 0/1/2 on 2 ranks under its mpiexec."""
+    d = os.path.join(OUT, "pipmpi")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([os.path.join(TOP, "ci", "pip-mpi.sh")],
+                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
+    return junit_counts("pipmpi", d, rc)
+
+
 def fuzz_stage(seconds=30):
     """tools/fuzz-handshake.sh: libFuzzer on method 2's record parser for a
     short while, starting from the tree's corpus (one test: no crash)."""
@@ -268,6 +280,8 @@ STAGES = {
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
     "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (tools/test_wheel.sh)",
               wheel_stage),
+    "pipmpi": ("pip build against PyPI's mpich wheel only (no system MPI/libfabric): methods 0/1/2 "
+               "on 2 ranks (ci/pip-mpi.sh)", pipmpi_stage),
     "docs": ("every runnable code block of README.md and docs/*.md (ci/doc_snippets.py)",
              docs_stage),
 }
