@@ -95,6 +95,7 @@ if [ -z "${ROCM_PATH:-}" ]; then
 fi
 
 mkdir -p "$BUILD_DIR"
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)     # hooks cd elsewhere
 LOG="$BUILD_DIR/gpu-check.log"
 SUMMARY="$BUILD_DIR/summary.txt"
 : >"$LOG"
@@ -208,6 +209,7 @@ if [ -n "$KIT" ]; then
     mkdir -p "$BUILD_DIR/no-pkgconfig"
     export PATH="$KV/bin:$PATH" PYTHON="$KV/bin/python" MPICC="$KV/bin/mpicc" \
         DDRUN_MPI=mpich DDRUN_MPIEXEC="$KV/bin/mpiexec" MPIR_CVAR_ASYNC_PROGRESS=1 \
+        UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-error} MPI4PY_LIBMPI="$(ls "$KV"/lib/libmpi.so.* | head -1)" \
         PKG_CONFIG_LIBDIR="$BUILD_DIR/no-pkgconfig" PKG_CONFIG_PATH="" GPUCHECK_KIT_VENV="$KV"
     unset DDSTORE_MPI_IMPL LIBFABRIC_ROOT DDSTORE_LIBFABRIC_LIB
 fi
@@ -364,6 +366,8 @@ fi
 HOOK_LIST=(
     "store-add-cuda|add() from a CUDA tensor: the shard registered in place, kept alive, readable by every rank"
     "store-get-cuda|get()/get_batch() into CUDA tensors, poisoned first, checked on the CPU and by a kernel"
+    "store-staging-off|DDSTORE_GPU_STAGING=0: a remote read into GPU memory without FI_HMEM is refused naming the setting; the store stays usable"
+    "store-method1-cuda|method 1 (libfabric) into CUDA tensors: GPUDirect where the provider offers FI_HMEM, else staged; which one is printed"
     "torch-distdataset-threads|DistDataset(device=, add_device=) + ThreadDataLoader, several epochs, 2 worker threads, every batch checked"
     "sync-profile|no stream-wide stalls: the profile's gpu_sync_ns during a loader epoch, next to the step time"
     "throughput|3 KB and 1 MiB rows into GPU memory vs host memory through the store (figures, not assertions)"
