@@ -7,6 +7,7 @@ found (HAVE_* from @local_config_*//:defs.bzl) and on the build flags in
   if_cuda(a, b=[])    a under --config=cuda
   if_rocm(a, b=[])    a under --config=rocm
   if_gpu(a, b=[])     a under --config=cuda or --config=rocm
+  if_test_hooks(a, b=[])  a unless --config=release (test hooks compiled in)
   if_torch(a, b=[])   a when torch was found
   if_python(a, b=[])  a when Python headers were found
 
@@ -55,6 +56,12 @@ def if_gpu(if_true, if_false = []):
     return select({
         "//bazel/config:gpu_none": if_false,
         "//conditions:default": if_true,
+    })
+
+def if_test_hooks(if_true, if_false = []):
+    return select({
+        "//bazel/config:test_hooks_enabled": if_true,
+        "//conditions:default": if_false,
     })
 
 def if_torch(if_true, if_false = []):

@@ -19,7 +19,7 @@ working fails the suite.  Each block runs in a fresh temporary directory with
 the tree's virtualenv first on PATH (python, python3 = .venv/bin/python),
 DDSTORE_* settings of the caller removed, and a timeout (DOC_SNIPPET_TIMEOUT,
 default 300 s).  With --junit DIR one JUnit XML file per run is written there
-(one test case per block, named FILE:LINE) for tools/run_tests.py to count.
+(one test case per block, named FILE:LINE) for ci/run_tests.py to count.
 Exit status: non-zero if a block failed.
 """
 import argparse

@@ -241,7 +241,8 @@ EOF
 
 # ---- 1. build ------------------------------------------------------------
 VERSION=$(tr -d ' \t\r\n' <"$ROOT/ddstore-gpu/VERSION")
-CFLAGS_COMMON=(-std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -O2 -g -pthread
+# DDSTORE_TEST_HOOKS: the none build's host emulation (a test build).
+CFLAGS_COMMON=(-std=c11 -D_GNU_SOURCE -DDDSTORE_TEST_HOOKS -Wall -Wextra -Wno-unused-parameter -O2 -g -pthread
     -I"$ROOT/ddstore-gpu/include" -I"$ROOT/ddstore-core/include")
 CORE_LIB="$BUILD_DIR/libddstore_core.a"
 
@@ -256,13 +257,14 @@ build_core() {
     rm -f "$CORE_LIB" && ar rcs "$CORE_LIB" "${objs[@]}"
 }
 
-# backend_flags B -> BFLAGS (compile) and BLIBS (link)
+# backend_flags B -> BFLAGS (compile), BLIBS (link), BSRC (the backend's
+# source: ddgpu_none, or ddgpu_rt for cuda and hip)
 backend_flags() {
     case "$1" in
-    none) BFLAGS=(); BLIBS=() ;;
-    cuda) BFLAGS=(-I"$CUDA_HOME/include")
+    none) BFLAGS=(); BLIBS=(); BSRC=ddgpu_none ;;
+    cuda) BFLAGS=(-DDDSTORE_WITH_CUDA -I"$CUDA_HOME/include"); BSRC=ddgpu_rt
           BLIBS=(-L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart) ;;
-    hip)  BFLAGS=(-D__HIP_PLATFORM_AMD__)
+    hip)  BFLAGS=(-DDDSTORE_WITH_HIP -D__HIP_PLATFORM_AMD__); BSRC=ddgpu_rt
           [ "$ROCM_PATH" != /usr ] && BFLAGS+=(-I"$ROCM_PATH/include")
           BLIBS=(-lamdhip64)
           [ "$ROCM_PATH" != /usr ] && BLIBS=(-L"$ROCM_PATH/lib" -Wl,-rpath,"$ROCM_PATH/lib" -lamdhip64) ;;
@@ -274,14 +276,14 @@ build_backend() {
     local b=$1 d="$BUILD_DIR/$1" f o t
     backend_flags "$b"
     mkdir -p "$d"
-    for f in ddgpu_common "ddgpu_$b"; do
+    for f in ddgpu_common "$BSRC"; do
         "$CC" "${CFLAGS_COMMON[@]}" "${BFLAGS[@]}" -DDDGPU_VERSION="\"$VERSION\"" \
             -c "$ROOT/ddstore-gpu/src/$f.c" -o "$d/$f.o" || return 1
     done
-    rm -f "$d/libddgpu.a" && ar rcs "$d/libddgpu.a" "$d/ddgpu_common.o" "$d/ddgpu_$b.o" || return 1
+    rm -f "$d/libddgpu.a" && ar rcs "$d/libddgpu.a" "$d/ddgpu_common.o" "$d/$BSRC.o" || return 1
     for t in "$ROOT"/ddstore-gpu/test/*_test.c; do
         o="$d/$(basename "${t%.c}")"
-        "$CC" "${CFLAGS_COMMON[@]}" -I"$ROOT/ddstore-gpu/src" -I"$ROOT/ddstore-gpu/test" \
+        "$CC" "${CFLAGS_COMMON[@]}" -I"$ROOT/ddstore-gpu/src" -I"$ROOT/ddstore-core/test" \
             -DDDGPU_VERSION="\"$VERSION\"" "$t" "$d/libddgpu.a" "$CORE_LIB" \
             "${BLIBS[@]}" -o "$o" || return 1
     done

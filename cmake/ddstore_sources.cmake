@@ -1,7 +1,7 @@
 # ddstore_sources.cmake: the files the pip (CMake) build compiles, by the same
 # glob patterns as the Bazel BUILD files, one function per Bazel target.
 #
-# This file is the pip build's only list of sources.  tools/check_sources.py
+# This file is the pip build's only list of sources.  ci/check_sources.py
 # runs it in script mode and compares its answer with what Bazel compiles
 # (`bazel query 'kind("source file", deps(...))'`); the wheel stage of the
 # suite fails when the two differ.  When you change a glob in a BUILD file,
@@ -55,15 +55,15 @@ endfunction()
 # + one backend by --config; hdrs glob(["include/ddstore/*.h"], exclude
 # gpu_version.h))
 function(dds_sources_gpu prefix backend)
-  set(backends src/ddgpu_none.c src/ddgpu_cuda.c src/ddgpu_hip.c)
+  set(backends src/ddgpu_none.c src/ddgpu_rt.c)
   _dds_glob(srcs ddstore-gpu "src/*.c" "src/*.h")
   foreach(b IN LISTS backends)
     list(REMOVE_ITEM srcs "${DDS_SOURCE_ROOT}/ddstore-gpu/${b}")
   endforeach()
   if(backend STREQUAL "cuda")
-    _dds_glob(be ddstore-gpu "src/ddgpu_cuda.c")
+    _dds_glob(be ddstore-gpu "src/ddgpu_rt.c")
   elseif(backend STREQUAL "rocm")
-    _dds_glob(be ddstore-gpu "src/ddgpu_hip.c")
+    _dds_glob(be ddstore-gpu "src/ddgpu_rt.c")
   elseif(backend STREQUAL "none")
     _dds_glob(be ddstore-gpu "src/ddgpu_none.c")
   elseif(backend STREQUAL "all")
@@ -119,9 +119,18 @@ function(dds_sources_pycore prefix)
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
 endfunction()
 
-# //python:pyddstore_api  (BUILD: hdrs ["pyddstore/csrc/pyddstore_api.h"])
-function(dds_sources_pyapi prefix)
-  set(${prefix}_HDRS "${DDS_SOURCE_ROOT}/python/pyddstore/csrc/pyddstore_api.h" PARENT_SCOPE)
+# //libddstore:ddstore  (BUILD: srcs glob(["src/*.c", "src/*.h"]), hdrs
+# glob(["include/ddstore/*.h"], exclude api.h and hub_version.h)) and
+# //libddstore:api (those headers + api.h, for the torch extension).
+function(dds_sources_hub prefix)
+  _dds_glob(srcs libddstore "src/*.c" "src/*.h")
+  _dds_glob(hdrs libddstore "include/ddstore/*.h")
+  list(REMOVE_ITEM hdrs "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/hub_version.h"
+                        "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h")
+  set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_HDRS "${hdrs}" PARENT_SCOPE)
+  set(${prefix}_API_HDRS ${hdrs} "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/libddstore/VERSION" PARENT_SCOPE)
 endfunction()
 
 # //ddstore-torch:_ddstore_torch.so  (BUILD: srcs glob(["csrc/*.cpp",
@@ -129,6 +138,7 @@ endfunction()
 function(dds_sources_torch prefix)
   _dds_glob(srcs ddstore-torch "csrc/*.cpp" "csrc/*.h")
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/ddstore-torch/VERSION" PARENT_SCOPE)
 endfunction()
 
 # dds_module_sources(<out> <core|torch> <gpu backend> <mpi ON/OFF> <ofi ON/OFF>):
@@ -141,7 +151,8 @@ function(dds_module_sources out target backend mpi ofi)
   if(target STREQUAL "core")
     list(APPEND files ${c_SRCS} ${c_HDRS} ${c_VERSION_FILE} ${g_SRCS} ${g_HDRS} ${g_VERSION_FILE})
     dds_sources_pycore(p)
-    list(APPEND files ${p_SRCS})
+    dds_sources_hub(h)
+    list(APPEND files ${p_SRCS} ${h_SRCS} ${h_API_HDRS} ${h_VERSION_FILE})
     if(mpi)
       dds_sources_mpi(m)
       list(APPEND files ${m_SRCS} ${m_HDRS} ${m_VERSION_FILE})
@@ -152,11 +163,13 @@ function(dds_module_sources out target backend mpi ofi)
       list(APPEND files ${o_SRCS} ${o_HDRS} ${o_VERSION_FILE} ${t_SRCS} ${t_HDRS})
     endif()
   elseif(target STREQUAL "torch")
-    # Headers only from core and gpu (:core_headers, :gpu_headers) and the
-    # C API table; the code runs from _core through its capsule.
-    dds_sources_pyapi(a)
+    # Headers only from core, gpu and the hub (:core_headers, :gpu_headers,
+    # //libddstore:api: the C API table); the code runs from _core through
+    # its capsule.
+    dds_sources_hub(a)
     dds_sources_torch(t)
-    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_HDRS} ${t_SRCS})
+    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_API_HDRS}
+         ${a_VERSION_FILE} ${t_SRCS} ${t_VERSION_FILE})
   else()
     message(FATAL_ERROR "ddstore: TARGET=${target}: expected core or torch")
   endif()
@@ -182,7 +195,7 @@ if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   foreach(f IN LISTS files)
     file(RELATIVE_PATH rel "${DDS_SOURCE_ROOT}" "${f}")
     # message() goes to stderr; execute_process(... OUTPUT_VARIABLE) users
-    # and tools/check_sources.py read stderr.
+    # and ci/check_sources.py read stderr.
     message("${rel}")
   endforeach()
 endif()

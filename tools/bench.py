@@ -86,7 +86,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(TOP, "out", "bench"))
     ap.add_argument("--methods", default=None, help="comma list: 0,1shm,1tcp (default: all built)")
     args = ap.parse_args()
-    # optimised, like the extensions (tools/build-exts.sh builds with -c opt)
+    # optimised, like the extensions (ci/build-exts.sh builds with -c opt)
     if subprocess.run(["bazel", "build", "-c", "opt", "//tools:ddstore_bench"], cwd=TOP).returncode:
         sys.exit("building //tools:ddstore_bench failed")
     os.makedirs(args.out, exist_ok=True)

@@ -41,11 +41,8 @@
 #include <mpi.h>
 
 #include "ddstore/errors.h"
-#include "ddstore/mpi.h"
+#include "ddstore/open.h"
 #include "ddstore/store.h"
-#ifdef DDSTORE_HAVE_OFI
-#include "ddstore/ofi_transport.h"
-#endif
 
 #define MAXLIST 32
 
@@ -231,31 +228,21 @@ static double loadavg1(void)
     return l;
 }
 
+/* The store, opened through the hub (libddstore's ddstore_open) over
+ * MPI_COMM_WORLD by --method (and --fabric for libfabric). */
 static int make_store(const opts_t *o, dds_store_t **store_p)
 {
-    dds_store_params_t p = {.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT};
-    int rc = ddmpi_comm_create(MPI_COMM_WORLD, &p.comm);
-    if (rc)
-        return rc;
-    if (o->method == 0) {
-        rc = ddmpi_transport_create(MPI_COMM_WORLD, &p.transport);
-    } else {
-#ifdef DDSTORE_HAVE_OFI
-        ddofi_transport_params_t tp = {0};
-        if (o->fabric) {
-            tp.field_mask |= DDOFI_TRANSPORT_FIELD_PROVIDER;
-            tp.provider = o->fabric;
-        }
-        rc = ddofi_transport_create(&p.comm, &tp, &p.transport);
-#else
-        rc = dds_error(-DDS_ENOSYS, "method %d: built without libfabric", o->method);
-#endif
+    MPI_Comm world = MPI_COMM_WORLD;
+    ddstore_open_params_t p = {
+        .field_mask = DDSTORE_OPEN_FIELD_METHOD | DDSTORE_OPEN_FIELD_MPI_COMM,
+        .method = o->method,
+        .mpi_comm = &world,
+    };
+    if (o->fabric) {
+        p.field_mask |= DDSTORE_OPEN_FIELD_PROVIDER;
+        p.provider = o->fabric;
     }
-    if (rc) {
-        dds_comm_destroy(&p.comm);
-        return rc;
-    }
-    return dds_store_create(&p, store_p);
+    return ddstore_open(&p, store_p);
 }
 
 static void usage(void)

@@ -30,6 +30,8 @@
 #include <unistd.h>
 
 #include "ddstore/ofi.h"
+#define FORKCOMM_PIPES_ONLY   /* the piped child only (no ddstore-core) */
+#include "forkcomm.h"
 
 #define BUF_BYTES (16u << 20)
 #define LAT_SIZE 4096u
@@ -43,21 +45,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int rdall(int fd, void *p, size_t n)
-{
-    char *c = p;
-    while (n) {
-        ssize_t r = read(fd, c, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return -1;
-        c += r;
-        n -= (size_t)r;
-    }
-    return 0;
 }
 
 static ddofi_fabric_params_t params(const char *prov)
@@ -115,7 +102,7 @@ static void server(const char *prov, int out_fd, int cmd_fd)
         h.ok = 0;
     if (h.ok) {
         char c;
-        (void)rdall(cmd_fd, &c, 1);
+        (void)forkcomm_read_all(cmd_fd, &c, 1);
     }
     ddofi_mr_deregister(mr);
     ddofi_ep_close(ep);
@@ -129,29 +116,28 @@ typedef struct {
     char err[600];
 } result_t;
 
+static int server_main(void *prov, int out_fd, int cmd_fd)
+{
+    server((const char *)prov, out_fd, cmd_fd);
+    return 0;
+}
+
 static int measure(const char *prov, result_t *res)
 {
-    int up[2], down[2];
-    if (pipe(up) || pipe(down))
-        return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        server(prov, up[1], down[0]);
-        _exit(0);
-    }
-    close(up[1]);
-    close(down[0]);
     hello_t h;
+    int rep_r, cmd_w;
+    pid_t pid = forkcomm_spawn_piped(server_main, (void *)prov, &h, sizeof h, &rep_r, &cmd_w);
+    if (pid < 0) {
+        snprintf(res->err, sizeof res->err, "server died");
+        return -1;
+    }
     int ok = 0;
     ddofi_fabric_t *f = NULL;
     ddofi_ep_t *ep = NULL;
     ddofi_mr_t *lmr = NULL;
     unsigned char *dst = NULL;
-    if (rdall(up[0], &h, sizeof h) || !h.ok) {
-        snprintf(res->err, sizeof res->err, "%s", h.ok ? "server died" : h.err);
+    if (!h.ok) {
+        snprintf(res->err, sizeof res->err, "%s", h.err);
         goto out;
     }
     ddofi_fabric_params_t p = params(prov);
@@ -228,10 +214,10 @@ out:
     ddofi_ep_close(ep);
     ddofi_fabric_close(f);
     free(dst);
-    if (write(down[1], "q", 1) != 1) { /* server exits on EOF too */
+    if (write(cmd_w, "q", 1) != 1) { /* server exits on EOF too */
     }
-    close(down[1]);
-    close(up[0]);
+    close(cmd_w);
+    close(rep_r);
     int st;
     waitpid(pid, &st, 0);
     return ok ? 0 : -1;

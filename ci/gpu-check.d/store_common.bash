@@ -46,7 +46,7 @@ PY
 ) || skip "$why"
 }
 
-# pyddstore (the tree's Python package) with _core built by tools/dev-build.sh
+# pyddstore (the tree's Python package) with _core built by ci/dev-build.sh
 # against ddstore-gpu's CUDA backend and MPI (method 0: MPI RMA, a transport
 # without FI_HMEM, so reads into GPU memory are staged), in
 # $BUILD/py-cuda; rebuilt when a source is newer.  Sets PYTHONPATH.
@@ -65,7 +65,7 @@ build_pyddstore_cuda() {
         rm -f "$pkg"/pyddstore/*.so
         ext=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
         if ! DDSTORE_GPU=cuda CUDA_HOME="$CUDA_HOME" PYTHON="$PYTHON" CC="$CC" \
-                OUT="$pkg/pyddstore/_core$ext" "$ROOT/tools/dev-build.sh" >"$BUILD/py-cuda.log" 2>&1; then
+                OUT="$pkg/pyddstore/_core$ext" "$ROOT/ci/dev-build.sh" >"$BUILD/py-cuda.log" 2>&1; then
             tail -20 "$BUILD/py-cuda.log"
             fail "building pyddstore._core with the CUDA backend failed (log: $BUILD/py-cuda.log)"
         fi
@@ -92,7 +92,7 @@ run_ranks() {
 # method 1 over libfabric) and GPUCHECK_HSDIR (the FileComm directory).
 #
 # Dry run here (no GPU): DDSTORE_GPU_HOOK_DEVICE=cpu runs a hook against the
-# tree's own build (python/pyddstore/*.so, tools/dev-build*.sh) with CPU
+# tree's own build (python/pyddstore/*.so, ci/dev-build*.sh) with CPU
 # tensors; DDSTORE_GPU_HOOK_TRANSPORT=mpi|file forces the transport.
 HOOK_DEVICE=${DDSTORE_GPU_HOOK_DEVICE:-cuda}
 
@@ -114,7 +114,7 @@ hook_python_env() {
         export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
         local why
         why=$("$PYTHON" -c 'import torch, pyddstore, pyddstore.torch' 2>&1 | tail -1) \
-            || skip "dry run: the tree's pyddstore.torch does not import with $PYTHON ($why); build it with tools/dev-build.sh and tools/dev-build-torch.sh"
+            || skip "dry run: the tree's pyddstore.torch does not import with $PYTHON ($why); build it with ci/dev-build.sh and ci/dev-build-torch.sh"
         ;;
     *) fail "DDSTORE_GPU_HOOK_DEVICE=$HOOK_DEVICE: expected cuda or cpu" ;;
     esac
@@ -132,9 +132,9 @@ cmake_ok() {
 # (and MPI / libfabric where this machine has them), for this machine's
 # torch, into $BUILD/py-torch-cuda/pyddstore (a copy of python/pyddstore);
 # rebuilt when a source is newer.  CMake (CMakeLists.txt, the pip build's
-# recipe, without pip) when cmake >= 3.18 is there, else tools/dev-build.sh
+# recipe, without pip) when cmake >= 3.18 is there, else ci/dev-build.sh
 # for _core (MPI, no libfabric) and g++ for the torch extension as
-# tools/dev-build-torch.sh compiles it.
+# ci/dev-build-torch.sh compiles it.
 build_pyddstore_torch_cuda() {
     local pkg="$BUILD/py-torch-cuda" bdir="$BUILD/py-torch-cuda.cmake"
     local log="$BUILD/py-torch-cuda.log" stamp ext py jobs gen=()
@@ -178,9 +178,9 @@ build_pyddstore_torch_cuda() {
             cp "$bdir"/_core*.so "$bdir"/_ddstore_torch*.so "$pkg/pyddstore/" || fail "no modules in $bdir"
             [ -f "$bdir/ddstore-build-summary.txt" ] && sed 's/^/  /' "$bdir/ddstore-build-summary.txt"
         else
-            echo "building pyddstore (tools/dev-build.sh DDSTORE_GPU=cuda + g++ torch extension: no cmake >= 3.18)"
+            echo "building pyddstore (ci/dev-build.sh DDSTORE_GPU=cuda + g++ torch extension: no cmake >= 3.18)"
             DDSTORE_GPU=cuda CUDA_HOME="$CUDA_HOME" PYTHON="$PYTHON" CC="$CC" \
-                OUT="$pkg/pyddstore/_core$ext" "$ROOT/tools/dev-build.sh" >>"$log" 2>&1 \
+                OUT="$pkg/pyddstore/_core$ext" "$ROOT/ci/dev-build.sh" >>"$log" 2>&1 \
                 || { tail -20 "$log"; fail "building pyddstore._core with the CUDA backend failed (log: $log)"; }
             build_torch_ext_gxx "$pkg/pyddstore/_ddstore_torch$ext" "$BUILD/py-torch-cuda.obj" >>"$log" 2>&1 \
                 || { tail -20 "$log"; fail "building pyddstore._ddstore_torch failed (log: $log)"; }
@@ -199,11 +199,13 @@ PY
 }
 
 # build_torch_ext_gxx OUT OBJDIR: the torch extension compiled as
-# tools/dev-build-torch.sh does (headers only from the C libraries), against
+# ci/dev-build-torch.sh does (headers only from the C libraries), against
 # $PYTHON's torch, in parallel.
 build_torch_ext_gxx() {
     local out=$1 obj=$2 cxx=${CXX:-g++} s o objs=() vars
-    mkdir -p "$obj"
+    mkdir -p "$obj/include/ddstore"
+    printf '#define DDSTORE_TORCH_VERSION "%s"\n' "$(tr -d ' \t\r\n' <"$ROOT/ddstore-torch/VERSION")" \
+        >"$obj/include/ddstore/torch_version.h"
     vars=$("$PYTHON" - <<'PY'
 import sysconfig, torch, torch.utils.cpp_extension as ce
 print(sysconfig.get_paths()["include"])
@@ -217,8 +219,7 @@ PY
     while IFS= read -r s; do [ -n "$s" ] && tinc+=("-isystem$s"); done < <(sed -n '4,$p' <<<"$vars")
     local flags=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wno-unused-parameter
         -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
-        "-DDDSTORE_TORCH_VERSION=\"$(tr -d ' \t\r\n' <"$ROOT/ddstore-torch/VERSION")\""
-        "-D_GLIBCXX_USE_CXX11_ABI=$abi" -I"$ROOT/ddstore-torch/csrc" -I"$ROOT/python/pyddstore/csrc"
+        "-D_GLIBCXX_USE_CXX11_ABI=$abi" -I"$obj/include" -I"$ROOT/ddstore-torch/csrc" -I"$ROOT/libddstore/include"
         -I"$ROOT/ddstore-core/include" -I"$pyinc" "${tinc[@]}")
     local jobs failed=0
     jobs=$(nproc 2>/dev/null || echo 4)

@@ -17,7 +17,9 @@
  *      and ascending, else one read into staging plus scatter copies when
  *      row_bytes <= merge_row_bytes_max, else one direct read per maximal
  *      sub-run of consecutive destination slots (one row at worst); every
- *      read is split at max_read_bytes.
+ *      read is split at max_read_bytes.  DDS_PLAN_DIRECT: never staging,
+ *      and a repeat starts a new run at its row (read again, after the run
+ *      that read its first occurrence), so the plan has no copies.
  * The plan's arrays are grown on demand and reused, so planning allocates
  * nothing once the plan has seen a batch of the same size.
  */
@@ -255,6 +257,9 @@ typedef struct walk {
     int64_t prev_row, run_row;
     size_t prev_pos;
     size_t staging;
+    int direct;       /* DDS_PLAN_DIRECT: repeats are reads, not copies */
+    size_t nagain;    /* direct: repeats, counted in nuniq (upos holds their
+                         slots) but not unique */
 } walk_t;
 
 static inline void emit_read(walk_t *w, int owner, int staged, int64_t src,
@@ -338,20 +343,37 @@ static void flush_run(walk_t *w)
     }
 }
 
+/* The current run's reads (a single row without flush_run's scan). */
+static inline void end_run(walk_t *w)
+{
+    if (w->nuniq - w->run_start == 1) /* the common single-row run */
+        emit_read(w, w->owner, 0,
+                  (w->run_row - w->owner_begin) * (int64_t)w->rb, w->rb,
+                  w->upos[w->run_start] * w->rb);
+    else
+        flush_run(w);
+}
+
 static inline void walk_one(walk_t *w, int64_t row, size_t pos)
 {
-    if (row == w->prev_row) { /* repeat: copy from the first occurrence */
-        add_copy(w->reps, &w->nreps, 0, w->prev_pos * w->rb, pos * w->rb,
-                 w->rb);
+    if (row == w->prev_row) {
+        if (!w->direct) { /* repeat: copy from the first occurrence */
+            add_copy(w->reps, &w->nreps, 0, w->prev_pos * w->rb, pos * w->rb,
+                     w->rb);
+            return;
+        }
+        /* direct: the row read again, into this slot: it starts a new run
+         * (after the one that read its first occurrence) */
+        end_run(w);
+        w->run_start = w->nuniq;
+        w->run_row = row;
+        w->upos[w->nuniq++] = pos;
+        w->nagain++;
+        w->prev_pos = pos;
         return;
     }
     if (row != w->prev_row + 1 || row >= w->owner_end) {
-        if (w->nuniq - w->run_start == 1) /* the common single-row run */
-            emit_read(w, w->owner, 0,
-                      (w->run_row - w->owner_begin) * (int64_t)w->rb, w->rb,
-                      w->upos[w->run_start] * w->rb);
-        else
-            flush_run(w);
+        end_run(w);
         if (row >= w->owner_end) {
             int o = owner_search(w->off, w->owner + 1, w->nranks - 1, row);
             w->owner = o;
@@ -374,13 +396,15 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
     size_t rb, maxr, merge_max, ops_bound, scratch_bytes, keys_bytes;
     int64_t total, mn, mx, prev;
     unsigned posbits, rowbits;
-    int sorted = 1, packed;
+    int sorted = 1, packed, direct;
     walk_t w;
     int rc;
 
     rc = check_params(params, plan);
     if (rc != 0)
         return rc;
+    direct = (params->field_mask & DDS_PLAN_PARAM_FLAGS) &&
+             (params->flags & DDS_PLAN_DIRECT);
     if (n == 0)
         return empty_plan(params, plan);
     if (rows == NULL)
@@ -414,7 +438,9 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
     merge_max = params->merge_row_bytes_max != 0
                     ? params->merge_row_bytes_max
                     : DDS_PLAN_MERGE_ROW_BYTES_DEFAULT;
-    ops_bound = n;
+    if (direct)
+        merge_max = 0; /* no row is staged */
+    ops_bound = n;   /* reads before splitting: one per row at most */
     if (maxr != 0) {
         size_t extra = (n * rb) / maxr;
         if (extra > SIZE_MAX - n)
@@ -446,6 +472,7 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
     w.rb = rb;
     w.maxr = maxr;
     w.merge_max = merge_max;
+    w.direct = direct;
     w.owner = -1;
     w.owner_begin = 0;
     w.owner_end = 0;
@@ -490,7 +517,7 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
     plan->ncopies = w.ncopies + w.nreps;
     plan->staging_bytes = w.staging;
     plan->nrows = n;
-    plan->nrows_unique = w.nuniq;
+    plan->nrows_unique = w.nuniq - w.nagain;
     return 0;
 }
 

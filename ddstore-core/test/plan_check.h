@@ -40,6 +40,16 @@ static inline int pc_verify(const dds_plan_params_t *p, size_t n,
                                           : DDS_PLAN_MERGE_ROW_BYTES_DEFAULT;
     size_t dst_bytes = n * rb;
     int seen_repeat = 0;
+    int direct = (p->field_mask & DDS_PLAN_PARAM_FLAGS) &&
+                 (p->flags & DDS_PLAN_DIRECT);
+
+    if (direct) {   /* no staging, no copies: a repeat is read again */
+        if (plan->ncopies != 0 || plan->staging_bytes != 0)
+            return pc_fail(why, whylen, "direct plan with %zu copies, %zu "
+                           "staging bytes", plan->ncopies,
+                           plan->staging_bytes);
+        merge = 0;  /* so a staged op fails below */
+    }
 
     if (plan->nrows != n)
         return pc_fail(why, whylen, "nrows %zu != %zu", plan->nrows, n);
@@ -77,7 +87,9 @@ static inline int pc_verify(const dds_plan_params_t *p, size_t n,
             }
             if (i > a) {
                 const dds_read_op_t *q = &plan->ops[i - 1];
-                if (q->src_offset + (int64_t)q->len > op->src_offset)
+                /* direct: a repeat's reads follow its first occurrence's */
+                if (!direct &&
+                    q->src_offset + (int64_t)q->len > op->src_offset)
                     return pc_fail(why, whylen,
                                    "ops %zu,%zu not sorted/disjoint by source",
                                    i - 1, i);

@@ -4,7 +4,8 @@
  * size, max_read_bytes, merge limit and a batch from one of several shapes
  * (uniform, sorted, reversed, clustered runs, heavy repeats, all equal,
  * windows), checks the plan's structure, executes it over real shards and
- * compares every byte with a direct per-row copy.  Ranges too. */
+ * compares every byte with a direct per-row copy.  Ranges too, and every
+ * fourth case with DDS_PLAN_DIRECT (no staging, no copies). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
 #endif
@@ -127,6 +128,10 @@ static int run_case(int iter, dds_plan_t *plan)
     p.row_bytes = rb;
     p.max_read_bytes = maxr;
     p.merge_row_bytes_max = merge;
+    if (iter % 4 == 3) { /* device destinations: no staging, no copies */
+        p.field_mask = DDS_PLAN_PARAM_FLAGS;
+        p.flags = DDS_PLAN_DIRECT;
+    }
 
     if (is_range) {
         n = (size_t)rnd_below(total + 1);
@@ -142,10 +147,11 @@ static int run_case(int iter, dds_plan_t *plan)
         CHECK_OK(dds_plan_batch(&p, rows, n, plan));
     }
     if (pc_verify(&p, n, plan, 1, why, sizeof(why)) != 0) {
-        CHECK_FAIL_("case %d (%s, %d ranks, rb %zu, n %zu, shape %d, max %zu, "
-                    "merge %zu): %s",
-                    iter, is_range ? "range" : "batch", nranks, rb, n, shape,
-                    maxr, merge, why);
+        CHECK_FAIL_("case %d (%s%s, %d ranks, rb %zu, n %zu, shape %d, max "
+                    "%zu, merge %zu): %s",
+                    iter, is_range ? "range" : "batch",
+                    p.flags & DDS_PLAN_DIRECT ? " direct" : "", nranks, rb, n,
+                    shape, maxr, merge, why);
         bad = 1;
     }
     if (!is_range && plan->nrows_unique > n)

@@ -190,6 +190,55 @@ static void test_duplicates(void)
     dds_plan_fini(&plan);
 }
 
+/* DDS_PLAN_DIRECT (device destinations): no staging, no copies; a repeat
+ * is read again and starts a new run, which later rows still join. */
+static void test_direct(void)
+{
+    const int64_t off[] = {0, 6, 12};
+    dds_plan_params_t p = params(off, 2, 3, 0, 0);
+    const int64_t same[] = {7, 7, 7};
+    const int64_t sorted_rep[] = {1, 1, 2, 2, 3};
+    const int64_t mixed[] = {9, 2, 9, 3, 2, 10, 4};
+    dds_plan_t plan;
+    dds_plan_init(&plan);
+    p.field_mask = DDS_PLAN_PARAM_FLAGS;
+    p.flags = DDS_PLAN_DIRECT;
+
+    CHECK_OK(dds_plan_batch(&p, same, 3, &plan));
+    CHECK_EQ(plan.nops, 3);
+    CHECK_EQ(plan.ncopies, 0);
+    CHECK_EQ(plan.staging_bytes, 0);
+    CHECK_EQ(plan.nrows_unique, 1);
+    for (size_t i = 0; i < plan.nops; i++) {
+        CHECK_EQ(plan.ops[i].owner, 1);
+        CHECK_EQ(plan.ops[i].src_offset, 3);
+        CHECK_EQ(plan.ops[i].dst_offset, 3 * i);
+    }
+    verify_and_run(&p, same, 3, &plan);
+
+    CHECK_OK(dds_plan_batch(&p, sorted_rep, 5, &plan));
+    CHECK_EQ(plan.nops, 3); /* 1 -> 0; 1,2 -> 1,2; 2,3 -> 3,4 */
+    CHECK_EQ(plan.ncopies, 0);
+    CHECK_EQ(plan.nrows_unique, 3);
+    CHECK_EQ(plan.ops[1].src_offset, 3);
+    CHECK_EQ(plan.ops[1].len, 6);
+    CHECK_EQ(plan.ops[1].dst_offset, 3);
+    CHECK_EQ(plan.ops[2].src_offset, 6);
+    CHECK_EQ(plan.ops[2].dst_offset, 9);
+    verify_and_run(&p, sorted_rep, 5, &plan);
+
+    CHECK_OK(dds_plan_batch(&p, mixed, 7, &plan));
+    CHECK_EQ(plan.ncopies, 0);
+    CHECK_EQ(plan.nrows_unique, 5);
+    verify_and_run(&p, mixed, 7, &plan);
+
+    p.max_read_bytes = 4; /* rows of 3 bytes, reads split at 4 */
+    CHECK_OK(dds_plan_batch(&p, mixed, 7, &plan));
+    CHECK_EQ(plan.ncopies, 0);
+    verify_and_run(&p, mixed, 7, &plan);
+    dds_plan_fini(&plan);
+}
+
 static void test_zero_row_shards(void)
 {
     const int64_t off[] = {0, 0, 4, 4, 8, 8};
@@ -501,6 +550,7 @@ int main(void)
     RUN_TEST(test_every_owner);
     RUN_TEST(test_unsorted_staged);
     RUN_TEST(test_duplicates);
+    RUN_TEST(test_direct);
     RUN_TEST(test_zero_row_shards);
     RUN_TEST(test_huge_rows_split);
     RUN_TEST(test_max_read_splits);

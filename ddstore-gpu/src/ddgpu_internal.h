@@ -1,6 +1,6 @@
 /* ddstore-gpu internal: the runtime layer each backend implements.
  *
- * Exactly one of ddgpu_cuda.c, ddgpu_hip.c, ddgpu_none.c is linked with
+ * Exactly one of ddgpu_rt.c (cuda or hip), ddgpu_none.c is linked with
  * ddgpu_common.c.  The backend translates its runtime's errors (one
  * function per backend) and knows nothing about pools, segments or
  * validation; ddgpu_common.c implements the public API on top of it:

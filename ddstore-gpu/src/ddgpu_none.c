@@ -4,7 +4,10 @@
  * common layer stops before reaching most of them), and every pointer is
  * host memory: the store runs its host path.
  *
- * TEST HOOK: ddgpu_test_host_emulation(1) turns this backend into a host
+ * TEST HOOK (compiled only with DDSTORE_TEST_HOOKS: Bazel's default, off
+ * in release builds and in the CMake/pip build unless DDSTORE_TEST_HOOKS=1;
+ * without it ddgpu_test_host_emulation returns -DDS_ENOSYS):
+ * ddgpu_test_host_emulation(1) turns this backend into a host
  * emulation of one CUDA-like device so that staging logic can be tested
  * without a GPU (see gpu.h).  Everything below the "emulator" line exists
  * only for that.  Semantics kept from the CUDA runtime:
@@ -27,7 +30,9 @@
 
 #include "ddgpu_internal.h"
 
+#ifdef DDSTORE_TEST_HOOKS
 static int emu_on;   /* atomic */
+#endif
 
 const char *ddgpu_rt_name(void) { return "none"; }
 
@@ -36,7 +41,11 @@ dds_mem_kind_t ddgpu_rt_kind(void)
     return ddgpu_rt_emulated() ? DDS_MEM_CUDA : DDS_MEM_HOST;
 }
 
+#ifdef DDSTORE_TEST_HOOKS
 int ddgpu_rt_emulated(void) { return __atomic_load_n(&emu_on, __ATOMIC_ACQUIRE); }
+#else
+int ddgpu_rt_emulated(void) { return 0; }
+#endif
 
 static const char none_reason[] =
     "none: ddstore-gpu was built without GPU support (the none backend; "
@@ -62,6 +71,7 @@ static int no_gpu(const char *what)
 
 /* ======================================================================== */
 /* emulator (test hook) */
+#ifdef DDSTORE_TEST_HOOKS
 
 enum { EMU_PINNED = 1, EMU_DEVICE = 2 };
 
@@ -499,3 +509,55 @@ int ddgpu_rt_stream_wait_event(void *stream, void *event)
     pthread_mutex_unlock(&emu_mu);
     return rc;
 }
+
+#else /* !DDSTORE_TEST_HOOKS: no emulator; every runtime call is "no GPU" */
+
+int ddgpu_rt_test_host_emulation(int enable)
+{
+    (void)enable;
+    return dds_error(-DDS_ENOSYS,
+                     "ddgpu_test_host_emulation: this build has no test hooks "
+                     "(Bazel: --//bazel/config:test_hooks=true, the default "
+                     "outside --config=release; CMake: DDSTORE_TEST_HOOKS=1)");
+}
+
+int ddgpu_rt_pointer_kind(const void *ptr, ddgpu_ptr_kind_t *kind_p,
+                          int *device_p)
+{
+    (void)ptr;
+    *kind_p = DDGPU_PTR_HOST;
+    *device_p = 0;
+    return 0;
+}
+
+#define NO_GPU_STUB(decl, what)                                                \
+    int decl { return no_gpu(what); }
+
+NO_GPU_STUB(ddgpu_rt_get_device(int *device_p), "ddgpu get device")
+NO_GPU_STUB(ddgpu_rt_set_device(int device), "ddgpu set device")
+NO_GPU_STUB(ddgpu_rt_host_alloc(size_t bytes, void **ptr_p), "ddgpu_host_alloc")
+NO_GPU_STUB(ddgpu_rt_host_free(void *ptr), "ddgpu_host_free")
+NO_GPU_STUB(ddgpu_rt_device_alloc(size_t bytes, void **ptr_p),
+            "ddgpu_device_alloc")
+NO_GPU_STUB(ddgpu_rt_device_free(void *ptr), "ddgpu_device_free")
+NO_GPU_STUB(ddgpu_rt_memcpy_async(dds_copy_dir_t dir, void *dst,
+                                  const void *src, size_t bytes, void *stream),
+            "ddgpu copy")
+NO_GPU_STUB(ddgpu_rt_memset_async(void *dst, int value, size_t bytes,
+                                  void *stream),
+            "ddgpu memset")
+NO_GPU_STUB(ddgpu_rt_stream_create(void **stream_p), "ddgpu_stream_create")
+NO_GPU_STUB(ddgpu_rt_stream_destroy(void *stream), "ddgpu_stream_destroy")
+NO_GPU_STUB(ddgpu_rt_stream_synchronize(void *stream),
+            "ddgpu_stream_synchronize")
+NO_GPU_STUB(ddgpu_rt_event_create(void **event_p), "ddgpu_event_create")
+NO_GPU_STUB(ddgpu_rt_event_destroy(void *event), "ddgpu_event_destroy")
+NO_GPU_STUB(ddgpu_rt_event_record(void *event, void *stream),
+            "ddgpu_event_record")
+NO_GPU_STUB(ddgpu_rt_event_query(void *event, int *done_p),
+            "ddgpu_event_query")
+NO_GPU_STUB(ddgpu_rt_event_synchronize(void *event), "ddgpu_event_synchronize")
+NO_GPU_STUB(ddgpu_rt_stream_wait_event(void *stream, void *event),
+            "ddgpu_stream_wait_event")
+
+#endif /* DDSTORE_TEST_HOOKS */

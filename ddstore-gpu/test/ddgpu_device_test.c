@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "ddgpu_test.h"
+#include "check.h"
 #include "ddstore/errors.h"
 #include "ddstore/gpu.h"
 
@@ -23,10 +23,10 @@ static int is_cuda(void) { return strcmp(ddgpu_backend_name(), "cuda") == 0; }
 
 static void test_info(const ddgpu_info_t *info)
 {
-    T_CHECK(info->device_count >= 1);
-    T_CHECK(info->runtime_version > 0);
-    T_CHECK(info->driver_version > 0);
-    T_EQ(info->emulated, 0);
+    CHECK(info->device_count >= 1);
+    CHECK(info->runtime_version > 0);
+    CHECK(info->driver_version > 0);
+    CHECK_EQ(info->emulated, 0);
     printf("%s: %d device(s), runtime %d, driver %d\n", info->backend,
            info->device_count, info->runtime_version, info->driver_version);
 }
@@ -35,54 +35,54 @@ static void test_pointer_kinds(int ndev)
 {
     for (int d = 0; d < ndev; d++) {
         char *p = NULL;
-        T_OK(ddgpu_device_alloc(d, 1 << 20, (void **)&p));
+        CHECK_OK(ddgpu_device_alloc(d, 1 << 20, (void **)&p));
         if (!p)
             continue;
         ddgpu_ptr_kind_t k = DDGPU_PTR_HOST;
         dds_mem_t m;
-        T_OK(ddgpu_pointer_kind(p + 4096, &k, &m));
-        T_EQ(k, DDGPU_PTR_DEVICE);
-        T_EQ(m.kind, ddgpu_backend_kind());
-        T_EQ(m.device, d);
-        T_CHECK(m.stream == NULL);
-        T_OK(ddgpu_device_free(p));
+        CHECK_OK(ddgpu_pointer_kind(p + 4096, &k, &m));
+        CHECK_EQ(k, DDGPU_PTR_DEVICE);
+        CHECK_EQ(m.kind, ddgpu_backend_kind());
+        CHECK_EQ(m.device, d);
+        CHECK(m.stream == NULL);
+        CHECK_OK(ddgpu_device_free(p));
     }
     void *h = NULL;
-    T_OK(ddgpu_host_alloc(12345, &h));
+    CHECK_OK(ddgpu_host_alloc(12345, &h));
     ddgpu_ptr_kind_t k = DDGPU_PTR_HOST;
     dds_mem_t m;
-    T_OK(ddgpu_pointer_kind(h, &k, &m));
-    T_EQ(k, DDGPU_PTR_HOST_PINNED);
-    T_EQ(m.kind, DDS_MEM_HOST);
-    T_OK(ddgpu_host_free(h));
+    CHECK_OK(ddgpu_pointer_kind(h, &k, &m));
+    CHECK_EQ(k, DDGPU_PTR_HOST_PINNED);
+    CHECK_EQ(m.kind, DDS_MEM_HOST);
+    CHECK_OK(ddgpu_host_free(h));
     char *plain = malloc(1 << 16);
-    T_OK(ddgpu_pointer_kind(plain, &k, &m));
-    T_EQ(k, DDGPU_PTR_HOST);
-    T_EQ(m.kind, DDS_MEM_HOST);
+    CHECK_OK(ddgpu_pointer_kind(plain, &k, &m));
+    CHECK_EQ(k, DDGPU_PTR_HOST);
+    CHECK_EQ(m.kind, DDS_MEM_HOST);
     free(plain);
     int on_stack = 0;
-    T_OK(ddgpu_pointer_kind(&on_stack, &k, NULL));
-    T_EQ(k, DDGPU_PTR_HOST);
+    CHECK_OK(ddgpu_pointer_kind(&on_stack, &k, NULL));
+    CHECK_EQ(k, DDGPU_PTR_HOST);
 }
 
 static void test_errors(int ndev)
 {
     void *p = NULL;
     /* far beyond any device: the runtime's out-of-memory, translated */
-    T_RC(ddgpu_device_alloc(0, (size_t)1 << 62, &p), -DDS_ENOMEM);
-    T_CONTAINS(dds_last_error(), is_cuda() ? "cudaMalloc" : "hipMalloc");
-    T_CONTAINS(dds_last_error(),
+    CHECK_RC(ddgpu_device_alloc(0, (size_t)1 << 62, &p), -DDS_ENOMEM);
+    CHECK_CONTAINS(dds_last_error(), is_cuda() ? "cudaMalloc" : "hipMalloc");
+    CHECK_CONTAINS(dds_last_error(),
                is_cuda() ? "cudaErrorMemoryAllocation" : "hipErrorOutOfMemory");
-    T_CHECK(p == NULL);
+    CHECK(p == NULL);
     /* the failure was not left behind: the next calls work */
-    T_OK(ddgpu_device_alloc(0, 4096, &p));
-    T_OK(ddgpu_memset_async(p, 3, 4096, NULL));
-    T_OK(ddgpu_stream_synchronize(NULL));
-    T_OK(ddgpu_device_free(p));
-    T_RC(ddgpu_device_alloc(ndev, 16, &p), -DDS_EINVAL);
-    T_CONTAINS(dds_last_error(), "outside");
+    CHECK_OK(ddgpu_device_alloc(0, 4096, &p));
+    CHECK_OK(ddgpu_memset_async(p, 3, 4096, NULL));
+    CHECK_OK(ddgpu_stream_synchronize(NULL));
+    CHECK_OK(ddgpu_device_free(p));
+    CHECK_RC(ddgpu_device_alloc(ndev, 16, &p), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "outside");
     dds_mem_t bad = {ddgpu_backend_kind(), ndev, NULL};
-    T_RC(ddgpu_stream_fence(&bad), -DDS_EINVAL);
+    CHECK_RC(ddgpu_stream_fence(&bad), -DDS_EINVAL);
 }
 
 /* Pageable host memory both ways, on a created and on the default stream. */
@@ -93,36 +93,36 @@ static void test_pageable_copies(void)
     void *s = NULL;
     for (size_t i = 0; i < n; i++)
         src[i] = (unsigned char)(i * 29 + 3);
-    T_OK(ddgpu_stream_create(0, &s));
-    T_OK(ddgpu_device_alloc(0, n, (void **)&d));
+    CHECK_OK(ddgpu_stream_create(0, &s));
+    CHECK_OK(ddgpu_device_alloc(0, n, (void **)&d));
     if (s && d) {
         dds_mem_t on = {ddgpu_backend_kind(), 0, s};
-        T_OK(ddgpu_copy_async(DDS_COPY_H2D, d, src, n, &on));
+        CHECK_OK(ddgpu_copy_async(DDS_COPY_H2D, d, src, n, &on));
         memset(back, 0, n);
-        T_OK(ddgpu_copy_async(DDS_COPY_D2H, back, d, n, &on));
-        T_OK(ddgpu_stream_synchronize(&on));
-        T_EQ(memcmp(src, back, n), 0);
+        CHECK_OK(ddgpu_copy_async(DDS_COPY_D2H, back, d, n, &on));
+        CHECK_OK(ddgpu_stream_synchronize(&on));
+        CHECK_EQ(memcmp(src, back, n), 0);
         /* default stream, direction inferred */
-        T_OK(ddgpu_memset_async(d, 0x5c, n, NULL));
-        T_OK(ddgpu_copy_async(DDS_COPY_DEFAULT, back, d, n, NULL));
-        T_OK(ddgpu_stream_synchronize(NULL));
+        CHECK_OK(ddgpu_memset_async(d, 0x5c, n, NULL));
+        CHECK_OK(ddgpu_copy_async(DDS_COPY_DEFAULT, back, d, n, NULL));
+        CHECK_OK(ddgpu_stream_synchronize(NULL));
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += back[i] != 0x5c;
-        T_EQ(bad, 0);
+        CHECK_EQ(bad, 0);
         /* an event after queued work: synchronize, then complete */
         void *ev = NULL;
         int done = -1;
-        T_OK(ddgpu_event_create(0, &ev));
-        T_OK(ddgpu_memset_async(d, 1, n, &on));
-        T_OK(ddgpu_event_record(ev, &on));
-        T_OK(ddgpu_event_synchronize(ev));
-        T_OK(ddgpu_event_query(ev, &done));
-        T_EQ(done, 1);
-        T_OK(ddgpu_event_destroy(ev));
+        CHECK_OK(ddgpu_event_create(0, &ev));
+        CHECK_OK(ddgpu_memset_async(d, 1, n, &on));
+        CHECK_OK(ddgpu_event_record(ev, &on));
+        CHECK_OK(ddgpu_event_synchronize(ev));
+        CHECK_OK(ddgpu_event_query(ev, &done));
+        CHECK_EQ(done, 1);
+        CHECK_OK(ddgpu_event_destroy(ev));
     }
-    T_OK(ddgpu_device_free(d));
-    T_OK(ddgpu_stream_destroy(s));
+    CHECK_OK(ddgpu_device_free(d));
+    CHECK_OK(ddgpu_stream_destroy(s));
     free(src);
     free(back);
 }
@@ -134,30 +134,30 @@ static void test_other_device(int ndev)
     const size_t n = 1 << 20;
     void *s = NULL, *ev = NULL;
     unsigned char *d = NULL, *h = NULL;
-    T_OK(ddgpu_stream_create(dev, &s));
-    T_OK(ddgpu_event_create(dev, &ev));
-    T_OK(ddgpu_device_alloc(dev, n, (void **)&d));
-    T_OK(ddgpu_host_alloc(n, (void **)&h));
+    CHECK_OK(ddgpu_stream_create(dev, &s));
+    CHECK_OK(ddgpu_event_create(dev, &ev));
+    CHECK_OK(ddgpu_device_alloc(dev, n, (void **)&d));
+    CHECK_OK(ddgpu_host_alloc(n, (void **)&h));
     if (s && ev && d && h) {
         dds_mem_t on = {ddgpu_backend_kind(), dev, s};
-        T_OK(ddgpu_memset_async(d, 0x21, n, &on));
-        T_OK(ddgpu_copy_async(DDS_COPY_D2H, h, d, n, &on));
-        T_OK(ddgpu_event_record(ev, &on));
-        T_OK(ddgpu_event_synchronize(ev));
+        CHECK_OK(ddgpu_memset_async(d, 0x21, n, &on));
+        CHECK_OK(ddgpu_copy_async(DDS_COPY_D2H, h, d, n, &on));
+        CHECK_OK(ddgpu_event_record(ev, &on));
+        CHECK_OK(ddgpu_event_synchronize(ev));
         size_t bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += h[i] != 0x21;
-        T_EQ(bad, 0);
+        CHECK_EQ(bad, 0);
         /* device 0's default stream waits on device dev's event */
         dds_mem_t on0 = {ddgpu_backend_kind(), 0, NULL};
-        T_OK(ddgpu_stream_wait_event(&on0, ev));
-        T_OK(ddgpu_stream_synchronize(&on0));
+        CHECK_OK(ddgpu_stream_wait_event(&on0, ev));
+        CHECK_OK(ddgpu_stream_synchronize(&on0));
     }
     printf("device guard exercised on device %d of %d\n", dev, ndev);
-    T_OK(ddgpu_host_free(h));
-    T_OK(ddgpu_device_free(d));
-    T_OK(ddgpu_event_destroy(ev));
-    T_OK(ddgpu_stream_destroy(s));
+    CHECK_OK(ddgpu_host_free(h));
+    CHECK_OK(ddgpu_device_free(d));
+    CHECK_OK(ddgpu_event_destroy(ev));
+    CHECK_OK(ddgpu_stream_destroy(s));
 }
 
 /* A child forked after the runtime was initialised must not touch it. */
@@ -179,15 +179,15 @@ static void test_fork(void)
             code |= 4;
         _exit(code);
     }
-    T_CHECK(pid > 0);
+    CHECK(pid > 0);
     int status = 0;
     if (pid > 0) {
-        T_EQ(waitpid(pid, &status, 0), pid);
-        T_CHECK(WIFEXITED(status));
-        T_EQ(WEXITSTATUS(status), 0);
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
     }
     /* the parent is unaffected */
-    T_OK(ddgpu_available(NULL));
+    CHECK_OK(ddgpu_available(NULL));
 }
 
 int main(void)
@@ -195,14 +195,14 @@ int main(void)
     const char *name = "ddgpu_device_test";
     ddgpu_info_t info;
     if (strcmp(ddgpu_backend_name(), "none") == 0) {
-        T_SKIP(name, "the none build has no GPU runtime (the staging logic "
+        CHECK_SKIP(name, "the none build has no GPU runtime (the staging logic "
                "is tested on its emulation by ddgpu_staging_test)");
-        return dt_finish(name);
+        return check_finish(name);
     }
     if (ddgpu_available(&info) != 0) {
-        T_SKIP(name, "no usable GPU for the %s build (%s)",
+        CHECK_SKIP(name, "no usable GPU for the %s build (%s)",
                ddgpu_backend_name(), dds_last_error());
-        return dt_finish(name);
+        return check_finish(name);
     }
     test_info(&info);
     test_pointer_kinds(info.device_count);
@@ -210,5 +210,5 @@ int main(void)
     test_pageable_copies();
     test_other_device(info.device_count);
     test_fork();
-    return dt_finish(name);
+    return check_finish(name);
 }

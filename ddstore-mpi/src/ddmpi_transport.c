@@ -2,9 +2,11 @@
  *
  * One window per variable over the shard (MPI_Win_create, disp_unit 1),
  * opened once with MPI_Win_lock_all(MPI_MODE_NOCHECK) and closed when the
- * variable is freed.  A read posts one MPI_Get per planned op (split at
- * max_read_bytes so int counts never overflow; displacements are MPI_Aint
- * bytes) and completes them with MPI_Win_flush_local per owner: no
+ * variable is freed.  A read posts one MPI_Get per planned op (the store
+ * splits ops at our max_read_bytes <= INT_MAX, so int counts never
+ * overflow: transport.h's contract, checked in ddmpi_read_check;
+ * displacements are MPI_Aint bytes) and completes them with
+ * MPI_Win_flush_local per owner: no
  * collective, no owner participation, any thread (with
  * MPI_THREAD_MULTIPLE).
  *
@@ -515,9 +517,14 @@ static void ddmpi_region_abandon(void *ctx, void *region)
 
 /* ---- read ------------------------------------------------------------------ */
 
+/* The ops against the region, and transport.h's contract on what the store
+ * plans: every op within max_read_bytes (so one MPI_Get each) and, unless
+ * `forked`, none of our own shard (the store serves those itself:
+ * DDS_TRANSPORT_CAP_LOCAL_SELF; a forked child's store cannot serve the
+ * rows of a GPU shard, whose host mirror it did not inherit). */
 static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
                             const dds_read_op_t *ops, size_t nops, void *dst,
-                            void *staging)
+                            void *staging, int forked)
 {
     size_t i;
 
@@ -531,6 +538,11 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
                              t->size);
         if (op->len == 0)
             continue;
+        if (op->len > t->max_read)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu of %zu "
+                             "bytes: above max_read_bytes %zu (the store "
+                             "splits reads there: transport.h)", r->name, i,
+                             op->len, t->max_read);
         have = r->shard_bytes[op->owner];
         if (op->src_offset < 0 || (uint64_t)op->len > have ||
             (uint64_t)op->src_offset > have - (uint64_t)op->len)
@@ -542,6 +554,11 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
             return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: NULL "
                              "%s buffer", r->name, i,
                              op->staged ? "staging" : "destination");
+        if (!forked && op->owner == t->rank)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: rows "
+                             "of this rank's own shard, which the store "
+                             "serves itself (DDS_TRANSPORT_CAP_LOCAL_SELF, "
+                             "transport.h)", r->name, i);
     }
     return 0;
 }
@@ -599,7 +616,7 @@ static int ddmpi_read_forked(const ddmpi_transport_t *t,
                          ? "no shared memory for it"
                          : t->shm ? "another node, or no shared memory"
                                   : "DDSTORE_MPI_SHM=0");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 1)) != 0)
         return rc;
     t0 = dds_prof_now();
     for (i = 0; i < nops; i++) {
@@ -649,7 +666,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
         return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
                          r->name, ddmpi_gone() ? "MPI_Finalize"
                                                : "the window was freed");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 0)) != 0)
         return rc;
 
     ddmpi_serial_lock(t->serial);
@@ -657,15 +674,8 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     for (i = 0; i < nops && rc == 0; i++) {
         const dds_read_op_t *op = &ops[i];
         char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
-        size_t done = 0;
 
         if (op->len == 0) {
-            posted = i + 1;
-            continue;
-        }
-        if (op->owner == t->rank) {
-            /* own rows: a load from our own shard (unified memory model) */
-            memcpy(to, (const char *)r->base + op->src_offset, op->len);
             posted = i + 1;
             continue;
         }
@@ -676,26 +686,20 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
             posted = i + 1;
             continue;
         }
-        while (done < op->len) {
-            size_t chunk = op->len - done;
+        /* op->len <= max_read <= INT_MAX (ddmpi_read_check) */
+        mrc = MPI_Get(to, (int)op->len, MPI_BYTE, op->owner,
+                      (MPI_Aint)op->src_offset, (int)op->len, MPI_BYTE,
+                      r->win);
+        if (mrc != MPI_SUCCESS) {
+            char what[DDMPI_NAME_MAX + 64];
 
-            if (chunk > t->max_read)
-                chunk = t->max_read;
-            mrc = MPI_Get(to + done, (int)chunk, MPI_BYTE, op->owner,
-                          (MPI_Aint)(op->src_offset + (int64_t)done),
-                          (int)chunk, MPI_BYTE, r->win);
-            if (mrc != MPI_SUCCESS) {
-                char what[DDMPI_NAME_MAX + 64];
-
-                snprintf(what, sizeof(what), "variable '%s': MPI_Get from "
-                         "rank %d", r->name, op->owner);
-                rc = ddmpi_translate_error(mrc, what);
-                break;
-            }
-            done += chunk;
-            ngets++;
+            snprintf(what, sizeof(what), "variable '%s': MPI_Get from "
+                     "rank %d", r->name, op->owner);
+            rc = ddmpi_translate_error(mrc, what);
+            break;
         }
-        posted = i + 1;   /* op i is (partly) in flight: flush its owner */
+        ngets++;
+        posted = i + 1;   /* op i is in flight: flush its owner */
     }
     t1 = dds_prof_now();
 
@@ -705,8 +709,7 @@ static int ddmpi_read(void *ctx, void *reader, void *region,
     for (i = 0; i < posted; i++) {
         int owner = ops[i].owner;
 
-        if (owner == prev_owner || owner == t->rank || ops[i].len == 0 ||
-            r->peer_base[owner])
+        if (owner == prev_owner || ops[i].len == 0 || r->peer_base[owner])
             continue;
         prev_owner = owner;
         mrc = MPI_Win_flush_local(owner, r->win);

@@ -151,13 +151,13 @@ static int check_rows(const tvar_t *v, const uint8_t *buf, const int64_t *idx,
         ref_row(v->dtype, v->itemsize, v->disp, v->salt, idx[i], want);
         if (memcmp(buf + i * v->row_bytes, want, v->row_bytes) != 0) {
             if (bad++ < 3)
-                DDT_FAILED("variable '%s': row %zu (global %lld) differs",
+                CHECK_FAIL_("variable '%s': row %zu (global %lld) differs",
                            v->name, i, (long long)idx[i]);
         }
     }
     free(want);
     if (bad == 0)
-        ddt_pass++;
+        CHECK_PASS_();
     return bad == 0;
 }
 
@@ -1099,9 +1099,9 @@ static void test_after_finalize(dds_store_t *s)
     if (rc != 0)
         CHECK_RC(rc, -DDS_EFREED);
     else
-        ddt_pass++;
+        CHECK_PASS_();
     dds_store_destroy(s);
-    ddt_pass++;
+    CHECK_PASS_();
     tvar_fini(&v);
 }
 

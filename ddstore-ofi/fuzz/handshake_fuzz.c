@@ -9,11 +9,11 @@
  * also given to dds_hs_file_name as a variable name: the file name must be
  * safe and decode back to the name.  A violation is __builtin_trap().
  *
- * Build with libFuzzer: tools/fuzz-handshake.sh.  With
+ * Build with libFuzzer: ci/fuzz-handshake.sh.  With
  * -DDDS_FUZZ_REPLAY_MAIN the file gets a main() that runs every file named
  * on the command line (or found in a named directory, not recursively)
  * through the same function: a plain regression test over the corpus
- * (tools/fuzz-handshake.sh --replay). */
+ * (ci/fuzz-handshake.sh --replay). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif

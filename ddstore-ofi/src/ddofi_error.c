@@ -12,18 +12,8 @@
 
 static _Thread_local char tl_err[DDOFI_ERR_CAP];
 
-/* The build generates ddstore/ofi_version.h (DDOFI_VERSION) from the VERSION
- * file; plain compiler builds fall back to the header's macro.  The unit
- * test checks that both agree. */
-#if defined(__has_include)
-#if __has_include("ddstore/ofi_version.h")
-#include "ddstore/ofi_version.h"
-#endif
-#endif
-#ifndef DDOFI_VERSION
-#define DDOFI_VERSION DDOFI_VERSION_STRING
-#endif
-
+/* DDOFI_VERSION: ddstore/ofi_version.h (through ofi.h), generated from the
+ * VERSION file; the unit test checks it against that file. */
 const char *ddofi_version(void) { return DDOFI_VERSION; }
 
 const char *ddofi_libfabric_version(void)

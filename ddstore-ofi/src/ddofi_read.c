@@ -1,4 +1,4 @@
-/* ddstore-ofi: batched one-sided reads and completion handling.
+/* ddstore-ofi: batched one-sided reads (their completions: ddofi_cq.c).
  *
  * One ddofi_read call is a "batch": a heap block holding a reference count
  * (1 for the caller + one per read in flight), the first completion error,
@@ -30,24 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ddofi_cq.h"
 #include "ddofi_internal.h"
-
-typedef struct ddofi_ctx {
-    struct fi_context2 fictx;  /* provider scratch (FI_CONTEXT/FI_CONTEXT2) */
-    struct ddofi_batch *batch;
-    size_t op;                 /* index of the caller's op                 */
-} ddofi_ctx_t;
-
-typedef struct ddofi_batch {
-    _Atomic long refs;
-    _Atomic int err_set;
-    int fi_err;
-    int prov_errno;
-    size_t err_op;
-    char msg[384];
-    struct ddofi_batch *next;  /* abandoned list                           */
-    ddofi_ctx_t ctx[];
-} ddofi_batch_t;
 
 size_t ddofi_split_count(size_t len, size_t max)
 {
@@ -56,81 +40,6 @@ size_t ddofi_split_count(size_t len, size_t max)
     if (max == 0 || max >= len)
         return 1;
     return len / max + (len % max ? 1 : 0);
-}
-
-/* ---------------- completions ---------------- */
-
-static inline void batch_release(ddofi_batch_t *b)
-{
-    atomic_fetch_sub_explicit(&b->refs, 1, memory_order_release);
-}
-
-void ddofi_cq_dispatch(ddofi_ep_t *ep, const struct fi_cq_entry *ent, size_t n)
-{
-    (void)ep;
-    for (size_t i = 0; i < n; i++) {
-        ddofi_ctx_t *c = ent[i].op_context;
-        if (c)
-            batch_release(c->batch);
-    }
-}
-
-void ddofi_cq_error(ddofi_ep_t *ep)
-{
-    struct fi_cq_err_entry e;
-    memset(&e, 0, sizeof e);
-    ssize_t r = fi_cq_readerr(ep->cq, &e, 0);
-    if (r < 0)
-        return; /* another thread took it */
-    ddofi_ctx_t *c = e.op_context;
-    if (!c) {
-        /* e.g. a connection to a peer that went away, reported on a
-         * server endpoint: nothing of ours is waiting for it. */
-        DDOFI_LOG(DDOFI_LOG_INFO, "completion error without context: %s",
-                  fi_strerror(e.err));
-        return;
-    }
-    ddofi_batch_t *b = c->batch;
-    if (!atomic_exchange_explicit(&b->err_set, 1, memory_order_acq_rel)) {
-        b->fi_err = e.err ? e.err : FI_EOTHER;
-        b->prov_errno = e.prov_errno;
-        b->err_op = c->op;
-        char buf[256];
-        const char *pm = fi_cq_strerror(ep->cq, e.prov_errno, e.err_data, buf, sizeof buf);
-        snprintf(b->msg, sizeof b->msg, "%s (provider errno %d: %s)", fi_strerror(b->fi_err),
-                 e.prov_errno, pm ? pm : "?");
-    }
-    batch_release(b);
-}
-
-int ddofi_cq_reap(ddofi_ep_t *ep)
-{
-    struct fi_cq_entry ent[16];
-    ssize_t n = fi_cq_read(ep->cq, ent, 16);
-    if (n > 0) {
-        ddofi_cq_dispatch(ep, ent, (size_t)n);
-        return (int)n;
-    }
-    if (n == -FI_EAGAIN)
-        return 0;
-    if (n == -FI_EAVAIL) {
-        ddofi_cq_error(ep);
-        return 1;
-    }
-    return ddofi_error_fi((int)n, "fi_cq_read(%s)", ep->fab->prov_name);
-}
-
-void ddofi_abandoned_free(ddofi_ep_t *ep)
-{
-    pthread_mutex_lock(&ep->ab_lock);
-    ddofi_batch_t *b = ep->abandoned;
-    ep->abandoned = NULL;
-    pthread_mutex_unlock(&ep->ab_lock);
-    while (b) {
-        ddofi_batch_t *next = b->next;
-        free(b);
-        b = next;
-    }
 }
 
 /* ---------------- waiting ---------------- */

@@ -89,8 +89,8 @@ void AnnotateIgnoreWritesEnd(const char *file, int line);
 #define TSAN_IGNORE_END() ((void)0)
 #endif
 
-#define rd ddofi_t_rd
-#define wr ddofi_t_wr
+#define rd forkcomm_read_all
+#define wr forkcomm_write_all
 #define fparams ddofi_t_fparams
 
 /* ---------------- server process ---------------- */
@@ -197,7 +197,7 @@ static int serve_child(void *arg, int out_fd, int cmd_fd)
 static int server_start(const char *prov, int progress_none, server_t *s)
 {
     serve_args_t a = {prov, progress_none};
-    s->pid = ddofi_t_spawn(serve_child, &a, &s->bl, sizeof s->bl, &s->rep_r, &s->cmd_w);
+    s->pid = forkcomm_spawn_piped(serve_child, &a, &s->bl, sizeof s->bl, &s->rep_r, &s->cmd_w);
     return s->pid < 0 ? -1 : 0;
 }
 

@@ -1,16 +1,102 @@
-/* Test-only: N ranks as forked processes with a communicator over shared
- * memory (core's dds_comm_t: allgather, allreduce_i64, barrier through a
- * MAP_SHARED area and a process-shared barrier).  No MPI, no files.
+/* Forked processes for tests and tools, two harnesses:
  *
+ * Piped child (tests and tools/ofi-probe.c): a child with two pipes, one
+ * up (its output: a "hello" of its blobs first) and one down (commands).
+ *   pid = forkcomm_spawn_piped(main_fn, arg, hello, len, &rep_r, &cmd_w)
+ *   forkcomm_read_all(fd, p, n) / forkcomm_write_all(fd, p, n)
+ *
+ * Fork world (tests): N ranks as forked processes with a communicator over
+ * shared memory (core's dds_comm_t: allgather, allreduce_i64, barrier
+ * through a MAP_SHARED area and a process-shared barrier).  No MPI, no
+ * files.  Not compiled with FORKCOMM_PIPES_ONLY defined (code that uses
+ * only the pipes and not ddstore-core, like ofi-probe).
  *   forkcomm_world_t *w = forkcomm_world(n);     before fork
  *   pid = forkcomm_spawn(w, rank, fn, arg)       child runs fn(&comm, arg)
  *   forkcomm_wait(w, pids, n, timeout_s)          exit statuses
- *
  * A rank that dies leaves the others blocked in the barrier: the parent
- * kills every rank after timeout_s.  Header-only, static functions.
+ * kills every rank after timeout_s.
+ *
+ * Header-only, static functions.
  */
 #ifndef DDOFI_FORKCOMM_H
 #define DDOFI_FORKCOMM_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- piped child ---------------------------------------------------------- */
+
+/* Read / write exactly n bytes (EINTR retried).  0 or -1. */
+static inline int forkcomm_read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n) {
+        ssize_t r = read(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static inline int forkcomm_write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t r = write(fd, c, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        c += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+/* A forked child with two pipes: it runs main_fn(arg, out_fd, cmd_fd) and
+ * exits with its return value; the parent reads the child's first `hello`
+ * bytes (its blobs) into hello.  Returns the pid (with *rep_r: the child's
+ * output, *cmd_w: its commands) or -1 (the child reaped). */
+static inline pid_t forkcomm_spawn_piped(int (*main_fn)(void *arg, int out_fd, int cmd_fd),
+                                         void *arg, void *hello, size_t hello_len,
+                                         int *rep_r, int *cmd_w)
+{
+    int up[2], down[2];
+    if (pipe(up) || pipe(down))
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        _exit(main_fn(arg, up[1], down[0]));
+    }
+    close(up[1]);
+    close(down[0]);
+    *rep_r = up[0];
+    *cmd_w = down[1];
+    if (forkcomm_read_all(*rep_r, hello, hello_len)) {
+        waitpid(pid, NULL, 0);
+        close(up[0]);
+        close(down[1]);
+        return -1;
+    }
+    return pid;
+}
+
+/* ---- fork world ----------------------------------------------------------- */
+#ifndef FORKCOMM_PIPES_ONLY
 
 #include <pthread.h>
 #include <signal.h>
@@ -19,9 +105,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "ddstore/comm.h"
 #include "ddstore/errors.h"
@@ -187,5 +271,7 @@ static int forkcomm_wait(pid_t *pids, int n, double timeout_s)
     }
     return bad;
 }
+
+#endif /* FORKCOMM_PIPES_ONLY */
 
 #endif

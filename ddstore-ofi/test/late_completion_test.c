@@ -76,7 +76,7 @@ static int owner_main(const char *prov, int out_fd, int cmd_fd)
         return 2;
     }
     bl.alen = (uint32_t)alen;
-    if (ddofi_t_wr(out_fd, &bl, sizeof bl))
+    if (forkcomm_write_all(out_fd, &bl, sizeof bl))
         return 2;
     char c;
     while (read(cmd_fd, &c, 1) < 0 && errno == EINTR)
@@ -99,7 +99,7 @@ static int owner_child(void *arg, int out_fd, int cmd_fd)
 
 static int owner_start(const char *prov, owner_t *o)
 {
-    o->pid = ddofi_t_spawn(owner_child, (void *)prov, &o->bl, sizeof o->bl, &o->rep_r,
+    o->pid = forkcomm_spawn_piped(owner_child, (void *)prov, &o->bl, sizeof o->bl, &o->rep_r,
                            &o->cmd_w);
     return o->pid < 0 ? -1 : 0;
 }

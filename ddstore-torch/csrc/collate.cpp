@@ -65,15 +65,15 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
         outs.push_back(at::empty(shape, opts));
     }
     for (size_t k = 0; k < outs.size(); k++)
-        bufs.push_back(describe(t, names[k], outs[k], n, stream));
+        bufs.push_back(describe(names[k], outs[k], n, stream));
 
     int rc = 0;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
         for (size_t k = 0; k < bufs.size() && rc == 0; k++)
-            rc = api()->get_batch(t.store, t.reader, names[k].c_str(), &bufs[k],
-                                  idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+            rc = read_into(t, names[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
+                           static_cast<size_t>(n), 0, true);
         note_read(t0, now_ns());
     }
     check(rc);

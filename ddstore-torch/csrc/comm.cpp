@@ -45,8 +45,7 @@ int callback_failed(const char *what)
                        ? -DDS_ETIMEDOUT
                        : -DDS_EIO;
     const pyddstore_api_t *a = api();
-    if (a != nullptr && a->size >= offsetof(pyddstore_api_t, error) + sizeof(a->error) &&
-        a->error != nullptr)
+    if (a != nullptr && a->error != nullptr)
         return a->error(rc, "torch.distributed %s: %s", what, msg.c_str());
     if (a != nullptr)
         a->log_write(DDS_LOG_ERROR, DDS_SUBSYS_TORCH,

@@ -2,7 +2,7 @@
 //
 // The extension does not link the C libraries: every store call goes through
 // the function table that pyddstore._core exports as a capsule
-// (python/pyddstore/csrc/pyddstore_api.h), so a store created by either
+// (libddstore/include/ddstore/api.h), so a store created by either
 // module is the same object.  Errors become Python exceptions in one place:
 // throw_rc() (errors.cpp).
 #pragma once
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "pyddstore_api.h"
+#include "ddstore/api.h"
 
 namespace ddstore_torch {
 
@@ -66,14 +66,25 @@ int gpu_kind();
 // float16, bfloat16, float32, float64); false for any other.
 bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt);
 
-// A destination tensor checked against a variable and described for core.
-// Checks (before any read): dtype (equal to the variable's, any dtype for a
-// raw variable whose row bytes match), device (CPU, or CUDA/ROCm), C
-// contiguity, at least one dimension, row width (elements per row x element
-// size == the variable's row bytes).  `stream` is the cudaStream_t /
-// hipStream_t to order on (0 = default).
-dds_buf_t describe(const Target &t, const std::string &name,
-                   const at::Tensor &out, int64_t nrows, uintptr_t stream);
+// A destination tensor described for core, with the checks that concern
+// the tensor alone (before any read, the GIL held): layout (strided), device
+// (CPU, or CUDA/ROCm), C contiguity, at least one dimension, `nrows` rows, a
+// supported element type.  The buffer carries the tensor's dtype, element
+// size and row bytes: core's check (dds_store_get / get_batch, before any
+// byte moves) is the only check against the variable (dtype, row width).
+// `stream` is the cudaStream_t / hipStream_t to order on (0 = default).
+dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows,
+                   uintptr_t stream);
+
+// One read of variable `name` into `buf` (describe()), with the GIL released
+// by the caller: get_batch of rows[0..n) when `batch`, else get from `start`.
+// A raw variable (DDS_DTYPE_RAW) takes a tensor of any supported dtype whose
+// rows have its row bytes: when core refuses the tensor's dtype
+// (-DDS_ETYPE) and the variable is raw, `buf` is described as raw and the
+// read made again.  Returns core's status (error detail in
+// dds_last_error(): call check() with the GIL held).
+int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
+              size_t n, int64_t start, bool batch);
 
 // Global row indices as int64 (a 1-D int64/int32 CPU tensor, or a sequence).
 at::Tensor as_indices(py::handle obj);

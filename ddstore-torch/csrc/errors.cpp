@@ -18,15 +18,8 @@ const pyddstore_api_t *api() { return g_api; }
 void load_api()
 {
     const pyddstore_api_t *a = pyddstore_api_import();
-    if (a == nullptr)
+    if (a == nullptr)  // also a table of another version or size
         throw py::error_already_set();
-    if (a->size < offsetof(pyddstore_api_t, log_enabled) + sizeof(a->log_enabled))
-        throw_py(PyExc_ImportError,
-                 "pyddstore._core exports a C API table smaller than "
-                 "_ddstore_torch was compiled for (" +
-                     std::to_string(a->size) + " < " +
-                     std::to_string(sizeof(pyddstore_api_t)) +
-                     " bytes); rebuild both extensions together");
     g_api = a;
 }
 
@@ -52,8 +45,7 @@ void throw_py(PyObject *type, const std::string &msg)
 namespace {
 bool have_acquire()
 {
-    return g_api->size >= offsetof(pyddstore_api_t, release) + sizeof(g_api->release) &&
-           g_api->acquire != nullptr && g_api->release != nullptr;
+    return g_api->acquire != nullptr && g_api->release != nullptr;
 }
 }  // namespace
 
@@ -83,34 +75,6 @@ void set_gpu_kind(int kind)
 
 int gpu_kind() { return g_gpu_kind; }
 
-namespace {
-
-const char *dtype_name(dds_dtype_t dt)
-{
-    switch (dt) {
-    case DDS_DTYPE_RAW: return "raw";
-    case DDS_DTYPE_BOOL: return "bool";
-    case DDS_DTYPE_UINT8: return "uint8";
-    case DDS_DTYPE_INT32: return "int32";
-    case DDS_DTYPE_INT64: return "int64";
-    case DDS_DTYPE_FLOAT32: return "float32";
-    case DDS_DTYPE_FLOAT64: return "float64";
-    case DDS_DTYPE_FLOAT16: return "float16";
-    case DDS_DTYPE_BFLOAT16: return "bfloat16";
-    default: return "unknown";
-    }
-}
-
-std::string shape_str(const at::Tensor &t)
-{
-    std::string s = "(";
-    for (int64_t d = 0; d < t.dim(); d++)
-        s += (d ? ", " : "") + std::to_string(t.size(d));
-    return s + (t.dim() == 1 ? ",)" : ")");
-}
-
-}  // namespace
-
 bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt)
 {
     switch (st) {
@@ -126,19 +90,9 @@ bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt)
     }
 }
 
-dds_buf_t describe(const Target &t, const std::string &name,
-                   const at::Tensor &out, int64_t nrows, uintptr_t stream)
+dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows,
+                   uintptr_t stream)
 {
-    dds_var_info_t info;
-    int rc;
-    {
-        // the variable table's read lock may wait for a collective (add, free)
-        // whose communicator needs the GIL: never wait for it holding the GIL
-        py::gil_scoped_release nogil;
-        rc = g_api->var_info(t.store, name.c_str(), &info);
-    }
-    check(rc);
-
     const std::string what = "variable '" + name + "': destination tensor";
     if (out.layout() != at::kStrided)
         throw_py(PyExc_TypeError, what + " must be a strided (dense) tensor");
@@ -169,33 +123,39 @@ dds_buf_t describe(const Target &t, const std::string &name,
                  what + " has dtype " + std::string(c10::toString(out.scalar_type())) +
                      "; supported: bool, uint8, int32, int64, float16, bfloat16, "
                      "float32, float64");
-    if (info.dtype != DDS_DTYPE_RAW && dt != info.dtype)
-        throw_py(PyExc_TypeError, what + " has dtype " + dtype_name(dt) +
-                                      ", the variable holds " + dtype_name(info.dtype));
 
     int64_t row_elems = 1;
     for (int64_t d = 1; d < out.dim(); d++)
         row_elems *= out.size(d);
-    const size_t row_bytes = static_cast<size_t>(row_elems) * out.element_size();
-    if (row_bytes != info.row_bytes)
-        throw_py(PyExc_ValueError,
-                 what + " of shape " + shape_str(out) + " and dtype " + dtype_name(dt) +
-                     " has rows of " + std::to_string(row_bytes) +
-                     " bytes; the variable's rows are " + std::to_string(info.row_bytes) +
-                     " bytes (" + std::to_string(info.disp) + " x " +
-                     std::to_string(info.itemsize) + ")");
-
     buf.ptr = out.data_ptr();
     buf.nrows = nrows;
-    buf.row_bytes = row_bytes;
-    if (info.dtype == DDS_DTYPE_RAW) {
-        buf.dtype = DDS_DTYPE_RAW;
-        buf.itemsize = info.itemsize;
-    } else {
-        buf.dtype = dt;
-        buf.itemsize = out.element_size();
-    }
+    buf.row_bytes = static_cast<size_t>(row_elems) * out.element_size();
+    buf.dtype = dt;
+    buf.itemsize = out.element_size();
     return buf;
+}
+
+int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
+              size_t n, int64_t start, bool batch)
+{
+    for (;;) {
+        const int rc = batch ? g_api->get_batch(t.store, t.reader, name, buf, rows, n)
+                             : g_api->get(t.store, t.reader, name, buf, start);
+        if (rc != -DDS_ETYPE || buf->dtype == DDS_DTYPE_RAW)
+            return rc;
+        // Core refused the tensor's element type before reading anything.  A
+        // raw variable takes any element type whose rows have its row bytes:
+        // describe the tensor as raw rows of the variable's itemsize and let
+        // core check the row width.  Any other variable: core's error stands.
+        dds_var_info_t info;
+        const int irc = g_api->var_info(t.store, name, &info);
+        if (irc != 0)
+            return irc;
+        if (info.dtype != DDS_DTYPE_RAW)
+            return rc;
+        buf->dtype = DDS_DTYPE_RAW;
+        buf->itemsize = info.itemsize;
+    }
 }
 
 at::Tensor as_indices(py::handle obj)

@@ -1,11 +1,9 @@
 // ddstore-torch: the Python module pyddstore._ddstore_torch.
+#include "ddstore/torch_version.h"  // DDSTORE_TORCH_VERSION, from ddstore-torch/VERSION
 #include "ddstore_torch.h"
 
 #ifndef TORCH_EXTENSION_NAME
 #define TORCH_EXTENSION_NAME _ddstore_torch
-#endif
-#ifndef DDSTORE_TORCH_VERSION
-#define DDSTORE_TORCH_VERSION "0.1.0"
 #endif
 
 namespace dt = ddstore_torch;

@@ -1,8 +1,9 @@
 // ddstore-torch: reads straight into tensor storage.
 //
-// Every read checks its destination (describe()) with the GIL held, then
-// releases the GIL for the whole transfer, so loader threads read in
-// parallel and the training thread keeps running.
+// Every read checks its destination tensor (describe()) with the GIL held,
+// then releases the GIL for the whole transfer (core checks the tensor
+// against the variable there, before any byte moves), so loader threads
+// read in parallel and the training thread keeps running.
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
@@ -11,12 +12,12 @@ void get(py::handle obj, const std::string &name, at::Tensor out,
          int64_t start, uintptr_t stream)
 {
     const Target t(obj);
-    const dds_buf_t buf = describe(t, name, out, out.dim() ? out.size(0) : -1, stream);
+    dds_buf_t buf = describe(name, out, out.dim() ? out.size(0) : -1, stream);
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        rc = api()->get(t.store, t.reader, name.c_str(), &buf, start);
+        rc = read_into(t, name.c_str(), &buf, nullptr, 0, start, false);
         note_read(t0, now_ns());
     }
     check(rc);
@@ -32,13 +33,13 @@ void get_batch(py::handle obj, const std::string &name, at::Tensor out,
         throw_py(PyExc_ValueError, "variable '" + name + "': destination tensor has " +
                                        std::to_string(out.size(0)) + " rows but " +
                                        std::to_string(n) + " indices were given");
-    const dds_buf_t buf = describe(t, name, out, n, stream);
+    dds_buf_t buf = describe(name, out, n, stream);
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        rc = api()->get_batch(t.store, t.reader, name.c_str(), &buf,
-                              idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+        rc = read_into(t, name.c_str(), &buf, idx.data_ptr<int64_t>(),
+                       static_cast<size_t>(n), 0, true);
         note_read(t0, now_ns());
     }
     check(rc);
@@ -47,7 +48,10 @@ void get_batch(py::handle obj, const std::string &name, at::Tensor out,
 // Several variables, the same rows: outs[k][:len(indices)] <- rows of
 // names[k], one get_batch per variable, all under one GIL release.  Output
 // tensors may have more rows than indices (reused buffers); the first
-// len(indices) rows are written.
+// len(indices) rows are written.  Every tensor is checked (describe())
+// before the first read; core checks each against its variable when that
+// variable is read, so a mismatch in a later field raises after the earlier
+// fields were written.
 void read_fields(py::handle obj, const std::vector<std::string> &names,
                  std::vector<at::Tensor> outs, py::handle indices, uintptr_t stream)
 {
@@ -67,7 +71,7 @@ void read_fields(py::handle obj, const std::vector<std::string> &names,
             throw_py(PyExc_ValueError, "variable '" + names[k] + "': output buffer has " +
                                            std::to_string(o.size(0)) + " rows, " +
                                            std::to_string(n) + " are read");
-        bufs.push_back(describe(t, names[k], o, n, stream));
+        bufs.push_back(describe(names[k], o, n, stream));
     }
     int rc = 0;
     size_t failed = 0;
@@ -75,8 +79,8 @@ void read_fields(py::handle obj, const std::vector<std::string> &names,
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
         for (size_t k = 0; k < bufs.size() && rc == 0; k++) {
-            rc = api()->get_batch(t.store, t.reader, names[k].c_str(), &bufs[k],
-                                  idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+            rc = read_into(t, names[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
+                           static_cast<size_t>(n), 0, true);
             failed = k;
         }
         note_read(t0, now_ns());

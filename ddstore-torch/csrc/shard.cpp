@@ -11,8 +11,7 @@ namespace ddstore_torch {
 void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t stream)
 {
     const pyddstore_api_t *a = api();
-    const bool have_keep = a->size >= offsetof(pyddstore_api_t, keep_alive) + sizeof(a->keep_alive) &&
-                           a->keep_alive != nullptr;
+    const bool have_keep = a->keep_alive != nullptr;
     // Argument errors are raised before the collective: callers (DistDataset)
     // validate on every rank and agree first, so a bad tensor here is a
     // programming error on all ranks alike.

@@ -11,28 +11,12 @@ started it, is finalised at interpreter exit after every store is freed).
 """
 import os as _os
 
-
-def _apply_fabric_env():
-    """libfabric settings read when libfabric starts (so: before it does).
-
-    - ``FI_CXI_DISABLE_HOST_REGISTER=1`` unless set: skip GPU-runtime
-      registration of CXI host buffers, which fails after fork.
-    - ``DDSTORE_FORK_WORKERS=1``: ``FI_MR_CACHE_MONITOR=memhooks`` when that
-      variable is unset or ``kdreg2`` (kdreg2 does not work in forked
-      processes).
-    """
-    env = _os.environ
-    if "FI_CXI_DISABLE_HOST_REGISTER" not in env:
-        env["FI_CXI_DISABLE_HOST_REGISTER"] = "1"
-    fork = env.get("DDSTORE_FORK_WORKERS", "").strip().lower()
-    if fork in ("1", "true", "yes", "on"):
-        if env.get("FI_MR_CACHE_MONITOR", "") in ("", "kdreg2"):
-            env["FI_MR_CACHE_MONITOR"] = "memhooks"
-
-
-_apply_fabric_env()
-
-from ._core import (  # noqa: E402  (the environment must be set first)
+# Importing _core applies the libfabric settings read when libfabric starts
+# (libddstore's ddstore_env_prepare: FI_CXI_DISABLE_HOST_REGISTER=1 unless
+# set; FI_MR_CACHE_MONITOR=memhooks under DDSTORE_FORK_WORKERS=1), before
+# anything here can start libfabric or MPI; os.environ (a snapshot taken at
+# start-up) is brought up to date below.
+from ._core import (
     HAVE_MPI,
     HAVE_OFI,
     FileComm,
@@ -41,7 +25,10 @@ from ._core import (  # noqa: E402  (the environment must be set first)
     PyDDStore,
     Reader,
     __version__,
+    _fabric_env,
 )
+
+_os.environ.update(_fabric_env())
 
 __all__ = [
     "PyDDStore",

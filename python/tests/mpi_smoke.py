@@ -1,5 +1,5 @@
 """A store smoke test that needs no mpi4py, for other MPI implementations
-than the one mpi4py was built against (tools/test_wheel.sh runs it under
+than the one mpi4py was built against (ci/test_wheel.sh runs it under
 MPICH: tools/ddrun --mpi mpich -n 2 -- python mpi_smoke.py).
 
 PyDDStore(None) initialises MPI itself (MPI_COMM_WORLD).  Method 0 (MPI

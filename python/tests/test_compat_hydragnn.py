@@ -19,7 +19,7 @@ changing a line.  Its patterns:
     (method 0, the default).
 
 Run at 1, 2 and 4 ranks:
-    tools/ddrun -n 4 -- .venv/bin/python tools/pytest_rank.py -q python/tests/test_compat_hydragnn.py
+    tools/ddrun -n 4 -- .venv/bin/python ci/pytest_rank.py -q python/tests/test_compat_hydragnn.py
 """
 import pickle
 

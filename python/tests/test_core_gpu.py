@@ -28,6 +28,10 @@ from _util import add_var, half_bits, layout, values
 
 GPU = _core._gpu_info()
 EMULATION = _core.GPU_BACKEND == "none"
+# The emulation and _core._gpu_alloc & co. are test hooks: compiled only with
+# DDSTORE_TEST_HOOKS (the Bazel dev build; not --config=release or the pip
+# build unless DDSTORE_TEST_HOOKS=1).
+TEST_HOOKS = hasattr(_core, "_gpu_emulation")
 
 
 class FakeCudaArray:
@@ -204,6 +208,9 @@ def emu():
     if not EMULATION:
         pytest.skip("the host emulation exists in the none build only "
                     f"(this _core has the {_core.GPU_BACKEND} backend)")
+    if not TEST_HOOKS:
+        pytest.skip("this _core was built without test hooks (DDSTORE_TEST_HOOKS: "
+                    "a release or pip build): no host emulation")
     if not pyddstore.HAVE_MPI:
         pytest.skip("method 0 needs MPI and this build has none")
     _core._gpu_emulation(True)

@@ -1,7 +1,7 @@
-"""Checks of pyddstore as `pip install` leaves it (run by tools/test_wheel.sh).
+"""Checks of pyddstore as `pip install` leaves it (run by ci/test_wheel.sh).
 
 Not collected by the py1/py2/py4 stages (the name does not match test_*.py):
-tools/test_wheel.sh runs it explicitly, from a directory outside the tree:
+ci/test_wheel.sh runs it explicitly, from a directory outside the tree:
 
   venv/bin/python -m pytest --noconftest wheel_checks.py::test_sources_match_bazel
       (one process, before the build)
@@ -10,7 +10,7 @@ tools/test_wheel.sh runs it explicitly, from a directory outside the tree:
       test_core_basic.py test_torch_ext.py test_torch_dataset.py
       (after installing the wheel into a fresh virtualenv)
 
-Environment set by tools/test_wheel.sh:
+Environment set by ci/test_wheel.sh:
   DDSTORE_WHEEL_TEST      the build summary (ddstore-build-summary.txt of the
                           wheel's CMake build dir): what the build found
   DDSTORE_WHEEL_ISOLATED  "<wheel>:<pip log>" of the isolated build (plain
@@ -33,7 +33,7 @@ TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 SUMMARY = os.environ.get("DDSTORE_WHEEL_TEST", "")
 
 pytestmark = pytest.mark.skipif(
-    not SUMMARY, reason="checks of an installed wheel: run by tools/test_wheel.sh")
+    not SUMMARY, reason="checks of an installed wheel: run by ci/test_wheel.sh")
 
 
 def _real(p):
@@ -224,7 +224,7 @@ def test_isolated_build_skips_torch_with_a_message():
     builds _core and says why the torch extension is missing."""
     spec = os.environ.get("DDSTORE_WHEEL_ISOLATED")
     if not spec:
-        pytest.skip("tools/test_wheel.sh --no-isolated: no isolated build")
+        pytest.skip("ci/test_wheel.sh --no-isolated: no isolated build")
     whl, log = spec.rsplit(":", 1)
     names = zipfile.ZipFile(whl).namelist()
     assert any(re.match(r"pyddstore/_core\..*\.so$", n) for n in names), names
@@ -245,7 +245,7 @@ def test_gpu_backend_build(backend, tmp_path):
     needed: the runtime reports "no GPU" when asked)."""
     spec = dict(kv.split("=", 1) for kv in os.environ.get("DDSTORE_WHEEL_GPU", "").split(";") if kv)
     if backend not in spec:
-        pytest.skip("tools/test_wheel.sh --no-gpu-builds")
+        pytest.skip("ci/test_wheel.sh --no-gpu-builds")
     if spec[backend].startswith("SKIP:"):
         pytest.skip(spec[backend][5:])
     zipfile.ZipFile(spec[backend]).extractall(tmp_path)
@@ -263,10 +263,10 @@ def test_gpu_backend_build(backend, tmp_path):
 
 
 def test_sources_match_bazel():
-    """cmake/ddstore_sources.cmake lists what Bazel compiles (tools/check_sources.py)."""
+    """cmake/ddstore_sources.cmake lists what Bazel compiles (ci/check_sources.py)."""
     if os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")) != "0":
         pytest.skip("run once, by rank 0")
-    p = subprocess.run([sys.executable, os.path.join(TOP, "tools", "check_sources.py")],
+    p = subprocess.run([sys.executable, os.path.join(TOP, "ci", "check_sources.py")],
                        capture_output=True, text=True, timeout=900)
     print(p.stdout + p.stderr)
     if p.returncode == 77:

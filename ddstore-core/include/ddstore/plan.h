@@ -18,6 +18,8 @@
  *     are scattered);
  *   - copy ops, to be executed in order after every read completed: staging
  *     -> destination slot, then first occurrence -> repeats.
+ * With DDS_PLAN_DIRECT (device destinations) there is no staging and there
+ * are no copies: every row is read into its own slot.
  */
 #ifndef DDSTORE_PLAN_H
 #define DDSTORE_PLAN_H
@@ -35,14 +37,34 @@ extern "C" {
 int dds_layout_locate(const int64_t *offsets, int nranks, int64_t row,
                       int *owner_p, int64_t *local_row_p);
 
+/* dds_plan_params_t.field_mask: which members after the first ones are
+ * set (a caller that zeroes field_mask gets the defaults). */
+enum {
+    DDS_PLAN_PARAM_FLAGS = 1u << 0   /* `flags` is set                       */
+};
+
+/* dds_plan_params_t.flags */
+enum {
+    /* Every row is read straight into its own destination slot: no staging
+     * and no copy ops (plan.staging_bytes == 0, plan.ncopies == 0).  For a
+     * destination the caller cannot memcpy into (device memory written by
+     * the transport).  A repeated row is read once per occurrence; rows
+     * adjacent in the owner's shard whose slots are consecutive are still
+     * one read.  Ops stay grouped by owner, sorted by source offset except
+     * that the reads of a repeated row follow those of its first
+     * occurrence (and overlap them). */
+    DDS_PLAN_DIRECT = 1u << 0
+};
+
 typedef struct dds_plan_params {
-    uint64_t field_mask;          /* reserved, 0 */
+    uint64_t field_mask;          /* DDS_PLAN_PARAM_* bits, or 0             */
     int nranks;
     const int64_t *offsets;       /* nranks+1 prefix sums                     */
     size_t row_bytes;             /* > 0                                      */
     size_t max_read_bytes;        /* split reads above this; 0 = never        */
     size_t merge_row_bytes_max;   /* rows above this size are never staged;
                                      0 = DDS_PLAN_MERGE_ROW_BYTES_DEFAULT     */
+    unsigned flags;               /* DDS_PLAN_* (DDS_PLAN_PARAM_FLAGS)        */
 } dds_plan_params_t;
 
 #define DDS_PLAN_MERGE_ROW_BYTES_DEFAULT (64u * 1024u)

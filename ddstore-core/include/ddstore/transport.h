@@ -93,7 +93,19 @@ typedef struct dds_transport_ops {
      * `owner`'s shard of `region` to (op.staged ? staging : dst) +
      * dst_offset.  dst_handle / staging_handle: registrations returned by
      * recv_register covering the buffer, or NULL.  Must not return before
-     * every posted read completed or was cancelled.  Adds to `prof`. */
+     * every posted read completed or was cancelled.  Adds to `prof`.
+     * What the store (its planner, dds_plan.h) guarantees, so that a
+     * transport need not check or redo it:
+     *   - every op's len <= dds_transport_t.max_read_bytes when that is set
+     *     (the store splits at the smaller of it and DDSTORE_MAX_READ_BYTES);
+     *   - ops are grouped by owner (the ops of one owner are consecutive);
+     *   - with DDS_TRANSPORT_CAP_LOCAL_SELF, ops of this rank's own shard
+     *     never reach read() when the store has a host view of it: a host
+     *     shard, or the pinned host mirror of a GPU shard (not in a process
+     *     forked after the store was created: mirrors are not inherited);
+     *     the store serves those with memcpy;
+     *   - no GPU destination (dst_mem) unless the transport advertised the
+     *     matching DDS_TRANSPORT_CAP_HMEM_* (else the store stages it). */
     int (*read)(void *ctx, void *reader, void *region,
                 const dds_read_op_t *ops, size_t nops,
                 void *dst, void *dst_handle, const dds_mem_t *dst_mem,

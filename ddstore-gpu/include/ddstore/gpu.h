@@ -1,7 +1,7 @@
 /* ddstore-gpu: GPU memory for the store (CUDA runtime | ROCm HIP | none).
  *
  * One library, three builds chosen at build time (exactly one backend is
- * linked): src/ddgpu_cuda.c (CUDA runtime API), src/ddgpu_hip.c (HIP),
+ * linked): src/ddgpu_rt.c built for the CUDA runtime API or for HIP, or
  * src/ddgpu_none.c (no GPU support; always builds).  The API is the same in
  * all three.  It answers "what memory is this pointer", allocates pinned
  * staging memory, copies between host and device on the caller's stream,

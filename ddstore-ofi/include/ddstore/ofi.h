@@ -70,10 +70,11 @@ extern "C" {
 /* ------------------------------------------------------------------ */
 /* Version                                                             */
 
-#define DDOFI_VERSION_MAJOR 0
-#define DDOFI_VERSION_MINOR 1
-#define DDOFI_VERSION_PATCH 0
-#define DDOFI_VERSION_STRING "0.1.0"
+/* DDOFI_VERSION "x.y.z" and DDOFI_VERSION_MAJOR/_MINOR/_PATCH, generated
+ * from ddstore-ofi/VERSION by the build (Bazel: dds_version_header; CMake:
+ * cmake/ddstore_version.cmake) beside this header. */
+#include "ddstore/ofi_version.h"
+#define DDOFI_VERSION_STRING DDOFI_VERSION
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked (VERSION file). */
 const char *ddofi_version(void);

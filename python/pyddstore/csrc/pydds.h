@@ -1,18 +1,21 @@
 /* pyddstore._core: declarations shared by the extension's sources (private).
  *
  * Files:
- *   pydds_module.c    module init, exceptions, error mapping, atexit, fork
+ *   pydds_module.c    module init, exceptions, atexit, fork
+ *   pydds_errors.c    error mapping (DDS_E* <-> Python exceptions)
  *   pydds_store.c     the PyDDStore type
  *   pydds_reader.c    the Reader type (fork_reader / open_reader)
  *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion
- *   pydds_gpu.c       __cuda_array_interface__ -> dds_buf_t, the store's
- *                     (lazy) GPU memsys, GPU test hooks
+ *   pydds_gpu.c       __cuda_array_interface__ -> dds_buf_t, GPU test hooks
  *   pydds_comm.c      communicator resolution (None / mpi4py / _dds_comm)
- *   transports.c      the transport factory (method 0, 1, 2)
- *   pydds_capi.c      the C API capsule (pyddstore_api.h)
+ *   pydds_capi.c      the C API capsule (ddstore/api.h)
+ *
+ * Opening a store by method (communicator, transport, lazy GPU memsys) is
+ * libddstore's (ddstore/open.h); so is the store's lifetime (ddstore/pin.h).
  *
  * Locking (see pydds_store.c): every PyDDStore has a "life lock", a
- * pthread rwlock protecting its dds_store_t pointer and its readers'
+ * libddstore pin handle (ddstore/pin.h: a rwlock) holding its dds_store_t
+ * pointer and protecting it and its readers'
  * dds_reader_t pointers.  Calls that use the store hold it for reading,
  * destroy / reader close / free() hold it for writing.  The life lock is
  * only ever ACQUIRED with the GIL released (it may be held while the GIL is
@@ -31,7 +34,9 @@
 
 #include "ddstore/errors.h"
 #include "ddstore/store.h"
-#include "pyddstore_api.h"
+#include "ddstore/api.h"
+#include "ddstore/open.h"
+#include "ddstore/pin.h"
 
 #ifdef HAVE_MPI
 #include "ddstore/mpi.h"
@@ -49,7 +54,7 @@ static inline PyObject *Py_NewRef(PyObject *o)
 #define PYDDSTORE_VERSION "0.1.0"
 #endif
 
-/* ---- exceptions and error mapping (pydds_module.c) ---------------------- */
+/* ---- exceptions and error mapping (pydds_errors.c) ---------------------- */
 
 extern PyObject *pydds_Error;     /* pyddstore.DDStoreError(RuntimeError)    */
 extern PyObject *pydds_KeyError;  /* pyddstore.DDStoreKeyError(KeyError,
@@ -73,14 +78,13 @@ typedef struct pydds_reader_obj pydds_reader_obj;
 
 typedef struct pydds_store_obj {
     PyObject_HEAD
-    dds_store_t *store;          /* NULL once destroyed (life lock, write)   */
+    ddstore_pin_t *pin;          /* the life lock and the dds_store_t, NULL
+                                    once destroyed (PYDDS_STORE)            */
     int method;
     int rank;
     int size;
     int comm_needs_gil;          /* collectives call back into Python        */
     pid_t pid;                   /* process that created the store           */
-    int life_init;               /* life lock initialised                    */
-    pthread_rwlock_t life;
     pydds_reader_obj *readers;   /* open readers (list changed under the GIL)*/
     PyObject *recv_bufs;         /* {(ptr, nbytes): exporter} registered     */
     PyObject *keep;              /* {name: [objects kept alive]} (C API)     */
@@ -97,6 +101,10 @@ struct pydds_reader_obj {
     PyObject *weakreflist;
     pydds_reader_obj *prev, *next;  /* in owner->readers (GIL)               */
 };
+
+/* The C store of a PyDDStore; NULL once destroyed (it only becomes NULL
+ * with the GIL held and the life lock held for writing). */
+#define PYDDS_STORE(s) ddstore_pin_store((s)->pin)
 
 extern PyTypeObject pydds_StoreType;
 extern PyTypeObject pydds_ReaderType;
@@ -173,10 +181,6 @@ void pydds_buffer_release(pydds_buffer_t *b);
  * interface's stream (version >= 3) as b->buf.mem.stream. */
 int pydds_cai_get(PyObject *obj, PyObject *cai, const char *what, int writable,
                   pydds_buffer_t *b);
-/* The memsys handed to every store (lazy: the GPU runtime is probed on the
- * first GPU operation).  0, or -DDS_ENOGPU in a build without GPU support
- * (no memsys: the store's host path). */
-int pydds_gpu_memsys(dds_memsys_t *ms);
 /* _gpu_* module functions (info, test hooks). */
 extern PyMethodDef pydds_gpu_methods[];
 
@@ -228,31 +232,8 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 /* Destroy the communicator if it was not handed to a store. */
 void pydds_comm_res_cleanup(pydds_comm_res_t *res);
 
-/* ---- transports (transports.c) ------------------------------------------ */
-
-typedef struct pydds_transport_args {
-    size_t size;                 /* sizeof(pydds_transport_args_t)            */
-    const dds_comm_t *comm;      /* the store's communicator, borrowed for the
-                                    duration of the call (collectives only)   */
-    const void *mpi_comm;        /* (const MPI_Comm *) when the communicator
-                                    is MPI, else NULL                         */
-    const char *comm_kind;       /* "mpi", "file", "torch", "self"            */
-    const char *handshake_dir;   /* "" = none                                 */
-    int n_core;                  /* method 2: ranks of the core job (0 = all) */
-    const char *nic_map;         /* "" = none; comma-separated interfaces     */
-    const char *exchange_ns;     /* "" = none                                 */
-    int rank;                    /* this rank in `comm`                       */
-    int nranks;                  /* ranks in `comm`                          */
-} pydds_transport_args_t;
-
-/* Create the transport for `method` (0 MPI RMA, 1 libfabric, 2 libfabric with
- * a file handshake).  Returns 0 or a negative DDS_E* code with the detail in
- * dds_last_error(); no Python calls (runs with the GIL released).
- * Collective over args->comm. */
-int pydds_make_transport(int method, const pydds_transport_args_t *args,
-                         dds_transport_t *transport_p);
-
 /* ---- C API capsule (pydds_capi.c) --------------------------------------- */
+/* (the table's type: libddstore's ddstore/api.h) */
 
 PyObject *pydds_capi_capsule(void);
 /* Keep `ref` alive until variable `name` is freed (free(), destroy). */

@@ -1,5 +1,5 @@
 /* pyddstore._core: the C API capsule "pyddstore._core._C_API"
- * (pyddstore_api.h), so the torch extension calls this module's copy of the
+ * (ddstore/api.h), so the torch extension calls this module's copy of the
  * C libraries. */
 #include "pydds.h"
 
@@ -29,7 +29,7 @@ static int unwrap_impl(PyObject *obj, pydds_store_obj **s_p,
                      obj ? Py_TYPE(obj)->tp_name : "NULL");
         return -1;
     }
-    if (s->store == NULL) {
+    if (PYDDS_STORE(s) == NULL) {
         dds_error(-DDS_EFREED,
                   "this PyDDStore was destroyed (interpreter exit or "
                   "deallocation); create a new store");
@@ -38,7 +38,7 @@ static int unwrap_impl(PyObject *obj, pydds_store_obj **s_p,
     }
     *s_p = s;
     if (store_p)
-        *store_p = s->store;
+        *store_p = PYDDS_STORE(s);
     if (reader_p)
         *reader_p = rd;
     return 0;
@@ -77,7 +77,7 @@ static int capi_acquire(PyObject *obj, dds_store_t **store_p,
         return -1;
     }
     if (store_p)
-        *store_p = s->store;
+        *store_p = PYDDS_STORE(s);
     if (reader_p)
         *reader_p = PyObject_TypeCheck(obj, &pydds_ReaderType)
                         ? ((pydds_reader_obj *)obj)->reader

@@ -1,8 +1,7 @@
-/* pyddstore._core: module init, exceptions, error mapping, interpreter exit
- * and fork handling. */
+/* pyddstore._core: module init, exceptions, interpreter exit and fork
+ * handling (the error mapping is pydds_errors.c). */
 #include "pydds.h"
 
-#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,88 +9,6 @@
 #include "ddstore/config.h"
 #include "ddstore/gpu.h"
 #include "ddstore/log.h"
-
-PyObject *pydds_Error = NULL;
-PyObject *pydds_KeyError = NULL;
-
-/* ---- error mapping (docs/design.md, "Errors -> Python") ----------------- */
-
-PyObject *pydds_exc_class(int rc)
-{
-    switch (rc < 0 ? -rc : rc) {
-    case DDS_ENOENT:
-        return pydds_KeyError;
-    case DDS_ERANGE:
-        return PyExc_IndexError;
-    case DDS_EINVAL:
-    case DDS_EEXIST:
-    case DDS_ECONFIG:
-        return PyExc_ValueError;
-    case DDS_ETYPE:
-        return PyExc_TypeError;
-    case DDS_ENOMEM:
-        return PyExc_MemoryError;
-    default: /* EIO ETIMEDOUT EFREED ETRANSPORT ENOGPU ESTALE ECORRUPT ENOSYS
-                EBUSY EPEER ... */
-        return pydds_Error;
-    }
-}
-
-PyObject *pydds_raise(int rc)
-{
-    const char *msg = dds_last_error();
-    if (msg == NULL || msg[0] == '\0')
-        msg = dds_strerror(rc);
-    PyErr_SetString(pydds_exc_class(rc), msg);
-    return NULL;
-}
-
-PyObject *pydds_raise_fmt(int rc, const char *fmt, ...)
-{
-    char buf[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    va_end(ap);
-    PyErr_SetString(pydds_exc_class(rc), buf);
-    return NULL;
-}
-
-int pydds_rc_from_pyerr(void)
-{
-    int rc;
-    PyObject *type, *value, *tb;
-    if (!PyErr_Occurred())
-        return dds_error(-DDS_EINVAL, "unknown error");
-    if (PyErr_ExceptionMatches(PyExc_KeyError))
-        rc = -DDS_ENOENT;
-    else if (PyErr_ExceptionMatches(PyExc_IndexError))
-        rc = -DDS_ERANGE;
-    else if (PyErr_ExceptionMatches(PyExc_TypeError))
-        rc = -DDS_ETYPE;
-    else if (PyErr_ExceptionMatches(PyExc_ValueError) ||
-             PyErr_ExceptionMatches(PyExc_OverflowError))
-        rc = -DDS_EINVAL;
-    else if (PyErr_ExceptionMatches(PyExc_MemoryError))
-        rc = -DDS_ENOMEM;
-    else
-        rc = -DDS_EIO;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    {
-        PyObject *s = value ? PyObject_Str(value) : NULL;
-        const char *txt = s ? PyUnicode_AsUTF8(s) : NULL;
-        if (txt == NULL) {
-            PyErr_Clear();
-            txt = ((PyTypeObject *)type)->tp_name;
-        }
-        /* KeyError's str() quotes its message; ours do not. */
-        dds_error(rc, "%s", txt);
-        Py_XDECREF(s);
-    }
-    PyErr_Restore(type, value, tb);
-    return rc;
-}
 
 /* ---- live stores, interpreter exit, fork -------------------------------- */
 
@@ -135,7 +52,7 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
     for (;;) {
         pydds_store_obj *s;
         for (s = g_live_head; s; s = s->live_next)
-            if (s->store != NULL && s->pid == me)
+            if (PYDDS_STORE(s) != NULL && s->pid == me)
                 break;
         if (s == NULL)
             break;
@@ -165,8 +82,7 @@ static void after_fork_child(void)
 {
     pydds_store_obj *s;
     for (s = g_live_head; s; s = s->live_next)
-        if (s->life_init)
-            pthread_rwlock_init(&s->life, NULL);
+        ddstore_pin_after_fork(s->pin);
 }
 
 /* ---- module functions --------------------------------------------------- */
@@ -283,7 +199,39 @@ static PyObject *mod_launch_env(PyObject *m, PyObject *unused)
     return out;
 }
 
+/* _fabric_env() -> {name: value} of the libfabric settings that
+ * ddstore_env_prepare may have set at import (set in the C environment;
+ * pyddstore/__init__.py copies them into os.environ, which Python
+ * snapshotted at start-up). */
+static PyObject *mod_fabric_env(PyObject *m, PyObject *unused)
+{
+    static const char *const names[] = {"FI_CXI_DISABLE_HOST_REGISTER",
+                                        "FI_MR_CACHE_MONITOR", NULL};
+    PyObject *d = PyDict_New();
+    int i;
+    (void)m;
+    (void)unused;
+    for (i = 0; d != NULL && names[i] != NULL; i++) {
+        const char *v = getenv(names[i]);
+        PyObject *o;
+        if (v == NULL)
+            continue;
+        o = PyUnicode_DecodeFSDefault(v);
+        if (o == NULL || PyDict_SetItemString(d, names[i], o) < 0) {
+            Py_XDECREF(o);
+            Py_CLEAR(d);
+            break;
+        }
+        Py_DECREF(o);
+    }
+    return d;
+}
+
 static PyMethodDef mod_methods[] = {
+    {"_fabric_env", mod_fabric_env, METH_NOARGS,
+     "_fabric_env() -> {name: value}: FI_CXI_DISABLE_HOST_REGISTER and "
+     "FI_MR_CACHE_MONITOR as the C environment has them (set at import by "
+     "libddstore's ddstore_env_prepare unless the user set them)."},
     {"_launch_env", mod_launch_env, METH_NOARGS,
      "_launch_env() -> [(variable, size, launcher)]: the launch variables "
      "(OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE, "
@@ -292,7 +240,7 @@ static PyMethodDef mod_methods[] = {
      "is an error."},
     {"_self_comm", mod_self_comm, METH_NOARGS,
      "A '_dds_comm' capsule for a one-rank communicator (what an object "
-     "passed as comm_or_none exposes; see pyddstore_api.h)."},
+     "passed as comm_or_none exposes; see ddstore/api.h)."},
     {"core_version", mod_core_version, METH_NOARGS,
      "core_version() -> str: version of ddstore-core linked into _core."},
     {"strerror", mod_strerror, METH_O,
@@ -388,8 +336,14 @@ static int register_atexit(PyObject *m)
 PyMODINIT_FUNC PyInit__core(void)
 {
     static int forked_registered = 0;
-    PyObject *m = PyModule_Create(&core_module);
-    PyObject *capsule;
+    PyObject *m, *capsule;
+    /* First: the libfabric settings that libfabric (or an MPI built on it)
+     * reads once when it starts; importing pyddstore starts neither.  A bad
+     * DDSTORE_FORK_WORKERS is logged and ignored here (the settings it
+     * would add are optional). */
+    if (ddstore_env_prepare() < 0)
+        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_PY, "%s", dds_last_error());
+    m = PyModule_Create(&core_module);
     if (m == NULL)
         return NULL;
     if (add_exceptions(m) < 0)

@@ -14,9 +14,9 @@
 /* Caller holds the owner's life lock for writing (and the GIL). */
 void pydds_reader_close_locked(pydds_reader_obj *r)
 {
-    if (r->reader != NULL && r->owner != NULL && r->owner->store != NULL &&
+    if (r->reader != NULL && r->owner != NULL && PYDDS_STORE(r->owner) != NULL &&
         r->pid == getpid())
-        dds_store_reader_close(r->owner->store, r->reader);
+        dds_store_reader_close(PYDDS_STORE(r->owner), r->reader);
     r->reader = NULL;
 }
 
@@ -53,15 +53,15 @@ PyObject *pydds_reader_new(pydds_store_obj *owner, int flags)
     /* Open under the life lock (read) and keep it until the reader is in
      * the owner's list, so a concurrent destroy closes it. */
     Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_rdlock(&owner->life);
-    if (owner->store == NULL)
+    ddstore_pin_acquire_any(owner->pin);
+    if (PYDDS_STORE(owner) == NULL)
         rc = dds_error(-DDS_EFREED,
                        "this PyDDStore was destroyed (interpreter exit or "
                        "deallocation); create a new store");
     else
-        rc = dds_store_reader_open(owner->store, flags, &rd);
+        rc = dds_store_reader_open(PYDDS_STORE(owner), flags, &rd);
     if (rc < 0)
-        pthread_rwlock_unlock(&owner->life);
+        ddstore_pin_release(owner->pin);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         Py_DECREF(r);
@@ -74,7 +74,7 @@ PyObject *pydds_reader_new(pydds_store_obj *owner, int flags)
     if (owner->readers)
         owner->readers->prev = r;
     owner->readers = r;
-    pthread_rwlock_unlock(&owner->life);
+    ddstore_pin_release(owner->pin);
     PyObject_GC_Track(r);
     return (PyObject *)r;
 }
@@ -90,7 +90,7 @@ static void reader_close_impl(pydds_reader_obj *r)
     pydds_lock_write(s);
     pydds_reader_close_locked(r);
     unlink_reader(r);
-    pthread_rwlock_unlock(&s->life);
+    ddstore_pin_unlock(s->pin);
 }
 
 static PyObject *reader_close(pydds_reader_obj *r, PyObject *unused)

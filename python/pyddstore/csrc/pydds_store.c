@@ -8,7 +8,8 @@
  * lock for writing, so they wait for reads in flight, and reads started
  * later see the released names (DDStoreError) or the destroyed store
  * (DDStoreError).  Cheap queries (info, get_profile, ...) run under the GIL
- * alone: s->store only becomes NULL while the GIL is held.
+ * alone: PYDDS_STORE(s) only becomes NULL while the GIL is held.  The life
+ * lock is libddstore's pin handle (ddstore/pin.h); the GIL handling is here.
  *
  * Collective calls agree on failure: a local failure (bad argument, bad
  * buffer) on one rank is sent through dds_comm_agree, which the other
@@ -56,9 +57,9 @@ static int gone(void)
 /* With the GIL released: read lock; 0, or -DDS_EFREED (lock not held). */
 static int enter_nogil(pydds_store_obj *s)
 {
-    pthread_rwlock_rdlock(&s->life);
-    if (s->store == NULL) {
-        pthread_rwlock_unlock(&s->life);
+    ddstore_pin_acquire_any(s->pin);
+    if (PYDDS_STORE(s) == NULL) {
+        ddstore_pin_release(s->pin);
         return gone();
     }
     return 0;
@@ -79,13 +80,13 @@ int pydds_store_enter(pydds_store_obj *s)
 
 void pydds_store_leave(pydds_store_obj *s)
 {
-    pthread_rwlock_unlock(&s->life);
+    ddstore_pin_release(s->pin);
 }
 
 void pydds_lock_write(pydds_store_obj *s)
 {
     Py_BEGIN_ALLOW_THREADS
-    pthread_rwlock_wrlock(&s->life);
+    ddstore_pin_lock(s->pin);
     Py_END_ALLOW_THREADS
 }
 
@@ -97,11 +98,11 @@ static int coll_enter(pydds_store_obj *s, int write, PyThreadState **ts_p)
 {
     PyThreadState *ts = PyEval_SaveThread();
     if (write)
-        pthread_rwlock_wrlock(&s->life);
+        ddstore_pin_lock(s->pin);
     else
-        pthread_rwlock_rdlock(&s->life);
-    if (s->store == NULL) {
-        pthread_rwlock_unlock(&s->life);
+        ddstore_pin_acquire_any(s->pin);
+    if (PYDDS_STORE(s) == NULL) {
+        ddstore_pin_release(s->pin);
         PyEval_RestoreThread(ts);
         *ts_p = NULL;
         return gone();
@@ -116,7 +117,7 @@ static int coll_enter(pydds_store_obj *s, int write, PyThreadState **ts_p)
 
 static void coll_leave(pydds_store_obj *s, PyThreadState *ts)
 {
-    pthread_rwlock_unlock(&s->life);
+    ddstore_pin_release(s->pin);
     if (ts != NULL)
         PyEval_RestoreThread(ts);
 }
@@ -149,7 +150,7 @@ static PyObject *collective_fail(pydds_store_obj *s, dds_coll_t call)
     int rc = pydds_rc_from_pyerr();
     PyErr_Fetch(&t, &v, &tb);
     if (coll_enter(s, 0, &ts) == 0) {
-        (void)dds_store_coll_fail(s->store, call, NULL, rc);
+        (void)dds_store_coll_fail(PYDDS_STORE(s), call, NULL, rc);
         coll_leave(s, ts);
     }
     PyErr_Restore(t, v, tb);
@@ -197,37 +198,6 @@ static int as_i64(PyObject *o, const char *what, int64_t *v_p)
     }
     *v_p = (int64_t)v;
     return 0;
-}
-
-static int dtype_from_name(const char *s, dds_dtype_t *dt_p)
-{
-    int i;
-    if (strncmp(s, "torch.", 6) == 0)   /* str(torch.bfloat16) */
-        s += 6;
-    if (strcmp(s, "half") == 0)
-        s = "float16";
-    for (i = 0; i < DDS_DTYPE_COUNT; i++) {
-        const char *n = dds_dtype_name((dds_dtype_t)i);
-        if (n != NULL && strcmp(n, s) == 0) {
-            *dt_p = (dds_dtype_t)i;
-            return 0;
-        }
-    }
-    if (strcmp(s, "bool_") == 0) {
-        *dt_p = DDS_DTYPE_BOOL;
-        return 0;
-    }
-    return -1;
-}
-
-static const char *mem_name(dds_mem_kind_t k)
-{
-    switch (k) {
-    case DDS_MEM_HOST: return "host";
-    case DDS_MEM_CUDA: return "cuda";
-    case DDS_MEM_ROCM: return "rocm";
-    default: return "unknown";
-    }
 }
 
 /* ---- construction ------------------------------------------------------- */
@@ -297,24 +267,12 @@ static int resolve_method(PyObject *o, int *method_p)
 {
     int64_t m;
     if (o == NULL || o == Py_None) {
-        /* core's registry: DDSTORE_METHOD, enum 0|1|2, default 0 */
-        const char *v = NULL;
-        char *end = NULL;
-        int rc = dds_config_get_string("DDSTORE_METHOD", &v);
-        if (rc == -DDS_ENOENT)
-            v = getenv("DDSTORE_METHOD");
-        else if (rc < 0) {
+        int rc = ddstore_method_from_env(method_p);
+        if (rc < 0) {
             pydds_raise(rc);
             return -1;
         }
-        if (v == NULL || *v == '\0')
-            v = "0";
-        m = strtoll(v, &end, 10);
-        if (end == v || *end != '\0' || m < 0 || m > 2) {
-            PyErr_Format(PyExc_ValueError,
-                         "DDSTORE_METHOD='%s': expected 0, 1 or 2", v);
-            return -1;
-        }
+        return 0;
     } else {
         if (as_i64(o, "method", &m) < 0)
             return -1;
@@ -341,11 +299,9 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     PyObject *hs = NULL, *nic = NULL, *ns = NULL;
     pydds_store_obj *s = NULL;
     pydds_comm_res_t cres;
-    pydds_transport_args_t targs;
-    dds_store_params_t params;
-    dds_transport_t tr;
+    ddstore_open_params_t op;
     dds_store_t *store = NULL;
-    int method = 0, rc, have_tr = 0;
+    int method = 0, rc;
     int64_t n_core = 0, rank = -1, size = 0;
 
     memset(&cres, 0, sizeof cres);
@@ -391,59 +347,35 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         goto fail;
     }
 
-    memset(&targs, 0, sizeof targs);
-    targs.size = sizeof targs;
-    targs.comm = &cres.comm;
+    memset(&op, 0, sizeof op);
+    op.field_mask = DDSTORE_OPEN_FIELD_METHOD | DDSTORE_OPEN_FIELD_COMM |
+                    DDSTORE_OPEN_FIELD_COMM_KIND | DDSTORE_OPEN_FIELD_NIC_MAP |
+                    DDSTORE_OPEN_FIELD_HANDSHAKE;
+    op.method = method;
+    op.comm = cres.comm;
 #ifdef HAVE_MPI
-    targs.mpi_comm = cres.kind == PYDDS_COMM_MPI ? (const void *)&cres.mpi_comm
-                                                 : NULL;
+    if (cres.kind == PYDDS_COMM_MPI) {
+        op.field_mask |= DDSTORE_OPEN_FIELD_MPI_COMM;
+        op.mpi_comm = &cres.mpi_comm;
+    }
 #endif
-    targs.comm_kind = cres.kind_name;
-    targs.handshake_dir = PyUnicode_AsUTF8(hs);
-    targs.n_core = (int)n_core;
-    targs.nic_map = PyUnicode_AsUTF8(nic);
-    targs.exchange_ns = PyUnicode_AsUTF8(ns);
-    targs.rank = cres.comm.rank;
-    targs.nranks = cres.comm.size;
-    if (targs.handshake_dir == NULL || targs.nic_map == NULL ||
-        targs.exchange_ns == NULL)
+    op.comm_kind = cres.kind_name;
+    op.handshake_dir = PyUnicode_AsUTF8(hs);
+    op.n_core = (int)n_core;
+    op.nic_map = PyUnicode_AsUTF8(nic);
+    op.exchange_ns = PyUnicode_AsUTF8(ns);
+    if (op.handshake_dir == NULL || op.nic_map == NULL ||
+        op.exchange_ns == NULL)
         goto fail;
 
-    memset(&tr, 0, sizeof tr);
+    /* the communicator moves to ddstore_open (the store's, or destroyed on
+     * failure) */
+    cres.have_comm = 0;
     if (cres.needs_gil) {
-        rc = pydds_make_transport(method, &targs, &tr);
-        have_tr = rc == 0;
-        rc = dds_comm_agree(&cres.comm, rc);
+        rc = ddstore_open(&op, &store);
     } else {
         Py_BEGIN_ALLOW_THREADS
-        rc = pydds_make_transport(method, &targs, &tr);
-        have_tr = rc == 0;
-        rc = dds_comm_agree(&cres.comm, rc);
-        Py_END_ALLOW_THREADS
-    }
-    if (rc < 0) {
-        if (have_tr && tr.ops && tr.ops->destroy)
-            tr.ops->destroy(tr.ctx);
-        pydds_raise(rc);
-        goto fail;
-    }
-
-    memset(&params, 0, sizeof params);
-    params.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
-    params.comm = cres.comm;
-    params.transport = tr;
-    cres.have_comm = 0;   /* ownership moves to the store, even on failure */
-    /* GPU memory operations (lazy: nothing is probed until a GPU buffer is
-     * used); none in a build without GPU support: the host path */
-    if (pydds_gpu_memsys(&params.memsys) == 0)
-        params.field_mask |= DDS_STORE_PARAM_MEMSYS;
-    else
-        dds_error_clear();
-    if (cres.needs_gil) {
-        rc = dds_store_create(&params, &store);
-    } else {
-        Py_BEGIN_ALLOW_THREADS
-        rc = dds_store_create(&params, &store);
+        rc = ddstore_open(&op, &store);
         Py_END_ALLOW_THREADS
     }
     if (rc < 0) {
@@ -454,20 +386,19 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     s = (pydds_store_obj *)type->tp_alloc(type, 0);
     if (s == NULL)
         goto fail;
-    if (pthread_rwlock_init(&s->life, NULL) != 0) {
-        PyErr_SetString(PyExc_MemoryError, "PyDDStore: rwlock init failed");
-        goto fail;
-    }
-    s->life_init = 1;
     s->recv_bufs = PyDict_New();
     s->keep = PyDict_New();
     if (s->recv_bufs == NULL || s->keep == NULL)
         goto fail;
-    s->store = store;
+    rc = ddstore_pin_create(store, &s->pin);
+    if (rc < 0) {
+        pydds_raise(rc);
+        goto fail;
+    }
     store = NULL;
     s->method = method;
-    s->rank = dds_store_rank(s->store);
-    s->size = dds_store_size(s->store);
+    s->rank = dds_store_rank(PYDDS_STORE(s));
+    s->size = dds_store_size(PYDDS_STORE(s));
     s->comm_needs_gil = cres.needs_gil;
     s->pid = getpid();
     pydds_live_add(s);
@@ -501,7 +432,7 @@ void pydds_store_destroy(pydds_store_obj *s)
     PyObject *bufs, *keep;
     pydds_reader_obj *r, *next;
 
-    if (!s->life_init || s->store == NULL)
+    if (s->pin == NULL || PYDDS_STORE(s) == NULL)
         return;
     if (s->pid != getpid()) {
         /* A forked child: the store is the parent's (its destruction is
@@ -511,13 +442,13 @@ void pydds_store_destroy(pydds_store_obj *s)
         for (r = s->readers; r; r = r->next)
             if (r->pid == getpid())
                 pydds_reader_close_locked(r);
-        s->store = NULL;
-        pthread_rwlock_unlock(&s->life);
+        (void)ddstore_pin_take(s->pin);
+        ddstore_pin_unlock(s->pin);
         return;
     }
     pydds_lock_write(s);
-    if (s->store == NULL) {
-        pthread_rwlock_unlock(&s->life);
+    if (PYDDS_STORE(s) == NULL) {
+        ddstore_pin_unlock(s->pin);
         return;
     }
     for (r = s->readers; r; r = next) {
@@ -535,16 +466,15 @@ void pydds_store_destroy(pydds_store_obj *s)
             if (PyErr_Occurred())
                 PyErr_Clear();
             else
-                (void)dds_store_recv_unregister(s->store, p, n);
+                (void)dds_store_recv_unregister(PYDDS_STORE(s), p, n);
         }
     }
     bufs = s->recv_bufs;
     keep = s->keep;
     s->recv_bufs = NULL;
     s->keep = NULL;
-    st = s->store;
-    s->store = NULL;
-    pthread_rwlock_unlock(&s->life);
+    st = ddstore_pin_take(s->pin);
+    ddstore_pin_unlock(s->pin);
     /* Local, never collective: one rank may drop (or exit with) a store that
      * another keeps alive; only free() is collective (docs/concurrency.md). */
     if (s->comm_needs_gil) {
@@ -569,7 +499,7 @@ static int store_clear(pydds_store_obj *s)
 {
     /* Registered buffers and kept objects must outlive the C store: only
      * drop them once it is gone. */
-    if (s->store == NULL) {
+    if (PYDDS_STORE(s) == NULL) {
         Py_CLEAR(s->recv_bufs);
         Py_CLEAR(s->keep);
     }
@@ -581,7 +511,7 @@ static void store_dealloc(pydds_store_obj *s)
     PyObject_GC_UnTrack(s);
     if (s->weakreflist != NULL)
         PyObject_ClearWeakRefs((PyObject *)s);
-    if (s->store != NULL) {
+    if (PYDDS_STORE(s) != NULL) {
         PyObject *t, *v, *tb;
         PyErr_Fetch(&t, &v, &tb);
         pydds_store_destroy(s);
@@ -590,8 +520,8 @@ static void store_dealloc(pydds_store_obj *s)
     pydds_live_remove(s);
     Py_CLEAR(s->recv_bufs);
     Py_CLEAR(s->keep);
-    if (s->life_init)
-        pthread_rwlock_destroy(&s->life);
+    ddstore_pin_destroy(s->pin);
+    s->pin = NULL;
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -609,17 +539,17 @@ static int read_nogil(pydds_store_obj *s, pydds_reader_obj *r, const char *name,
     if (r != NULL) {
         rd = r->reader;
         if (rd == NULL) {
-            pthread_rwlock_unlock(&s->life);
+            ddstore_pin_release(s->pin);
             return dds_error(-DDS_EFREED, "this reader was closed");
         }
     }
     t_read_t0 = mono_ns();
     if (batch)
-        rc = dds_store_get_batch(s->store, rd, name, dst, rows, n);
+        rc = dds_store_get_batch(PYDDS_STORE(s), rd, name, dst, rows, n);
     else
-        rc = dds_store_get(s->store, rd, name, dst, start);
+        rc = dds_store_get(PYDDS_STORE(s), rd, name, dst, start);
     t_read_t1 = mono_ns();
-    pthread_rwlock_unlock(&s->life);
+    ddstore_pin_release(s->pin);
     return rc;
 }
 
@@ -702,11 +632,11 @@ PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
 
 static dds_store_t *alive(pydds_store_obj *s)
 {
-    if (s->store == NULL) {
+    if (PYDDS_STORE(s) == NULL) {
         pydds_raise(gone());
         return NULL;
     }
-    return s->store;
+    return PYDDS_STORE(s);
 }
 
 PyObject *pydds_do_info(pydds_store_obj *s, PyObject *name_o)
@@ -742,7 +672,7 @@ PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name_o)
         "local_first", (long long)vi.local_first, "disp", (Py_ssize_t)vi.disp,
         "itemsize", (Py_ssize_t)vi.itemsize, "row_bytes",
         (Py_ssize_t)vi.row_bytes, "dtype", dt ? dt : "unknown", "mem",
-        mem_name(vi.mem.kind), "device", vi.mem.device, "nranks", vi.nranks);
+        ddstore_mem_kind_name(vi.mem.kind), "device", vi.mem.device, "nranks", vi.nranks);
 }
 
 PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name_o)
@@ -940,7 +870,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
             Py_XDECREF(str);
             return collective_fail(s, DDS_COLL_INIT);
         }
-        if (dtype_from_name(dn, &dt) < 0) {
+        if (ddstore_dtype_from_name(dn, &dt) < 0) {
             PyErr_Format(PyExc_TypeError,
                          "init: unsupported dtype '%s'; expected raw, bool, "
                          "uint8, int32, int64, float16, bfloat16, float32 or "
@@ -973,7 +903,7 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
     }
     if ((rc = coll_enter(s, 0, &ts)) < 0)
         return pydds_raise(rc);
-    rc = dds_store_var_init(s->store, name, nrows, (size_t)disp,
+    rc = dds_store_var_init(PYDDS_STORE(s), name, nrows, (size_t)disp,
                             (size_t)itemsize, dt);
     coll_leave(s, ts);
     if (rc < 0)
@@ -1016,7 +946,7 @@ static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
         }
         return pydds_raise(rc);
     }
-    rc = dds_store_var_add(s->store, name, b.buf.ptr, b.buf.nrows,
+    rc = dds_store_var_add(PYDDS_STORE(s), name, b.buf.ptr, b.buf.nrows,
                            b.buf.row_bytes / b.buf.itemsize, b.buf.itemsize,
                            b.buf.dtype, b.gpu ? &b.buf.mem : NULL,
                            b.gpu ? DDS_ADD_IN_PLACE : DDS_ADD_COPY);
@@ -1058,8 +988,8 @@ static PyObject *store_update(pydds_store_obj *s, PyObject *args, PyObject *kw)
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_var_update(s->store, name, &b.buf, offset);
-        pthread_rwlock_unlock(&s->life);
+        rc = dds_store_var_update(PYDDS_STORE(s), name, &b.buf, offset);
+        ddstore_pin_release(s->pin);
     }
     Py_END_ALLOW_THREADS
     pydds_buffer_release(&b);
@@ -1081,7 +1011,7 @@ static PyObject *store_free(pydds_store_obj *s, PyObject *unused)
         dds_error_clear();
         Py_RETURN_NONE;
     }
-    rc = dds_store_free(s->store);
+    rc = dds_store_free(PYDDS_STORE(s));
     coll_leave(s, ts);
     if (s->keep != NULL && PyDict_Size(s->keep) > 0) {
         keep = s->keep;
@@ -1101,7 +1031,7 @@ static PyObject *store_epoch(pydds_store_obj *s, int begin)
         return NULL;
     if ((rc = coll_enter(s, 0, &ts)) < 0)
         return pydds_raise(rc);
-    rc = begin ? dds_store_epoch_begin(s->store) : dds_store_epoch_end(s->store);
+    rc = begin ? dds_store_epoch_begin(PYDDS_STORE(s)) : dds_store_epoch_end(PYDDS_STORE(s));
     coll_leave(s, ts);
     if (rc < 0)
         return pydds_raise(rc);
@@ -1149,9 +1079,9 @@ static PyObject *store_register_recv(pydds_store_obj *s, PyObject *args,
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_recv_register(s->store, b.buf.ptr, b.nbytes,
+        rc = dds_store_recv_register(PYDDS_STORE(s), b.buf.ptr, b.nbytes,
                                      &b.buf.mem);
-        pthread_rwlock_unlock(&s->life);
+        ddstore_pin_release(s->pin);
     }
     Py_END_ALLOW_THREADS
     pydds_buffer_release(&b);
@@ -1192,8 +1122,8 @@ static PyObject *store_unregister_recv(pydds_store_obj *s, PyObject *args,
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_recv_unregister(s->store, b.buf.ptr, b.nbytes);
-        pthread_rwlock_unlock(&s->life);
+        rc = dds_store_recv_unregister(PYDDS_STORE(s), b.buf.ptr, b.nbytes);
+        ddstore_pin_release(s->pin);
     }
     Py_END_ALLOW_THREADS
     pydds_buffer_release(&b);
@@ -1239,8 +1169,8 @@ static PyObject *store_join(pydds_store_obj *s, PyObject *name_o)
     Py_BEGIN_ALLOW_THREADS
     rc = enter_nogil(s);
     if (rc == 0) {
-        rc = dds_store_var_join(s->store, name);
-        pthread_rwlock_unlock(&s->life);
+        rc = dds_store_var_join(PYDDS_STORE(s), name);
+        ddstore_pin_release(s->pin);
     }
     Py_END_ALLOW_THREADS
     if (rc < 0)
@@ -1286,14 +1216,14 @@ static PyObject *store_get_method(pydds_store_obj *s, void *c)
 static PyObject *store_get_destroyed(pydds_store_obj *s, void *c)
 {
     (void)c;
-    return PyBool_FromLong(s->store == NULL);
+    return PyBool_FromLong(PYDDS_STORE(s) == NULL);
 }
 
 static PyObject *store_repr(pydds_store_obj *s)
 {
     return PyUnicode_FromFormat("<%s rank %d of %d, method %d%s>",
                                 Py_TYPE(s)->tp_name, s->rank, s->size,
-                                s->method, s->store ? "" : ", destroyed");
+                                s->method, PYDDS_STORE(s) ? "" : ", destroyed");
 }
 
 static PyMethodDef store_methods[] = {

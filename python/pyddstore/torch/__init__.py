@@ -32,7 +32,7 @@ try:
         _src_version = _fh.read().strip()
 except OSError:
     _src_version = None
-__version__ = getattr(_ext, "__version__", None) or _src_version or "0.1.0"
+__version__ = getattr(_ext, "__version__", None) or _src_version
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs", "DistSampler", "ThreadDataLoader", "TorchComm", "Comm", "__version__"]

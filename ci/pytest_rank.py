@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """pytest for one MPI rank: writes its JUnit XML to $DDSTORE_JUNIT_DIR/rank<R>.xml.
 
-Used by tools/run_tests.py under tools/ddrun so every rank's results are
+Used by ci/run_tests.py under tools/ddrun so every rank's results are
 collected (a test that fails on any rank fails).
 """
 import os

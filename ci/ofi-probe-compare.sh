@@ -2,7 +2,7 @@
 # ofi-probe-compare: ddstore-ofi's reads next to a bare fi_read loop over the
 # same provider, on this host (two processes, 127.0.0.1 for tcp).
 #
-#   tools/ofi-probe-compare.sh [REPEATS]          (default 5; best of REPEATS)
+#   ci/ofi-probe-compare.sh [REPEATS]          (default 5; best of REPEATS)
 #
 # BIN: directory with ofi_pingread and ofi_bare_read (default: bazel-bin's
 # ddstore-ofi, else build/ofi).  PROVIDERS: default "tcp shm".

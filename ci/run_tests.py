@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Run the whole ddstore suite in stages and print one closing line.
 
-    tools/run_tests.py              every stage
-    tools/run_tests.py c py2        only those stages
-    tools/run_tests.py --list       the stages
+    ci/run_tests.py              every stage
+    ci/run_tests.py c py2        only those stages
+    ci/run_tests.py --list       the stages
 
 Each stage is a real test runner (Bazel for C, pytest under tools/ddrun for
 Python); this script only sequences them and adds up their counts. A test that
@@ -119,7 +119,7 @@ def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
     os.makedirs(d)
     env = {"PYTHONUNBUFFERED": "1", "DDSTORE_JUNIT_DIR": d, "OMP_NUM_THREADS": "1"}
     env.update(extra_env or {})
-    cmd = [PY, os.path.join(TOP, "tools", "pytest_rank.py"), "-q", "-p", "no:cacheprovider", "--color=no"] + paths
+    cmd = [PY, os.path.join(TOP, "ci", "pytest_rank.py"), "-q", "-p", "no:cacheprovider", "--color=no"] + paths
     if nranks:
         cmd = [DDRUN, "-n", str(nranks), "--timeout", str(timeout), "--"] + cmd
     rc, _ = run(cmd, env=env, timeout=timeout + 60)
@@ -161,12 +161,12 @@ def junit_counts(name, d, rc):
 
 
 def wheel_stage(timeout=2400):
-    """tools/test_wheel.sh: the pip build in a fresh virtualenv, installed,
+    """ci/test_wheel.sh: the pip build in a fresh virtualenv, installed,
     smoke tests against the installed package (2 ranks)."""
     d = os.path.join(OUT, "wheel")
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
-    rc, _ = run([os.path.join(TOP, "tools", "test_wheel.sh")],
+    rc, _ = run([os.path.join(TOP, "ci", "test_wheel.sh")],
                 env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
     return junit_counts("wheel", d, rc)
 
@@ -224,20 +224,20 @@ def gpukit_stage(timeout=2400):
 
 
 def fuzz_stage(seconds=30):
-    """tools/fuzz-handshake.sh: libFuzzer on method 2's record parser for a
+    """ci/fuzz-handshake.sh: libFuzzer on method 2's record parser for a
     short while, starting from the tree's corpus (one test: no crash)."""
     c = Counts()
     if shutil.which("clang") is None:
         print("SKIP: fuzz: clang not installed (libFuzzer needs it)")
         c.skipped += 1
         return c
-    rc, _ = run([os.path.join(TOP, "tools", "fuzz-handshake.sh"), str(seconds)],
+    rc, _ = run([os.path.join(TOP, "ci", "fuzz-handshake.sh"), str(seconds)],
                 timeout=seconds + 600)
     if rc == 0:
         c.passed += 1
     else:
         c.failed += 1
-        c.failures.append(f"fuzz: tools/fuzz-handshake.sh {seconds} exited {rc}")
+        c.failures.append(f"fuzz: ci/fuzz-handshake.sh {seconds} exited {rc}")
     return c
 
 
@@ -312,14 +312,14 @@ STAGES = {
     "tsan": ("threaded read paths under ThreadSanitizer",
              lambda: bazel_tests("tsan", ["--config=tsan", "--test_tag_filters=threads"],
                                  ["//ddstore-core/...", "//ddstore-ofi/..."])),
-    "fuzz": ("method 2's record parser under libFuzzer for 30 s (tools/fuzz-handshake.sh)",
+    "fuzz": ("method 2's record parser under libFuzzer for 30 s (ci/fuzz-handshake.sh)",
              fuzz_stage),
     "nompi": ("the Bazel build without MPI (--config=nompi): FileComm, methods 1/2, plain processes",
               nompi_stage),
     "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
     "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
-    "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (tools/test_wheel.sh)",
+    "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (ci/test_wheel.sh)",
               wheel_stage),
     "pipmpi": ("pip build against PyPI's mpich wheel only (no system MPI/libfabric): methods 0/1/2 "
                "on 2 ranks (ci/pip-mpi.sh)", pipmpi_stage),

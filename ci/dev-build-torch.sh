@@ -4,8 +4,8 @@
 # against the venv's torch.  Like the Bazel rule, it does NOT link the C
 # libraries: the extension calls the store through pyddstore._core's capsule.
 #
-#   tools/dev-build-torch.sh            # build (skips when up to date)
-#   FORCE=1 tools/dev-build-torch.sh    # rebuild
+#   ci/dev-build-torch.sh            # build (skips when up to date)
+#   FORCE=1 ci/dev-build-torch.sh    # rebuild
 #   JOBS=2 (default) parallel compiles
 set -euo pipefail
 TOP="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -26,14 +26,20 @@ PYEOF
 VERSION="$(cat ddstore-torch/VERSION)"
 OUT="python/pyddstore/_ddstore_torch$EXT"
 OBJ="build/ddstore-torch"
-mkdir -p "$OBJ"
+mkdir -p "$OBJ/include/ddstore"
+# ddstore/torch_version.h, as Bazel's :torch_version and CMake generate it
+printf '#define DDSTORE_TORCH_VERSION "%s"\n' "$VERSION" >"$OBJ/include/ddstore/torch_version.h.new"
+cmp -s "$OBJ/include/ddstore/torch_version.h.new" "$OBJ/include/ddstore/torch_version.h" \
+    && rm "$OBJ/include/ddstore/torch_version.h.new" \
+    || mv "$OBJ/include/ddstore/torch_version.h.new" "$OBJ/include/ddstore/torch_version.h"
 SRCS=(ddstore-torch/csrc/*.cpp)
-HDRS=(ddstore-torch/csrc/*.h python/pyddstore/csrc/pyddstore_api.h ddstore-core/include/ddstore/*.h)
+HDRS=(ddstore-torch/csrc/*.h libddstore/include/ddstore/api.h ddstore-core/include/ddstore/*.h
+      "$OBJ/include/ddstore/torch_version.h")
 
 CXXFLAGS=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter
           -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
-          "-DDDSTORE_TORCH_VERSION=\"$VERSION\"" "-D_GLIBCXX_USE_CXX11_ABI=$ABI"
-          -Iddstore-torch/csrc -Ipython/pyddstore/csrc -Iddstore-core/include
+          "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -I"$OBJ/include"
+          -Iddstore-torch/csrc -Ilibddstore/include -Iddstore-core/include
           "-I$PYINC" "${TINC[@]}")
 
 newest_hdr=0

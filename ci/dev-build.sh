@@ -2,13 +2,14 @@
 # Development build of pyddstore._core with gcc, into python/pyddstore/.
 # Stop-gap until the Bazel build works (`./ddstore build` replaces it).
 #
-#   tools/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
-#   DDSTORE_MPI=0 tools/dev-build.sh   build without MPI (HAVE_MPI False)
-#   DDSTORE_GPU=cuda|hip tools/dev-build.sh   ddstore-gpu's CUDA / HIP backend
+#   ci/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
+#   DDSTORE_MPI=0 ci/dev-build.sh   build without MPI (HAVE_MPI False)
+#   DDSTORE_GPU=cuda|hip ci/dev-build.sh   ddstore-gpu's CUDA / HIP backend
 #                                  (default none: no GPU support; CUDA_HOME,
 #                                  default /usr/local/cuda; ROCM_PATH)
 #   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
 #   OUT=path/_core.so             write the module elsewhere
+#   DDSTORE_TEST_HOOKS=0          without the test hooks (as a release build)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
 cd "$TOP"
@@ -19,18 +20,21 @@ EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'
 OUT=${OUT:-python/pyddstore/_core$EXT}
 
 shopt -s nullglob
-srcs=(python/pyddstore/csrc/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
-incs=(-Ipython/pyddstore/csrc -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
-defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\"")
+srcs=(python/pyddstore/csrc/*.c libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
+incs=(-Ipython/pyddstore/csrc -Ilibddstore/include -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
+defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\""
+      -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\"")
+# a dev build: test hooks on (DDSTORE_TEST_HOOKS=0: as a release build)
+[ "${DDSTORE_TEST_HOOKS:-1}" != 0 ] && defs+=(-DDDSTORE_TEST_HOOKS)
 mpi=()
 gpu=()
 case "${DDSTORE_GPU:-none}" in
 none) srcs+=(ddstore-gpu/src/ddgpu_none.c) ;;
 cuda) CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-      srcs+=(ddstore-gpu/src/ddgpu_cuda.c); incs+=(-I"$CUDA_HOME/include")
+      srcs+=(ddstore-gpu/src/ddgpu_rt.c); defs+=(-DDDSTORE_WITH_CUDA); incs+=(-I"$CUDA_HOME/include")
       gpu=(-L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart) ;;
 hip)  ROCM_PATH=${ROCM_PATH:-/usr}
-      srcs+=(ddstore-gpu/src/ddgpu_hip.c); defs+=(-D__HIP_PLATFORM_AMD__)
+      srcs+=(ddstore-gpu/src/ddgpu_rt.c); defs+=(-DDDSTORE_WITH_HIP -D__HIP_PLATFORM_AMD__)
       [ "$ROCM_PATH" != /usr ] && incs+=(-I"$ROCM_PATH/include") && gpu=(-L"$ROCM_PATH/lib" -Wl,-rpath,"$ROCM_PATH/lib")
       gpu+=(-lamdhip64) ;;
 *) echo "dev-build: DDSTORE_GPU must be none, cuda or hip" >&2; exit 2 ;;

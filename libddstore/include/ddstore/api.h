@@ -1,15 +1,18 @@
-/* pyddstore C API, exported by pyddstore._core as the capsule
+/* libddstore: the C API table that pyddstore._core exports as the capsule
  * "pyddstore._core._C_API" (the pattern numpy uses for its C API).
+ * Headers only (//libddstore:api): the table is filled by _core
+ * (python/pyddstore/csrc/pydds_capi.c).
  *
  * The torch extension imports this table instead of linking the C libraries
  * a second time, so that there is one copy of the library state and a store
- * created by either module is the same object.  The table only grows at the
- * end; check `size` before using a member added after version 1.
+ * created by either module is the same object.  One version, every member
+ * present (nothing was released with an older table); a later change that
+ * grows it appends at the end and bumps PYDDSTORE_API_VERSION.
  *
  *   const pyddstore_api_t *api = pyddstore_api_import();   // NULL + exception
  */
-#ifndef PYDDSTORE_API_H
-#define PYDDSTORE_API_H
+#ifndef DDSTORE_API_H
+#define DDSTORE_API_H
 
 #include <Python.h>
 
@@ -53,10 +56,6 @@ typedef struct pyddstore_api {
     const char *(*strerror)(int);
     void (*log_write)(dds_log_level_t, dds_log_subsys_t, const char *, ...);
     int (*log_enabled)(dds_log_level_t, dds_log_subsys_t);
-
-    /* ---- Added after version 1: check `size` before use, e.g.
-     *   if (api->size >= offsetof(pyddstore_api_t, release) +
-     *                    sizeof(api->release)) ...                       */
 
     /* Local: overwrite rows [offset, offset+src->nrows) of this rank's
      * shard (store.h dds_store_var_update). */
@@ -111,10 +110,13 @@ static inline const pyddstore_api_t *pyddstore_api_import(void)
         (const pyddstore_api_t *)PyCapsule_Import(PYDDSTORE_API_CAPSULE, 0);
     if (api == NULL)
         return NULL;
-    if (api->version < PYDDSTORE_API_VERSION) {
+    if (api->version != PYDDSTORE_API_VERSION ||
+        api->size != sizeof(pyddstore_api_t)) {
         PyErr_Format(PyExc_ImportError,
-                     "pyddstore._core C API version %d is older than %d",
-                     api->version, PYDDSTORE_API_VERSION);
+                     "pyddstore._core C API version %d (%zu bytes), expected "
+                     "%d (%zu bytes): rebuild both extensions together",
+                     api->version, api->size, PYDDSTORE_API_VERSION,
+                     sizeof(pyddstore_api_t));
         return NULL;
     }
     return api;

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fuzz the method-2 handshake record parser (ddstore-ofi/fuzz/handshake_fuzz.c).
 #
-#   tools/fuzz-handshake.sh [SECONDS]          libFuzzer (clang, ASan + UBSan) for
+#   ci/fuzz-handshake.sh [SECONDS]          libFuzzer (clang, ASan + UBSan) for
 #                                              SECONDS (default 60) over a copy of
 #                                              ddstore-ofi/fuzz/corpus
-#   tools/fuzz-handshake.sh [SECONDS] --merge  the same, then merge the inputs that
+#   ci/fuzz-handshake.sh [SECONDS] --merge  the same, then merge the inputs that
 #                                              add coverage into the tree's corpus
-#   tools/fuzz-handshake.sh --replay           no libFuzzer: gcc + ASan + UBSan, runs
+#   ci/fuzz-handshake.sh --replay           no libFuzzer: gcc + ASan + UBSan, runs
 #                                              every corpus file once (seconds; CI)
 #   ... -- ARGS                                extra libFuzzer arguments
 #

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """check_sources.py: the pip (CMake) build and Bazel compile the same files.
 
-    tools/check_sources.py            compare; exit 0 when they agree, 1 when not
-    tools/check_sources.py --list     print both lists
+    ci/check_sources.py            compare; exit 0 when they agree, 1 when not
+    ci/check_sources.py --list     print both lists
 
 For each extension module it compares
 

@@ -4,7 +4,7 @@
 # in it, install the wheel, run the Python smoke tests against the installed
 # package from outside the tree (so python/ is not on sys.path).
 #
-#   tools/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--no-gpu-builds]
+#   ci/test_wheel.sh [--ranks N] [--reuse-venv] [--no-isolated] [--no-gpu-builds]
 #                       [--no-nompi] [--no-mpich]
 #
 #   1. venv     a fresh virtualenv at $WORK/venv (from the base interpreter of
@@ -13,7 +13,7 @@
 #               configured indices and cache.
 #   2. sources  pytest python/tests/wheel_checks.py::test_sources_match_bazel:
 #               Bazel and the pip build compile the same files
-#               (tools/check_sources.py; SKIP without bazel).
+#               (ci/check_sources.py; SKIP without bazel).
 #   3. wheel    pip wheel --no-build-isolation --no-deps . in the venv (CMake +
 #               ninja, CMAKE_BUILD_PARALLEL_LEVEL=2, build dir $WORK/build,
 #               started over).  Log: $WORK/wheel.log
@@ -41,7 +41,7 @@
 # while working on the build; not what the suite runs).
 #
 # $DDSTORE_JUNIT_DIR: when set, every pytest run writes its JUnit XML there
-# (sources.xml, rank<R>.xml), for tools/run_tests.py.
+# (sources.xml, rank<R>.xml), for ci/run_tests.py.
 # $WORK: $DDSTORE_WHEEL_DIR, default <repo>/out/wheel (ignored by git).
 # Exit status: 0 when every step and test passed.
 set -euo pipefail
@@ -187,7 +187,7 @@ cd "$RUN"
 export OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1
 env DDSTORE_WHEEL_TEST="$SUMMARY" DDSTORE_WHEEL_GPU="$GPU_SPEC" "${ISO_ENV[@]}" \
     "$TOP/tools/ddrun" -n "$RANKS" --timeout 900 -- \
-    "$PY" "$TOP/tools/pytest_rank.py" -q -p no:cacheprovider -rs \
+    "$PY" "$TOP/ci/pytest_rank.py" -q -p no:cacheprovider -rs \
     "$T/wheel_checks.py" -k "not test_sources_match_bazel" \
     "$T/test_core_basic.py" "$T/test_torch_ext.py" "$T/test_torch_dataset.py" || rc=1
 lap "smoke tests on $RANKS ranks"

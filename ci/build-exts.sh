@@ -2,7 +2,7 @@
 # build-exts.sh: build pyddstore's two extension modules with Bazel and put
 # them where `import pyddstore` finds them.
 #
-#   tools/build-exts.sh [BAZEL FLAGS...]     e.g. --config=nompi, --config=cuda, -c dbg
+#   ci/build-exts.sh [BAZEL FLAGS...]     e.g. --config=nompi, --config=cuda, -c dbg
 #
 # 1. bazel build -c opt FLAGS //:pyddstore_exts   (FLAGS come last and win)
 # 2. copies bazel-bin/python/pyddstore/_core.so      -> python/pyddstore/_core<EXT_SUFFIX>

@@ -1,0 +1,150 @@
+/* libddstore (the hub) without a peer: names, the method from the
+ * environment, ddstore_open's argument checks, pin handles, the GPU memsys
+ * of a build without GPU support. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "ddstore/gpu.h"
+#include "ddstore/open.h"
+#include "ddstore/pin.h"
+
+static void test_names(void)
+{
+    dds_dtype_t dt = DDS_DTYPE_RAW;
+    CHECK_STREQ(ddstore_mem_kind_name(DDS_MEM_HOST), "host");
+    CHECK_STREQ(ddstore_mem_kind_name(DDS_MEM_CUDA), "cuda");
+    CHECK_STREQ(ddstore_mem_kind_name(DDS_MEM_ROCM), "rocm");
+    CHECK_STREQ(ddstore_mem_kind_name((dds_mem_kind_t)99), "unknown");
+    CHECK_OK(ddstore_dtype_from_name("float32", &dt));
+    CHECK_EQ(dt, DDS_DTYPE_FLOAT32);
+    CHECK_OK(ddstore_dtype_from_name("torch.float64", &dt));
+    CHECK_EQ(dt, DDS_DTYPE_FLOAT64);
+    CHECK_OK(ddstore_dtype_from_name("half", &dt));
+    CHECK_EQ(dt, DDS_DTYPE_FLOAT16);
+    CHECK_OK(ddstore_dtype_from_name("bool_", &dt));
+    CHECK_EQ(dt, DDS_DTYPE_BOOL);
+    CHECK_RC(ddstore_dtype_from_name("complex7", &dt), -DDS_ETYPE);
+    CHECK(ddstore_version() != NULL && strchr(ddstore_version(), '.') != NULL);
+}
+
+static void test_method_default(void)
+{
+    int m = -1;
+    unsetenv("DDSTORE_METHOD");
+    CHECK_OK(ddstore_method_from_env(&m));
+    CHECK_EQ(m, 0);
+    CHECK_RC(ddstore_method_from_env(NULL), -DDS_EINVAL);
+}
+
+static void test_open_arguments(void)
+{
+    dds_store_t *st = NULL;
+    ddstore_open_params_t p;
+    CHECK_RC(ddstore_open(NULL, &st), -DDS_EINVAL);
+    memset(&p, 0, sizeof p);
+    CHECK_RC(ddstore_open(&p, &st), -DDS_EINVAL); /* no communicator */
+    CHECK_CONTAINS(dds_last_error(), "no communicator");
+    /* an unknown method: the communicator is destroyed, every rank fails */
+    memset(&p, 0, sizeof p);
+    p.field_mask = DDSTORE_OPEN_FIELD_COMM | DDSTORE_OPEN_FIELD_METHOD;
+    p.method = 7;
+    CHECK_OK(dds_comm_self(&p.comm));
+    CHECK_RC(ddstore_open(&p, &st), -DDS_EINVAL);
+    CHECK(st == NULL);
+    /* method 0 over a non-MPI communicator */
+    memset(&p, 0, sizeof p);
+    p.field_mask = DDSTORE_OPEN_FIELD_COMM | DDSTORE_OPEN_FIELD_METHOD |
+                   DDSTORE_OPEN_FIELD_COMM_KIND;
+    p.method = DDSTORE_METHOD_MPI;
+    p.comm_kind = "self";
+    CHECK_OK(dds_comm_self(&p.comm));
+    int rc = ddstore_open(&p, &st);
+    CHECK(rc == -DDS_EINVAL || rc == -DDS_ENOSYS);
+    if (rc == -DDS_EINVAL)
+        CHECK_CONTAINS(dds_last_error(), "'self' communicator");
+}
+
+/* ---- pins ---------------------------------------------------------------- */
+
+typedef struct {
+    ddstore_pin_t *pin;
+    atomic_int locked;
+} locker_t;
+
+static void *locker(void *arg)
+{
+    locker_t *l = arg;
+    ddstore_pin_lock(l->pin);
+    atomic_store(&l->locked, 1);
+    ddstore_pin_unlock(l->pin);
+    return NULL;
+}
+
+static void test_pins(void)
+{
+    int dummy;
+    dds_store_t *fake = (dds_store_t *)&dummy, *got = NULL;
+    ddstore_pin_t *pin = NULL;
+    CHECK_OK(ddstore_pin_create(fake, &pin));
+    CHECK(ddstore_pin_store(pin) == fake);
+    CHECK(ddstore_pin_store(NULL) == NULL);
+
+    /* the exclusive lock waits for a pin in flight */
+    CHECK_OK(ddstore_pin_acquire(pin, &got));
+    CHECK(got == fake);
+    locker_t l = {pin, 0};
+    pthread_t t;
+    pthread_create(&t, NULL, locker, &l);
+    struct timespec ms50 = {0, 50 * 1000 * 1000};
+    nanosleep(&ms50, NULL);
+    CHECK_EQ(atomic_load(&l.locked), 0);
+    ddstore_pin_release(pin);
+    pthread_join(t, NULL);
+    CHECK_EQ(atomic_load(&l.locked), 1);
+
+    /* taken: later pins fail */
+    ddstore_pin_lock(pin);
+    CHECK(ddstore_pin_take(pin) == fake);
+    CHECK(ddstore_pin_take(pin) == NULL);
+    ddstore_pin_unlock(pin);
+    CHECK(ddstore_pin_store(pin) == NULL);
+    CHECK_RC(ddstore_pin_acquire(pin, &got), -DDS_EFREED);
+    ddstore_pin_acquire_any(pin); /* no alive check */
+    ddstore_pin_release(pin);
+    ddstore_pin_after_fork(pin);
+    ddstore_pin_destroy(pin);
+    ddstore_pin_destroy(NULL);
+}
+
+static void test_gpu_memsys(void)
+{
+    dds_memsys_t ms;
+    int rc = ddstore_gpu_memsys_create(&ms);
+    if (ddgpu_backend_kind() == DDS_MEM_CUDA || ddgpu_backend_kind() == DDS_MEM_ROCM) {
+        /* lazy: nothing probed yet, host pointers are host memory */
+        dds_mem_t m;
+        CHECK_OK(rc);
+        CHECK_OK(ms.ops->pointer_kind(ms.ctx, &m, &m));
+        CHECK_EQ(m.kind, DDS_MEM_HOST);
+        ms.ops->destroy(ms.ctx);
+    } else {
+        CHECK_RC(rc, -DDS_ENOGPU);
+    }
+}
+
+int main(void)
+{
+    RUN_TEST(test_names);
+    RUN_TEST(test_method_default);
+    RUN_TEST(test_open_arguments);
+    RUN_TEST(test_pins);
+    RUN_TEST(test_gpu_memsys);
+    return CHECK_SUMMARY();
+}
