@@ -152,7 +152,7 @@ else
 fi
 # pytest_rank.py writes $DDSTORE_JUNIT_DIR/rank<R>.xml when that is set
 (cd "$RUN" && "$TOP/tools/ddrun" -n "$RANKS" --timeout 600 -- "$VENV/bin/python" \
-    "$TOP/tools/pytest_rank.py" -q -p no:cacheprovider --color=no -rs "$T/test_core_basic.py") ||
+    "$TOP/ci/pytest_rank.py" -q -p no:cacheprovider --color=no -rs "$T/test_core_basic.py") ||
     { say "FAILED: test_core_basic.py on $RANKS ranks"; fail=1; }
 (cd "$RUN" && "$VENV/bin/python" -m pytest -q -p no:cacheprovider --color=no -rs \
     ${JUNIT:+"--junitxml=$JUNIT/method2.xml"} "$T/test_method2.py") ||
