@@ -18,6 +18,18 @@
 #   --no-hooks       skip ci/gpu-check.d/ and the TODO list
 #   --require-all    exit 3 when a TODO hook is missing (default: report it)
 #   --build-dir DIR  default build/gpu-check (ignored by git)
+#   --kit DIR        install what the machine lacks from DIR (made here by
+#                    ci/gpu-kit.sh): a venv BUILD_DIR/kit-venv over PYTHON's
+#                    packages with the kit's MPI wheel (mpicc, mpiexec, libmpi,
+#                    libfabric.so.1) and mpi4py; everything below then runs
+#                    in it (PATH, PYTHON, MPICC, DDRUN_MPI=mpich,
+#                    DDRUN_MPIEXEC), the system's MPI and libfabric hidden.
+#   --dry-run        no GPU here (CI): DDSTORE_TEST_STRICT=0, the torch-level
+#                    hooks on CPU tensors (DDSTORE_GPU_HOOK_DEVICE=cpu) against
+#                    the CMake build of the tree; checks needing the device
+#                    skip, saying so.  The whole flow otherwise as on the device.
+#   --json FILE      the report (default BUILD_DIR/gpu-check.json, copied to
+#                    $OUT with the log and summary)
 # Environment: CUDA_HOME (default: from nvcc on PATH, else /usr/local/cuda),
 #   ROCM_PATH (hip; default /opt/rocm when present, else Debian's /usr),
 #   CC (gcc), NVCC, PYTHON (python3), DDSTORE_TEST_STRICT (default 1 for
@@ -27,8 +39,10 @@
 # Exit: 0 all run checks passed, 1 a check failed, 2 bad usage or missing
 #   toolchain, 3 --require-all and a hook is missing.
 #
-# On this (GPU-less) development machine, for a dry run of the build and of
-# the no-GPU paths:  DDSTORE_TEST_STRICT=0 ci/gpu-check.sh --backend cuda --backend hip
+# On the lent machine (one command; docs/testing.md "The GPU check"):
+#   ci/gpu-check.sh --kit out/gpu-kit          (after ci/gpu-kit.sh here)
+# Its dry run here, as CI runs it (stage gpukit of ./ddstore test):
+#   ci/gpu-kit.sh && ci/gpu-check.sh --kit out/gpu-kit --dry-run
 
 set -u -o pipefail
 
@@ -39,6 +53,10 @@ KERNEL=1
 HOOKS=1
 REQUIRE_ALL=0
 BUILD_DIR="$ROOT/build/gpu-check"
+KIT=""
+DRY=0
+JSON=""
+T_START=$(date +%s)
 while [ $# -gt 0 ]; do
     case "$1" in
     --backend) BACKENDS+=("${2:?--backend needs a value}"); shift 2 ;;
@@ -47,7 +65,10 @@ while [ $# -gt 0 ]; do
     --no-hooks) HOOKS=0; shift ;;
     --require-all) REQUIRE_ALL=1; shift ;;
     --build-dir) BUILD_DIR="${2:?}"; shift 2 ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --kit) KIT="${2:?--kit needs a folder}"; shift 2 ;;
+    --dry-run) DRY=1; shift ;;
+    --json) JSON="${2:?}"; shift 2 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "gpu-check: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -74,6 +95,7 @@ if [ -z "${ROCM_PATH:-}" ]; then
 fi
 
 mkdir -p "$BUILD_DIR"
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)     # hooks cd elsewhere
 LOG="$BUILD_DIR/gpu-check.log"
 SUMMARY="$BUILD_DIR/summary.txt"
 : >"$LOG"
@@ -105,12 +127,47 @@ run_step() {
         record PASS "$name" "$(printf '%s\n' "$out" | grep -E 'passed, [0-9]+ failed' | tail -1)"
     fi
 }
+# write_json: the summary as one JSON report (status, each check, machine).
+write_json() {
+    local f=${JSON:-$BUILD_DIR/gpu-check.json}
+    "$PYTHON" - "$SUMMARY" "$f" "$1" "$(( $(date +%s) - T_START ))" "$KIT" "$DRY" "$ROOT" <<'PY' || true
+import json, platform, re, subprocess, sys
+summary, out, status, secs, kit, dry, root = sys.argv[1:8]
+checks = []
+for line in open(summary):
+    m = re.match(r"(\S+)\s+(.*?)(?:  \((.*)\))?$", line.rstrip("\n"))
+    if m:
+        checks.append({"status": m.group(1), "name": m.group(2), "detail": m.group(3) or ""})
+def cmd(*a):
+    try:
+        return subprocess.run(a, capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception:
+        return ""
+counts = {}
+for c in checks:
+    counts[c["status"]] = counts.get(c["status"], 0) + 1
+json.dump({"status": status, "counts": counts, "elapsed_s": int(secs), "kit": kit or None,
+           "dry_run": dry == "1", "host": platform.node(), "python": sys.version.split()[0],
+           "gpus": cmd("nvidia-smi", "-L").splitlines(),
+           "commit": cmd("git", "-C", root, "rev-parse", "--short", "HEAD"),
+           "checks": checks}, open(out, "w"), indent=1)
+print("gpu-check: report", out)
+PY
+    JSON_WRITTEN=${JSON:-$BUILD_DIR/gpu-check.json}
+}
 finish() {
+    local st=OK
+    [ $MISSING -gt 0 ] && st=INCOMPLETE
+    [ $FAILED -ne 0 ] && st=FAILED
+    write_json "$st"
     say "==== summary"
     cat "$SUMMARY" | tee -a "$LOG" >/dev/null
     cat "$SUMMARY"
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-        cp "$LOG" "$SUMMARY" "$OUT"/ 2>/dev/null || true
+        cp "$LOG" "$SUMMARY" "$JSON_WRITTEN" "$OUT"/ 2>/dev/null || true
+        for f in "$BUILD_DIR"/*.log; do   # the builds' logs too (at most 8 files come back)
+            case "$f" in *gpu-check.log) ;; *) [ -f "$f" ] && cp "$f" "$OUT"/ 2>/dev/null ;; esac
+        done
     fi
     if [ $FAILED -ne 0 ]; then
         say "gpu-check: FAILED"
@@ -124,6 +181,38 @@ finish() {
     say "gpu-check: OK"
     exit 0
 }
+
+# ---- kit: what the lent machine lacks, installed into a venv --------------
+if [ $DRY -eq 1 ]; then
+    export DDSTORE_TEST_STRICT=${DDSTORE_TEST_STRICT:-0} DDSTORE_GPU_HOOK_DEVICE=cpu
+fi
+if [ -n "$KIT" ]; then
+    KIT=$(cd "$KIT" 2>/dev/null && pwd) || { echo "gpu-check: --kit: no folder $KIT" >&2; exit 2; }
+    ls "$KIT"/wheels/mpich-*.whl >/dev/null 2>&1 || { echo "gpu-check: --kit $KIT: no mpich wheel (run ci/gpu-kit.sh)" >&2; exit 2; }
+    KV="$BUILD_DIR/kit-venv"
+    say "==== kit $KIT -> $KV"
+    rm -rf "$KV"
+    if ! "$PYTHON" -m venv --system-site-packages "$KV" >>"$LOG" 2>&1; then
+        record FAIL "kit: venv" "$PYTHON -m venv failed"; finish
+    fi
+    # $PYTHON may itself be a venv (the lent machine's /opt/torch/.venv): its
+    # site-packages (torch, ...) are not the "system" ones; add every
+    # site-packages folder it sees
+    "$PYTHON" -c 'import sys; print("\n".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages"))))' \
+        >"$("$KV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_gpucheck_parent.pth"
+    if "$KV/bin/python" -m pip install -q --no-index --find-links "$KIT/wheels" --force-reinstall \
+            mpich mpi4py >>"$LOG" 2>&1 && [ -x "$KV/bin/mpicc" ] && [ -x "$KV/bin/mpiexec" ]; then
+        record PASS "kit: mpich + mpi4py into $KV"
+    else
+        record FAIL "kit: mpich + mpi4py into $KV" "see $LOG"; finish
+    fi
+    mkdir -p "$BUILD_DIR/no-pkgconfig"
+    export PATH="$KV/bin:$PATH" PYTHON="$KV/bin/python" MPICC="$KV/bin/mpicc" \
+        DDRUN_MPI=mpich DDRUN_MPIEXEC="$KV/bin/mpiexec" MPIR_CVAR_ASYNC_PROGRESS=1 \
+        UCX_LOG_LEVEL=${UCX_LOG_LEVEL:-error} MPI4PY_LIBMPI="$(ls "$KV"/lib/libmpi.so.* | head -1)" \
+        PKG_CONFIG_LIBDIR="$BUILD_DIR/no-pkgconfig" PKG_CONFIG_PATH="" GPUCHECK_KIT_VENV="$KV"
+    unset DDSTORE_MPI_IMPL LIBFABRIC_ROOT DDSTORE_LIBFABRIC_LIB
+fi
 
 # ---- 0. what this machine has --------------------------------------------
 say "==== environment"
@@ -279,6 +368,8 @@ fi
 HOOK_LIST=(
     "store-add-cuda|add() from a CUDA tensor: the shard registered in place, kept alive, readable by every rank"
     "store-get-cuda|get()/get_batch() into CUDA tensors, poisoned first, checked on the CPU and by a kernel"
+    "store-staging-off|DDSTORE_GPU_STAGING=0: a remote read into GPU memory without FI_HMEM is refused naming the setting; the store stays usable"
+    "store-method1-cuda|method 1 (libfabric) into CUDA tensors: GPUDirect where the provider offers FI_HMEM, else staged; which one is printed"
     "torch-distdataset-threads|DistDataset(device=, add_device=) + ThreadDataLoader, several epochs, 2 worker threads, every batch checked"
     "sync-profile|no stream-wide stalls: the profile's gpu_sync_ns during a loader epoch, next to the step time"
     "throughput|3 KB and 1 MiB rows into GPU memory vs host memory through the store (figures, not assertions)"

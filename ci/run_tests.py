@@ -14,6 +14,7 @@ failed or a stage could not run.
 """
 import argparse
 import glob
+import json
 import os
 import re
 import shutil
@@ -170,6 +171,58 @@ def wheel_stage(timeout=2400):
     return junit_counts("wheel", d, rc)
 
 
+def pipmpi_stage(timeout=1800):
+    """ci/pip-mpi.sh: the pip build whose only MPI and libfabric are PyPI's
+    mpich wheel (the system's hidden, checked with ninja's header log and
+    ldd), store tests for methods 0/1/2 on 2 ranks under its mpiexec."""
+    d = os.path.join(OUT, "pipmpi")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([os.path.join(TOP, "ci", "pip-mpi.sh")],
+                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
+    return junit_counts("pipmpi", d, rc)
+
+
+def gpukit_stage(timeout=2400):
+    """ci/gpu-kit.sh, then ci/gpu-check.sh --kit --dry-run: the GPU check
+    exactly as the lent machine runs it, minus the GPU (not strict, CPU
+    tensors).  Each check of its JSON report is one test (SKIP stays skip)."""
+    c = Counts()
+    d = os.path.join(OUT, "gpukit")
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    kit = os.path.join(TOP, "out", "gpu-kit")
+    rc, _ = run([os.path.join(TOP, "ci", "gpu-kit.sh"), kit], env={"DDSTORE_PYTHON": PY},
+                timeout=600)
+    if rc != 0:
+        c.failed += 1
+        c.failures.append(f"gpukit: ci/gpu-kit.sh exited {rc}")
+        return c
+    report = os.path.join(d, "gpu-check.json")
+    rc, _ = run([os.path.join(TOP, "ci", "gpu-check.sh"), "--kit", kit, "--dry-run",
+                 "--build-dir", os.path.join(TOP, "out", "gpu-check-dry"), "--json", report],
+                env={"PYTHON": PY}, timeout=timeout)
+    try:
+        with open(report) as f:
+            checks = json.load(f)["checks"]
+    except (OSError, ValueError, KeyError) as e:
+        checks = []
+        c.failed += 1
+        c.failures.append(f"gpukit: no report {report} ({e})")
+    for ch in checks:
+        if ch["status"] == "PASS":
+            c.passed += 1
+        elif ch["status"] == "SKIP":
+            c.skipped += 1
+        else:   # FAIL, or a TODO hook (not run is not passed)
+            c.failed += 1
+            c.failures.append(f"gpukit: {ch['status']} {ch['name']} ({ch['detail']})")
+    if rc != 0 and not c.failed:
+        c.failed += 1
+        c.failures.append(f"gpukit: ci/gpu-check.sh exited {rc}")
+    return c
+
+
 def fuzz_stage(seconds=30):
     """ci/fuzz-handshake.sh: libFuzzer on method 2's record parser for a
     short while, starting from the tree's corpus (one test: no crash)."""
@@ -268,6 +321,10 @@ STAGES = {
     "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
     "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (ci/test_wheel.sh)",
               wheel_stage),
+    "pipmpi": ("pip build against PyPI's mpich wheel only (no system MPI/libfabric): methods 0/1/2 "
+               "on 2 ranks (ci/pip-mpi.sh)", pipmpi_stage),
+    "gpukit": ("the lent GPU machine's check as it runs there, without the GPU: ci/gpu-kit.sh + "
+               "ci/gpu-check.sh --kit --dry-run", gpukit_stage),
     "docs": ("every runnable code block of README.md and docs/*.md (ci/doc_snippets.py)",
              docs_stage),
 }

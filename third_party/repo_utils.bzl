@@ -81,11 +81,19 @@ def split_flags(text):
     """Splits compiler-wrapper output (`mpicc -showme:link`) into
     (include_dirs, lib_dirs, libs, other_link_flags)."""
     incs, libdirs, libs, other = [], [], [], []
+    skip = False
     for tok in text.replace("\n", " ").split(" "):
         tok = tok.strip()
         if tok == "":
             continue
-        if tok.startswith("-I"):
+        if skip:
+            # the "-Wl,<dir>" after a bare "-Wl,-rpath" (MPICH's wheel
+            # prints them apart); link_flags adds an rpath per lib dir
+            skip = False
+            continue
+        if tok == "-Wl,-rpath":
+            skip = True
+        elif tok.startswith("-I"):
             incs.append(tok[2:])
         elif tok.startswith("-L"):
             libdirs.append(tok[2:])

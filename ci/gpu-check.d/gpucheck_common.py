@@ -65,7 +65,9 @@ class Ctx:
         self.is_cuda = self.device.type == "cuda"
 
     def allgather(self, obj):
-        return self._c.allgather(obj)
+        # pyddstore's wire format carries no floats (None/bool/int/str and
+        # containers only): the figures travel as one JSON string per rank
+        return [json.loads(x) for x in self._c.allgather(json.dumps(obj))]
 
     def barrier(self):
         self._c.barrier()

@@ -64,6 +64,10 @@ if sys.prefix != sys.base_prefix:
     p = sysconfig.get_paths()
     for k in ("purelib", "platlib"):
         print(p[k])
+    # and the folders its own .pth files add (a venv over a venv: the kit's)
+    for d in sys.path:
+        if d.endswith(("site-packages", "dist-packages")):
+            print(d)
 PY
     [ -n "${PIP_BUILD_EXTRA_PATH:-}" ] && tr ':' '\n' <<<"$PIP_BUILD_EXTRA_PATH"
 } | awk 'NF && !seen[$0]++' >"$site/zz_gpucheck_parent.pth"

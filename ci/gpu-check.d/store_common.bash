@@ -104,6 +104,13 @@ hook_python_env() {
     case "$HOOK_DEVICE" in
     cuda) need_torch_cuda; build_pyddstore_torch_cuda ;;
     cpu)
+        if [ -n "${GPUCHECK_KIT_VENV:-}" ]; then
+            # the kit's dry run: the tree built for the kit's MPI, as on the
+            # device (the tree's own build links the system's MPI)
+            build_pyddstore_torch_cuda
+            export GPUCHECK_DEVICE="$HOOK_DEVICE"
+            return 0
+        fi
         export PYTHONPATH="$ROOT/python${PYTHONPATH:+:$PYTHONPATH}"
         local why
         why=$("$PYTHON" -c 'import torch, pyddstore, pyddstore.torch' 2>&1 | tail -1) \

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU checks of pyddstore._core with torch CUDA tensors (run on N ranks).
 
-    tools/ddrun -n 2 python ci/gpu-check.d/store_cuda_check.py get|add
+    tools/ddrun -n 2 python ci/gpu-check.d/store_cuda_check.py get|add|staging-off|method1
 
 Used by ci/gpu-check.d/store-get-cuda.sh and store-add-cuda.sh on a GPU
 machine.  pyddstore._core must be the CUDA build with MPI (method 0, MPI RMA:
@@ -154,22 +154,75 @@ def mode_add(s, dev):
     print(f"rank {rank}: GPU shards added, read by every rank, updated, freed", flush=True)
 
 
+def mode_staging_off(s, dev):
+    """DDSTORE_GPU_STAGING=0 (set by the hook) over method 0, which has no
+    FI_HMEM: a read of another rank's rows into GPU memory is refused with an
+    error naming the setting; host reads still work, and so does the store."""
+    assert os.environ.get("DDSTORE_GPU_STAGING") == "0", "run with DDSTORE_GPU_STAGING=0"
+    rank, size = s.rank, s.size
+    assert size >= 2, "needs 2 ranks (a remote owner)"
+    rows = 16
+    s.add("x", values(np.int64, range(rank * rows, (rank + 1) * rows), 4))
+    other = ((rank + 1) % size) * rows
+    idx = np.arange(other, other + rows)
+    t = poisoned((rows, 4), np.int64, dev)
+    try:
+        s.get_batch("x", t, idx)
+    except pyddstore.DDStoreError as e:
+        assert "DDSTORE_GPU_STAGING" in str(e), f"the error does not name the setting: {e}"
+        print(f"rank {rank}: staging off: {type(e).__name__}: {e}", flush=True)
+    else:
+        raise AssertionError("a remote read into GPU memory with DDSTORE_GPU_STAGING=0 "
+                             "over a transport without FI_HMEM did not fail")
+    h = np.zeros((rows, 4), np.int64)
+    s.get_batch("x", h, idx)
+    assert np.array_equal(h, values(np.int64, idx, 4)), "host read after the refusal"
+    s.free()
+
+
+def mode_method1(s, dev):
+    """get/get_batch into CUDA tensors over method 1 (libfabric: the kit's
+    wheel carries its own libfabric.so.1): GPUDirect (fi_read into device
+    memory) where the provider offers FI_HMEM, else the staged path; says
+    which, from the profile (staged bytes)."""
+    rank, size = s.rank, s.size
+    rng = np.random.default_rng(11 + rank)
+    for dtype in (np.float32, np.int64, np.uint8):
+        name = f"m1_{np.dtype(dtype).name}"
+        rows = [40 + 3 * r for r in range(size)]
+        off = np.concatenate([[0], np.cumsum(rows)]).astype(int).tolist()
+        total = off[-1]
+        s.add(name, values(dtype, range(off[rank], off[rank + 1]), 768))
+        t = poisoned((total, 768), dtype, dev)
+        check_kernel_first(s, lambda: s.get(name, t, 0), t,
+                           values(dtype, range(total), 768), f"method 1 get {name}")
+        idx = rng.integers(0, total, 64)
+        b = poisoned((64, 768), dtype, dev)
+        check_kernel_first(s, lambda: s.get_batch(name, b, idx), b,
+                           values(dtype, idx, 768), f"method 1 get_batch {name}")
+        p = s.get_profile(name)
+        path = "staged" if p["staged_bytes"] > 0 else "GPUDirect (FI_HMEM)"
+        print(f"rank {rank}: method 1 {name}: {p['bytes']} bytes into GPU memory, "
+              f"{p['staged_bytes']} staged: {path}", flush=True)
+    s.free()
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else "get"
     assert _core.GPU_BACKEND == "cuda", _core.GPU_BACKEND
     torch.cuda.init()
-    s = pyddstore.PyDDStore(None, method=0)
+    s = pyddstore.PyDDStore(None, method=1 if mode == "method1" else 0)
     dev = torch.device("cuda", s.rank % torch.cuda.device_count())
     torch.cuda.set_device(dev)
-    if mode == "get":
-        mode_get(s, dev)
-    elif mode == "add":
-        mode_add(s, dev)
-    else:
+    modes = {"get": mode_get, "add": mode_add, "staging-off": mode_staging_off,
+             "method1": mode_method1}
+    if mode not in modes:
         raise SystemExit(f"unknown mode {mode}")
-    info = _core._gpu_info()
-    print(f"rank {s.rank}: {mode}: OK ({info['backend']}, runtime "
-          f"{info['runtime_version']}, driver {info['driver_version']})", flush=True)
+    modes[mode](s, dev)
+    info = _core._gpu_info() if hasattr(_core, "_gpu_info") else {}
+    print(f"rank {s.rank}: {mode}: OK ({info.get('backend', 'cuda')}, runtime "
+          f"{info.get('runtime_version', '?')}, driver {info.get('driver_version', '?')})",
+          flush=True)
 
 
 if __name__ == "__main__":

