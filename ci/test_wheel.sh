@@ -68,15 +68,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 
-say() { echo "test_wheel: $*"; }
-die() { echo "test_wheel: error: $*" >&2; exit 1; }
-T0=$(date +%s)
-step_t=$T0
-lap() { local now; now=$(date +%s); say "$1 ($((now - step_t)) s)"; step_t=$now; }
-
-if [ -n "${DDSTORE_PYTHON:-}" ]; then BASE="$DDSTORE_PYTHON"
-elif [ -x "$TOP/.venv/bin/python" ]; then BASE="$TOP/.venv/bin/python"
-else BASE="$(command -v python3)" || die "no Python (set DDSTORE_PYTHON)"; fi
+PROG=test_wheel
+. "$TOP/ci/common.bash"     # say, die, lap, BASE
 
 mkdir -p "$WORK"
 VENV="$WORK/venv"
