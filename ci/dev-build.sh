@@ -23,7 +23,8 @@ shopt -s nullglob
 srcs=(python/pyddstore/csrc/*.c libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
 incs=(-Ipython/pyddstore/csrc -Ilibddstore/include -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
 defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\""
-      -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\"")
+      -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\""
+      -DPYDDSTORE_VERSION="\"$(tr -d ' \t\r\n' <python/VERSION)\"")
 # a dev build: test hooks on (DDSTORE_TEST_HOOKS=0: as a release build)
 [ "${DDSTORE_TEST_HOOKS:-1}" != 0 ] && defs+=(-DDDSTORE_TEST_HOOKS)
 mpi=()

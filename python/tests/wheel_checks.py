@@ -85,9 +85,9 @@ def test_imported_from_the_install_not_the_tree():
 
 def test_version_from_one_place():
     import pyddstore
-    with open(os.path.join(TOP, "python", "pyddstore", "csrc", "pydds.h")) as f:
-        m = re.search(r'#define\s+PYDDSTORE_VERSION\s+"([^"]+)"', f.read())
-    assert m, "PYDDSTORE_VERSION not found in pydds.h"
+    with open(os.path.join(TOP, "python", "VERSION")) as f:
+        m = re.fullmatch(r"\s*([0-9][^\s]*)\s*", f.read())
+    assert m, "python/VERSION holds no version"
     assert pyddstore.__version__ == m.group(1)
     assert importlib.metadata.version("pyddstore") == pyddstore.__version__
 

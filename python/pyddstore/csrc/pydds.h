@@ -50,8 +50,16 @@ static inline PyObject *Py_NewRef(PyObject *o)
 }
 #endif
 
+/* PYDDSTORE_VERSION "x.y.z" from python/VERSION: Bazel
+ * (//python:pyddstore_version) and CMake generate ddstore/pyddstore_version.h;
+ * ci/dev-build.sh passes -DPYDDSTORE_VERSION='"x.y.z"'. */
+#if defined(__has_include)
+#if __has_include("ddstore/pyddstore_version.h")
+#include "ddstore/pyddstore_version.h"
+#endif
+#endif
 #ifndef PYDDSTORE_VERSION
-#define PYDDSTORE_VERSION "0.1.0"
+#error "PYDDSTORE_VERSION: generate ddstore/pyddstore_version.h from python/VERSION or define it"
 #endif
 
 /* ---- exceptions and error mapping (pydds_errors.c) ---------------------- */
