@@ -6,7 +6,7 @@
  * without having to solve it).  Whenever a parse succeeds the record must
  * obey every rule the header promises, and re-encoding it must give the
  * same bytes; whenever it fails the output must be zeroed.  The input is
- * also given to dds_hs_file_name as a variable name: the file name must be
+ * also given to ddofi_hs_file_name as a variable name: the file name must be
  * safe and decode back to the name.  A violation is __builtin_trap().
  *
  * Build with libFuzzer: ci/fuzz-handshake.sh.  With
@@ -73,18 +73,18 @@ static int str_ok(const char *s, size_t cap)
 }
 
 /* Every promise of a successful parse. */
-static void check_record(const dds_hs_record_t *r, const unsigned char *in,
+static void check_record(const ddofi_hs_record_t *r, const unsigned char *in,
                          size_t len)
 {
     uint64_t sum = 0;
     void *buf = NULL;
     size_t blen = 0;
 
-    CHECK_OR_TRAP(r->version == DDS_HS_VERSION);
-    CHECK_OR_TRAP(r->nranks >= 1 && r->nranks <= (uint32_t)DDS_HS_MAX_RANKS);
+    CHECK_OR_TRAP(r->version == DDOFI_HS_VERSION);
+    CHECK_OR_TRAP(r->nranks >= 1 && r->nranks <= (uint32_t)DDOFI_HS_MAX_RANKS);
     CHECK_OR_TRAP(r->ranks != NULL);
-    CHECK_OR_TRAP(len == (size_t)DDS_HS_HEADER_BYTES +
-                             (size_t)r->nranks * DDS_HS_RANK_BYTES);
+    CHECK_OR_TRAP(len == (size_t)DDOFI_HS_HEADER_BYTES +
+                             (size_t)r->nranks * DDOFI_HS_RANK_BYTES);
     CHECK_OR_TRAP(r->ctime_ns > 0);
     CHECK_OR_TRAP(r->dtype >= 0 && r->dtype < DDS_DTYPE_COUNT);
     CHECK_OR_TRAP(r->dtype == DDS_DTYPE_RAW ||
@@ -97,15 +97,15 @@ static void check_record(const dds_hs_record_t *r, const unsigned char *in,
     CHECK_OR_TRAP(str_ok(r->provider, sizeof r->provider));
     CHECK_OR_TRAP(str_ok(r->domain, sizeof r->domain));
     for (uint32_t i = 0; i < r->nranks; i++) {
-        const dds_hs_rank_t *k = &r->ranks[i];
+        const ddofi_hs_rank_t *k = &r->ranks[i];
         CHECK_OR_TRAP(k->rows >= 0);
         CHECK_OR_TRAP(r->row_bytes == 0 ||
                       (uint64_t)k->rows <= UINT64_MAX / r->row_bytes);
         CHECK_OR_TRAP(k->bytes == (uint64_t)k->rows * r->row_bytes);
         CHECK_OR_TRAP(k->pid > 0);
-        CHECK_OR_TRAP(k->addr_len >= 1 && k->addr_len <= DDS_HS_ADDR_MAX);
+        CHECK_OR_TRAP(k->addr_len >= 1 && k->addr_len <= DDOFI_HS_ADDR_MAX);
         CHECK_OR_TRAP(all_zero(k->addr + k->addr_len,
-                               DDS_HS_ADDR_MAX - k->addr_len));
+                               DDOFI_HS_ADDR_MAX - k->addr_len));
         CHECK_OR_TRAP(str_ok(k->host, sizeof k->host));
         CHECK_OR_TRAP((uint64_t)k->rows <= (uint64_t)INT64_MAX - sum);
         sum += (uint64_t)k->rows;
@@ -113,21 +113,21 @@ static void check_record(const dds_hs_record_t *r, const unsigned char *in,
     CHECK_OR_TRAP(r->total_rows == sum);
 
     /* re-encode: the same bytes */
-    CHECK_OR_TRAP(dds_hs_encode(r, &buf, &blen) == 0);
+    CHECK_OR_TRAP(ddofi_hs_encode(r, &buf, &blen) == 0);
     CHECK_OR_TRAP(blen == len && memcmp(buf, in, len) == 0);
     free(buf);
 }
 
 static void one(const unsigned char *data, size_t size)
 {
-    dds_hs_record_t r;
+    ddofi_hs_record_t r;
     int rc;
 
     memset(&r, 0xa5, sizeof r);
-    rc = dds_hs_parse(data, size, &r);
+    rc = ddofi_hs_parse(data, size, &r);
     if (rc == 0) {
         check_record(&r, data, size);
-        dds_hs_record_clear(&r);
+        ddofi_hs_record_clear(&r);
         CHECK_OR_TRAP(all_zero(&r, sizeof r));
     } else {
         CHECK_OR_TRAP(rc == -DDS_ECORRUPT || rc == -DDS_ESTALE ||
@@ -146,30 +146,30 @@ static int unhex(char c)
     return -1;
 }
 
-/* dds_hs_file_name on the input taken as a name (up to its first NUL): a
+/* ddofi_hs_file_name on the input taken as a name (up to its first NUL): a
  * safe file name that decodes back to the name; a short buffer is refused,
  * never overrun. */
 static void file_name(const unsigned char *data, size_t size)
 {
-    char name[DDS_HS_NAME_MAX + 2], out[3 * DDS_HS_NAME_MAX + 8];
-    char back[DDS_HS_NAME_MAX + 1];
+    char name[DDOFI_HS_NAME_MAX + 2], out[3 * DDOFI_HS_NAME_MAX + 8];
+    char back[DDOFI_HS_NAME_MAX + 1];
     size_t n = size < sizeof name - 1 ? size : sizeof name - 1;
-    size_t len, o = 0, suffix = sizeof(DDS_HS_SUFFIX) - 1, cap;
+    size_t len, o = 0, suffix = sizeof(DDOFI_HS_SUFFIX) - 1, cap;
     char *small;
     int rc;
 
     memcpy(name, data, n);
     name[n] = '\0';
     n = strlen(name);
-    rc = dds_hs_file_name(name, out, sizeof out);
-    if (n == 0 || n > DDS_HS_NAME_MAX) {
+    rc = ddofi_hs_file_name(name, out, sizeof out);
+    if (n == 0 || n > DDOFI_HS_NAME_MAX) {
         CHECK_OR_TRAP(rc == -DDS_EINVAL);
         return;
     }
     CHECK_OR_TRAP(rc == 0);
     len = strlen(out);
     CHECK_OR_TRAP(len > suffix && out[0] != '.');
-    CHECK_OR_TRAP(strcmp(out + len - suffix, DDS_HS_SUFFIX) == 0);
+    CHECK_OR_TRAP(strcmp(out + len - suffix, DDOFI_HS_SUFFIX) == 0);
     for (size_t i = 0; i < len - suffix; i++) {
         char c = out[i];
         if (c == '%') {
@@ -194,7 +194,7 @@ static void file_name(const unsigned char *data, size_t size)
     small = malloc(cap);
     if (small == NULL)
         return;
-    rc = dds_hs_file_name(name, small, cap);
+    rc = ddofi_hs_file_name(name, small, cap);
     CHECK_OR_TRAP(cap == len + 1 ? rc == 0 && strcmp(small, out) == 0
                                  : rc == -DDS_EINVAL);
     free(small);

@@ -1,5 +1,5 @@
 /* Writes the seed corpus of handshake_fuzz (fuzz/corpus/) into the
- * directory given as argv[1]: valid records made by dds_hs_encode and
+ * directory given as argv[1]: valid records made by ddofi_hs_encode and
  * near-misses derived from them.  Every value is fixed (run ids, times,
  * pids, hosts, blobs), so the output is the same on every run and machine;
  * the files are committed and this program regenerates them:
@@ -50,11 +50,11 @@ static void fix_crc(unsigned char *b, size_t len)
 static void out(const char *name, const void *buf, size_t len, int want)
 {
     char path[4096];
-    dds_hs_record_t chk;
+    ddofi_hs_record_t chk;
     FILE *f;
-    int rc = dds_hs_parse(buf, len, &chk);
+    int rc = ddofi_hs_parse(buf, len, &chk);
     if (rc == 0)
-        dds_hs_record_clear(&chk);
+        ddofi_hs_record_clear(&chk);
     if (rc != want) {
         fprintf(stderr, "%s: parses with %d (%s), expected %d: %s\n", name,
                 rc, dds_strerror(rc), want, dds_last_error());
@@ -70,7 +70,7 @@ static void out(const char *name, const void *buf, size_t len, int want)
 }
 
 /* A record of n ranks: rank i has rows_of(i) rows. */
-static void make(dds_hs_record_t *r, uint32_t n, const char *name,
+static void make(ddofi_hs_record_t *r, uint32_t n, const char *name,
                  dds_dtype_t dtype, uint64_t itemsize, uint64_t disp,
                  uint32_t flags, const int64_t *rows)
 {
@@ -86,16 +86,16 @@ static void make(dds_hs_record_t *r, uint32_t n, const char *name,
     snprintf(r->name, sizeof r->name, "%s", name);
     snprintf(r->exchange_ns, sizeof r->exchange_ns, "job1234.0");
     snprintf(r->provider, sizeof r->provider,
-             flags & DDS_HS_FLAG_LOCAL_ONLY ? "shm" : "tcp;ofi_rxm");
+             flags & DDOFI_HS_FLAG_LOCAL_ONLY ? "shm" : "tcp;ofi_rxm");
     snprintf(r->domain, sizeof r->domain,
-             flags & DDS_HS_FLAG_LOCAL_ONLY ? "shm" : "eth0");
+             flags & DDOFI_HS_FLAG_LOCAL_ONLY ? "shm" : "eth0");
     r->ranks = calloc(n, sizeof *r->ranks);
     if (r->ranks == NULL) {
         perror("calloc");
         exit(2);
     }
     for (uint32_t i = 0; i < n; i++) {
-        dds_hs_rank_t *k = &r->ranks[i];
+        ddofi_hs_rank_t *k = &r->ranks[i];
         k->rows = rows[i];
         k->base = 0x7f1200000000ull + 0x10000000ull * i;
         k->key = 0x1000ull + i;
@@ -104,7 +104,7 @@ static void make(dds_hs_record_t *r, uint32_t n, const char *name,
         k->addr_len = 16 + 8 * i;
         k->start_ticks = 500000 + i;
         snprintf(k->host, sizeof k->host, "node%03u", (unsigned)(i / 2));
-        for (int j = 0; j < DDS_HS_MR_BLOB; j++)
+        for (int j = 0; j < DDOFI_HS_MR_BLOB; j++)
             k->mr_blob[j] = (unsigned char)(0x40 + i * 3 + (unsigned)j);
         for (uint32_t j = 0; j < k->addr_len; j++)
             k->addr[j] = (unsigned char)(0x80 + i + j);
@@ -113,12 +113,12 @@ static void make(dds_hs_record_t *r, uint32_t n, const char *name,
 }
 
 /* Encodes r into *buf_p / *len_p and writes it as `name`. */
-static void emit(const char *name, dds_hs_record_t *r, unsigned char **buf_p,
+static void emit(const char *name, ddofi_hs_record_t *r, unsigned char **buf_p,
                  size_t *len_p)
 {
     void *buf = NULL;
     size_t len = 0;
-    int rc = dds_hs_encode(r, &buf, &len);
+    int rc = ddofi_hs_encode(r, &buf, &len);
     if (rc < 0) {
         fprintf(stderr, "%s: %s: %s\n", name, dds_strerror(rc),
                 dds_last_error());
@@ -138,7 +138,7 @@ int main(int argc, char **argv)
     static const int64_t rows2[] = {3, 0};
     static const int64_t rows4[] = {5, 6, 0, 7};
     static const int64_t rows3z[] = {0, 0, 0};
-    dds_hs_record_t r;
+    ddofi_hs_record_t r;
     unsigned char *b1, *b2, *b4, *t;
     size_t l1, l2, l4, l;
 
@@ -151,55 +151,55 @@ int main(int argc, char **argv)
     /* valid records */
     make(&r, 1, "x", DDS_DTYPE_FLOAT64, 8, 3, 0, rows1);
     emit("valid-1rank", &r, &b1, &l1);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     make(&r, 2, "labels", DDS_DTYPE_INT64, 8, 1, 0, rows2);
     emit("valid-2ranks-zero-rows", &r, &b2, &l2);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     make(&r, 4, "train.features", DDS_DTYPE_RAW, 24, 5,
-         DDS_HS_FLAG_LOCAL_ONLY, rows4);
+         DDOFI_HS_FLAG_LOCAL_ONLY, rows4);
     emit("valid-4ranks-local-only", &r, &b4, &l4);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     make(&r, 2, ".train/a b%c\xc3\xa9", DDS_DTYPE_FLOAT32, 4, 2, 0, rows2);
     emit("valid-escaped-name", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     make(&r, 3, "empty", DDS_DTYPE_BOOL, 1, 7, 0, rows3z);
     emit("valid-3ranks-all-empty", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
-    make(&r, 1, "u8", DDS_DTYPE_UINT8, 1, 1, DDS_HS_FLAG_LOCAL_ONLY, rows1);
+    make(&r, 1, "u8", DDS_DTYPE_UINT8, 1, 1, DDOFI_HS_FLAG_LOCAL_ONLY, rows1);
     emit("valid-uint8-local-only", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     make(&r, 2, "half", DDS_DTYPE_FLOAT16, 2, 4, 0, rows2);
     emit("valid-float16", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
-    make(&r, 1, "bf", DDS_DTYPE_BFLOAT16, 2, 3, DDS_HS_FLAG_LOCAL_ONLY, rows1);
+    make(&r, 1, "bf", DDS_DTYPE_BFLOAT16, 2, 3, DDOFI_HS_FLAG_LOCAL_ONLY, rows1);
     emit("valid-bfloat16-local-only", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     /* every string at its longest, the largest address blob */
     make(&r, 1, "n", DDS_DTYPE_INT32, 4, 1, 0, rows1);
-    memset(r.name, 'n', DDS_HS_NAME_MAX);
-    memset(r.exchange_ns, 's', DDS_HS_NS_MAX);
-    memset(r.provider, 'p', DDS_HS_PROV_MAX);
-    memset(r.domain, 'd', DDS_HS_DOMAIN_MAX);
-    memset(r.ranks[0].host, 'h', DDS_HS_HOST_MAX);
-    r.ranks[0].addr_len = DDS_HS_ADDR_MAX;
-    memset(r.ranks[0].addr, 0x5a, DDS_HS_ADDR_MAX);
+    memset(r.name, 'n', DDOFI_HS_NAME_MAX);
+    memset(r.exchange_ns, 's', DDOFI_HS_NS_MAX);
+    memset(r.provider, 'p', DDOFI_HS_PROV_MAX);
+    memset(r.domain, 'd', DDOFI_HS_DOMAIN_MAX);
+    memset(r.ranks[0].host, 'h', DDOFI_HS_HOST_MAX);
+    r.ranks[0].addr_len = DDOFI_HS_ADDR_MAX;
+    memset(r.ranks[0].addr, 0x5a, DDOFI_HS_ADDR_MAX);
     r.ranks[0].start_ticks = 0; /* unknown */
     emit("valid-longest-fields", &r, &t, &l);
     free(t);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 
     /* near-misses */
     if (b1 != NULL && b2 != NULL && b4 != NULL) {
@@ -240,7 +240,7 @@ int main(int argc, char **argv)
         out("bad-total-rows", t, l4, -DDS_ECORRUPT);
 
         memcpy(t, b1, l1);
-        put32(t + 512 + 36, DDS_HS_ADDR_MAX + 1);
+        put32(t + 512 + 36, DDOFI_HS_ADDR_MAX + 1);
         fix_crc(t, l1);
         out("bad-addr-len", t, l1, -DDS_ECORRUPT);
 

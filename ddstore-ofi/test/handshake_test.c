@@ -130,8 +130,8 @@ static void fix_crc(unsigned char *b, size_t len)
 #define RANK_OFF(i) (512u + 480u * (unsigned)(i))
 
 /* A deterministic record of n ranks (rank 1 has zero rows) named `name`.
- * Free with dds_hs_record_clear. */
-static void make_record(dds_hs_record_t *r, uint32_t n, const char *name)
+ * Free with ddofi_hs_record_clear. */
+static void make_record(ddofi_hs_record_t *r, uint32_t n, const char *name)
 {
     uint64_t total = 0;
     memset(r, 0, sizeof *r);
@@ -140,7 +140,7 @@ static void make_record(dds_hs_record_t *r, uint32_t n, const char *name)
     r->run_id = 0x0123456789abcdefull;
     r->ctime_ns = 1700000000123456789ll;
     r->dtype = DDS_DTYPE_FLOAT32;
-    r->flags = DDS_HS_FLAG_LOCAL_ONLY;
+    r->flags = DDOFI_HS_FLAG_LOCAL_ONLY;
     r->pidns = 0xeffffffcu;
     r->itemsize = 4;
     r->disp = 3;
@@ -155,16 +155,16 @@ static void make_record(dds_hs_record_t *r, uint32_t n, const char *name)
         exit(2);
     }
     for (uint32_t i = 0; i < n; i++) {
-        dds_hs_rank_t *k = &r->ranks[i];
+        ddofi_hs_rank_t *k = &r->ranks[i];
         k->rows = i == 1 ? 0 : (int64_t)(7 * i + 5);
         k->base = 0x7f0000000000ull + 0x100000ull * i;
         k->key = 0xabc000ull + i;
         k->bytes = (uint64_t)k->rows * r->row_bytes;
         k->pid = (int32_t)(4000 + i);
-        k->addr_len = i % 3 == 0 ? 16u : i % 3 == 1 ? 1u : DDS_HS_ADDR_MAX;
+        k->addr_len = i % 3 == 0 ? 16u : i % 3 == 1 ? 1u : DDOFI_HS_ADDR_MAX;
         k->start_ticks = 123456u + i;
         snprintf(k->host, sizeof k->host, "node%02u.cluster", (unsigned)i);
-        for (int j = 0; j < DDS_HS_MR_BLOB; j++)
+        for (int j = 0; j < DDOFI_HS_MR_BLOB; j++)
             k->mr_blob[j] = (unsigned char)(i * 31 + (unsigned)j);
         for (uint32_t j = 0; j < k->addr_len; j++)
             k->addr[j] = (unsigned char)(i * 7 + j + 1);
@@ -173,9 +173,9 @@ static void make_record(dds_hs_record_t *r, uint32_t n, const char *name)
     r->total_rows = total;
 }
 
-static void check_same(const dds_hs_record_t *a, const dds_hs_record_t *b)
+static void check_same(const ddofi_hs_record_t *a, const ddofi_hs_record_t *b)
 {
-    CHECK_EQ_U(b->version, DDS_HS_VERSION);
+    CHECK_EQ_U(b->version, DDOFI_HS_VERSION);
     CHECK_EQ_U(a->nranks, b->nranks);
     CHECK_EQ_U(a->run_id, b->run_id);
     CHECK_EQ(a->ctime_ns, b->ctime_ns);
@@ -193,7 +193,7 @@ static void check_same(const dds_hs_record_t *a, const dds_hs_record_t *b)
     if (a->nranks != b->nranks || b->ranks == NULL)
         return;
     for (uint32_t i = 0; i < a->nranks; i++) {
-        const dds_hs_rank_t *x = &a->ranks[i], *y = &b->ranks[i];
+        const ddofi_hs_rank_t *x = &a->ranks[i], *y = &b->ranks[i];
         CHECK_EQ(x->rows, y->rows);
         CHECK_EQ_U(x->base, y->base);
         CHECK_EQ_U(x->key, y->key);
@@ -202,8 +202,8 @@ static void check_same(const dds_hs_record_t *a, const dds_hs_record_t *b)
         CHECK_EQ_U(x->addr_len, y->addr_len);
         CHECK_EQ_U(x->start_ticks, y->start_ticks);
         CHECK_STREQ(x->host, y->host);
-        CHECK_MEMEQ(x->mr_blob, y->mr_blob, DDS_HS_MR_BLOB);
-        CHECK_MEMEQ(x->addr, y->addr, DDS_HS_ADDR_MAX);
+        CHECK_MEMEQ(x->mr_blob, y->mr_blob, DDOFI_HS_MR_BLOB);
+        CHECK_MEMEQ(x->addr, y->addr, DDOFI_HS_ADDR_MAX);
     }
 }
 
@@ -221,12 +221,12 @@ static int all_zero(const void *p, size_t n)
 static void expect_parse_fail(const unsigned char *b, size_t len, int want,
                               const char *field, const char *what)
 {
-    dds_hs_record_t r;
+    ddofi_hs_record_t r;
     unsigned char *copy = malloc(len ? len : 1); /* exact size for ASan */
     memcpy(copy, b, len);
     memset(&r, 0xa5, sizeof r);
     dds_error_clear();
-    int rc = dds_hs_parse(copy, len, &r);
+    int rc = ddofi_hs_parse(copy, len, &r);
     if (rc != want || strstr(dds_last_error(), field) == NULL)
         fprintf(stderr, "  case: %s\n", what);
     CHECK_RC(rc, want);
@@ -234,7 +234,7 @@ static void expect_parse_fail(const unsigned char *b, size_t len, int want,
     CHECK_CONTAINS(dds_last_error(), "handshake record");
     CHECK(all_zero(&r, sizeof r));
     if (rc == 0)
-        dds_hs_record_clear(&r);
+        ddofi_hs_record_clear(&r);
     free(copy);
 }
 
@@ -246,7 +246,7 @@ static void test_round_trip(void)
     static const char *const names[] = {"train", "x/y z%", ".hidden",
                                         "\xc3\xa9t\xc3\xa9"};
     for (size_t t = 0; t < 4; t++) {
-        dds_hs_record_t r, p;
+        ddofi_hs_record_t r, p;
         void *buf = NULL, *buf2 = NULL;
         size_t len = 0, len2 = 0;
         unsigned char *b;
@@ -269,7 +269,7 @@ static void test_round_trip(void)
             for (uint32_t i = 0; i < r.nranks; i++)
                 r.ranks[i].bytes = (uint64_t)r.ranks[i].rows * 6;
         }
-        CHECK_OK(dds_hs_encode(&r, &buf, &len));
+        CHECK_OK(ddofi_hs_encode(&r, &buf, &len));
         CHECK_EQ_U(len, 512u + 480u * counts[t]);
         b = buf;
         if (b == NULL)
@@ -305,106 +305,106 @@ static void test_round_trip(void)
             CHECK_EQ_U(get32(e + 36), r.ranks[i].addr_len);
             CHECK_EQ_U(get64(e + 40), r.ranks[i].start_ticks);
             CHECK_STREQ((const char *)e + 48, r.ranks[i].host);
-            CHECK_MEMEQ(e + 112, r.ranks[i].mr_blob, DDS_HS_MR_BLOB);
-            CHECK_MEMEQ(e + 160, r.ranks[i].addr, DDS_HS_ADDR_MAX);
+            CHECK_MEMEQ(e + 112, r.ranks[i].mr_blob, DDOFI_HS_MR_BLOB);
+            CHECK_MEMEQ(e + 160, r.ranks[i].addr, DDOFI_HS_ADDR_MAX);
         }
-        CHECK_OK(dds_hs_parse(buf, len, &p));
+        CHECK_OK(ddofi_hs_parse(buf, len, &p));
         check_same(&r, &p);
         /* deterministic, and the parsed record re-encodes to the same bytes */
-        CHECK_OK(dds_hs_encode(&p, &buf2, &len2));
+        CHECK_OK(ddofi_hs_encode(&p, &buf2, &len2));
         CHECK_EQ_U(len2, len);
         if (buf2 != NULL && len2 == len)
             CHECK_MEMEQ(buf, buf2, len);
         free(buf2);
-        dds_hs_record_clear(&p);
+        ddofi_hs_record_clear(&p);
         CHECK(all_zero(&p, sizeof p));
         free(buf);
-        dds_hs_record_clear(&r);
+        ddofi_hs_record_clear(&r);
     }
-    dds_hs_record_clear(NULL);
+    ddofi_hs_record_clear(NULL);
 
     /* garbage after a string's NUL in the caller's struct is not written */
     {
-        dds_hs_record_t r, p;
+        ddofi_hs_record_t r, p;
         void *buf = NULL;
         size_t len = 0;
         make_record(&r, 2, "pad");
         memset(r.name + 4, 'Z', sizeof r.name - 5);
         memset(r.ranks[0].host + 15, 'Q', 10);
         memset(r.ranks[0].addr + 16, 0xee, 8);
-        CHECK_OK(dds_hs_encode(&r, &buf, &len));
-        CHECK_OK(dds_hs_parse(buf, len, &p));
+        CHECK_OK(ddofi_hs_encode(&r, &buf, &len));
+        CHECK_OK(ddofi_hs_parse(buf, len, &p));
         CHECK_STREQ(p.name, "pad");
         CHECK(all_zero(p.name + 3, sizeof p.name - 3));
-        CHECK(all_zero(p.ranks[0].addr + 16, DDS_HS_ADDR_MAX - 16));
-        dds_hs_record_clear(&p);
+        CHECK(all_zero(p.ranks[0].addr + 16, DDOFI_HS_ADDR_MAX - 16));
+        ddofi_hs_record_clear(&p);
         free(buf);
-        dds_hs_record_clear(&r);
+        ddofi_hs_record_clear(&r);
     }
 }
 
-typedef void (*mutate_fn)(dds_hs_record_t *r);
+typedef void (*mutate_fn)(ddofi_hs_record_t *r);
 
-static void m_nranks0(dds_hs_record_t *r) { r->nranks = 0; }
-static void m_ctime0(dds_hs_record_t *r) { r->ctime_ns = 0; }
-static void m_ctime_neg(dds_hs_record_t *r) { r->ctime_ns = -5; }
-static void m_name_empty(dds_hs_record_t *r) { r->name[0] = '\0'; }
-static void m_name_unterm(dds_hs_record_t *r)
+static void m_nranks0(ddofi_hs_record_t *r) { r->nranks = 0; }
+static void m_ctime0(ddofi_hs_record_t *r) { r->ctime_ns = 0; }
+static void m_ctime_neg(ddofi_hs_record_t *r) { r->ctime_ns = -5; }
+static void m_name_empty(ddofi_hs_record_t *r) { r->name[0] = '\0'; }
+static void m_name_unterm(ddofi_hs_record_t *r)
 {
     memset(r->name, 'n', sizeof r->name);
 }
-static void m_ns_unterm(dds_hs_record_t *r)
+static void m_ns_unterm(ddofi_hs_record_t *r)
 {
     memset(r->exchange_ns, 's', sizeof r->exchange_ns);
 }
-static void m_prov_unterm(dds_hs_record_t *r)
+static void m_prov_unterm(ddofi_hs_record_t *r)
 {
     memset(r->provider, 'p', sizeof r->provider);
 }
-static void m_dom_unterm(dds_hs_record_t *r)
+static void m_dom_unterm(ddofi_hs_record_t *r)
 {
     memset(r->domain, 'd', sizeof r->domain);
 }
-static void m_dtype_neg(dds_hs_record_t *r) { r->dtype = -1; }
-static void m_dtype_big(dds_hs_record_t *r) { r->dtype = DDS_DTYPE_COUNT; }
-static void m_itemsize_half(dds_hs_record_t *r)
+static void m_dtype_neg(ddofi_hs_record_t *r) { r->dtype = -1; }
+static void m_dtype_big(ddofi_hs_record_t *r) { r->dtype = DDS_DTYPE_COUNT; }
+static void m_itemsize_half(ddofi_hs_record_t *r)
 {
     r->dtype = DDS_DTYPE_BFLOAT16; /* 2 bytes; itemsize stays 4 */
 }
-static void m_itemsize0(dds_hs_record_t *r)
+static void m_itemsize0(ddofi_hs_record_t *r)
 {
     r->dtype = DDS_DTYPE_RAW;
     r->itemsize = 0;
     r->row_bytes = 0;
 }
-static void m_itemsize_dtype(dds_hs_record_t *r)
+static void m_itemsize_dtype(ddofi_hs_record_t *r)
 {
     r->itemsize = 8; /* float32 */
     r->row_bytes = 24;
     for (uint32_t i = 0; i < r->nranks; i++)
         r->ranks[i].bytes = (uint64_t)r->ranks[i].rows * 24;
 }
-static void m_disp0(dds_hs_record_t *r)
+static void m_disp0(ddofi_hs_record_t *r)
 {
     r->disp = 0;
     r->row_bytes = 0;
 }
-static void m_row_bytes(dds_hs_record_t *r) { r->row_bytes = 13; }
-static void m_row_overflow(dds_hs_record_t *r)
+static void m_row_bytes(ddofi_hs_record_t *r) { r->row_bytes = 13; }
+static void m_row_overflow(ddofi_hs_record_t *r)
 {
     r->dtype = DDS_DTYPE_RAW;
     r->itemsize = 16;
     r->disp = (uint64_t)1 << 61;
     r->row_bytes = 0; /* 2^65 mod 2^64 */
 }
-static void m_total(dds_hs_record_t *r) { r->total_rows++; }
-static void m_rows_neg(dds_hs_record_t *r)
+static void m_total(ddofi_hs_record_t *r) { r->total_rows++; }
+static void m_rows_neg(ddofi_hs_record_t *r)
 {
     r->ranks[1].rows = -1;
     r->ranks[1].bytes = (uint64_t)-12;
 }
-static void m_bytes(dds_hs_record_t *r) { r->ranks[2].bytes++; }
-static void m_bytes_overflow(dds_hs_record_t *r)
+static void m_bytes(ddofi_hs_record_t *r) { r->ranks[2].bytes++; }
+static void m_bytes_overflow(ddofi_hs_record_t *r)
 {
     r->ranks[0].rows = INT64_MAX / 4;
     r->ranks[0].bytes = (uint64_t)(INT64_MAX / 4) * 12u; /* wrapped */
@@ -412,7 +412,7 @@ static void m_bytes_overflow(dds_hs_record_t *r)
     for (uint32_t i = 0; i < r->nranks; i++)
         r->total_rows += (uint64_t)r->ranks[i].rows;
 }
-static void m_sum_overflow(dds_hs_record_t *r)
+static void m_sum_overflow(ddofi_hs_record_t *r)
 {
     r->dtype = DDS_DTYPE_UINT8;
     r->itemsize = 1;
@@ -423,14 +423,14 @@ static void m_sum_overflow(dds_hs_record_t *r)
         r->ranks[i].bytes = (uint64_t)r->ranks[i].rows;
     r->total_rows = (uint64_t)INT64_MAX + 1 + (uint64_t)r->ranks[3].rows;
 }
-static void m_pid0(dds_hs_record_t *r) { r->ranks[3].pid = 0; }
-static void m_pid_neg(dds_hs_record_t *r) { r->ranks[0].pid = -7; }
-static void m_addr0(dds_hs_record_t *r) { r->ranks[0].addr_len = 0; }
-static void m_addr_big(dds_hs_record_t *r)
+static void m_pid0(ddofi_hs_record_t *r) { r->ranks[3].pid = 0; }
+static void m_pid_neg(ddofi_hs_record_t *r) { r->ranks[0].pid = -7; }
+static void m_addr0(ddofi_hs_record_t *r) { r->ranks[0].addr_len = 0; }
+static void m_addr_big(ddofi_hs_record_t *r)
 {
-    r->ranks[2].addr_len = DDS_HS_ADDR_MAX + 1;
+    r->ranks[2].addr_len = DDOFI_HS_ADDR_MAX + 1;
 }
-static void m_host_unterm(dds_hs_record_t *r)
+static void m_host_unterm(ddofi_hs_record_t *r)
 {
     memset(r->ranks[1].host, 'h', sizeof r->ranks[1].host);
 }
@@ -474,23 +474,23 @@ static const struct {
  * (-DDS_ECORRUPT); both details name the field. */
 static void test_field_rules(void)
 {
-    dds_hs_record_t good;
+    ddofi_hs_record_t good;
     void *gbuf = NULL;
     size_t glen = 0;
 
     make_record(&good, 4, "rules");
-    CHECK_OK(dds_hs_encode(&good, &gbuf, &glen));
+    CHECK_OK(ddofi_hs_encode(&good, &gbuf, &glen));
     if (gbuf == NULL)
         return;
     for (size_t m = 0; m < sizeof mutations / sizeof mutations[0]; m++) {
-        dds_hs_record_t r;
+        ddofi_hs_record_t r;
         void *buf = (void *)1;
         size_t len = 7;
         unsigned char *b = malloc(glen);
         make_record(&r, 4, "rules");
         mutations[m].fn(&r);
         dds_error_clear();
-        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(&r, &buf, &len), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), mutations[m].field);
         CHECK(buf == NULL && len == 0);
 
@@ -518,44 +518,44 @@ static void test_field_rules(void)
         expect_parse_fail(b, glen, -DDS_ECORRUPT, mutations[m].field,
                           mutations[m].field);
         free(b);
-        dds_hs_record_clear(&r);
+        ddofi_hs_record_clear(&r);
     }
 
     /* encode-only argument checks */
     {
         void *buf;
         size_t len;
-        dds_hs_record_t r;
+        ddofi_hs_record_t r;
         make_record(&r, 2, "args");
-        CHECK_RC(dds_hs_encode(NULL, &buf, &len), -DDS_EINVAL);
-        CHECK_RC(dds_hs_encode(&r, NULL, &len), -DDS_EINVAL);
-        CHECK_RC(dds_hs_encode(&r, &buf, NULL), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(NULL, &buf, &len), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(&r, NULL, &len), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(&r, &buf, NULL), -DDS_EINVAL);
         m_nranks0(&r);
-        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(&r, &buf, &len), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "nranks 0 outside [1, 1048576]");
-        r.nranks = DDS_HS_MAX_RANKS + 1;
-        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        r.nranks = DDOFI_HS_MAX_RANKS + 1;
+        CHECK_RC(ddofi_hs_encode(&r, &buf, &len), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "nranks 1048577");
         r.nranks = 2;
         free(r.ranks);
         r.ranks = NULL;
-        CHECK_RC(dds_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_encode(&r, &buf, &len), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "ranks is NULL");
     }
     free(gbuf);
-    dds_hs_record_clear(&good);
+    ddofi_hs_record_clear(&good);
 }
 
 /* Header words and byte-level rules that only a file can break. */
 static void test_header_rules(void)
 {
-    dds_hs_record_t r;
+    ddofi_hs_record_t r;
     void *gbuf = NULL;
     size_t glen = 0;
     unsigned char *b;
 
     make_record(&r, 3, "hdr");
-    CHECK_OK(dds_hs_encode(&r, &gbuf, &glen));
+    CHECK_OK(ddofi_hs_encode(&r, &gbuf, &glen));
     if (gbuf == NULL)
         return;
     b = malloc(glen + 960);
@@ -599,7 +599,7 @@ static void test_header_rules(void)
     expect_parse_fail(b, glen, -DDS_ECORRUPT, "nranks 0 outside [1, 1048576]",
                       "nranks 0");
     RESET();
-    put32(b + 28, DDS_HS_MAX_RANKS + 1);
+    put32(b + 28, DDOFI_HS_MAX_RANKS + 1);
     fix_crc(b, glen);
     expect_parse_fail(b, glen, -DDS_ECORRUPT,
                       "nranks 1048577 outside [1, 1048576]", "nranks max+1");
@@ -658,15 +658,15 @@ static void test_header_rules(void)
                       "addr padding");
     /* region blob and flags are opaque: any bytes parse */
     RESET();
-    memset(b + RANK_OFF(2) + 112, 0xff, DDS_HS_MR_BLOB);
+    memset(b + RANK_OFF(2) + 112, 0xff, DDOFI_HS_MR_BLOB);
     put32(b + 52, 0xfffffffeu);
     fix_crc(b, glen);
     {
-        dds_hs_record_t p;
-        CHECK_OK(dds_hs_parse(b, glen, &p));
+        ddofi_hs_record_t p;
+        CHECK_OK(ddofi_hs_parse(b, glen, &p));
         CHECK_EQ_U(p.flags, 0xfffffffeu);
         CHECK_EQ(p.ranks[2].mr_blob[47], 0xff);
-        dds_hs_record_clear(&p);
+        ddofi_hs_record_clear(&p);
     }
 
     /* CRC: one flipped bit anywhere, or a wrong CRC field */
@@ -712,25 +712,25 @@ static void test_header_rules(void)
         put64(b + 80, r.total_rows + (uint64_t)r.ranks[2].rows);
         fix_crc(b, glen + 480);
         {
-            dds_hs_record_t p;
-            CHECK_OK(dds_hs_parse(b, glen + 480, &p));
+            ddofi_hs_record_t p;
+            CHECK_OK(ddofi_hs_parse(b, glen + 480, &p));
             CHECK_EQ_U(p.nranks, 4);
             CHECK_EQ(p.ranks[3].rows, r.ranks[2].rows);
-            dds_hs_record_clear(&p);
+            ddofi_hs_record_clear(&p);
         }
     }
 
     /* NULL arguments */
     {
-        dds_hs_record_t p;
-        CHECK_RC(dds_hs_parse(gbuf, glen, NULL), -DDS_EINVAL);
-        CHECK_RC(dds_hs_parse(NULL, 10, &p), -DDS_EINVAL);
-        CHECK_RC(dds_hs_parse(NULL, 0, &p), -DDS_ECORRUPT);
+        ddofi_hs_record_t p;
+        CHECK_RC(ddofi_hs_parse(gbuf, glen, NULL), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_parse(NULL, 10, &p), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_parse(NULL, 0, &p), -DDS_ECORRUPT);
     }
 #undef RESET
     free(b);
     free(gbuf);
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 }
 
 /* ---- file names -------------------------------------------------------------- */
@@ -756,35 +756,35 @@ static void test_file_name(void)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         size_t need = strlen(cases[i].file) + 1;
         memset(out, 'Z', sizeof out);
-        CHECK_OK(dds_hs_file_name(cases[i].name, out, sizeof out));
+        CHECK_OK(ddofi_hs_file_name(cases[i].name, out, sizeof out));
         CHECK_STREQ(out, cases[i].file);
         /* exactly enough room, and one byte less */
-        CHECK_OK(dds_hs_file_name(cases[i].name, out, need));
+        CHECK_OK(ddofi_hs_file_name(cases[i].name, out, need));
         CHECK_STREQ(out, cases[i].file);
         memset(out, 'Z', sizeof out);
-        CHECK_RC(dds_hs_file_name(cases[i].name, out, need - 1), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_file_name(cases[i].name, out, need - 1), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "too long");
         CHECK_EQ(out[0], 'Z'); /* nothing written */
     }
-    CHECK_RC(dds_hs_file_name("", out, sizeof out), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_file_name("", out, sizeof out), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), "empty");
-    CHECK_RC(dds_hs_file_name(NULL, out, sizeof out), -DDS_EINVAL);
-    CHECK_RC(dds_hs_file_name("x", NULL, 10), -DDS_EINVAL);
-    CHECK_RC(dds_hs_file_name("x", out, 0), -DDS_EINVAL);
-    /* names: up to DDS_HS_NAME_MAX bytes */
+    CHECK_RC(ddofi_hs_file_name(NULL, out, sizeof out), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_file_name("x", NULL, 10), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_file_name("x", out, 0), -DDS_EINVAL);
+    /* names: up to DDOFI_HS_NAME_MAX bytes */
     memset(big, 'a', sizeof big);
-    big[DDS_HS_NAME_MAX] = '\0';
-    CHECK_OK(dds_hs_file_name(big, out, sizeof out));
-    CHECK_EQ(strlen(out), DDS_HS_NAME_MAX + 6);
-    big[DDS_HS_NAME_MAX] = 'a';
-    big[DDS_HS_NAME_MAX + 1] = '\0';
-    CHECK_RC(dds_hs_file_name(big, out, sizeof out), -DDS_EINVAL);
+    big[DDOFI_HS_NAME_MAX] = '\0';
+    CHECK_OK(ddofi_hs_file_name(big, out, sizeof out));
+    CHECK_EQ(strlen(out), DDOFI_HS_NAME_MAX + 6);
+    big[DDOFI_HS_NAME_MAX] = 'a';
+    big[DDOFI_HS_NAME_MAX + 1] = '\0';
+    CHECK_RC(ddofi_hs_file_name(big, out, sizeof out), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), "longer than 255");
     /* distinct names, distinct files (the escape is one-to-one) */
     {
         char a[64], b[64];
-        CHECK_OK(dds_hs_file_name("%2E", a, sizeof a));
-        CHECK_OK(dds_hs_file_name(".", b, sizeof b));
+        CHECK_OK(ddofi_hs_file_name("%2E", a, sizeof a));
+        CHECK_OK(ddofi_hs_file_name(".", b, sizeof b));
         CHECK(strcmp(a, b) != 0);
     }
 }
@@ -821,7 +821,7 @@ static void test_dir_prepare(void)
     for (size_t m = 0; m < sizeof masks / sizeof masks[0]; m++) {
         umask(masks[m]);
         snprintf(dir, sizeof dir, "%s/mask%zu/a//b/c/", g_root, m);
-        CHECK_OK(dds_hs_dir_prepare(dir));
+        CHECK_OK(ddofi_hs_dir_prepare(dir));
         umask(0);
         snprintf(sub, sizeof sub, "%s/mask%zu", g_root, m);
         CHECK_EQ(mode_of(sub), 0700);
@@ -830,7 +830,7 @@ static void test_dir_prepare(void)
         snprintf(sub, sizeof sub, "%s/mask%zu/a/b/c", g_root, m);
         CHECK_EQ(mode_of(sub), 0700);
         /* again: nothing to do */
-        CHECK_OK(dds_hs_dir_prepare(dir));
+        CHECK_OK(ddofi_hs_dir_prepare(dir));
     }
     umask(0);
 
@@ -841,26 +841,26 @@ static void test_dir_prepare(void)
     dds_log_set_sink(capture, NULL);
     snprintf(dir, sizeof dir, "%s/shared755", g_root);
     CHECK_OK(mkdir(dir, 0755));
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     CHECK_EQ(mode_of(dir), 0755);
     CHECK_EQ(g_warns, 0);
     snprintf(dir, sizeof dir, "%s/shared777", g_root);
     CHECK_OK(mkdir(dir, 0777));
-    CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_dir_prepare(dir), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), dir);
     CHECK_CONTAINS(dds_last_error(), "writable by others");
     CHECK_EQ(mode_of(dir), 0777);
     CHECK_EQ(g_warns, 0);
     snprintf(dir, sizeof dir, "%s/shared770", g_root);
     CHECK_OK(mkdir(dir, 0770));
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     CHECK_EQ(g_warns, 1);
     CHECK_CONTAINS(g_warn_line, dir);
     CHECK_CONTAINS(g_warn_line, "writable");
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     snprintf(dir, sizeof dir, "%s/shared775", g_root);
     CHECK_OK(mkdir(dir, 0775));
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     CHECK_EQ(g_warns, 1); /* once */
     dds_log_set_sink(NULL, NULL);
     umask(old);
@@ -869,7 +869,7 @@ static void test_dir_prepare(void)
         snprintf(dir, sizeof dir, "%s/nobodys", g_root);
         CHECK_OK(mkdir(dir, 0700));
         CHECK_OK(chown(dir, 65534, 65534));
-        CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_dir_prepare(dir), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "owned by uid 65534");
     } else {
         printf("SKIP: test_dir_prepare: another user's directory needs root\n");
@@ -882,69 +882,69 @@ static void test_dir_prepare(void)
         CHECK(fd >= 0);
         close(fd);
     }
-    CHECK_RC(dds_hs_dir_prepare(dir), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_dir_prepare(dir), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), dir);
     CHECK_CONTAINS(dds_last_error(), "not a directory");
     snprintf(sub, sizeof sub, "%s/below", dir);
-    CHECK_RC(dds_hs_dir_prepare(sub), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_dir_prepare(sub), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), dir);
-    CHECK_RC(dds_hs_dir_prepare(""), -DDS_EINVAL);
-    CHECK_RC(dds_hs_dir_prepare(NULL), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_dir_prepare(""), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_dir_prepare(NULL), -DDS_EINVAL);
 }
 
 static void test_write_read(void)
 {
     char dir[4400], path[4600], first[300];
-    dds_hs_record_t r, p;
+    ddofi_hs_record_t r, p;
     mode_t old;
     int n;
 
     snprintf(dir, sizeof dir, "%s/rw/hs", g_root);
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     make_record(&r, 4, "train/x y");
 
     /* mode 0600 whatever the umask */
     old = umask(0277);
-    CHECK_OK(dds_hs_write(dir, &r));
+    CHECK_OK(ddofi_hs_write(dir, &r));
     umask(old);
     snprintf(path, sizeof path, "%s/job42.0@train%%2Fx%%20y.ddshs", dir);
     CHECK_EQ(mode_of(path), 0600);
     n = count_files(dir, first, sizeof first);
     CHECK_EQ(n, 1);
     CHECK_STREQ(first, "job42.0@train%2Fx%20y.ddshs"); /* the namespace first */
-    CHECK_OK(dds_hs_read_ns(dir, "job42.0", "train/x y", &p));
+    CHECK_OK(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p));
     check_same(&r, &p);
-    dds_hs_record_clear(&p);
+    ddofi_hs_record_clear(&p);
 
     /* atomic replacement: the second write wins, no temporary files left */
     r.run_id = 0x42;
     r.ranks[3].pid = 31337;
     old = umask(0);
-    CHECK_OK(dds_hs_write(dir, &r));
+    CHECK_OK(ddofi_hs_write(dir, &r));
     umask(old);
     CHECK_EQ(mode_of(path), 0600);
-    CHECK_OK(dds_hs_read_ns(dir, "job42.0", "train/x y", &p));
+    CHECK_OK(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p));
     CHECK_EQ_U(p.run_id, 0x42);
     CHECK_EQ(p.ranks[3].pid, 31337);
-    dds_hs_record_clear(&p);
+    ddofi_hs_record_clear(&p);
     CHECK_EQ(count_files(dir, NULL, 0), 1);
 
     /* a record that does not encode is not written */
     r.ranks[0].pid = 0;
-    CHECK_RC(dds_hs_write(dir, &r), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_write(dir, &r), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), "pid 0");
     r.ranks[0].pid = 4000;
     CHECK_EQ(count_files(dir, NULL, 0), 1);
     /* into a directory that does not exist: -DDS_EIO, nothing left */
     snprintf(path, sizeof path, "%s/rw/missing", g_root);
-    CHECK_RC(dds_hs_write(path, &r), -DDS_EIO);
+    CHECK_RC(ddofi_hs_write(path, &r), -DDS_EIO);
     CHECK_CONTAINS(dds_last_error(), path);
-    CHECK_RC(dds_hs_write(NULL, &r), -DDS_EINVAL);
-    CHECK_RC(dds_hs_write(dir, NULL), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_write(NULL, &r), -DDS_EINVAL);
+    CHECK_RC(ddofi_hs_write(dir, NULL), -DDS_EINVAL);
 
     /* missing record */
     memset(&p, 0x5a, sizeof p);
-    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "nope", &p), -DDS_ENOENT);
+    CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "nope", &p), -DDS_ENOENT);
     CHECK_CONTAINS(dds_last_error(), "job42.0@nope.ddshs");
     CHECK_CONTAINS(dds_last_error(), dir);
     CHECK(all_zero(&p, sizeof p));
@@ -955,11 +955,11 @@ static void test_write_read(void)
         snprintf(from, sizeof from, "%s/job42.0@train%%2Fx%%20y.ddshs", dir);
         snprintf(to, sizeof to, "%s/job42.0@other.ddshs", dir);
         CHECK_OK(link(from, to));
-        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "other", &p), -DDS_ECORRUPT);
+        CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "other", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "job42.0@other.ddshs");
         CHECK_CONTAINS(dds_last_error(), "holds variable 'train/x y'");
         CHECK(all_zero(&p, sizeof p));
-        CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "other"));
+        CHECK_OK(ddofi_hs_remove_ns(dir, "job42.0", "other"));
     }
 
     /* a corrupted file: the detail names the path and the field */
@@ -974,25 +974,25 @@ static void test_write_read(void)
         byte ^= 0x40;
         CHECK_EQ(pwrite(fd, &byte, 1, 600), 1);
         close(fd);
-        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), fn);
         CHECK_CONTAINS(dds_last_error(), "CRC mismatch");
         /* truncated on disk */
         CHECK_OK(truncate(fn, 700));
-        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "truncated");
         /* far too large: refused before reading (a sparse file) */
-        CHECK_OK(truncate(fn, 512 + 480ll * (DDS_HS_MAX_RANKS + 1)));
-        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
+        CHECK_OK(truncate(fn, 512 + 480ll * (DDOFI_HS_MAX_RANKS + 1)));
+        CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "more than the largest record");
         /* another format version */
-        CHECK_OK(dds_hs_write(dir, &r));
+        CHECK_OK(ddofi_hs_write(dir, &r));
         fd = open(fn, O_RDWR);
         CHECK(fd >= 0);
         byte = 2;
         CHECK_EQ(pwrite(fd, &byte, 1, 8), 1);
         close(fd);
-        CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ESTALE);
+        CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ESTALE);
         CHECK_CONTAINS(dds_last_error(), fn);
         CHECK_CONTAINS(dds_last_error(), "format version 2");
     }
@@ -1000,33 +1000,33 @@ static void test_write_read(void)
     /* not a regular file */
     snprintf(path, sizeof path, "%s/job42.0@adir.ddshs", dir);
     CHECK_OK(mkdir(path, 0700));
-    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "adir", &p), -DDS_EIO);
+    CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "adir", &p), -DDS_EIO);
     CHECK_OK(rmdir(path));
 
     /* remove; a missing file is fine */
-    CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "train/x y"));
+    CHECK_OK(ddofi_hs_remove_ns(dir, "job42.0", "train/x y"));
     CHECK_EQ(count_files(dir, NULL, 0), 0);
-    CHECK_OK(dds_hs_remove_ns(dir, "job42.0", "train/x y"));
-    CHECK_RC(dds_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ENOENT);
-    CHECK_RC(dds_hs_remove_ns(dir, "job42.0", ""), -DDS_EINVAL);
+    CHECK_OK(ddofi_hs_remove_ns(dir, "job42.0", "train/x y"));
+    CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ENOENT);
+    CHECK_RC(ddofi_hs_remove_ns(dir, "job42.0", ""), -DDS_EINVAL);
 
     /* many names, one file each */
     {
         static const char *const names[] = {"a", ".b", "c d", "e%f", "g.h"};
         for (int i = 0; i < 5; i++) {
             snprintf(r.name, sizeof r.name, "%s", names[i]);
-            CHECK_OK(dds_hs_write(dir, &r));
+            CHECK_OK(ddofi_hs_write(dir, &r));
         }
         CHECK_EQ(count_files(dir, NULL, 0), 5);
         for (int i = 0; i < 5; i++) {
-            CHECK_OK(dds_hs_read_ns(dir, "job42.0", names[i], &p));
+            CHECK_OK(ddofi_hs_read_ns(dir, "job42.0", names[i], &p));
             CHECK_STREQ(p.name, names[i]);
-            dds_hs_record_clear(&p);
-            CHECK_OK(dds_hs_remove_ns(dir, "job42.0", names[i]));
+            ddofi_hs_record_clear(&p);
+            CHECK_OK(ddofi_hs_remove_ns(dir, "job42.0", names[i]));
         }
         CHECK_EQ(count_files(dir, NULL, 0), 0);
     }
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 }
 
 
@@ -1034,8 +1034,8 @@ static void test_write_read(void)
 
 static int read_fifo_record(const char *dir)
 {
-    dds_hs_record_t p;
-    int rc = dds_hs_read(dir, "ff", &p);
+    ddofi_hs_record_t p;
+    int rc = ddofi_hs_read(dir, "ff", &p);
     if (rc != -DDS_EIO || strstr(dds_last_error(), "ff.ddshs") == NULL ||
         strstr(dds_last_error(), "not a regular file") == NULL) {
         fprintf(stderr, "rc %d: %s\n", rc, dds_last_error());
@@ -1047,49 +1047,49 @@ static int read_fifo_record(const char *dir)
 static void test_namespaces_and_unsafe_files(void)
 {
     char dir[4400], path[4600], out[600];
-    dds_hs_record_t r, p;
+    ddofi_hs_record_t r, p;
 
-    CHECK_OK(dds_hs_record_file_name("job42", "x", out, sizeof out));
+    CHECK_OK(ddofi_hs_record_file_name("job42", "x", out, sizeof out));
     CHECK_STREQ(out, "job42@x.ddshs");
-    CHECK_OK(dds_hs_record_file_name("", "x", out, sizeof out));
+    CHECK_OK(ddofi_hs_record_file_name("", "x", out, sizeof out));
     CHECK_STREQ(out, "x.ddshs");
-    CHECK_OK(dds_hs_record_file_name(NULL, "a@b", out, sizeof out));
+    CHECK_OK(ddofi_hs_record_file_name(NULL, "a@b", out, sizeof out));
     CHECK_STREQ(out, "a%40b.ddshs");
-    CHECK_OK(dds_hs_record_file_name("a@b", "c", out, sizeof out));
+    CHECK_OK(ddofi_hs_record_file_name("a@b", "c", out, sizeof out));
     CHECK_STREQ(out, "a%40b@c.ddshs");
-    CHECK_OK(dds_hs_record_file_name(".n", "x", out, sizeof out));
+    CHECK_OK(ddofi_hs_record_file_name(".n", "x", out, sizeof out));
     CHECK_STREQ(out, "%2En@x.ddshs");
 
     snprintf(dir, sizeof dir, "%s/ns/hs", g_root);
-    CHECK_OK(dds_hs_dir_prepare(dir));
+    CHECK_OK(ddofi_hs_dir_prepare(dir));
     make_record(&r, 2, "x");
     /* two core jobs publishing "x" in one directory never share a file */
     snprintf(r.exchange_ns, sizeof r.exchange_ns, "jobA");
     r.run_id = 0xa;
-    CHECK_OK(dds_hs_write(dir, &r));
+    CHECK_OK(ddofi_hs_write(dir, &r));
     snprintf(r.exchange_ns, sizeof r.exchange_ns, "jobB");
     r.run_id = 0xb;
-    CHECK_OK(dds_hs_write(dir, &r));
+    CHECK_OK(ddofi_hs_write(dir, &r));
     CHECK_EQ(count_files(dir, NULL, 0), 2);
-    CHECK_OK(dds_hs_read_ns(dir, "jobA", "x", &p));
+    CHECK_OK(ddofi_hs_read_ns(dir, "jobA", "x", &p));
     CHECK_EQ_U(p.run_id, 0xa);
-    dds_hs_record_clear(&p);
-    CHECK_OK(dds_hs_read_ns(dir, "jobB", "x", &p));
+    ddofi_hs_record_clear(&p);
+    CHECK_OK(ddofi_hs_read_ns(dir, "jobB", "x", &p));
     CHECK_EQ_U(p.run_id, 0xb);
-    dds_hs_record_clear(&p);
-    CHECK_RC(dds_hs_read(dir, "x", &p), -DDS_ENOENT);
+    ddofi_hs_record_clear(&p);
+    CHECK_RC(ddofi_hs_read(dir, "x", &p), -DDS_ENOENT);
     /* one job's free() removes its own record only */
-    CHECK_OK(dds_hs_remove_ns(dir, "jobA", "x"));
-    CHECK_OK(dds_hs_read_ns(dir, "jobB", "x", &p));
+    CHECK_OK(ddofi_hs_remove_ns(dir, "jobA", "x"));
+    CHECK_OK(ddofi_hs_read_ns(dir, "jobB", "x", &p));
     CHECK_EQ_U(p.run_id, 0xb);
-    dds_hs_record_clear(&p);
+    ddofi_hs_record_clear(&p);
     /* a record under another namespace's file name */
     {
         char from[4600], to[4600];
         snprintf(from, sizeof from, "%s/jobB@x.ddshs", dir);
         snprintf(to, sizeof to, "%s/jobC@x.ddshs", dir);
         CHECK_OK(link(from, to));
-        CHECK_RC(dds_hs_read_ns(dir, "jobC", "x", &p), -DDS_ECORRUPT);
+        CHECK_RC(ddofi_hs_read_ns(dir, "jobC", "x", &p), -DDS_ECORRUPT);
         CHECK_CONTAINS(dds_last_error(), "holds namespace 'jobB', expected 'jobC'");
         CHECK_OK(unlink(to));
     }
@@ -1116,7 +1116,7 @@ static void test_namespaces_and_unsafe_files(void)
         snprintf(from, sizeof from, "%s/jobB@x.ddshs", dir);
         snprintf(path, sizeof path, "%s/ln.ddshs", dir);
         CHECK_OK(symlink(from, path));
-        CHECK_RC(dds_hs_read(dir, "ln", &p), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_read(dir, "ln", &p), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "symbolic link");
         CHECK_OK(unlink(path));
     }
@@ -1126,56 +1126,56 @@ static void test_namespaces_and_unsafe_files(void)
         snprintf(open_, sizeof open_, "%s/ns/open", g_root);
         CHECK_OK(mkdir(open_, 0700));
         snprintf(r.exchange_ns, sizeof r.exchange_ns, "%s", "");
-        CHECK_OK(dds_hs_write(open_, &r));
+        CHECK_OK(ddofi_hs_write(open_, &r));
         CHECK_OK(chmod(open_, 0777));
-        CHECK_RC(dds_hs_read(open_, "x", &p), -DDS_EINVAL);
+        CHECK_RC(ddofi_hs_read(open_, "x", &p), -DDS_EINVAL);
         CHECK_CONTAINS(dds_last_error(), "writable by others");
         CHECK_OK(chmod(open_, 0700));
-        CHECK_OK(dds_hs_read(open_, "x", &p));
-        dds_hs_record_clear(&p);
+        CHECK_OK(ddofi_hs_read(open_, "x", &p));
+        ddofi_hs_record_clear(&p);
         if (geteuid() == 0) {
             /* a record another user planted */
             snprintf(path, sizeof path, "%s/x.ddshs", open_);
             CHECK_OK(chown(path, 65534, 65534));
-            CHECK_RC(dds_hs_read(open_, "x", &p), -DDS_EIO);
+            CHECK_RC(ddofi_hs_read(open_, "x", &p), -DDS_EIO);
             CHECK_CONTAINS(dds_last_error(), "owned by uid 65534");
         } else {
             printf("SKIP: a record owned by another user needs root\n");
         }
     }
-    dds_hs_record_clear(&r);
+    ddofi_hs_record_clear(&r);
 }
 
 /* ---- processes ---------------------------------------------------------------------- */
 
 static void test_process(void)
 {
-    uint64_t t = dds_hs_self_start_ticks();
+    uint64_t t = ddofi_hs_self_start_ticks();
     char oldname[32] = {0};
     int pfd[2];
     pid_t child;
     int st;
 
     CHECK(t != 0);
-    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t), 1);
-    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), 0), 1);
-    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t + 1), 0);
-    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t - 1), 0);
-    CHECK_EQ(dds_hs_process_alive(0, 0), 0);
-    CHECK_EQ(dds_hs_process_alive(-1, 0), 0);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)getpid(), t), 1);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)getpid(), 0), 1);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)getpid(), t + 1), 0);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)getpid(), t - 1), 0);
+    CHECK_EQ(ddofi_hs_process_alive(0, 0), 0);
+    CHECK_EQ(ddofi_hs_process_alive(-1, 0), 0);
 
     /* a command name with spaces and parentheses does not fool the parser */
     CHECK_OK(prctl(PR_GET_NAME, oldname, 0, 0, 0));
     CHECK_OK(prctl(PR_SET_NAME, "x) 1 2 (y", 0, 0, 0));
-    CHECK_EQ_U(dds_hs_self_start_ticks(), t);
-    CHECK_EQ(dds_hs_process_alive((int32_t)getpid(), t), 1);
+    CHECK_EQ_U(ddofi_hs_self_start_ticks(), t);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)getpid(), t), 1);
     CHECK_OK(prctl(PR_SET_NAME, oldname, 0, 0, 0));
 
     /* a live child that reports its own start time */
     CHECK_OK(pipe(pfd));
     child = fork();
     if (child == 0) {
-        uint64_t mine = dds_hs_self_start_ticks();
+        uint64_t mine = ddofi_hs_self_start_ticks();
         close(pfd[0]);
         if (write(pfd[1], &mine, sizeof mine) != (ssize_t)sizeof mine)
             _exit(3);
@@ -1190,8 +1190,8 @@ static void test_process(void)
         close(pfd[0]);
         CHECK(ct != 0);
         CHECK(ct >= t);
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 1);
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct + 5), 0);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, ct), 1);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, ct + 5), 0);
         /* exited but not reaped (a zombie): gone */
         CHECK_OK(kill(child, SIGKILL));
         {
@@ -1199,12 +1199,12 @@ static void test_process(void)
             memset(&si, 0, sizeof si);
             CHECK_OK(waitid(P_PID, (id_t)child, &si, WEXITED | WNOWAIT));
         }
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 0);
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, ct), 0);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, 0), 0);
         /* reaped */
         CHECK_EQ(waitpid(child, &st, 0), child);
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, ct), 0);
-        CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, ct), 0);
+        CHECK_EQ(ddofi_hs_process_alive((int32_t)child, 0), 0);
     }
 
     /* a short-lived child, reaped before the question */
@@ -1213,7 +1213,7 @@ static void test_process(void)
         _exit(0);
     CHECK(child > 0);
     CHECK_EQ(waitpid(child, &st, 0), child);
-    CHECK_EQ(dds_hs_process_alive((int32_t)child, 0), 0);
+    CHECK_EQ(ddofi_hs_process_alive((int32_t)child, 0), 0);
 }
 
 int main(void)

@@ -296,8 +296,8 @@ static int count_records(const char *dir)
         return -1;
     struct dirent *e;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name), s = strlen(DDS_HS_SUFFIX);
-        n += l > s && !strcmp(e->d_name + l - s, DDS_HS_SUFFIX);
+        size_t l = strlen(e->d_name), s = strlen(DDOFI_HS_SUFFIX);
+        n += l > s && !strcmp(e->d_name + l - s, DDOFI_HS_SUFFIX);
     }
     closedir(d);
     return n;
@@ -307,7 +307,7 @@ static int count_records(const char *dir)
 static char *record_path(const char *dir, const char *ns, const char *name)
 {
     char fname[512];
-    if (dds_hs_record_file_name(ns, name, fname, sizeof fname))
+    if (ddofi_hs_record_file_name(ns, name, fname, sizeof fname))
         return NULL;
     size_t len = strlen(dir) + strlen(fname) + 2;
     char *p = malloc(len);
@@ -699,11 +699,11 @@ static void reader_phase_a(const reader_cfg_t *c)
         size_t len = f ? fread(rec, 1, 1 << 20, f) : 0;
         if (f)
             fclose(f);
-        T(len == DDS_HS_HEADER_BYTES + 2 * DDS_HS_RANK_BYTES);
+        T(len == DDOFI_HS_HEADER_BYTES + 2 * DDOFI_HS_RANK_BYTES);
         dds_store_t *s5 = NULL;
         T_RC(make_reader(c->dir2, 2, c->ns, &s5), 0);
         /* magic, file size, CRC, name padding, a rank entry, the last byte */
-        const size_t flips[] = {0, 16, 25, 100, DDS_HS_HEADER_BYTES + 40, len - 1};
+        const size_t flips[] = {0, 16, 25, 100, DDOFI_HS_HEADER_BYTES + 40, len - 1};
         for (size_t k = 0; s5 && to && len > 600 && k <= sizeof flips / sizeof flips[0]; k++) {
             const int truncated = k == sizeof flips / sizeof flips[0];
             const size_t pos = truncated ? 0 : flips[k];

@@ -9,7 +9,7 @@
  *
  * Parse order: magic, version (-DDS_ESTALE), sizes (header, entry, nranks,
  * file bytes against the length we hold), CRC, then the fields.  Each
- * failure names the field; dds_hs_read puts the file's path in front.
+ * failure names the field; ddofi_hs_read puts the file's path in front.
  *
  * Beyond the header's list, the parser (and the encoder) also reject what the
  * encoder never writes and the reader could trip over: bytes after a
@@ -78,28 +78,28 @@ enum {
 
 #define FIELD_SIZE(type, f) sizeof(((type *)0)->f)
 
-_Static_assert(OFF_NAME + FIELD_SIZE(dds_hs_record_t, name) == OFF_NS,
+_Static_assert(OFF_NAME + FIELD_SIZE(ddofi_hs_record_t, name) == OFF_NS,
                "name field");
-_Static_assert(OFF_NS + FIELD_SIZE(dds_hs_record_t, exchange_ns) == OFF_PROV,
+_Static_assert(OFF_NS + FIELD_SIZE(ddofi_hs_record_t, exchange_ns) == OFF_PROV,
                "exchange_ns field");
-_Static_assert(OFF_PROV + FIELD_SIZE(dds_hs_record_t, provider) == OFF_DOMAIN,
+_Static_assert(OFF_PROV + FIELD_SIZE(ddofi_hs_record_t, provider) == OFF_DOMAIN,
                "provider field");
-_Static_assert(OFF_DOMAIN + FIELD_SIZE(dds_hs_record_t, domain) ==
-                   DDS_HS_HEADER_BYTES,
+_Static_assert(OFF_DOMAIN + FIELD_SIZE(ddofi_hs_record_t, domain) ==
+                   DDOFI_HS_HEADER_BYTES,
                "domain field");
-_Static_assert(ROFF_HOST + FIELD_SIZE(dds_hs_rank_t, host) == ROFF_MR,
+_Static_assert(ROFF_HOST + FIELD_SIZE(ddofi_hs_rank_t, host) == ROFF_MR,
                "host field");
-_Static_assert(ROFF_MR + FIELD_SIZE(dds_hs_rank_t, mr_blob) == ROFF_ADDR,
+_Static_assert(ROFF_MR + FIELD_SIZE(ddofi_hs_rank_t, mr_blob) == ROFF_ADDR,
                "region blob field");
-_Static_assert(ROFF_ADDR + FIELD_SIZE(dds_hs_rank_t, addr) ==
-                   DDS_HS_RANK_BYTES,
+_Static_assert(ROFF_ADDR + FIELD_SIZE(ddofi_hs_rank_t, addr) ==
+                   DDOFI_HS_RANK_BYTES,
                "address blob field");
-_Static_assert(sizeof(DDS_HS_MAGIC) == 8, "magic is 8 bytes with its NUL");
+_Static_assert(sizeof(DDOFI_HS_MAGIC) == 8, "magic is 8 bytes with its NUL");
 
 /* The largest file a valid record can be (1 << 20 ranks: about 480 MiB). */
 #define HS_MAX_FILE_BYTES                                                      \
-    ((uint64_t)DDS_HS_HEADER_BYTES +                                           \
-     (uint64_t)DDS_HS_MAX_RANKS * (uint64_t)DDS_HS_RANK_BYTES)
+    ((uint64_t)DDOFI_HS_HEADER_BYTES +                                           \
+     (uint64_t)DDOFI_HS_MAX_RANKS * (uint64_t)DDOFI_HS_RANK_BYTES)
 
 /* ---- little-endian access ---------------------------------------------- */
 
@@ -222,7 +222,7 @@ static uint32_t record_crc(const unsigned char *p, size_t len)
 /* ---- errors -------------------------------------------------------------- */
 
 /* Who reports: the code to return and the text in front of the detail
- * ("handshake record /dir/x.ddshs", "dds_hs_encode"). */
+ * ("handshake record /dir/x.ddshs", "ddofi_hs_encode"). */
 typedef struct hs_ctx {
     int rc;
     const char *what;
@@ -278,9 +278,9 @@ static int check_str(const hs_ctx_t *c, const char *s, size_t cap,
     return 0;
 }
 
-static int check_rank(const hs_ctx_t *c, const dds_hs_record_t *r, uint32_t i)
+static int check_rank(const hs_ctx_t *c, const ddofi_hs_record_t *r, uint32_t i)
 {
-    const dds_hs_rank_t *k = &r->ranks[i];
+    const ddofi_hs_rank_t *k = &r->ranks[i];
     uint64_t want;
     char field[48];
     int rc;
@@ -303,11 +303,11 @@ static int check_rank(const hs_ctx_t *c, const dds_hs_record_t *r, uint32_t i)
                        (unsigned long long)want);
     if (k->pid <= 0)
         return hs_fail(c, "rank %u: pid %d must be > 0", i, (int)k->pid);
-    if (k->addr_len < 1 || k->addr_len > DDS_HS_ADDR_MAX)
+    if (k->addr_len < 1 || k->addr_len > DDOFI_HS_ADDR_MAX)
         return hs_fail(c, "rank %u: address length %u outside [1, %d]", i,
-                       (unsigned)k->addr_len, DDS_HS_ADDR_MAX);
+                       (unsigned)k->addr_len, DDOFI_HS_ADDR_MAX);
     if (c->strict) {
-        for (size_t j = k->addr_len; j < DDS_HS_ADDR_MAX; j++)
+        for (size_t j = k->addr_len; j < DDOFI_HS_ADDR_MAX; j++)
             if (k->addr[j] != 0)
                 return hs_fail(c,
                                "rank %u: address blob has non-zero bytes "
@@ -323,7 +323,7 @@ static int check_rank(const hs_ctx_t *c, const dds_hs_record_t *r, uint32_t i)
 
 /* Everything but the sizes, the CRC and the pid namespace.  r->ranks holds
  * r->nranks entries. */
-static int check_record(const hs_ctx_t *c, const dds_hs_record_t *r)
+static int check_record(const hs_ctx_t *c, const ddofi_hs_record_t *r)
 {
     uint64_t row_bytes, sum = 0;
     size_t dsize;
@@ -387,9 +387,9 @@ static int check_record(const hs_ctx_t *c, const dds_hs_record_t *r)
 
 /* ---- encode ---------------------------------------------------------------- */
 
-int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
+int ddofi_hs_encode(const ddofi_hs_record_t *r, void **buf_p, size_t *len_p)
 {
-    const hs_ctx_t c = {-DDS_EINVAL, "dds_hs_encode", 0};
+    const hs_ctx_t c = {-DDS_EINVAL, "ddofi_hs_encode", 0};
     unsigned char *b, *e;
     size_t len;
     int rc;
@@ -400,9 +400,9 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
     *len_p = 0;
     if (r == NULL)
         return hs_fail(&c, "NULL record");
-    if (r->nranks < 1 || r->nranks > (uint32_t)DDS_HS_MAX_RANKS)
+    if (r->nranks < 1 || r->nranks > (uint32_t)DDOFI_HS_MAX_RANKS)
         return hs_fail(&c, "nranks %u outside [1, %d]", (unsigned)r->nranks,
-                       DDS_HS_MAX_RANKS);
+                       DDOFI_HS_MAX_RANKS);
     if (r->ranks == NULL)
         return hs_fail(&c, "ranks is NULL with nranks %u",
                        (unsigned)r->nranks);
@@ -410,17 +410,17 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
     if (rc < 0)
         return rc;
 
-    len = (size_t)DDS_HS_HEADER_BYTES +
-          (size_t)r->nranks * (size_t)DDS_HS_RANK_BYTES;
+    len = (size_t)DDOFI_HS_HEADER_BYTES +
+          (size_t)r->nranks * (size_t)DDOFI_HS_RANK_BYTES;
     b = calloc(1, len);
     if (b == NULL)
         return dds_error(-DDS_ENOMEM,
-                         "dds_hs_encode: out of memory (%zu bytes for "
+                         "ddofi_hs_encode: out of memory (%zu bytes for "
                          "variable '%s')",
                          len, r->name);
-    memcpy(b + OFF_MAGIC, DDS_HS_MAGIC, sizeof(DDS_HS_MAGIC));
-    st32(b + OFF_VERSION, DDS_HS_VERSION);
-    st32(b + OFF_HDR_BYTES, DDS_HS_HEADER_BYTES);
+    memcpy(b + OFF_MAGIC, DDOFI_HS_MAGIC, sizeof(DDOFI_HS_MAGIC));
+    st32(b + OFF_VERSION, DDOFI_HS_VERSION);
+    st32(b + OFF_HDR_BYTES, DDOFI_HS_HEADER_BYTES);
     st64(b + OFF_FILE_BYTES, (uint64_t)len);
     st32(b + OFF_NRANKS, r->nranks);
     st64(b + OFF_RUN_ID, r->run_id);
@@ -431,16 +431,16 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
     st64(b + OFF_DISP, r->disp);
     st64(b + OFF_ROW_BYTES, r->row_bytes);
     st64(b + OFF_TOTAL_ROWS, r->total_rows);
-    st32(b + OFF_ENTRY_BYTES, DDS_HS_RANK_BYTES);
+    st32(b + OFF_ENTRY_BYTES, DDOFI_HS_RANK_BYTES);
     st32(b + OFF_PIDNS, r->pidns);
     /* string padding: zero from calloc */
     memcpy(b + OFF_NAME, r->name, strlen(r->name));
     memcpy(b + OFF_NS, r->exchange_ns, strlen(r->exchange_ns));
     memcpy(b + OFF_PROV, r->provider, strlen(r->provider));
     memcpy(b + OFF_DOMAIN, r->domain, strlen(r->domain));
-    e = b + DDS_HS_HEADER_BYTES;
-    for (uint32_t i = 0; i < r->nranks; i++, e += DDS_HS_RANK_BYTES) {
-        const dds_hs_rank_t *k = &r->ranks[i];
+    e = b + DDOFI_HS_HEADER_BYTES;
+    for (uint32_t i = 0; i < r->nranks; i++, e += DDOFI_HS_RANK_BYTES) {
+        const ddofi_hs_rank_t *k = &r->ranks[i];
         st64(e + ROFF_ROWS, (uint64_t)k->rows);
         st64(e + ROFF_BASE, k->base);
         st64(e + ROFF_KEY, k->key);
@@ -449,7 +449,7 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
         st32(e + ROFF_ADDR_LEN, k->addr_len);
         st64(e + ROFF_START, k->start_ticks);
         memcpy(e + ROFF_HOST, k->host, strlen(k->host));
-        memcpy(e + ROFF_MR, k->mr_blob, DDS_HS_MR_BLOB);
+        memcpy(e + ROFF_MR, k->mr_blob, DDOFI_HS_MR_BLOB);
         memcpy(e + ROFF_ADDR, k->addr, k->addr_len);
     }
     st32(b + OFF_CRC, record_crc(b, len));
@@ -460,13 +460,13 @@ int dds_hs_encode(const dds_hs_record_t *r, void **buf_p, size_t *len_p)
 
 /* ---- parse ----------------------------------------------------------------- */
 
-static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
+static int parse_impl(const void *buf, size_t len, ddofi_hs_record_t *r,
                       const char *what)
 {
     const hs_ctx_t c = {-DDS_ECORRUPT, what, 1};
     const hs_ctx_t stale = {-DDS_ESTALE, what, 1};
     const unsigned char *p = buf, *e;
-    dds_hs_record_t t;
+    ddofi_hs_record_t t;
     uint32_t v, hdr, ent, nranks, crc, want_crc;
     uint64_t fbytes, want;
     int rc;
@@ -477,36 +477,36 @@ static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
     if (buf == NULL && len > 0)
         return dds_error(-DDS_EINVAL, "%s: NULL buffer of %zu bytes", what,
                          len);
-    if (len > 0 && memcmp(p, DDS_HS_MAGIC, len < 8 ? len : 8) != 0)
+    if (len > 0 && memcmp(p, DDOFI_HS_MAGIC, len < 8 ? len : 8) != 0)
         return hs_fail(&c, "bad magic (not a ddstore handshake record)");
     if (len < OFF_VERSION + 4)
         return hs_fail(&c, "truncated: %zu bytes, shorter than the %u-byte "
                            "header",
-                       len, DDS_HS_HEADER_BYTES);
+                       len, DDOFI_HS_HEADER_BYTES);
     v = ld32(p + OFF_VERSION);
-    if (v != DDS_HS_VERSION)
+    if (v != DDOFI_HS_VERSION)
         return hs_fail(&stale,
                        "format version %u, this reader understands %u "
                        "(record written by another ddstore version)",
-                       (unsigned)v, DDS_HS_VERSION);
-    if (len < DDS_HS_HEADER_BYTES)
+                       (unsigned)v, DDOFI_HS_VERSION);
+    if (len < DDOFI_HS_HEADER_BYTES)
         return hs_fail(&c, "truncated: %zu bytes, shorter than the %u-byte "
                            "header",
-                       len, DDS_HS_HEADER_BYTES);
+                       len, DDOFI_HS_HEADER_BYTES);
     hdr = ld32(p + OFF_HDR_BYTES);
-    if (hdr != DDS_HS_HEADER_BYTES)
+    if (hdr != DDOFI_HS_HEADER_BYTES)
         return hs_fail(&c, "header bytes %u, expected %u", (unsigned)hdr,
-                       DDS_HS_HEADER_BYTES);
+                       DDOFI_HS_HEADER_BYTES);
     ent = ld32(p + OFF_ENTRY_BYTES);
-    if (ent != DDS_HS_RANK_BYTES)
+    if (ent != DDOFI_HS_RANK_BYTES)
         return hs_fail(&c, "rank entry bytes %u, expected %u", (unsigned)ent,
-                       DDS_HS_RANK_BYTES);
+                       DDOFI_HS_RANK_BYTES);
     nranks = ld32(p + OFF_NRANKS);
-    if (nranks < 1 || nranks > (uint32_t)DDS_HS_MAX_RANKS)
+    if (nranks < 1 || nranks > (uint32_t)DDOFI_HS_MAX_RANKS)
         return hs_fail(&c, "nranks %u outside [1, %d]", (unsigned)nranks,
-                       DDS_HS_MAX_RANKS);
-    want = (uint64_t)DDS_HS_HEADER_BYTES +
-           (uint64_t)nranks * (uint64_t)DDS_HS_RANK_BYTES; /* < 2^29 */
+                       DDOFI_HS_MAX_RANKS);
+    want = (uint64_t)DDOFI_HS_HEADER_BYTES +
+           (uint64_t)nranks * (uint64_t)DDOFI_HS_RANK_BYTES; /* < 2^29 */
     fbytes = ld64(p + OFF_FILE_BYTES);
     if (fbytes != want)
         return hs_fail(&c, "file bytes %llu, expected %llu for nranks %u",
@@ -529,7 +529,7 @@ static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
                        (unsigned)crc, (unsigned)want_crc);
     memset(&t, 0, sizeof t);
     t.pidns = ld32(p + OFF_PIDNS);
-    t.version = DDS_HS_VERSION;
+    t.version = DDOFI_HS_VERSION;
     t.nranks = nranks;
     t.run_id = ld64(p + OFF_RUN_ID);
     t.ctime_ns = as_i64(ld64(p + OFF_CTIME));
@@ -547,9 +547,9 @@ static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
     if (t.ranks == NULL)
         return dds_error(-DDS_ENOMEM, "%s: out of memory (%u rank entries)",
                          what, (unsigned)nranks);
-    e = p + DDS_HS_HEADER_BYTES;
-    for (uint32_t i = 0; i < nranks; i++, e += DDS_HS_RANK_BYTES) {
-        dds_hs_rank_t *k = &t.ranks[i];
+    e = p + DDOFI_HS_HEADER_BYTES;
+    for (uint32_t i = 0; i < nranks; i++, e += DDOFI_HS_RANK_BYTES) {
+        ddofi_hs_rank_t *k = &t.ranks[i];
         k->rows = as_i64(ld64(e + ROFF_ROWS));
         k->base = ld64(e + ROFF_BASE);
         k->key = ld64(e + ROFF_KEY);
@@ -570,12 +570,12 @@ static int parse_impl(const void *buf, size_t len, dds_hs_record_t *r,
     return 0;
 }
 
-int dds_hs_parse(const void *buf, size_t len, dds_hs_record_t *r)
+int ddofi_hs_parse(const void *buf, size_t len, ddofi_hs_record_t *r)
 {
     return parse_impl(buf, len, r, "handshake record");
 }
 
-void dds_hs_record_clear(dds_hs_record_t *r)
+void ddofi_hs_record_clear(ddofi_hs_record_t *r)
 {
     if (r == NULL)
         return;
@@ -619,34 +619,34 @@ static size_t encode_into(const char *s, size_t n, char *out)
     return o;
 }
 
-int dds_hs_record_file_name(const char *ns, const char *name, char *out,
+int ddofi_hs_record_file_name(const char *ns, const char *name, char *out,
                             size_t cap)
 {
     size_t n, nn = 0, need, o = 0;
 
     if (name == NULL || out == NULL)
-        return dds_error(-DDS_EINVAL, "dds_hs_file_name: NULL argument");
+        return dds_error(-DDS_EINVAL, "ddofi_hs_file_name: NULL argument");
     if (ns == NULL)
         ns = "";
-    n = strnlen(name, (size_t)DDS_HS_NAME_MAX + 1);
+    n = strnlen(name, (size_t)DDOFI_HS_NAME_MAX + 1);
     if (n == 0)
         return dds_error(-DDS_EINVAL,
                          "handshake record file name: the variable name is "
                          "empty");
-    if (n > DDS_HS_NAME_MAX)
+    if (n > DDOFI_HS_NAME_MAX)
         return dds_error(-DDS_EINVAL,
                          "handshake record file name: the variable name is "
                          "longer than %d bytes",
-                         DDS_HS_NAME_MAX);
-    nn = strnlen(ns, (size_t)DDS_HS_NS_MAX + 1);
-    if (nn > DDS_HS_NS_MAX)
+                         DDOFI_HS_NAME_MAX);
+    nn = strnlen(ns, (size_t)DDOFI_HS_NS_MAX + 1);
+    if (nn > DDOFI_HS_NS_MAX)
         return dds_error(-DDS_EINVAL,
                          "handshake record file name: the namespace is "
                          "longer than %d bytes",
-                         DDS_HS_NS_MAX);
+                         DDOFI_HS_NS_MAX);
     /* {ns}@{name}: '@' is never plain, so it separates unambiguously */
     need = (nn ? encoded_len(ns, nn) + 1 : 0) + encoded_len(name, n) +
-           sizeof(DDS_HS_SUFFIX); /* suffix and NUL */
+           sizeof(DDOFI_HS_SUFFIX); /* suffix and NUL */
     if (need > cap)
         return dds_error(-DDS_EINVAL,
                          "handshake record file name for variable '%s'%s%s%s "
@@ -658,13 +658,13 @@ int dds_hs_record_file_name(const char *ns, const char *name, char *out,
         out[o++] = '@';
     }
     o += encode_into(name, n, out + o);
-    memcpy(out + o, DDS_HS_SUFFIX, sizeof(DDS_HS_SUFFIX));
+    memcpy(out + o, DDOFI_HS_SUFFIX, sizeof(DDOFI_HS_SUFFIX));
     return 0;
 }
 
-int dds_hs_file_name(const char *name, char *out, size_t cap)
+int ddofi_hs_file_name(const char *name, char *out, size_t cap)
 {
-    return dds_hs_record_file_name("", name, out, cap);
+    return ddofi_hs_record_file_name("", name, out, cap);
 }
 
 /* ---- files ------------------------------------------------------------------ */
@@ -676,7 +676,7 @@ static int path_errno_code(int e)
                                                            : -DDS_EIO;
 }
 
-int dds_hs_dir_prepare(const char *dir)
+int ddofi_hs_dir_prepare(const char *dir)
 {
     unsigned flags = 0;
     int rc = dds_dir_prepare(dir, "handshake directory", &flags);
@@ -698,7 +698,7 @@ static int record_path(const char *dir, const char *ns, const char *name,
 
     if (dir == NULL || dir[0] == '\0')
         return dds_error(-DDS_EINVAL, "handshake directory: path is empty");
-    rc = dds_hs_record_file_name(ns, name, fname, fcap);
+    rc = ddofi_hs_record_file_name(ns, name, fname, fcap);
     if (rc < 0)
         return rc;
     if (strlen(fname) > 255)
@@ -715,7 +715,7 @@ static int record_path(const char *dir, const char *ns, const char *name,
     return 0;
 }
 
-int dds_hs_write(const char *dir, const dds_hs_record_t *r)
+int ddofi_hs_write(const char *dir, const ddofi_hs_record_t *r)
 {
     char path[PATH_MAX], fname[NAME_MAX + 1], what[PATH_MAX + 32];
     dds_file_part_t part;
@@ -724,8 +724,8 @@ int dds_hs_write(const char *dir, const dds_hs_record_t *r)
     int rc;
 
     if (r == NULL)
-        return dds_error(-DDS_EINVAL, "dds_hs_write: NULL record");
-    rc = dds_hs_encode(r, &buf, &len);
+        return dds_error(-DDS_EINVAL, "ddofi_hs_write: NULL record");
+    rc = ddofi_hs_encode(r, &buf, &len);
     if (rc < 0)
         return rc;
     rc = record_path(dir, r->exchange_ns, r->name, path, sizeof path, fname,
@@ -745,7 +745,7 @@ int dds_hs_write(const char *dir, const dds_hs_record_t *r)
 /* Read and parse one record file; `ns` NULL: any namespace (the record's
  * own must then name this file). */
 static int read_file(const char *dir, const char *fname, const char *path,
-                     const char *ns, const char *name, dds_hs_record_t *r)
+                     const char *ns, const char *name, ddofi_hs_record_t *r)
 {
     char what[PATH_MAX + 32], want[NAME_MAX + 1];
     unsigned char *buf = NULL;
@@ -772,7 +772,7 @@ static int read_file(const char *dir, const char *fname, const char *path,
                          "(%llu bytes for %d ranks)",
                          what, (unsigned long long)size,
                          (unsigned long long)HS_MAX_FILE_BYTES,
-                         DDS_HS_MAX_RANKS);
+                         DDOFI_HS_MAX_RANKS);
     }
     buf = malloc((size_t)size + 1); /* +1: notices a file that grew */
     if (buf == NULL) {
@@ -801,7 +801,7 @@ static int read_file(const char *dir, const char *fname, const char *path,
                            "%s holds namespace '%s', expected '%s'", what,
                            r->exchange_ns, ns);
         } else if (rc == 0 && ns == NULL &&
-                   (dds_hs_record_file_name(r->exchange_ns, r->name, want,
+                   (ddofi_hs_record_file_name(r->exchange_ns, r->name, want,
                                             sizeof want) != 0 ||
                     strcmp(want, fname) != 0)) {
             rc = dds_error(-DDS_ECORRUPT,
@@ -810,20 +810,20 @@ static int read_file(const char *dir, const char *fname, const char *path,
                            what, r->exchange_ns, want);
         }
         if (rc != 0)
-            dds_hs_record_clear(r);
+            ddofi_hs_record_clear(r);
     }
     free(buf);
     return rc;
 }
 
-int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
-                   dds_hs_record_t *r)
+int ddofi_hs_read_ns(const char *dir, const char *ns, const char *name,
+                   ddofi_hs_record_t *r)
 {
     char path[PATH_MAX], fname[NAME_MAX + 1];
     int rc;
 
     if (r == NULL)
-        return dds_error(-DDS_EINVAL, "dds_hs_read: NULL output record");
+        return dds_error(-DDS_EINVAL, "ddofi_hs_read: NULL output record");
     memset(r, 0, sizeof *r);
     if (ns == NULL)
         ns = "";
@@ -833,23 +833,23 @@ int dds_hs_read_ns(const char *dir, const char *ns, const char *name,
     return read_file(dir, fname, path, ns, name, r);
 }
 
-int dds_hs_read(const char *dir, const char *name, dds_hs_record_t *r)
+int ddofi_hs_read(const char *dir, const char *name, ddofi_hs_record_t *r)
 {
-    return dds_hs_read_ns(dir, "", name, r);
+    return ddofi_hs_read_ns(dir, "", name, r);
 }
 
-int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
+int ddofi_hs_scan(const char *dir, const char *name, ddofi_hs_scan_fn fn,
                 void *arg)
 {
     char enc[NAME_MAX + 1], path[PATH_MAX];
-    size_t elen, slen = sizeof(DDS_HS_SUFFIX) - 1;
+    size_t elen, slen = sizeof(DDOFI_HS_SUFFIX) - 1;
     struct dirent *de;
     DIR *d;
     int rc = 0, n = 0;
 
     if (fn == NULL)
-        return dds_error(-DDS_EINVAL, "dds_hs_scan: NULL callback");
-    rc = dds_hs_record_file_name("", name, enc, sizeof enc);
+        return dds_error(-DDS_EINVAL, "ddofi_hs_scan: NULL callback");
+    rc = ddofi_hs_record_file_name("", name, enc, sizeof enc);
     if (rc < 0)
         return rc;
     elen = strlen(enc); /* {name}.ddshs */
@@ -865,7 +865,7 @@ int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
     while ((de = readdir(d)) != NULL) {
         const char *f = de->d_name;
         size_t fl = strlen(f);
-        dds_hs_record_t rec;
+        ddofi_hs_record_t rec;
         int r;
         if (fl < elen || strcmp(f + fl - elen, enc) != 0 || fl <= slen)
             continue;
@@ -877,7 +877,7 @@ int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
         n++;
         rc = fn(arg, path, r, r == 0 ? &rec : NULL);
         if (r == 0)
-            dds_hs_record_clear(&rec);
+            ddofi_hs_record_clear(&rec);
         if (rc != 0)
             break;
     }
@@ -885,7 +885,7 @@ int dds_hs_scan(const char *dir, const char *name, dds_hs_scan_fn fn,
     return rc < 0 ? rc : n;
 }
 
-int dds_hs_remove_ns(const char *dir, const char *ns, const char *name)
+int ddofi_hs_remove_ns(const char *dir, const char *ns, const char *name)
 {
     char path[PATH_MAX], fname[NAME_MAX + 1];
     int rc = record_path(dir, ns, name, path, sizeof path, fname,
@@ -902,14 +902,14 @@ int dds_hs_remove_ns(const char *dir, const char *ns, const char *name)
     return 0;
 }
 
-int dds_hs_remove(const char *dir, const char *name)
+int ddofi_hs_remove(const char *dir, const char *name)
 {
-    return dds_hs_remove_ns(dir, "", name);
+    return ddofi_hs_remove_ns(dir, "", name);
 }
 
 /* ---- processes -------------------------------------------------------------- */
 
-uint32_t dds_hs_self_pidns(void)
+uint32_t ddofi_hs_self_pidns(void)
 {
     struct stat st;
     if (stat("/proc/self/ns/pid", &st) != 0)
@@ -917,12 +917,12 @@ uint32_t dds_hs_self_pidns(void)
     return (uint32_t)st.st_ino;
 }
 
-uint64_t dds_hs_self_start_ticks(void)
+uint64_t ddofi_hs_self_start_ticks(void)
 {
     return dds_proc_self_start_ticks();
 }
 
-int dds_hs_process_alive(int32_t pid, uint64_t start_ticks)
+int ddofi_hs_process_alive(int32_t pid, uint64_t start_ticks)
 {
     return dds_proc_alive(pid, start_ticks);
 }

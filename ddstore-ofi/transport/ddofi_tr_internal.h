@@ -60,9 +60,9 @@ typedef struct ddofi_hs {
     int on;                    /* method 2                                   */
     int n_core;                /* 0: core job; > 0: reader of n_core ranks   */
     char dir[4096];
-    char ns[DDS_HS_NS_MAX + 1];
+    char ns[DDOFI_HS_NS_MAX + 1];
     char myhost[HOST_MAX];
-    uint32_t mypidns;          /* dds_hs_self_pidns()                        */
+    uint32_t mypidns;          /* ddofi_hs_self_pidns()                        */
     uint64_t run_id;           /* core: this job's; reader: the joined job's */
     double join_timeout_s;     /* DDSTORE_HANDSHAKE_TIMEOUT_S                */
     char *hosts;               /* core: nranks x HOST_MAX                    */
@@ -139,7 +139,7 @@ int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine);
 void ddofi_tr_live_release(ddofi_tr_region_t *g);
 /* Reader: g->live for the record's ranks on this host.  0, or -DDS_ESTALE
  * (freed already), -DDS_EIO (the table is needed but unreadable). */
-int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ddofi_tr_region_t *g);
+int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec, ddofi_tr_region_t *g);
 /* Reader: unmap the tables (store release). */
 void ddofi_tr_live_unmap(ddofi_hs_t *hs);
 /* Reader, after a read has completed: 0, or -DDS_ESTALE naming the variable

@@ -92,7 +92,7 @@ static void live_clean_stale(void)
         if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode) ||
             st.st_uid != geteuid())
             continue;
-        if (dds_hs_process_alive(pid, ticks) == 0 && unlinkat(dfd, e->d_name, 0) == 0)
+        if (ddofi_hs_process_alive(pid, ticks) == 0 && unlinkat(dfd, e->d_name, 0) == 0)
             DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI, "removed %s/%s (a core process that no "
                     "longer exists)", LIVE_DIR, e->d_name);
     }
@@ -105,7 +105,7 @@ static int live_table(void)
     if (g_live.tab && g_live.pid == getpid())
         return 0;
     live_clean_stale();
-    live_path(g_live.path, sizeof g_live.path, (int32_t)getpid(), dds_hs_self_start_ticks());
+    live_path(g_live.path, sizeof g_live.path, (int32_t)getpid(), ddofi_hs_self_start_ticks());
     int fd = -1;
     for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
         fd = open(g_live.path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -198,7 +198,7 @@ void ddofi_tr_live_release(ddofi_tr_region_t *g)
 
 /* Map core rank i's table (read-only), once per store.  NULL when there is
  * none (an older core, or another /dev/shm): *why_p says why. */
-static const live_slot_t *live_map(ddofi_tr_t *t, const dds_hs_rank_t *r, int i, char *why,
+static const live_slot_t *live_map(ddofi_tr_t *t, const ddofi_hs_rank_t *r, int i, char *why,
                                    size_t cap)
 {
     if (!t->hs.live_maps) {
@@ -246,7 +246,7 @@ void ddofi_tr_live_unmap(ddofi_hs_t *hs)
     hs->live_maps = NULL;
 }
 
-int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, ddofi_tr_region_t *g)
+int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec, ddofi_tr_region_t *g)
 {
     const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     const int needed = t->attr.direct_reads || !strcmp(t->attr.quirks, "shm");
@@ -255,7 +255,7 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const dds_hs_record_t *r
         return dds_error(-DDS_ENOMEM, "join('%s'): out of memory", rec->name);
     g->nlive = 0;
     for (uint32_t i = 0; same_ns && i < rec->nranks; i++) {
-        const dds_hs_rank_t *r = &rec->ranks[i];
+        const ddofi_hs_rank_t *r = &rec->ranks[i];
         if (!r->bytes || strcmp(r->host, t->hs.myhost) != 0)
             continue;
         char why[400] = "";

@@ -68,9 +68,9 @@ static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
         return rc;
     if (!ns)
         ns = "";
-    if (strlen(ns) > DDS_HS_NS_MAX)
+    if (strlen(ns) > DDOFI_HS_NS_MAX)
         return dds_error(-DDS_ECONFIG, "exchange_ns '%.20s...' is longer than %d bytes", ns,
-                         DDS_HS_NS_MAX);
+                         DDOFI_HS_NS_MAX);
     if ((rc = dds_config_get_double("DDSTORE_HANDSHAKE_TIMEOUT_S", &hs->join_timeout_s)))
         return rc;
     if (!(hs->join_timeout_s > 0))
@@ -81,7 +81,7 @@ static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
     memset(hs->myhost, 0, sizeof hs->myhost);
     if (gethostname(hs->myhost, sizeof hs->myhost - 1))
         strcpy(hs->myhost, "?");
-    hs->mypidns = dds_hs_self_pidns();
+    hs->mypidns = ddofi_hs_self_pidns();
     hs->on = 1;
     hs->n_core = tp->n_core;
     return 0;
@@ -113,7 +113,7 @@ int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const
     hs_ident_t me, *all = NULL;
     int rc = hs_params(&t->hs, tp);
     if (!rc && t->rank == 0)
-        rc = dds_hs_dir_prepare(t->hs.dir);
+        rc = ddofi_hs_dir_prepare(t->hs.dir);
     if (!rc) {
         all = calloc((size_t)t->nranks, sizeof *all);
         t->hs.hosts = malloc((size_t)t->nranks * HOST_MAX);
@@ -127,7 +127,7 @@ int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const
         goto out;
     memset(&me, 0, sizeof me);
     me.run_id = random_id();
-    me.ticks = dds_hs_self_start_ticks();
+    me.ticks = ddofi_hs_self_start_ticks();
     me.pid = (int32_t)getpid();
     rc = c->ops->allgather(c->ctx, &me, sizeof me, all);
     if (rc) {
@@ -154,7 +154,7 @@ out:
 int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
                    const unsigned char *mr_blobs)
 {
-    dds_hs_record_t rec;
+    ddofi_hs_record_t rec;
     int rc;
     if (!d->offsets || d->nranks != t->nranks)
         return dds_error(-DDS_EINVAL, "variable '%s': method 2 needs the store's row layout "
@@ -167,7 +167,7 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
     rec.run_id = t->hs.run_id;
     rec.ctime_ns = realtime_ns();
     rec.dtype = (int32_t)d->dtype;
-    rec.flags = t->attr.local_only ? DDS_HS_FLAG_LOCAL_ONLY : 0; /* sockets on 127.0.0.1 */
+    rec.flags = t->attr.local_only ? DDOFI_HS_FLAG_LOCAL_ONLY : 0; /* sockets on 127.0.0.1 */
     rec.pidns = t->hs.mypidns;
     rec.itemsize = d->itemsize;
     rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
@@ -176,9 +176,9 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
     snprintf(rec.name, sizeof rec.name, "%s", d->name);
     snprintf(rec.exchange_ns, sizeof rec.exchange_ns, "%s", t->hs.ns);
     snprintf(rec.provider, sizeof rec.provider, "%s", t->prov);
-    snprintf(rec.domain, sizeof rec.domain, "%.*s", DDS_HS_DOMAIN_MAX, t->domain);
+    snprintf(rec.domain, sizeof rec.domain, "%.*s", DDOFI_HS_DOMAIN_MAX, t->domain);
     for (int i = 0; i < t->nranks; i++) {
-        dds_hs_rank_t *r = &rec.ranks[i];
+        ddofi_hs_rank_t *r = &rec.ranks[i];
         r->rows = d->offsets[i + 1] - d->offsets[i];
         r->base = g->remotes[i].base;
         r->key = g->remotes[i].key;
@@ -186,11 +186,11 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
         r->pid = t->hs.pids[i];
         r->start_ticks = t->hs.ticks[i];
         snprintf(r->host, sizeof r->host, "%s", t->hs.hosts + (size_t)i * HOST_MAX);
-        memcpy(r->mr_blob, mr_blobs + (size_t)i * DDOFI_MR_BLOB_SIZE, DDS_HS_MR_BLOB);
+        memcpy(r->mr_blob, mr_blobs + (size_t)i * DDOFI_MR_BLOB_SIZE, DDOFI_HS_MR_BLOB);
         r->addr_len = DDOFI_ADDR_BLOB_MAX;
-        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, DDS_HS_ADDR_MAX);
+        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, DDOFI_HS_ADDR_MAX);
     }
-    rc = dds_hs_write(t->hs.dir, &rec);
+    rc = ddofi_hs_write(t->hs.dir, &rec);
     if (rc == 0) {
         g->published = 1;
         DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
@@ -202,20 +202,20 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
         rc = dds_error(rc, "variable '%s': publishing its method-2 record: %s", g->name,
                        saved);
     }
-    dds_hs_record_clear(&rec);
+    ddofi_hs_record_clear(&rec);
     return rc;
 }
 
 void ddofi_hs_unpublish(ddofi_tr_t *t, ddofi_tr_region_t *g)
 {
-    dds_hs_record_t rec;
+    ddofi_hs_record_t rec;
     int rc;
     if (!t->hs.on || t->hs.n_core > 0 || !g->published || getpid() != t->pid)
         return;
     g->published = 0;
     /* Only our own record goes: a record of another run under this name
      * and namespace (a second core job that replaced ours) stays. */
-    rc = dds_hs_read_ns(t->hs.dir, t->hs.ns, g->name, &rec);
+    rc = ddofi_hs_read_ns(t->hs.dir, t->hs.ns, g->name, &rec);
     if (rc == -DDS_ENOENT)
         return;
     if (rc == 0 && rec.run_id != t->hs.run_id) {
@@ -225,14 +225,14 @@ void ddofi_hs_unpublish(ddofi_tr_t *t, ddofi_tr_region_t *g)
                 "its record is left in place",
                 g->name, t->hs.dir, (unsigned long long)rec.run_id,
                 (unsigned long long)t->hs.run_id, g->name, t->hs.ns);
-        dds_hs_record_clear(&rec);
+        ddofi_hs_record_clear(&rec);
         return;
     }
     if (rc == 0)
-        dds_hs_record_clear(&rec);
+        ddofi_hs_record_clear(&rec);
     else
         dds_error_clear();
-    if (dds_hs_remove_ns(t->hs.dir, t->hs.ns, g->name) != 0)
+    if (ddofi_hs_remove_ns(t->hs.dir, t->hs.ns, g->name) != 0)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "variable '%s': removing its record: %s",
                 g->name, dds_last_error());
 }
@@ -278,7 +278,7 @@ int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_
 
 /* 0: usable; 1: stale (`why` says why; keep waiting for a fresh record);
  * < 0: an error to report now. */
-static int hs_check(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec, char *why,
+static int hs_check(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec, char *why,
                     size_t cap)
 {
     const double age = (double)(realtime_ns() - rec->ctime_ns) * 1e-9;
@@ -292,10 +292,10 @@ static int hs_check(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
     /* pids mean something only on this host, in this pid namespace */
     const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     for (uint32_t i = 0; same_ns && i < rec->nranks; i++) {
-        const dds_hs_rank_t *r = &rec->ranks[i];
+        const ddofi_hs_rank_t *r = &rec->ranks[i];
         if (strcmp(r->host, t->hs.myhost) != 0)
             continue;
-        if (dds_hs_process_alive(r->pid, r->start_ticks) == 0) {
+        if (ddofi_hs_process_alive(r->pid, r->start_ticks) == 0) {
             snprintf(why, cap,
                      "%s is stale: it was written %.0f s ago by core run %016llx, whose rank "
                      "%u (pid %d on %s) has exited",
@@ -318,17 +318,17 @@ static int hs_check(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
     return 0;
 }
 
-/* What dds_hs_scan found besides the reader's own record file. */
+/* What ddofi_hs_scan found besides the reader's own record file. */
 typedef struct hs_scan_state {
     ddofi_tr_t *t;
     char why[6000];   /* the last unusable one, and why */
     char nss[1024];   /* the namespaces of the usable ones ("'a', 'b'") */
-    char ns[DDS_HS_NS_MAX + 1]; /* the usable one's, when one */
+    char ns[DDOFI_HS_NS_MAX + 1]; /* the usable one's, when one */
     char path[4200];
     int usable;
 } hs_scan_state_t;
 
-static int hs_scan_one(void *arg, const char *path, int rc, const dds_hs_record_t *rec)
+static int hs_scan_one(void *arg, const char *path, int rc, const ddofi_hs_record_t *rec)
 {
     hs_scan_state_t *st = arg;
     ddofi_tr_t *t = st->t;
@@ -370,7 +370,7 @@ static int hs_scan_one(void *arg, const char *path, int rc, const dds_hs_record_
  * is its file, for the messages (updated when a reader without a namespace
  * takes the record of another namespace). */
 static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
-                   dds_hs_record_t *rec)
+                   ddofi_hs_record_t *rec)
 {
     char why[6000], stale[6000] = "";
     const double deadline = now_s() + t->hs.join_timeout_s;
@@ -378,14 +378,14 @@ static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
     int code = -DDS_ETIMEDOUT;
     int rc;
     for (;;) {
-        rc = dds_hs_read_ns(t->hs.dir, t->hs.ns, name, rec);
+        rc = ddofi_hs_read_ns(t->hs.dir, t->hs.ns, name, rec);
         if (rc == -DDS_ENOENT) {
             /* none in our namespace: records of the variable in others */
             hs_scan_state_t *st = calloc(1, sizeof *st);
             if (!st)
                 return dds_error(-DDS_ENOMEM, "join('%s'): out of memory", name);
             st->t = t;
-            rc = dds_hs_scan(t->hs.dir, name, hs_scan_one, st);
+            rc = ddofi_hs_scan(t->hs.dir, name, hs_scan_one, st);
             if (rc >= 0 && st->usable > 1)
                 rc = dds_error(-DDS_EINVAL,
                                "join('%s'): records of '%s' from several core runs in %s, "
@@ -393,7 +393,7 @@ static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
                                "the core job's to choose one",
                                name, name, t->hs.dir, st->nss);
             else if (rc >= 0 && st->usable == 1) {
-                rc = dds_hs_read_ns(t->hs.dir, st->ns, name, rec);
+                rc = ddofi_hs_read_ns(t->hs.dir, st->ns, name, rec);
                 if (rc == 0) {
                     snprintf(path, path_cap, "%s", st->path);
                     rc = hs_check(t, path, rec, why, sizeof why);
@@ -401,7 +401,7 @@ static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
                         free(st);
                         return 0;
                     }
-                    dds_hs_record_clear(rec);
+                    ddofi_hs_record_clear(rec);
                     if (rc > 0) {
                         code = -DDS_ESTALE;
                         memcpy(stale, why, sizeof stale);
@@ -428,7 +428,7 @@ static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
             rc = hs_check(t, path, rec, why, sizeof why);
             if (rc == 0)
                 return 0;
-            dds_hs_record_clear(rec);
+            ddofi_hs_record_clear(rec);
             if (rc < 0)
                 return rc;
             code = -DDS_ESTALE;
@@ -453,13 +453,13 @@ static int hs_wait(ddofi_tr_t *t, const char *name, char *path, size_t path_cap,
 }
 
 /* First join: open the fabric the core job serves with, its ranks as peers. */
-static int hs_attach_locked(ddofi_tr_t *t, const dds_hs_record_t *rec)
+static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
 {
     const int n = (int)rec->nranks;
     int same_host = 1, rc;
     for (int i = 0; i < n; i++)
         same_host &= !strcmp(rec->ranks[i].host, t->hs.myhost);
-    if (!same_host && (rec->flags & DDS_HS_FLAG_LOCAL_ONLY))
+    if (!same_host && (rec->flags & DDOFI_HS_FLAG_LOCAL_ONLY))
         return dds_error(-DDS_ECONFIG,
                          "join('%s'): the core job serves on 127.0.0.1 only (all its ranks "
                          "run on %s and no interface was named), but this reader runs on "
@@ -484,7 +484,7 @@ static int hs_attach_locked(ddofi_tr_t *t, const dds_hs_record_t *rec)
     if (rc)
         return rc;
     fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
-    fp.local_only = (rec->flags & DDS_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
+    fp.local_only = (rec->flags & DDOFI_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
     const char *want = NULL;
     if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
         return rc;
@@ -556,7 +556,7 @@ fail: {
 }
 
 /* The joined variable's region and layout. */
-static int hs_region(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec,
+static int hs_region(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec,
                      dds_region_layout_t *lay, void **region_p)
 {
     const int n = (int)rec->nranks;
@@ -571,8 +571,8 @@ static int hs_region(ddofi_tr_t *t, const char *path, const dds_hs_record_t *rec
     g->joined = 1;
     off[0] = 0;
     for (int i = 0; i < n; i++) {
-        const dds_hs_rank_t *r = &rec->ranks[i];
-        int e = ddofi_remote_import(r->mr_blob, DDS_HS_MR_BLOB, &g->remotes[i]);
+        const ddofi_hs_rank_t *r = &rec->ranks[i];
+        int e = ddofi_remote_import(r->mr_blob, DDOFI_HS_MR_BLOB, &g->remotes[i]);
         if (e) {
             char what[5600];
             snprintf(what, sizeof what, "join('%s'): record %s: region of rank %d", rec->name,
@@ -622,7 +622,7 @@ fail:
 int ddofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, void **region_p)
 {
     ddofi_tr_t *t = ctx;
-    dds_hs_record_t rec;
+    ddofi_hs_record_t rec;
     char path[5200], fname[1024];
     int rc;
     if (!t->hs.on)
@@ -636,7 +636,7 @@ int ddofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, 
     if (getpid() != t->pid)
         return dds_error(-DDS_EINVAL, "join('%s'): a store cannot join variables in a forked "
                          "process", name);
-    if ((rc = dds_hs_record_file_name(t->hs.ns, name, fname, sizeof fname)))
+    if ((rc = ddofi_hs_record_file_name(t->hs.ns, name, fname, sizeof fname)))
         return rc;
     snprintf(path, sizeof path, "%s/%s", t->hs.dir, fname);
     memset(&rec, 0, sizeof rec);
@@ -655,6 +655,6 @@ int ddofi_hs_region_join(void *ctx, const char *name, dds_region_layout_t *lay, 
     pthread_mutex_unlock(&t->lock);
     if (!rc)
         rc = hs_region(t, path, &rec, lay, region_p);
-    dds_hs_record_clear(&rec);
+    ddofi_hs_record_clear(&rec);
     return rc;
 }

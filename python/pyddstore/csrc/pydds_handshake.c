@@ -6,14 +6,14 @@
 #ifdef DDSTORE_HAVE_OFI
 #include "ddstore/handshake_transport.h"
 
-static PyObject *rank_dict(const dds_hs_rank_t *r)
+static PyObject *rank_dict(const ddofi_hs_rank_t *r)
 {
     return Py_BuildValue(
         "{s:L,s:K,s:K,s:K,s:i,s:K,s:s,s:y#,s:y#}", "rows", (long long)r->rows,
         "base", (unsigned long long)r->base, "key", (unsigned long long)r->key,
         "bytes", (unsigned long long)r->bytes, "pid", (int)r->pid, "start_ticks",
         (unsigned long long)r->start_ticks, "host", r->host, "region_blob",
-        (const char *)r->mr_blob, (Py_ssize_t)DDS_HS_MR_BLOB, "address_blob",
+        (const char *)r->mr_blob, (Py_ssize_t)DDOFI_HS_MR_BLOB, "address_blob",
         (const char *)r->addr, (Py_ssize_t)r->addr_len);
 }
 
@@ -22,13 +22,13 @@ static PyObject *mod_handshake_parse(PyObject *m, PyObject *args)
 {
     Py_buffer b;
     const char *path = "";
-    dds_hs_record_t rec;
+    ddofi_hs_record_t rec;
     PyObject *d = NULL, *ranks = NULL;
     int rc;
     (void)m;
     if (!PyArg_ParseTuple(args, "y*|s:_handshake_parse", &b, &path))
         return NULL;
-    rc = dds_hs_parse(b.buf, (size_t)b.len, &rec);
+    rc = ddofi_hs_parse(b.buf, (size_t)b.len, &rec);
     PyBuffer_Release(&b);
     if (rc < 0) {
         if (path[0] != '\0') {
@@ -60,7 +60,7 @@ static PyObject *mod_handshake_parse(PyObject *m, PyObject *args)
             rec.exchange_ns, "provider", rec.provider, "domain", rec.domain,
             "ranks", ranks);
     Py_XDECREF(ranks);
-    dds_hs_record_clear(&rec);
+    ddofi_hs_record_clear(&rec);
     return d;
 }
 
@@ -73,7 +73,7 @@ static PyObject *mod_handshake_file_name(PyObject *m, PyObject *args)
     (void)m;
     if (!PyArg_ParseTuple(args, "s|z:_handshake_file_name", &name, &ns))
         return NULL;
-    rc = dds_hs_record_file_name(ns, name, out, sizeof out);
+    rc = ddofi_hs_record_file_name(ns, name, out, sizeof out);
     if (rc < 0)
         return pydds_raise(rc);
     return PyUnicode_FromString(out);
@@ -87,7 +87,7 @@ static PyObject *mod_handshake_alive(PyObject *m, PyObject *args)
     (void)m;
     if (!PyArg_ParseTuple(args, "iK:_handshake_process_alive", &pid, &ticks))
         return NULL;
-    return PyLong_FromLong(dds_hs_process_alive((int32_t)pid, (uint64_t)ticks));
+    return PyLong_FromLong(ddofi_hs_process_alive((int32_t)pid, (uint64_t)ticks));
 }
 #endif
 

@@ -794,7 +794,7 @@ class DistDatasetReader(_Stored):
 
 
 def _enc_name(s):
-    """The file-name encoding of method-2 records (C dds_hs_file_name):
+    """The file-name encoding of method-2 records (C ddofi_hs_file_name):
     [A-Za-z0-9._-] kept (but a leading '.'), every other byte as %XX."""
     out = []
     for i, b in enumerate(s.encode("utf-8")):
