@@ -347,7 +347,7 @@ class _Api(ctypes.Structure):
             "unwrap", "raise_error", "var_info", "var_offsets", "var_add",
             "get", "get_batch", "recv_register", "recv_unregister", "profile",
             "last_error", "strerror", "log_write", "log_enabled",
-            "var_update", "acquire", "release", "keep_alive", "error")]
+            "var_update", "acquire", "release", "keep_alive", "error", "indices")]
 
 
 def test_c_api_capsule(store):
@@ -378,6 +378,23 @@ def test_c_api_capsule(store):
         unwrap(reader, ctypes.byref(st2), ctypes.byref(rd))
     with pytest.raises(TypeError, match="PyDDStore"):
         unwrap(object(), ctypes.byref(st2), ctypes.byref(rd))
+    # indices: _core's converter, into the room alloc(ctx, n) gives
+    ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    INDICES = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ALLOC, ctypes.c_void_p)
+    room = (ctypes.c_int64 * 8)()
+    asked = []
+
+    def alloc(ctx, n):
+        asked.append(n)
+        return ctypes.addressof(room)
+    cb = ALLOC(alloc)
+    for idx in ([5, 2, 7], np.array([5, 2, 7], np.int16), np.array([5, 2, 7], np.uint32)):
+        assert INDICES(api.indices)(idx, cb, None) == 0
+        assert list(room[:3]) == [5, 2, 7] and asked[-1] == 3
+    with pytest.raises(TypeError, match="float"):
+        INDICES(api.indices)([1.5], cb, None)
+    with pytest.raises(IndexError, match="out of range"):
+        INDICES(api.indices)(np.array([2**64 - 1], np.uint64), cb, None)
     # raise_error sets the documented exception
     RAISE = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_int)
     with pytest.raises(IndexError):
