@@ -48,6 +48,10 @@ int ddstore_env_prepare(void)
      * standalone library's DDOFI_ names */
     return ddofi_transport_env_prepare();
 #else
+    /* No libfabric of ours, but the MPI may sit on one (Cray MPICH on
+     * Slingshot): the one setting ddofi_env_prepare makes for every build,
+     * as pyddstore did before the hub (the user's value wins). */
+    (void)setenv("FI_CXI_DISABLE_HOST_REGISTER", "1", 0);
     return 0;
 #endif
 }

@@ -44,9 +44,10 @@ const char *ddstore_version(void);
 
 /* Apply the libfabric settings that must be in the environment before
  * libfabric (or an MPI built on it) initialises: ddstore-ofi's
- * ddofi_env_prepare(-1) (FI_CXI_DISABLE_HOST_REGISTER=1 unless set;
- * FI_MR_CACHE_MONITOR=memhooks under DDSTORE_FORK_WORKERS=1).  A build
- * without libfabric has nothing to prepare (returns 0).
+ * ddofi_env_prepare with ddstore's settings (FI_CXI_DISABLE_HOST_REGISTER=1
+ * unless set; FI_MR_CACHE_MONITOR=memhooks under DDSTORE_FORK_WORKERS=1).  A
+ * build without libfabric sets FI_CXI_DISABLE_HOST_REGISTER=1 unless set (its
+ * MPI may run on libfabric) and returns 0.
  * Returns 0, 1 (applied after libfabric had started: probably too late,
  * logged), or -DDS_ECONFIG (bad DDSTORE_FORK_WORKERS; detail in
  * dds_last_error()).  Not thread-safe (setenv): call from the main thread,
