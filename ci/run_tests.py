@@ -160,27 +160,28 @@ def junit_counts(name, d, rc):
     return c
 
 
+def junit_script_stage(name, script, timeout):
+    """ci/<script> with DDSTORE_JUNIT_DIR (its JUnit XML files, counted) and
+    DDSTORE_PYTHON (the interpreter to make its virtualenvs from)."""
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    rc, _ = run([os.path.join(TOP, "ci", script)],
+                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
+    return junit_counts(name, d, rc)
+
+
 def wheel_stage(timeout=2400):
     """ci/test_wheel.sh: the pip build in a fresh virtualenv, installed,
     smoke tests against the installed package (2 ranks)."""
-    d = os.path.join(OUT, "wheel")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    rc, _ = run([os.path.join(TOP, "ci", "test_wheel.sh")],
-                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
-    return junit_counts("wheel", d, rc)
+    return junit_script_stage("wheel", "test_wheel.sh", timeout)
 
 
 def pipmpi_stage(timeout=1800):
     """ci/pip-mpi.sh: the pip build whose only MPI and libfabric are PyPI's
     mpich wheel (the system's hidden, checked with ninja's header log and
     ldd), store tests for methods 0/1/2 on 2 ranks under its mpiexec."""
-    d = os.path.join(OUT, "pipmpi")
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
-    rc, _ = run([os.path.join(TOP, "ci", "pip-mpi.sh")],
-                env={"DDSTORE_JUNIT_DIR": d, "DDSTORE_PYTHON": PY}, timeout=timeout)
-    return junit_counts("pipmpi", d, rc)
+    return junit_script_stage("pipmpi", "pip-mpi.sh", timeout)
 
 
 def gpukit_stage(timeout=2400):
