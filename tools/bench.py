@@ -37,7 +37,28 @@ def bench(args, ranks, extra, env=None):
     return subprocess.run(cmd, env=e).returncode
 
 
+# Styles: one colour per backend, one line style and marker per batch size.
+_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+_STYLES = ["-", "--", "-.", ":"]
+_MARKERS = ["o", "s", "^", "D", "v", "P"]
+
+
+def _backend(r):
+    return r["transport"] + (" " + r["fabric"] if r.get("fabric") else "")
+
+
+def _line(ax, xs, ys, **kw):
+    """A series: a line only when it has more than two points (a line
+    between two points says nothing about the points between)."""
+    if len(xs) <= 2:
+        kw["linestyle"] = "none"
+    ax.plot(xs, ys, **kw)
+
+
 def plot(path_json, path_png):
+    """One panel per measure, each with the memcpy reference of the same run:
+    throughput, time per row and the ratio to memcpy against row size (one
+    reader thread), then the reader-thread sweeps on their own panel."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -47,34 +68,95 @@ def plot(path_json, path_png):
         return
     rows = [json.loads(l) for l in open(path_json) if l.strip()]
     rows = [r for r in rows if r.get("kind", "read") == "read"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    if not rows:
+        print("no read records: no plot")
+        return
+    # the size sweeps: one reader thread, batch sizes measured at 3 or more
+    # row sizes (the thread sweeps' single-thread points are not a sweep)
+    one = [r for r in rows if r["threads"] == 1]
+    nsizes = {}
+    for r in one:
+        nsizes.setdefault(r["batch"], set()).add(r["row_bytes"])
+    one = [r for r in one if len(nsizes[r["batch"]]) >= 3]
+    backends = sorted({_backend(r) for r in rows})
+    batches = sorted({r["batch"] for r in one})
+    colour = {b: _COLOURS[i % len(_COLOURS)] for i, b in enumerate(backends)}
+    style = {b: (_STYLES[i % len(_STYLES)], _MARKERS[i % len(_MARKERS)])
+             for i, b in enumerate(batches)}
+    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    (ax_bw, ax_us), (ax_ratio, ax_thr) = axes
     series = {}
-    for r in rows:
-        if r["threads"] != 1:
-            continue
-        key = (r["transport"] + (" " + r["fabric"] if r["fabric"] else ""), r["batch"])
-        series.setdefault(key, []).append((r["row_bytes"], r["gb_per_s"], r["memcpy_gb_per_s"],
-                                           r["us_per_row"]))
-    for (name, batch), pts in sorted(series.items()):
-        pts.sort()
-        x = [p[0] for p in pts]
-        axes[0].plot(x, [p[1] for p in pts], marker="o", label=f"{name}, batch {batch}")
-        axes[1].plot(x, [p[3] for p in pts], marker="o", label=f"{name}, batch {batch}")
-    mc = {}
-    for r in rows:
-        mc.setdefault(r["row_bytes"], []).append(r["memcpy_gb_per_s"])
-    xs = sorted(mc)
-    axes[0].plot(xs, [max(mc[x]) for x in xs], "k--", label="memcpy (same run)")
-    for ax, yl in ((axes[0], "GB/s per rank"), (axes[1], "µs per row")):
+    for r in one:
+        series.setdefault((_backend(r), r["batch"]), []).append(r)
+    memcpy = {}
+    for (be, batch), pts in sorted(series.items()):
+        pts.sort(key=lambda r: r["row_bytes"])
+        x = [r["row_bytes"] for r in pts]
+        ls, mk = style[batch]
+        kw = dict(color=colour[be], linestyle=ls, marker=mk, label=f"{be}, batch {batch}")
+        _line(ax_bw, x, [r["gb_per_s"] for r in pts], **kw)
+        _line(ax_us, x, [r["us_per_row"] for r in pts], **kw)
+        _line(ax_ratio, x, [r["gb_per_s"] / r["memcpy_gb_per_s"] if r["memcpy_gb_per_s"] else
+                            float("nan") for r in pts], **kw)
+        for r in pts:
+            memcpy.setdefault(batch, {}).setdefault(r["row_bytes"], []).append(
+                r["memcpy_gb_per_s"])
+    for batch, by_row in sorted(memcpy.items()):
+        x = sorted(by_row)
+        gbs = [max(by_row[v]) for v in x]      # the best reference of the run's backends
+        ls, mk = style[batch]
+        kw = dict(color="black", linestyle=ls, marker="x", alpha=0.6,
+                  label=f"memcpy of the same rows, batch {batch}")
+        _line(ax_bw, x, gbs, **kw)
+        _line(ax_us, x, [v / (g * 1e3) if g else float("nan") for v, g in zip(x, gbs)], **kw)
+    ax_ratio.axhline(1.0, color="black", linewidth=1, label="memcpy of the same rows (= 1)")
+    for ax, yl, title in ((ax_bw, "GB/s per rank", "read throughput, 1 reader thread"),
+                          (ax_us, "µs per row", "time per row, 1 reader thread"),
+                          (ax_ratio, "fraction of memcpy", "throughput / memcpy of the same rows")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("row bytes")
+        ax.set_xlabel("row bytes (remote rows, random)")
         ax.set_ylabel(yl)
+        ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=6)
-    axes[0].set_title("read throughput (remote rows)")
-    axes[1].set_title("time per row")
-    fig.tight_layout()
+    # reader-thread sweeps: aggregate throughput against threads, one
+    # series per backend and row size, the memcpy reference beside each
+    sweep = {}
+    for r in rows:
+        sweep.setdefault((_backend(r), r["row_bytes"], r["batch"]), []).append(r)
+    sweep = {k: v for k, v in sweep.items() if len({r["threads"] for r in v}) > 1}
+    sizes = sorted({k[1] for k in sweep})
+    size_style = {v: (_STYLES[i % len(_STYLES)], _MARKERS[i % len(_MARKERS)])
+                  for i, v in enumerate(sizes)}
+    for (be, row_b, batch), pts in sorted(sweep.items()):
+        if row_b not in size_style:
+            continue
+        # one point per thread count: the sweep's own (recorded last)
+        pts = sorted({r["threads"]: r for r in pts}.values(), key=lambda r: r["threads"])
+        ls, mk = size_style[row_b]
+        x = [r["threads"] for r in pts]
+        _line(ax_thr, x, [r["gb_per_s"] for r in pts], color=colour[be], linestyle=ls,
+              marker=mk, label=f"{be}, {row_b} B rows, batch {batch}")
+    for row_b in sizes:
+        ref = [r["memcpy_gb_per_s"] for (be, rb, _b), pts in sweep.items() if rb == row_b
+               for r in pts if r["threads"] == 1]
+        if ref:
+            ax_thr.axhline(max(ref), color="black", linestyle=size_style[row_b][0], alpha=0.6,
+                           label=f"memcpy, {row_b} B rows, 1 thread")
+    ax_thr.set_xscale("log", base=2)
+    ax_thr.set_yscale("log")
+    ax_thr.set_xlabel("reader threads per rank")
+    ax_thr.set_ylabel("GB/s per rank (all threads)")
+    ax_thr.set_title("reader-thread sweeps")
+    ax_thr.grid(True, which="both", alpha=0.3)
+    # one legend for the three size-sweep panels (the same series), below
+    # them; the sweep panel keeps its own
+    h, l = ax_bw.get_legend_handles_labels()
+    h2, l2 = ax_ratio.get_legend_handles_labels()
+    h, l = h + h2[-1:], l + l2[-1:]
+    ax_thr.legend(fontsize=7, loc="best")
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(h, l, loc="lower center", ncol=4, fontsize=7, frameon=False)
     fig.savefig(path_png, dpi=110)
     print(f"plot: {path_png}")
 
