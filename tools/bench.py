@@ -133,7 +133,8 @@ def plot(path_json, path_png):
             continue
         # one point per thread count: the sweep's own (recorded last)
         pts = sorted({r["threads"]: r for r in pts}.values(), key=lambda r: r["threads"])
-        ls, mk = size_style[row_b]
+        ls = size_style[row_b][0]
+        mk = _MARKERS[sorted({k[2] for k in sweep}).index(batch) % len(_MARKERS)]
         x = [r["threads"] for r in pts]
         _line(ax_thr, x, [r["gb_per_s"] for r in pts], color=colour[be], linestyle=ls,
               marker=mk, label=f"{be}, {row_b} B rows, batch {batch}")
