@@ -28,6 +28,7 @@ enum {
     DDS_EBUSY = 16,      /* object in use (e.g. registered recv)      -> DDStoreError */
     DDS_EEXIST = 17,     /* variable name already live               -> ValueError */
     DDS_EINVAL = 22,     /* bad argument (shape, length, width)      -> ValueError */
+    DDS_ENOSPC = 28,     /* destination too small (ragged reads)      -> ValueError */
     DDS_ERANGE = 34,     /* index / range outside [0, total)         -> IndexError */
     DDS_ENOSYS = 38,     /* not supported by this build/transport    -> DDStoreError */
     DDS_ETIMEDOUT = 110, /* read/handshake timed out                 -> DDStoreError */

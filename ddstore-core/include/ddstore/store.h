@@ -163,6 +163,13 @@ typedef struct dds_var_info {
     dds_dtype_t dtype;
     dds_mem_t mem;           /* where this rank's shard lives               */
     int nranks;
+    /* Ragged variables (below): ragged = 1, rows are samples of varying
+     * length, `disp` x `itemsize` (row_bytes) is one *element row* and
+     * total_elems / local_elems count element rows.  Fixed variables:
+     * ragged = 0, total_elems = total_rows, local_elems = local_rows. */
+    int ragged;
+    int64_t total_elems;
+    int64_t local_elems;
 } dds_var_info_t;
 
 DDS_API int dds_store_var_info(dds_store_t *store, const char *name,
@@ -250,6 +257,77 @@ typedef enum {
  * Returns rc (or the agreement's own failure). */
 DDS_API int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char *name,
                         int rc);
+
+/* ---- ragged variables ------------------------------------------------
+ *
+ * A ragged variable's rows (samples) vary in length along their first axis:
+ * sample i is lengths[i] >= 0 *element rows* of `disp` elements x
+ * `itemsize` bytes (the trailing dims and the dtype are fixed; equal on
+ * every rank, as for var_add).  Rank r holds the samples [offsets[r],
+ * offsets[r+1]) (var_offsets: sample rows) and their element rows.
+ *
+ * The index is distributed: each rank keeps the (offset, length) entries of
+ * its own samples only, plus two prefix-sum arrays over ranks (samples and
+ * element rows), so per-rank metadata is O(local rows + ranks).  A read of
+ * samples first reads their index entries from their owners (batched per
+ * owner like payload rows; this rank's and same-node owners' directly),
+ * then the payload.  Cost model: docs/design.md "Ragged variables".
+ *
+ * Fixed-row reads (get, get_batch, var_update) of a ragged variable, and
+ * ragged reads of a fixed variable, fail with -DDS_EINVAL naming the kind
+ * and the call to use.  var_free, free, profile, var_info (ragged = 1),
+ * var_offsets (sample rows), readers, var_join (method 2) work on ragged
+ * variables as on fixed ones. */
+
+/* Collective: this rank's samples are `nrows` lengths (each >= 0) and their
+ * payload: sum(lengths) element rows of disp x itemsize at `data`, sample
+ * after sample.  `mem`, `flags` as for var_add.  Bad input (a negative
+ * length, a sum above INT64_MAX or not equal to `nelems`, disp / itemsize /
+ * dtype differing across ranks) fails on every rank with -DDS_EINVAL
+ * naming the value and the rank. */
+DDS_API int dds_store_ragged_add(dds_store_t *store, const char *name,
+                                 const void *data, int64_t nelems,
+                                 const int64_t *lengths, int64_t nrows,
+                                 size_t disp, size_t itemsize,
+                                 dds_dtype_t dtype, const dds_mem_t *mem,
+                                 int flags);
+
+/* Collective: samples of the given lengths, payload zeroed (then filled
+ * with ragged_update). */
+DDS_API int dds_store_ragged_init(dds_store_t *store, const char *name,
+                                  const int64_t *lengths, int64_t nrows,
+                                  size_t disp, size_t itemsize,
+                                  dds_dtype_t dtype);
+
+/* Local: overwrite the payload of this rank's samples [offset,
+ * offset+nsamples) (local sample rows) with src; src->nrows must equal the
+ * sum of their stored lengths (else -DDS_EINVAL naming both; lengths never
+ * change). */
+DDS_API int dds_store_ragged_update(dds_store_t *store, const char *name,
+                                    const dds_buf_t *src, int64_t offset,
+                                    int64_t nsamples);
+
+/* Local: lengths_out[i] <- length (element rows) of global sample rows[i].
+ * Reads index entries only, never payload.  Same index checks as
+ * get_batch (-DDS_ERANGE naming the position and value). */
+DDS_API int dds_store_ragged_sizes(dds_store_t *store, dds_reader_t *reader,
+                                   const char *name, const int64_t *rows,
+                                   size_t n, int64_t *lengths_out);
+
+/* Local: samples rows[0..n) packed in request order (repeats allowed) into
+ * dst (element rows: dst->row_bytes = disp x itemsize), their lengths into
+ * lengths_out[0..n) and their sum into *total_out.  dst->nrows may exceed
+ * the sum (the rows after it are untouched).  When dst->nrows is smaller
+ * than the sum, returns -DDS_ENOSPC with lengths_out and *total_out filled
+ * and no payload read (the caller allocates and calls again: the "sizes
+ * first" two-step without a second call).  Destinations in GPU memory
+ * follow get_batch's routes. */
+DDS_API int dds_store_ragged_get_batch(dds_store_t *store,
+                                       dds_reader_t *reader, const char *name,
+                                       const dds_buf_t *dst,
+                                       const int64_t *rows, size_t n,
+                                       int64_t *lengths_out,
+                                       int64_t *total_out);
 
 /* Names of live variables: calls fn for each (under the table's read lock;
  * fn must not call back into the store). */
