@@ -14,10 +14,13 @@
 (2) VAE (examples/vae) epoch time on --ranks (default 4) ranks:
     ThreadDataLoader over a DistDataset vs a plain DataLoader over the same
     samples held locally in memory (the limit), alternating in one run.
-(3) One batch of 128 x 3136-byte rows (28x28 float32): the Python layer's
-    paths (__getitems__, default_collate(__getitems__), the direct collate,
-    read_rows) vs the bare reads (PyDDStore.get_batch into numpy,
-    _ddstore_torch.get_batch into a tensor); median microseconds per batch.
+(3) One batch of 128 samples of 3136 bytes (28x28 float32), in 1, 3 and 8
+    fields (--fields): the direct collate (what ThreadDataLoader calls), the
+    batches a ThreadDataLoader with 1 worker delivers, read_rows,
+    __getitems__ and default_collate(__getitems__) vs the bare reads (one
+    _ddstore_torch.get_batch per field into preallocated tensors), with the
+    parts of the collate's cost (index conversion, allocation, the rest);
+    minimum and median microseconds per batch.
 
 Every part launches itself under tools/ddrun; --json writes the results.
 """
@@ -177,45 +180,27 @@ def run_vae(args):
 
 
 # ----------------------------------------------------------- (3) overhead ---
+def _widths(nf, total=784):
+    """nf field widths (float32 elements) summing to `total` (3136 bytes)."""
+    return [total // nf + (1 if k < total % nf else 0) for k in range(nf)]
+
+
 def part_overhead(a):
     import numpy as np
     import torch
     from mpi4py import MPI
     from torch.utils.data import default_collate
-    from pyddstore.torch import DistDataset
+    from pyddstore.torch import DistDataset, ThreadDataLoader
     from pyddstore.torch._ext import ext
     torch.set_num_threads(1)
     comm = MPI.COMM_WORLD
     n = a.rows
-
-    class Src(torch.utils.data.Dataset):
-        def __len__(self):
-            return n
-
-        def __getitem__(self, i):
-            return torch.full((1, 28, 28), float(i))
-    ds = DistDataset(Src(), "ovh", comm, method=a.method)
-    var = ds.schema.fields[0].var
-    store = ds.ddstore
     rng = np.random.default_rng(comm.Get_rank())
     batches = [rng.integers(0, n, a.batch) for _ in range(64)]
     lists = [b.tolist() for b in batches]
-    np_out = np.empty((a.batch, 784), np.float32)
-    t_out = torch.empty((a.batch, 1, 28, 28))
 
-    cases = {
-        "PyDDStore.get_batch (numpy out, preallocated)":
-            lambda k: store.get_batch(var, np_out, batches[k]),
-        "_ddstore_torch.get_batch (tensor out, preallocated)":
-            lambda k: ext.get_batch(store, var, t_out, batches[k]),
-        "ds.read_rows (allocates)": lambda k: ds.read_rows(batches[k]),
-        "direct collate ds._collate (ThreadDataLoader)": lambda k: ds._collate(lists[k]),
-        "ds.__getitems__ (list of 128 samples)": lambda k: ds.__getitems__(lists[k]),
-        "default_collate(ds.__getitems__) (DataLoader)":
-            lambda k: default_collate(ds.__getitems__(lists[k])),
-    }
-    res = {}
-    for name, fn in cases.items():
+    def timed(fn):
+        """median and minimum over reps of the mean of 64 calls, µs."""
         for k in range(8):
             fn(k)
         times = []
@@ -225,29 +210,119 @@ def part_overhead(a):
             for k in range(64):
                 fn(k)
             times.append((time.perf_counter() - t0) / 64 * 1e6)
-        res[name] = statistics.median(times)
+        return {"median": statistics.median(times), "min": min(times)}
+
+    class Batches(torch.utils.data.Sampler):
+        """The 64 batches' indices as one sample stream (for the loader)."""
+        def __init__(self, reps):
+            self.reps = reps
+
+        def __len__(self):
+            return self.reps * 64 * a.batch
+
+        def __iter__(self):
+            for _ in range(self.reps):
+                for lst in lists:
+                    yield from lst
+
+    res = {}
+    for nf in a.fields:
+        ws = _widths(nf)
+
+        class Src(torch.utils.data.Dataset):
+            def __len__(self):
+                return n
+
+            def __getitem__(self, i):
+                if nf == 1:
+                    return torch.full((1, 28, 28), float(i))
+                return {f"f{k}": torch.full((w,), float(i)) for k, w in enumerate(ws)}
+        ds = DistDataset(Src(), f"ovh{nf}", comm, method=a.method)
+        store = ds.ddstore
+        fields = ds.schema.fields
+        outs = [torch.empty((a.batch,) + tuple(f.row_shape)) for f in fields]
+        tb = [torch.from_numpy(b) for b in batches]
+        who = f"DistDataset '{ds.name}'"
+
+        def bare(k):
+            for f, o in zip(fields, outs):
+                ext.get_batch(store, f.var, o, tb[k])
+
+        def loader_epoch():
+            ld = ThreadDataLoader(ds, batch_size=a.batch, sampler=Batches(1), num_workers=1)
+            it = iter(ld)
+            next(it)                      # start-up (thread, first batch) not timed
+            t0 = time.perf_counter()
+            m = 1
+            for _ in it:
+                m += 1
+            return (time.perf_counter() - t0) / (m - 1) * 1e6
+
+        cases = {
+            "bare": bare,
+            "collate": lambda k: ds._collate(lists[k]),
+            "seq_indices": lambda k: ext.seq_indices(lists[k], n, who),
+            "alloc": lambda k: [torch.empty((a.batch,) + tuple(f.row_shape)) for f in fields],
+            "read_rows": lambda k: ds.read_rows(batches[k]),
+        }
+        if nf == 1:
+            np_out = np.empty((a.batch, 784), np.float32)
+            cases["numpy_get_batch"] = lambda k: store.get_batch(fields[0].var, np_out,
+                                                                  batches[k])
+            cases["getitems"] = lambda k: ds.__getitems__(lists[k])
+            cases["default_collate_getitems"] = \
+                lambda k: default_collate(ds.__getitems__(lists[k]))
+        r = {name: timed(fn) for name, fn in cases.items()}
+        loads = []
+        for rep in range(a.reps):
+            comm.Barrier()
+            loads.append(loader_epoch())
+        r["thread_loader"] = {"median": statistics.median(loads), "min": min(loads)}
+        res[str(nf)] = r
+        ds.free()
     allres = comm.gather(res, root=0)
-    ds.free()
     if comm.Get_rank() == 0:
         _write(a.result, {"ranks": comm.Get_size(), "batch": a.batch, "row_bytes": 3136,
-                          "rows": n, "per_rank": allres})
+                          "rows": n, "fields": a.fields, "per_rank": allres})
+
+
+_OVH_LABELS = {
+    "bare": "bare tensor get_batch, one per field (preallocated)",
+    "collate": "direct collate ds._collate(list) (ThreadDataLoader)",
+    "thread_loader": "ThreadDataLoader, 1 worker, per batch delivered",
+    "read_rows": "ds.read_rows (allocates)",
+    "numpy_get_batch": "PyDDStore.get_batch (numpy out, preallocated)",
+    "getitems": "ds.__getitems__ (list of 128 samples)",
+    "default_collate_getitems": "default_collate(ds.__getitems__) (DataLoader)",
+    "seq_indices": "  part: indices list -> int64 tensor + range check",
+    "alloc": "  part: allocating the batch tensors",
+}
 
 
 def run_overhead(args):
     out = {}
     for ranks in (1, args.ovh_ranks):
         r = _launch("overhead", ranks, ["--batch", "128", "--reps", str(args.reps_ovh),
-                                        "--rows", "60000", "--method", str(args.method)], 900)
+                                        "--rows", str(args.rows), "--method",
+                                        str(args.method), "--fields"] +
+                    [str(f) for f in args.fields], 900)
         out[ranks] = r
-        print(f"\n(3) batch of 128 x 3136-byte rows, method {args.method}, {ranks} rank(s) "
-              f"({'all local' if ranks == 1 else 'mostly remote'}): median us per batch "
-              f"(max over ranks)")
-        names = list(r["per_rank"][0])
-        bare = max(p[names[1]] for p in r["per_rank"])
-        for nm in names:
-            v = max(p[nm] for p in r["per_rank"])
-            print(f"    {nm:52s} {v:9.1f} us  ({v / 128:6.2f} us/row, "
-                  f"+{v - bare:8.1f} us vs bare tensor get_batch)")
+        for nf in r["fields"]:
+            per = [p[str(nf)] for p in r["per_rank"]]
+
+            def val(case, stat="min"):
+                return max(p[case][stat] for p in per)
+            bare = val("bare")
+            print(f"\n(3) batch of 128 samples x 3136 bytes in {nf} field(s), method "
+                  f"{args.method}, {ranks} rank(s) ({'all local' if ranks == 1 else 'mostly remote'}): "
+                  f"us per batch, min (median) over {args.reps_ovh} reps of 64 batches, max over ranks")
+            for case, label in _OVH_LABELS.items():
+                if case not in per[0]:
+                    continue
+                v, m = val(case), val(case, "median")
+                print(f"    {label:54s} {v:8.1f} ({m:8.1f})  {v / bare:5.2f}x bare")
+            rest = val("collate") - bare - val("seq_indices") - val("alloc")
+            print(f"    {'  part: the rest (Python call, structure, GIL)':54s} {rest:8.1f}")
     return {"overhead": out}
 
 
@@ -278,6 +353,8 @@ def main():
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--rows", type=int, default=60000)
     ap.add_argument("--method", type=int, default=0, help="ddstore method for (2) and (3)")
+    ap.add_argument("--fields", type=int, nargs="+", default=[1, 3, 8],
+                    help="(3): fields per sample (3136 bytes split among them)")
     a = ap.parse_args()
     if a.part.startswith("_"):
         {"_memory": part_memory, "_vae": part_vae, "_overhead": part_overhead}[a.part](a)

@@ -27,7 +27,120 @@ at::ScalarType scalar_type_of(const std::string &name)
                                   "float64, raw)");
 }
 
+// (len(indices), *shape) tensors of one spec list, parsed once.
+struct FieldSpec {
+    std::string name;
+    std::vector<int64_t> shape;   // shape[0] is the batch size, set per call
+    at::TensorOptions opts;
+};
+
+FieldSpec parse_spec(py::handle h)
+{
+    py::tuple spec = py::reinterpret_borrow<py::tuple>(h);
+    if (spec.size() < 3)
+        throw_py(PyExc_ValueError, "collate spec must be (name, shape, dtype[, on_device])");
+    FieldSpec f;
+    f.name = spec[0].cast<std::string>();
+    f.shape.push_back(0);
+    for (py::handle d : py::reinterpret_borrow<py::tuple>(spec[1]))
+        f.shape.push_back(d.cast<int64_t>());
+    f.opts = at::TensorOptions().dtype(scalar_type_of(spec[2].cast<std::string>()));
+    return f;
+}
+
 }  // namespace
+
+at::Tensor seq_indices(py::handle indices, int64_t total, const std::string &who)
+{
+    at::Tensor idx = as_indices(indices);
+    const int64_t n = idx.numel();
+    if (n == 0)
+        return idx;
+    const int64_t *p = idx.data_ptr<int64_t>();
+    int64_t lo = p[0], hi = p[0];
+    for (int64_t i = 1; i < n; i++) {
+        lo = std::min(lo, p[i]);
+        hi = std::max(hi, p[i]);
+    }
+    if (lo < -total || hi >= total) {
+        const int64_t bad = lo < -total ? lo : hi;
+        throw_py(PyExc_IndexError,
+                 who + ": index " + std::to_string(bad) + " out of range [-" +
+                     std::to_string(total) + ", " + std::to_string(total) +
+                     ") (negative indices count from the end)");
+    }
+    if (lo < 0) {
+        // never write into the caller's tensor (as_indices may return it)
+        idx = idx.clone();
+        int64_t *q = idx.data_ptr<int64_t>();
+        for (int64_t i = 0; i < n; i++)
+            if (q[i] < 0)
+                q[i] += total;
+    }
+    return idx;
+}
+
+Collator::Collator(py::list specs, int64_t total, std::string who, std::string structure,
+                   py::object aux)
+    : total_(total), who_(std::move(who)), aux_(std::move(aux))
+{
+    if (structure == "value") kind_ = 0;
+    else if (structure == "tuple" || structure == "list") kind_ = 1;
+    else if (structure == "namedtuple") kind_ = 2;
+    else if (structure == "dict") kind_ = 3;
+    else throw_py(PyExc_ValueError, "collator: unknown structure '" + structure + "'");
+    for (py::handle h : specs) {
+        FieldSpec f = parse_spec(h);
+        names_.push_back(f.name);
+        shapes_.push_back(f.shape);
+        opts_.push_back(f.opts);
+    }
+    if (kind_ == 0 && names_.size() != 1)
+        throw_py(PyExc_ValueError, "collator: a 'value' structure has one field");
+}
+
+py::object Collator::call(py::handle obj, py::handle indices)
+{
+    const Target t(obj);
+    const at::Tensor idx = seq_indices(indices, total_, who_);
+    const int64_t n = idx.numel();
+    const size_t nf = names_.size();
+    std::vector<at::Tensor> outs;
+    std::vector<dds_buf_t> bufs;
+    outs.reserve(nf);
+    bufs.reserve(nf);
+    for (size_t k = 0; k < nf; k++) {
+        std::vector<int64_t> shape = shapes_[k];
+        shape[0] = n;
+        outs.push_back(at::empty(shape, opts_[k]));
+        bufs.push_back(describe(names_[k], outs[k], n, 0));
+    }
+    int rc = 0;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        for (size_t k = 0; k < nf && rc == 0; k++)
+            rc = read_into(t, names_[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
+                           static_cast<size_t>(n), 0, true);
+        note_read(t0, now_ns());
+    }
+    check(rc);
+    // what default_collate returns for samples of this structure
+    if (kind_ == 0)
+        return py::cast(outs[0]);
+    py::list vals(nf);
+    for (size_t k = 0; k < nf; k++)
+        vals[k] = py::cast(outs[k]);
+    if (kind_ == 1)
+        return std::move(vals);
+    if (kind_ == 2)
+        return aux_(*vals);
+    py::dict d;
+    py::sequence keys = py::reinterpret_borrow<py::sequence>(aux_);
+    for (size_t k = 0; k < nf; k++)
+        d[keys[k]] = vals[k];
+    return std::move(d);
+}
 
 // specs: [(variable, shape tuple, dtype name, on_device bool), ...]; fields
 // with on_device True are allocated on `device` (a torch device string or
@@ -52,17 +165,15 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
         py::tuple spec = py::reinterpret_borrow<py::tuple>(h);
         if (spec.size() != 4)
             throw_py(PyExc_ValueError, "collate spec must be (name, shape, dtype, on_device)");
-        names.push_back(spec[0].cast<std::string>());
-        std::vector<int64_t> shape{n};
-        for (py::handle d : py::reinterpret_borrow<py::tuple>(spec[1]))
-            shape.push_back(d.cast<int64_t>());
+        FieldSpec f = parse_spec(h);
+        f.shape[0] = n;
         const bool on_device = spec[3].cast<bool>() && dev.has_value();
-        auto opts = at::TensorOptions().dtype(scalar_type_of(spec[2].cast<std::string>()));
         if (on_device)
-            opts = opts.device(*dev);
+            f.opts = f.opts.device(*dev);
         else if (pin_memory)
-            opts = opts.pinned_memory(true);
-        outs.push_back(at::empty(shape, opts));
+            f.opts = f.opts.pinned_memory(true);
+        names.push_back(f.name);
+        outs.push_back(at::empty(f.shape, f.opts));
     }
     for (size_t k = 0; k < outs.size(); k++)
         bufs.push_back(describe(names[k], outs[k], n, stream));

@@ -115,4 +115,32 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs,
                                 py::handle indices, py::object device,
                                 bool pin_memory, uintptr_t stream);
 
+// Sample indices with a Python sequence's meaning over `total` samples
+// (-total <= i < total, a negative one counts from the end): an int64 CPU
+// tensor, a copy only when some index is negative.  IndexError naming
+// `who` and the lowest index when one is below -total, else the highest.
+at::Tensor seq_indices(py::handle indices, int64_t total, const std::string &who);
+
+// The direct collate of one dataset's host fields, its specs parsed once:
+// call(reader, indices) converts the indices (seq_indices), allocates
+// (len(indices), *shape) per field, reads each field with one get_batch
+// under one GIL release, and returns what default_collate would: the
+// tensor ("value"), a list ("tuple"/"list"), aux(*tensors) ("namedtuple")
+// or {aux[k]: tensor} ("dict").
+class Collator {
+public:
+    Collator(py::list specs, int64_t total, std::string who, std::string structure,
+             py::object aux);
+    py::object call(py::handle obj, py::handle indices);
+
+private:
+    int64_t total_;
+    std::string who_;
+    py::object aux_;
+    int kind_ = 0;
+    std::vector<std::string> names_;
+    std::vector<std::vector<int64_t>> shapes_;
+    std::vector<at::TensorOptions> opts_;
+};
+
 }  // namespace ddstore_torch

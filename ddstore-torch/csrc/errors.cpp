@@ -174,8 +174,8 @@ at::Tensor as_indices(py::handle obj)
     // get_batch uses (every integer width, DLPack, sequences).
     if (THPVariable_Check(obj.ptr())) {
         at::Tensor t = THPVariable_Unpack(obj.ptr());
-        if (t.scalar_type() != at::kLong && t.scalar_type() != at::kInt)
-            throw_py(PyExc_TypeError, "indices must be an int64 or int32 tensor, got " +
+        if (!at::isIntegralType(t.scalar_type(), /*includeBool=*/false))
+            throw_py(PyExc_TypeError, "indices must be an integer tensor, got " +
                                           std::string(c10::toString(t.scalar_type())));
         if (t.dim() != 1)
             throw_py(PyExc_ValueError, "indices must be 1-D, got " +

@@ -33,6 +33,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "Direct collate: allocate (len(indices), *shape) per spec "
           "(name, shape, dtype name, on_device) and read every field with one "
           "get_batch; returns the tensors in spec order.");
+    m.def("seq_indices", &dt::seq_indices, py::arg("indices"), py::arg("total"),
+          py::arg("who"),
+          "Sample indices with a Python sequence's meaning (negative ones count from "
+          "the end) as a 1-D int64 CPU tensor; IndexError naming `who` otherwise.");
+    py::class_<dt::Collator>(m, "Collator",
+                             "The direct collate of a dataset's host fields, specs parsed once.")
+        .def(py::init<py::list, int64_t, std::string, std::string, py::object>(),
+             py::arg("specs"), py::arg("total"), py::arg("who"), py::arg("structure"),
+             py::arg("aux") = py::none())
+        .def("__call__", &dt::Collator::call, py::arg("store"), py::arg("indices"));
     m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
           "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
           "Python object with rank, size, allgather_bytes(bytes) -> bytes and "

@@ -168,22 +168,6 @@ class _ForkedProfile:
         return out
 
 
-def _seq_indices(idx, n, who):
-    """A batch of sample indices with the semantics of ds[i] (a Python
-    sequence's): -n <= i < n, a negative index counts from the end.  An
-    IndexError names the first index out of range.  A copy only when some
-    index is negative."""
-    if idx.numel():
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -n or hi >= n:
-            bad = lo if lo < -n else hi
-            raise IndexError(f"{who}: index {bad} out of range [-{n}, {n}) (negative "
-                             "indices count from the end)")
-        if lo < 0:
-            idx = torch.where(idx < 0, idx + n, idx)
-    return idx
-
-
 class _Stored(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
@@ -204,6 +188,12 @@ class _Stored(torch.utils.data.Dataset):
         self._names = [f.var for f in self.schema.fields]
         self._specs = [(f.var, f.row_shape, f.dtype, f.kind == "tensor" and dev is not None)
                        for f in self.schema.fields]
+        # the host direct collate, its specs parsed once (C++)
+        st = self.schema
+        self._collator = ext.Collator(
+            self._specs, self.total, f"{type(self).__name__} '{self.name}'", st.structure,
+            st.ntype if st.structure == "namedtuple" else
+            tuple(st.keys) if st.structure == "dict" else None)
 
     # -- which store object reads (thread readers, forked workers) ----------
     def _reader(self):
@@ -282,8 +272,7 @@ class _Stored(torch.utils.data.Dataset):
         return i + self.total if i < 0 else i
 
     def _indices(self, indices):
-        return _seq_indices(as_index_tensor(indices), self.total,
-                            f"{type(self).__name__} '{self.name}'")
+        return ext.seq_indices(indices, self.total, f"{type(self).__name__} '{self.name}'")
 
     def _fresh(self, fields, n, device):
         return [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
@@ -424,6 +413,8 @@ class _Stored(torch.utils.data.Dataset):
     def _collate(self, indices, pin_memory=False, out=None):
         """default_collate(self.__getitems__(indices)), read straight into the
         batch tensors: one get_batch per field."""
+        if out is None and not pin_memory and self.device is None:
+            return self._collator(self._reader(), indices)    # the hot path, in C++
         idx = self._indices(indices)
         if out is None:
             dev = self._read_device()
@@ -1113,7 +1104,7 @@ class WindowedDataset(torch.utils.data.Dataset):
         return {f.key: f.dtype_name() for f in self.schema.fields}
 
     def _rows(self, idx):
-        idx = _seq_indices(as_index_tensor(idx), self._len, "WindowedDataset")
+        idx = ext.seq_indices(idx, self._len, "WindowedDataset")
         s = self._starts[idx] if self._starts is not None else idx * self.stride
         return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
 
