@@ -99,10 +99,12 @@ def model(path_json):
 
         def allgather(b):
             return steps * a["alpha_us"] + (R - 1) * b / bw
-        # start-up: store create (method 1) and each variable's add
+        # start-up: store create (method 1: 3 agreements, hosts and addresses
+        # gathered, the default reader's inserts) and each variable's add
         create = (_at(core, "nranks", R, "create_us") + 3 * allreduce + allgather(64)
                   + allgather(320) + R * a["av_insert_us"])
-        add = (_at(core, "nranks", R, "add_us") + 4 * allreduce + allgather(40)
+        # core: 4 agreements + 1 allgather; method 1's region: 2 + 1
+        add = (_at(core, "nranks", R, "add_us") + 6 * allreduce + allgather(40)
                + allgather(48))
         readers = (a["readers"] - 1) * R * a["av_insert_us"]
         startup_ms = (create + a["variables"] * add + readers) / 1e3
@@ -137,7 +139,7 @@ def model(path_json):
             "method2_record_bytes": rec, "method2_parse_ms": m2_parse_ms,
             "method2_record_reads_s": m2_read_s,
             "filecomm_s_per_collective": fc_s,
-            "filecomm_s_per_add": 5 * fc_s,
+            "filecomm_s_per_add": 8 * fc_s,       # core 5 + method 1's region 3
             "assumptions": a,
         })
     return out
