@@ -174,75 +174,59 @@ def print_model(rows):
         print("| %s | %s |" % (name, " | ".join(f(r) for r in rows)))
 
 
+# The PNG's panels: title, x field, and the series (kind, y field, label).
+# Read-path series are the least disturbed of the harness's rounds (a
+# shared machine adds other processes' time to the others).
+PANELS = [
+    ("bytes one rank keeps", "nranks", [
+        ("scale_core", "meta_bytes_per_var", "core: kept per variable (measured)"),
+        ("scale_method1", "remotes_bytes_per_var", "method 1: remotes per variable"),
+        ("scale_method1", "addr_table_bytes", "method 1: address table per store"),
+        ("scale_method1", "peers_bytes_per_reader", "method 1: peers per reader")]),
+    ("collective calls, local work (µs; network not included)", "nranks", [
+        ("scale_core", "add_us", "var_add (1-row shard)"),
+        ("scale_core", "init_us", "var_init (1-row shard)"),
+        ("scale_core", "create_us", "store create")]),
+    ("read path, 128 random rows / one row (µs, best round)", "nranks", [
+        ("scale_core", "plan_min_us", "dds_plan_batch"),
+        ("scale_core", "get_batch_min_us", "get_batch (recording transport)"),
+        ("scale_core", "get_one_min_us", "get, one row (dds_plan_range)")]),
+    ("method 2 record vs n_core", "n_core", [
+        ("scale_method2", "record_bytes", "record bytes (format 1)"),
+        ("scale_method2", "needed_bytes", "bytes a reader needs"),
+        ("scale_method2", "parse_us", "parse (µs)"),
+        ("scale_method2", "encode_us", "encode (µs)")]),
+    ("bytes each rank receives from allgathers", "nranks", [
+        ("scale_core", "gathered_bytes_per_add", "core: per var_add"),
+        ("scale_method1", "gathered_bytes_per_var", "method 1: per variable"),
+        ("scale_method1", "gathered_bytes_create", "method 1: store create")]),
+    ("FileComm on local disk, per collective (µs)", "nranks", [
+        ("scale_filecomm", "allgather_us", "allgather 64 B"),
+        ("scale_filecomm", "allreduce_us", "allreduce 1 x int64"),
+        ("scale_filecomm", "barrier_us", "barrier")]),
+]
+_STYLES = [("tab:blue", "o", "-"), ("tab:orange", "s", "--"), ("tab:green", "^", ":"),
+           ("tab:red", "v", "-.")]
+
+
 def plot(path_json, path_png):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     d = load(path_json)
-    core, m1, m2 = d.get("scale_core", []), d.get("scale_method1", []), d.get("scale_method2", [])
-    fc = d.get("scale_filecomm", [])
     fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
-    (a_mem, a_add, a_plan), (a_m2, a_gath, a_fc) = axes
-
-    _series(a_mem, core, "nranks", "meta_bytes_per_var", "core: kept per variable (measured)",
-            color="tab:blue", marker="o")
-    _series(a_mem, m1, "nranks", "remotes_bytes_per_var", "method 1: remotes per variable",
-            color="tab:orange", marker="s", linestyle="--")
-    _series(a_mem, m1, "nranks", "addr_table_bytes", "method 1: address table per store",
-            color="tab:green", marker="^", linestyle="-.")
-    _series(a_mem, m1, "nranks", "peers_bytes_per_reader", "method 1: peers per reader",
-            color="tab:red", marker="v", linestyle=":")
-    a_mem.set_title("bytes one rank keeps")
-
-    _series(a_add, core, "nranks", "add_us", "var_add (1-row shard)", color="tab:blue", marker="o")
-    _series(a_add, core, "nranks", "init_us", "var_init (1-row shard)", color="tab:orange",
-            marker="s", linestyle="--")
-    _series(a_add, core, "nranks", "create_us", "store create", color="tab:green", marker="^",
-            linestyle=":")
-    a_add.set_title("collective calls, local work (µs; network not included)")
-
-    # the least disturbed of the harness's rounds (a shared machine adds
-    # other processes' time to the others)
-    _series(a_plan, core, "nranks", "plan_min_us", "dds_plan_batch", color="tab:blue",
-            marker="o")
-    _series(a_plan, core, "nranks", "get_batch_min_us", "get_batch (recording transport)",
-            color="tab:orange", marker="s", linestyle="--")
-    _series(a_plan, core, "nranks", "get_one_min_us", "get, one row (dds_plan_range)",
-            color="tab:green", marker="^", linestyle=":")
-    a_plan.set_title("read path, %s random rows / one row (µs, best round)" % (core[0]["batch"] if core else "?"))
-
-    _series(a_m2, m2, "n_core", "record_bytes", "record bytes (format 1)", color="tab:blue",
-            marker="o")
-    _series(a_m2, m2, "n_core", "needed_bytes", "bytes a reader needs", color="tab:green",
-            marker="^", linestyle=":")
-    _series(a_m2, m2, "n_core", "parse_us", "parse (µs)", color="tab:orange", marker="s",
-            linestyle="--")
-    _series(a_m2, m2, "n_core", "encode_us", "encode (µs)", color="tab:red", marker="v",
-            linestyle="-.")
-    a_m2.set_title("method 2 record vs n_core")
-
-    _series(a_gath, core, "nranks", "gathered_bytes_per_add", "core: per var_add",
-            color="tab:blue", marker="o")
-    _series(a_gath, m1, "nranks", "gathered_bytes_per_var", "method 1: per variable",
-            color="tab:orange", marker="s", linestyle="--")
-    _series(a_gath, m1, "nranks", "gathered_bytes_create", "method 1: store create",
-            color="tab:green", marker="^", linestyle="-.")
-    a_gath.set_title("bytes each rank receives from allgathers")
-
-    _series(a_fc, fc, "nranks", "allgather_us", "allgather 64 B", color="tab:blue", marker="o")
-    _series(a_fc, fc, "nranks", "allreduce_us", "allreduce 1 x int64", color="tab:orange",
-            marker="s", linestyle="--")
-    _series(a_fc, fc, "nranks", "barrier_us", "barrier", color="tab:green", marker="^",
-            linestyle=":")
-    a_fc.set_title("FileComm on local disk, per collective (µs)")
-    a_fc.set_xlabel("processes")
-
-    for ax in axes.flat:
+    for ax, (title, x, series) in zip(axes.flat, PANELS):
+        for (kind, y, label), (colour, marker, style) in zip(series, _STYLES):
+            _series(ax, d.get(kind, []), x, y, label, color=colour, marker=marker,
+                    linestyle=style)
+        ax.set_title(title)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.grid(True, which="major", alpha=0.3)
-        if ax is not a_fc:
+        if series[0][0] == "scale_filecomm":
+            ax.set_xlabel("processes")
+        else:
             ax.set_xlabel("ranks R (n_core for method 2)")
             for m in MARKS:
                 ax.axvline(m, color="grey", linewidth=0.6, alpha=0.5)
@@ -303,6 +287,7 @@ def main():
         print_model(model(args.model))
         return 0
     if args.plot_only:
+        os.makedirs(args.out, exist_ok=True)
         plot(args.plot_only, os.path.join(args.out, "scale.png"))
         return 0
     return run(args.out, args.quick, args.harness_args)

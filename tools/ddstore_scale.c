@@ -51,6 +51,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <ftw.h>
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdarg.h>
@@ -603,12 +604,18 @@ static void fc_rank(const char *dir, int rank, int P, int rounds, int wfd)
     _exit(0);
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag,
+                    struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) != 0 ? -1 : 0;
+}
+
+/* FileComm's files, claims and directories (depth first). */
 static void rm_tree(const char *path)
 {
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "ddstore-scale: could not remove %s\n", path);
+    if (nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "ddstore-scale: could not remove all of %s\n", path);
 }
 
 static void filecomm_point(const opts_t *o, int P)
