@@ -6,7 +6,8 @@
 Builds //tools:ddstore_scale (-c opt) and runs it: ddstore-core as rank 0 of
 R simulated ranks (R = 2 ... 100,000) with a recording transport, method 2's
 record at n_core = R, method 1's per-rank state (sizes from the adapter's
-code) and FileComm collectives with 2-16 forked processes on local disk.
+code, and the real adapter over the simulated ranks with --ofi's provider,
+default tcp;ofi_rxm, measured by malloc accounting) and FileComm collectives with 2-16 forked processes on local disk.
 Results: OUT/scale.json (JSON lines, with commit, load average and the
 command; then the model of docs/scale.md for 1,024, 16,384 and 75,000 ranks,
 kind "scale_model", with its assumptions) and OUT/scale.png (log axes).
@@ -54,7 +55,8 @@ ASSUME = {
     "read_one_us": 8.8,         # original ddstore on Slingshot, 3 KB single read (8.6-9.0)
     "read_row_us": 0.75,        # ... per row in batches of 128 (0.68-0.82)
     "av_insert_us": 1.0,        # fi_av_insert per peer (not measured here: no cxi)
-    "av_entry_bytes": 32,       # provider AV memory per peer (not measured here)
+    "av_entry_bytes": 32,       # provider AV memory per peer: replaced by the
+                                # figure measured with --ofi when the run has it
     "readers": 4,               # reader threads per rank (each its own endpoint + AV)
     "variables": 3,             # variables per store (e.g. samples, labels, sizes)
     "mds_ops_per_s": 50000.0,   # parallel file system metadata operations per second
@@ -90,7 +92,14 @@ def model(path_json):
     d = load(path_json)
     core, m2 = d["scale_core"], d.get("scale_method2", [])
     fc = d.get("scale_filecomm", [])
-    a = ASSUME
+    a = dict(ASSUME)
+    ofi = sorted(d.get("scale_ofi", []), key=lambda r: r["nranks"])
+    if len(ofi) >= 2 and ofi[-1]["nranks"] > ofi[0]["nranks"]:
+        # the provider's bytes per peer and reader, beyond ddstore's 8
+        span = ofi[-1]["nranks"] - ofi[0]["nranks"]
+        per_peer = (ofi[-1]["reader_bytes"] - ofi[0]["reader_bytes"]) / span
+        a["av_entry_bytes"] = round(max(per_peer - 8, 0))
+        a["av_entry_bytes_source"] = "measured with %s" % ofi[0]["provider"]
     bw = a["nic_gbps"] * 1e3 / a["ranks_per_nic"]        # bytes per µs per rank
     out = []
     for label, R, job in CASES:
@@ -172,6 +181,9 @@ def print_model(rows):
     ]
     for name, f in lines:
         print("| %s | %s |" % (name, " | ".join(f(r) for r in rows)))
+    a = rows[0]["assumptions"]
+    print("\nprovider address-vector bytes per peer and reader: %d (%s)"
+          % (a["av_entry_bytes"], a.get("av_entry_bytes_source", "assumed")))
 
 
 # The PNG's panels: title, x field, and the series (kind, y field, label).
@@ -183,6 +195,10 @@ PANELS = [
         ("scale_method1", "remotes_bytes_per_var", "method 1: remotes per variable"),
         ("scale_method1", "addr_table_bytes", "method 1: address table per store"),
         ("scale_method1", "peers_bytes_per_reader", "method 1: peers per reader")]),
+    ("libfabric adapter over the simulated ranks (bytes, measured)", "nranks", [
+        ("scale_ofi", "store_bytes", "per store"),
+        ("scale_ofi", "reader_bytes", "per reader"),
+        ("scale_ofi", "var_bytes", "per variable (with core's)")]),
     ("collective calls, local work (µs; network not included)", "nranks", [
         ("scale_core", "add_us", "var_add (1-row shard)"),
         ("scale_core", "init_us", "var_init (1-row shard)"),
@@ -215,7 +231,7 @@ def plot(path_json, path_png):
     import matplotlib.pyplot as plt
 
     d = load(path_json)
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8.5))
+    fig, axes = plt.subplots(2, 4, figsize=(19, 8.5))
     for ax, (title, x, series) in zip(axes.flat, PANELS):
         for (kind, y, label), (colour, marker, style) in zip(series, _STYLES):
             _series(ax, d.get(kind, []), x, y, label, color=colour, marker=marker,
@@ -231,13 +247,15 @@ def plot(path_json, path_png):
             for m in MARKS:
                 ax.axvline(m, color="grey", linewidth=0.6, alpha=0.5)
         ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[len(PANELS):]:
+        ax.axis("off")
     fig.suptitle("ddstore at scale: rank 0 of R simulated ranks (grey: 1,024, 16,384, 75,000)")
     fig.tight_layout()
     fig.savefig(path_png, dpi=110)
     print(f"plot: {path_png}")
 
 
-def run(out, quick, extra=()):
+def run(out, quick, extra=(), ofi="tcp;ofi_rxm"):
     """Build, run, plot.  Returns the harness's exit status."""
     if subprocess.run(["bazel", "build", "-c", "opt", "//tools:ddstore_scale"],
                       cwd=TOP).returncode:
@@ -251,7 +269,7 @@ def run(out, quick, extra=()):
                           text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=TOP,
                            capture_output=True, text=True).stdout.strip()
-    cmd = [BIN, "--json", path] + (["--quick"] if quick else []) + list(extra)
+    cmd = [BIN, "--json", path, "--ofi", ofi] + (["--quick"] if quick else []) + list(extra)
     with open(path, "a") as f:
         f.write(json.dumps({"kind": "run", "commit": head + ("+dirty" if dirty else ""),
                             "loadavg": os.getloadavg(), "cpus": os.cpu_count(),
@@ -277,6 +295,8 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="R up to 4,096, fewer rounds")
     ap.add_argument("--out", default=os.path.join(TOP, "out", "bench"))
+    ap.add_argument("--ofi", default="tcp;ofi_rxm",
+                    help="provider for the measured libfabric adapter points ('' = none)")
     ap.add_argument("--plot-only", metavar="JSON", help="redraw the PNG from a scale.json")
     ap.add_argument("--model", metavar="JSON",
                     help="print docs/scale.md's table from a scale.json (no run)")
@@ -290,7 +310,7 @@ def main():
         os.makedirs(args.out, exist_ok=True)
         plot(args.plot_only, os.path.join(args.out, "scale.png"))
         return 0
-    return run(args.out, args.quick, args.harness_args)
+    return run(args.out, args.quick, args.harness_args, args.ofi)
 
 
 if __name__ == "__main__":
