@@ -55,8 +55,9 @@ ASSUME = {
     "read_one_us": 8.8,         # original ddstore on Slingshot, 3 KB single read (8.6-9.0)
     "read_row_us": 0.75,        # ... per row in batches of 128 (0.68-0.82)
     "av_insert_us": 1.0,        # fi_av_insert per peer (not measured here: no cxi)
-    "av_entry_bytes": 32,       # provider AV memory per peer: replaced by the
-                                # figure measured with --ofi when the run has it
+    "av_entry_bytes": 32,       # endpoint + provider memory per peer and reader
+                                # (beyond ddstore's 8): replaced by the figure
+                                # measured with --ofi when the run has it
     "readers": 4,               # reader threads per rank (each its own endpoint + AV)
     "variables": 3,             # variables per store (e.g. samples, labels, sizes)
     "mds_ops_per_s": 50000.0,   # parallel file system metadata operations per second
@@ -182,7 +183,7 @@ def print_model(rows):
     for name, f in lines:
         print("| %s | %s |" % (name, " | ".join(f(r) for r in rows)))
     a = rows[0]["assumptions"]
-    print("\nprovider address-vector bytes per peer and reader: %d (%s)"
+    print("\nendpoint and provider bytes per peer and reader, beyond ddstore's 8: %d (%s)"
           % (a["av_entry_bytes"], a.get("av_entry_bytes_source", "assumed")))
 
 
