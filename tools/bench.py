@@ -9,6 +9,8 @@ for 3136-byte rows. Each point is measured next to memcpy of the same bytes in t
 same run. First, the per-call cost of epoch_begin/epoch_end next to a bare
 MPI_Barrier at 2 and 4 ranks (records with "kind": "epoch").
 Results: OUT/bench.json (JSON lines) and OUT/bench.png.
+Then the scale harness (tools/bench_scale.py; --no-scale skips it): OUT/scale.json
+and OUT/scale.png.
 """
 import argparse
 import json
@@ -168,6 +170,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer points, shorter")
     ap.add_argument("--out", default=os.path.join(TOP, "out", "bench"))
     ap.add_argument("--methods", default=None, help="comma list: 0,1shm,1tcp (default: all built)")
+    ap.add_argument("--no-scale", action="store_true",
+                    help="skip the scale harness (tools/bench_scale.py: OUT/scale.json, scale.png)")
     args = ap.parse_args()
     # optimised, like the extensions (ci/build-exts.sh builds with -c opt)
     if subprocess.run(["bazel", "build", "-c", "opt", "//tools:ddstore_bench"], cwd=TOP).returncode:
@@ -213,6 +217,9 @@ def main():
             rc |= bench(args, args.ranks, ["--method", "1", "--fabric", fab] + threads)
     plot(args.json, os.path.join(args.out, "bench.png"))
     print(f"results: {args.json}")
+    if not args.no_scale:
+        import bench_scale  # tools/: cost per rank as R grows (docs/scale.md)
+        rc |= bench_scale.run(args.out, args.quick)
     return rc
 
 
