@@ -99,33 +99,39 @@ Collator::Collator(py::list specs, int64_t total, std::string who, std::string s
         throw_py(PyExc_ValueError, "collator: a 'value' structure has one field");
 }
 
-py::object Collator::call(py::handle obj, py::handle indices)
+at::Tensor Collator::rows(py::handle indices) const
 {
-    const Target t(obj);
-    const at::Tensor idx = seq_indices(indices, total_, who_);
-    const int64_t n = idx.numel();
+    return seq_indices(indices, total_, who_);
+}
+
+void Collator::alloc(int64_t n, std::vector<at::Tensor> *outs,
+                     std::vector<dds_buf_t> *bufs) const
+{
     const size_t nf = names_.size();
-    std::vector<at::Tensor> outs;
-    std::vector<dds_buf_t> bufs;
-    outs.reserve(nf);
-    bufs.reserve(nf);
+    outs->reserve(nf);
+    bufs->reserve(nf);
     for (size_t k = 0; k < nf; k++) {
         std::vector<int64_t> shape = shapes_[k];
         shape[0] = n;
-        outs.push_back(at::empty(shape, opts_[k]));
-        bufs.push_back(describe(names_[k], outs[k], n, 0));
+        outs->push_back(at::empty(shape, opts_[k]));
+        bufs->push_back(describe(names_[k], outs->back(), n, 0));
     }
+}
+
+int Collator::read(dds_store_t *store, dds_reader_t *reader, const at::Tensor &idx,
+                   std::vector<dds_buf_t> &bufs) const
+{
     int rc = 0;
-    {
-        py::gil_scoped_release nogil;
-        const uint64_t t0 = now_ns();
-        for (size_t k = 0; k < nf && rc == 0; k++)
-            rc = read_into(t, names_[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
-                           static_cast<size_t>(n), 0, true);
-        note_read(t0, now_ns());
-    }
-    check(rc);
+    for (size_t k = 0; k < bufs.size() && rc == 0; k++)
+        rc = read_into(store, reader, names_[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
+                       static_cast<size_t>(idx.numel()), 0, true);
+    return rc;
+}
+
+py::object Collator::build(const std::vector<at::Tensor> &outs) const
+{
     // what default_collate returns for samples of this structure
+    const size_t nf = outs.size();
     if (kind_ == 0)
         return py::cast(outs[0]);
     py::list vals(nf);
@@ -140,6 +146,24 @@ py::object Collator::call(py::handle obj, py::handle indices)
     for (size_t k = 0; k < nf; k++)
         d[keys[k]] = vals[k];
     return std::move(d);
+}
+
+py::object Collator::call(py::handle obj, py::handle indices)
+{
+    const Target t(obj);
+    const at::Tensor idx = rows(indices);
+    std::vector<at::Tensor> outs;
+    std::vector<dds_buf_t> bufs;
+    alloc(idx.numel(), &outs, &bufs);
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        rc = read(t.store, t.reader, idx, bufs);
+        note_read(t0, now_ns());
+    }
+    check(rc);
+    return build(outs);
 }
 
 // specs: [(variable, shape tuple, dtype name, on_device bool), ...]; fields

@@ -9,7 +9,11 @@
 
 #include <torch/extension.h>
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -85,6 +89,10 @@ dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows
 // dds_last_error(): call check() with the GIL held).
 int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
               size_t n, int64_t start, bool batch);
+// The same with the store and reader already unwrapped (and pinned by the
+// caller): callable without the GIL from a thread that never held it.
+int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_buf_t *buf,
+              const int64_t *rows, size_t n, int64_t start, bool batch);
 
 // Global row indices as int64 (a 1-D int64/int32 CPU tensor, or a sequence).
 at::Tensor as_indices(py::handle obj);
@@ -132,6 +140,12 @@ public:
     Collator(py::list specs, int64_t total, std::string who, std::string structure,
              py::object aux);
     py::object call(py::handle obj, py::handle indices);
+    // The steps of call(), for the pipeline: GIL held except for read().
+    at::Tensor rows(py::handle indices) const;
+    void alloc(int64_t n, std::vector<at::Tensor> *outs, std::vector<dds_buf_t> *bufs) const;
+    int read(dds_store_t *store, dds_reader_t *reader, const at::Tensor &idx,
+             std::vector<dds_buf_t> &bufs) const;
+    py::object build(const std::vector<at::Tensor> &outs) const;
 
 private:
     int64_t total_;
@@ -141,6 +155,42 @@ private:
     std::vector<std::string> names_;
     std::vector<std::vector<int64_t>> shapes_;
     std::vector<at::TensorOptions> opts_;
+};
+
+// pipeline.cpp: ThreadDataLoader's native prefetch (see the file's head).
+class Pipeline {
+public:
+    Pipeline(py::object collator, py::object store);
+    ~Pipeline();
+    Pipeline(const Pipeline &) = delete;
+    Pipeline &operator=(const Pipeline &) = delete;
+    void submit(int64_t seq, py::handle indices);
+    void run(py::handle reader, int worker);
+    py::object take(double timeout_s, int64_t seq);
+    void stop();
+    size_t ready();
+
+private:
+    struct Task {
+        int64_t seq = 0;
+        at::Tensor idx;
+        std::vector<at::Tensor> outs;
+        std::vector<dds_buf_t> bufs;
+    };
+    struct Result {
+        int rc = 0;
+        std::string msg;
+        std::vector<at::Tensor> outs;
+        uint64_t t0 = 0, t1 = 0;
+        int worker = 0;
+    };
+    py::object collator_, store_;
+    const Collator *col_ = nullptr;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Task> tasks_;
+    std::map<int64_t, Result> results_;
+    bool stop_ = false;
 };
 
 }  // namespace ddstore_torch

@@ -138,9 +138,15 @@ dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows
 int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
               size_t n, int64_t start, bool batch)
 {
+    return read_into(t.store, t.reader, name, buf, rows, n, start, batch);
+}
+
+int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_buf_t *buf,
+              const int64_t *rows, size_t n, int64_t start, bool batch)
+{
     for (;;) {
-        const int rc = batch ? g_api->get_batch(t.store, t.reader, name, buf, rows, n)
-                             : g_api->get(t.store, t.reader, name, buf, start);
+        const int rc = batch ? g_api->get_batch(store, reader, name, buf, rows, n)
+                             : g_api->get(store, reader, name, buf, start);
         if (rc != -DDS_ETYPE || buf->dtype == DDS_DTYPE_RAW)
             return rc;
         // Core refused the tensor's element type before reading anything.  A
@@ -148,7 +154,7 @@ int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *
         // describe the tensor as raw rows of the variable's itemsize and let
         // core check the row width.  Any other variable: core's error stands.
         dds_var_info_t info;
-        const int irc = g_api->var_info(t.store, name, &info);
+        const int irc = g_api->var_info(store, name, &info);
         if (irc != 0)
             return irc;
         if (info.dtype != DDS_DTYPE_RAW)

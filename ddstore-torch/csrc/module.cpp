@@ -43,6 +43,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
              py::arg("specs"), py::arg("total"), py::arg("who"), py::arg("structure"),
              py::arg("aux") = py::none())
         .def("__call__", &dt::Collator::call, py::arg("store"), py::arg("indices"));
+    py::class_<dt::Pipeline>(m, "Pipeline",
+                             "ThreadDataLoader's native prefetch: worker threads read "
+                             "batches without the GIL (pipeline.cpp).")
+        .def(py::init<py::object, py::object>(), py::arg("collator"), py::arg("store"))
+        .def("submit", &dt::Pipeline::submit, py::arg("seq"), py::arg("indices"))
+        .def("run", &dt::Pipeline::run, py::arg("reader"), py::arg("worker") = 0)
+        .def("take", &dt::Pipeline::take, py::arg("timeout"), py::arg("seq") = -1)
+        .def("stop", &dt::Pipeline::stop)
+        .def("ready", &dt::Pipeline::ready);
     m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
           "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
           "Python object with rank, size, allgather_bytes(bytes) -> bytes and "

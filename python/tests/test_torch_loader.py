@@ -117,8 +117,8 @@ def test_fast_path_is_used(datasets, monkeypatch):
     tensors (one get_batch per field, no __getitems__)."""
     comm, dss = datasets
     ds = dss["tuple"]
-    calls = {"getitems": 0, "collate": 0}
-    orig_gi, orig_c = ds.__getitems__, ds._collate
+    calls = {"getitems": 0, "collate": 0, "pipeline": 0}
+    orig_gi, orig_c, orig_p = ds.__getitems__, ds._collate, ds._pipeline
 
     def gi(*a, **k):
         calls["getitems"] += 1
@@ -127,11 +127,22 @@ def test_fast_path_is_used(datasets, monkeypatch):
     def col(*a, **k):
         calls["collate"] += 1
         return orig_c(*a, **k)
+
+    def pipe(*a, **k):
+        calls["pipeline"] += 1
+        return orig_p(*a, **k)
     monkeypatch.setattr(ds, "__getitems__", gi)
     monkeypatch.setattr(ds, "_collate", col)
+    monkeypatch.setattr(ds, "_pipeline", pipe)
+    # worker threads: host batches through the native pipeline (one per epoch)
     n = len(list(ThreadDataLoader(ds, batch_size=8, num_workers=2)))
-    ok = calls == {"getitems": 0, "collate": n}
+    ok = calls == {"getitems": 0, "collate": 0, "pipeline": 1}
+    calls.update(pipeline=0)
+    # in the calling thread, or with pinned memory: the direct collate
+    n0 = len(list(ThreadDataLoader(ds, batch_size=8, num_workers=0)))
+    ok = ok and n0 == n and calls == {"getitems": 0, "collate": n, "pipeline": 0}
     monkeypatch.setattr(ds, "_collate", orig_c)
+    monkeypatch.setattr(ds, "_pipeline", orig_p)
     calls.update(getitems=0, collate=0)
     env_set(monkeypatch, DDSTORE_FAST_COLLATE=0)
     list(ThreadDataLoader(ds, batch_size=8, num_workers=2))
@@ -306,6 +317,7 @@ def test_prefetch_depth_direct_collate(datasets, monkeypatch):
         n[0] += 1
         return orig(*a, **k)
     monkeypatch.setattr(ds, "_collate", col)
+    monkeypatch.setattr(ds, "_pipeline", lambda: None)     # the Python workers' path
     it = iter(ThreadDataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=3))
     next(it)
     t0 = time.monotonic()
@@ -315,6 +327,25 @@ def test_prefetch_depth_direct_collate(datasets, monkeypatch):
     got = n[0]
     del it
     assert_all(comm, got == 1 + 2 * 3, f"{got} batches fetched after the first next()")
+
+
+def test_prefetch_depth_native_pipeline(datasets):
+    """The native pipeline keeps num_workers * prefetch_factor batches read
+    ahead, as the Python workers do."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    it = iter(ThreadDataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=3))
+    pipe = it._state.pipe
+    next(it)
+    t0 = time.monotonic()
+    while pipe.ready() < 6 and time.monotonic() - t0 < 5:
+        time.sleep(0.005)
+    time.sleep(0.05)
+    got = pipe.ready()
+    rest = list(it)
+    ok = got == 2 * 3 and len(rest) == (len(ds) + 1) // 2 - 1
+    del it
+    assert_all(comm, ok, f"{got} batches read ahead after the first next(), {len(rest)} after")
 
 
 def test_worker_exception_is_raised(datasets):

@@ -410,6 +410,13 @@ class _Stored(torch.utils.data.Dataset):
     def _fast_collate_ok(self):
         return self.decode is None and not self.schema.has_records
 
+    def _pipeline(self):
+        """ThreadDataLoader's native prefetch of host batches (None: not for
+        this dataset: a device, a forked process)."""
+        if self.device is not None or os.getpid() != self._pid:
+            return None
+        return ext.Pipeline(self._collator, self.ddstore)
+
     def _collate(self, indices, pin_memory=False, out=None):
         """default_collate(self.__getitems__(indices)), read straight into the
         batch tensors: one get_batch per field."""
@@ -1148,6 +1155,13 @@ class WindowedDataset(torch.utils.data.Dataset):
     # direct collate: one read_rows per batch, already in batch form
     def _fast_collate_ok(self):
         return not self.schema.has_records
+
+    def _pipeline(self):
+        """ThreadDataLoader's native prefetch of host batches (None: not for
+        this dataset: a device, a forked process)."""
+        if self.device is not None or os.getpid() != self._pid:
+            return None
+        return ext.Pipeline(self._collator, self.ddstore)
 
     def _collate(self, indices, pin_memory=False, out=None):
         vals = self._windows(indices)

@@ -89,10 +89,15 @@ class _State:
         self.slots = []         # the worker slots this epoch took (iterator close())
         self.gpu = False        # record/wait CUDA events around batches
         self.stats = None       # report.EpochStats of the epoch
+        self.pipe = None        # ext.Pipeline: workers read without the GIL
+        self.reader = None      # pipe: the dataset's _reader (called in the worker)
+        self.err = None         # pipe: a worker's set-up error (raised by the consumer)
 
     def shutdown(self, join=False):
         if not self.stop:
             self.stop = True
+            if self.pipe is not None:
+                self.pipe.stop()
             for _ in self.threads:
                 self.tasks.put(None)
             with self.cond:
@@ -520,6 +525,13 @@ class _ThreadIter:
         self._is_iterable = isinstance(self._dataset, IterableDataset)
         self._state = _State()
         self._state.stats = self._stats
+        # The native pipeline (ext.Pipeline): host batches of the direct
+        # collate, read by the worker threads without the GIL
+        if self._fast and self._num_workers > 0 and not self._pin and not self._reuse \
+                and not self._is_iterable:
+            self._state.pipe = self._dataset._pipeline()
+            self._state.reader = self._dataset._reader
+        self._submit_errs = {}
         # GPU batches from worker threads are handed to the consumer's stream
         # with events (no synchronize): only where CUDA/HIP is usable
         self._state.gpu = self._num_workers > 0 and torch.cuda.is_available()
@@ -622,12 +634,57 @@ class _ThreadIter:
             self._exhausted = True
             return
         self._sizes[self._send_idx] = len(index) if self._auto_collation else 1
-        self._state.tasks.put((self._send_idx, index))
+        pipe = self._state.pipe
+        if pipe is None:
+            self._state.tasks.put((self._send_idx, index))
+        else:
+            try:
+                pipe.submit(self._send_idx, index)
+            except Exception as e:  # noqa: BLE001 - raised when this batch is due
+                self._submit_errs[self._send_idx] = e
         self._send_idx += 1
         self._outstanding += 1
 
+    def _ready(self):
+        """Batches fetched and not yet taken."""
+        pipe = self._state.pipe
+        return len(self._state.results) if pipe is None else pipe.ready()
+
+    def _take_native(self):
+        """_get_result for the native pipeline."""
+        st = self._state
+        deadline = None if not self._timeout else time.monotonic() + self._timeout
+        while True:
+            errs = self._submit_errs
+            if errs and (self._rcvd_idx in errs if self._in_order else True):
+                key = self._rcvd_idx if self._in_order else min(errs)
+                r = (key, False, errs.pop(key), None, None, 0)
+                break
+            if self._outstanding == 0:
+                return None
+            if st.err is not None:
+                raise st.err
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            r = st.pipe.take(wait, self._rcvd_idx if self._in_order else -1)
+            if r is not None:
+                break
+            if not any(t.is_alive() for t in self._threads):
+                raise RuntimeError("ThreadDataLoader: worker threads exited unexpectedly")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
+        key, ok, data, t0, t1, wid = r
+        if t0 is not None and st.stats is not None:
+            st.stats.add_fetch(t0, t1, 0.0, 0.0, wid)
+        self._last_key = key
+        if self._in_order:
+            self._rcvd_idx += 1
+        self._outstanding -= 1
+        return ok, data
+
     def _get_result(self):
         st = self._state
+        if st.pipe is not None:
+            return self._take_native()
         deadline = None if not self._timeout else time.monotonic() + self._timeout
         with st.cond:
             while True:
@@ -658,7 +715,7 @@ class _ThreadIter:
 
     def __next__(self):
         stats = self._stats
-        t = stats.enter(len(self._state.results))
+        t = stats.enter(self._ready())
         try:
             data, n = self._next()
         except StopIteration:
@@ -823,6 +880,13 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
             except BaseException as e:  # noqa: BLE001
                 err = e
         del loader
+        if st.pipe is not None:
+            if err is not None:
+                with st.cond:
+                    st.err = err
+            else:
+                st.pipe.run(st.reader(), wid)     # until the epoch ends (pipe.stop())
+            return
         while True:
             task = st.tasks.get()
             if task is None or st.stop:
