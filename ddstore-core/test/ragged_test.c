@@ -155,6 +155,8 @@ static void read_all_ways(dds_store_t *s, const char *name, int rank,
     free(dst);
 }
 
+static void init_rank(fake_world_t *w, int rank, void *arg);
+
 typedef struct basic_arg {
     int local_self;    /* transport has LOCAL_SELF: own rows by memcpy */
 } basic_arg_t;
@@ -338,6 +340,20 @@ static void test_add_read(void)
     /* reads split at 20 bytes (not a multiple of the 12-byte rows, nor of
      * the 8-byte index entries) */
     run_world(3, basic_rank, &a, 0, 20);
+    /* shards from the transport's shard_alloc (MPI: shared memory),
+     * filled after the agreement */
+    fw_init(&w, 3);
+    w.with_shard_alloc = 1;
+    fw_run(&w, basic_rank, &a);
+    CHECK_EQ(atomic_load(&w.live_shards), 0);
+    CHECK_EQ(atomic_load(&w.bad_ops), 0);
+    CHECK_EQ(atomic_load(&w.live_regions), 0);
+    fw_fini(&w);
+    fw_init(&w, 2);
+    w.with_shard_alloc = 1;
+    fw_run(&w, init_rank, NULL);
+    CHECK_EQ(atomic_load(&w.live_shards), 0);
+    fw_fini(&w);
     /* own samples through the transport too */
     a.local_self = 0;
     fw_init(&w, 4);
