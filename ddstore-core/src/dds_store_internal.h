@@ -108,13 +108,12 @@ struct dds_store {
 
 /* ---- shared state and helpers ----------------------------------------- */
 
-/* Bytes of a ragged shard's index for `nrows` samples: nrows + 1 int64
- * prefix sums, rounded up to 64 bytes (the payload's offset in the shard).
- * The same on every rank and in a method-2 reader (from the sample
- * offsets alone).  Caller checks nrows < INT64_MAX / 8 - 8. */
+/* Bytes of a ragged shard's index for `nrows` samples (transport.h's
+ * dds_ragged_index_bytes: the payload's offset in the shard, the same on
+ * every rank and in a method-2 reader).  nrows <= DDS_RAGGED_MAX_ROWS. */
 static inline size_t dds_st_ragged_index_bytes(int64_t nrows)
 {
-    return ((size_t)(nrows + 1) * sizeof(int64_t) + 63) & ~(size_t)63;
+    return (size_t)dds_ragged_index_bytes(nrows);
 }
 
 /* Collective calls' kinds (coll_begin tags, coll_fail). */

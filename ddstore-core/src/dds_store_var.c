@@ -106,7 +106,7 @@ static int check_ragged_args(const dds_store_t *s, const char *name,
     if (nrows < 0)
         return dds_error(-DDS_EINVAL, "ragged variable '%s': rank %d: "
                          "nrows %lld < 0", name, me, (long long)nrows);
-    if (nrows > INT64_MAX / 8 - 16)
+    if (nrows > DDS_RAGGED_MAX_ROWS)
         return dds_error(-DDS_EINVAL, "ragged variable '%s': rank %d: %lld "
                          "samples are too many for the index", name, me,
                          (long long)nrows);
@@ -487,6 +487,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     rd.alloc_token = v->shard_token;
     rd.offsets = v->offsets;
     rd.nranks = c->size;
+    rd.ragged = v->ragged;
+    rd.elem_offsets = v->elem_offsets;
     if (v->mirror != NULL) {
         rd.mem.kind = DDS_MEM_HOST;
         rd.mem.device = 0;
@@ -655,6 +657,24 @@ static int check_joined_layout(const char *name, const dds_region_layout_t *l)
         if (l->offsets[r + 1] < l->offsets[r])
             return dds_error(-DDS_EIO, "join('%s'): rows of owner %d are "
                              "negative", name, r);
+    if (l->ragged) {
+        for (int r = 0; r < l->nowners; r++)
+            if (l->offsets[r + 1] - l->offsets[r] > DDS_RAGGED_MAX_ROWS)
+                return dds_error(-DDS_EIO, "join('%s'): owner %d has too "
+                                 "many samples", name, r);
+        if (l->elem_offsets == NULL || l->elem_offsets[0] != 0)
+            return dds_error(-DDS_EIO, "join('%s'): a ragged variable "
+                             "without its element-row offsets", name);
+        for (int r = 0; r < l->nowners; r++)
+            if (l->elem_offsets[r + 1] < l->elem_offsets[r])
+                return dds_error(-DDS_EIO, "join('%s'): element rows of "
+                                 "owner %d are negative", name, r);
+        if (l->offsets[l->nowners] > INT64_MAX / 8 - l->nowners ||
+            l->elem_offsets[l->nowners] >
+                INT64_MAX / (int64_t)l->row_bytes)
+            return dds_error(-DDS_EIO, "join('%s'): the ragged layout "
+                             "overflows 64-bit offsets", name);
+    }
     return 0;
 }
 
@@ -709,11 +729,27 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         v->nranks = lay.nowners;
         v->offsets = lay.offsets;
         lay.offsets = NULL;
+        if (lay.ragged) {
+            v->ragged = 1;
+            v->elem_offsets = lay.elem_offsets;
+            lay.elem_offsets = NULL;
+            v->total_elems = v->elem_offsets[v->nranks];
+            v->index_offsets =
+                malloc(((size_t)v->nranks + 1) * sizeof(int64_t));
+            if (v->index_offsets == NULL)
+                rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory",
+                               name);
+            else
+                for (int r = 0; r <= v->nranks; r++)
+                    v->index_offsets[r] = v->offsets[r] + r;
+        }
         v->mem.kind = DDS_MEM_HOST;
         v->region = region;
         v->joined = 1;
         pthread_rwlock_wrlock(&s->table_lock);
-        if (dds_st_find_var(s, name, NULL) != NULL)
+        if (rc != 0)
+            ; /* out of memory above */
+        else if (dds_st_find_var(s, name, NULL) != NULL)
             rc = dds_error(-DDS_EEXIST, "variable '%s' already exists", name);
         else if (dds_st_grow_array((void **)&s->vars, &s->cap_vars,
                                    s->nvars + 1, sizeof(dds_var_t *)) != 0)
@@ -729,6 +765,7 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         snprintf(saved, sizeof(saved), "%s", dds_last_error());
         (void)s->tr.ops->region_destroy(s->tr.ctx, region);
         free(lay.offsets);
+        free(lay.elem_offsets);
         if (v != NULL) {
             v->region = NULL;
             dds_st_var_release(s, v);
@@ -737,9 +774,10 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         return rc;
     }
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
-            "join('%s'): %lld rows owned by %d ranks of another job, %zu B "
+            "join('%s'): %lld %s owned by %d ranks of another job, %zu B "
             "per row, %s",
-            name, (long long)v->offsets[v->nranks], v->nranks, v->row_bytes,
+            name, (long long)v->offsets[v->nranks],
+            v->ragged ? "ragged samples" : "rows", v->nranks, v->row_bytes,
             dds_dtype_name(v->dtype));
     return 0;
 }
