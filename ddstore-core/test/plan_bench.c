@@ -129,37 +129,56 @@ static void bench_range(const dds_plan_params_t *p, int64_t n, long iters)
 /* The whole read path of one rank reading its own shard (validation, plan,
  * local memcpy, profile), next to a plain per-row memcpy of the same rows:
  * the difference is the store's overhead per call. */
+/* A one-rank store over the fake transport (own rows by memcpy). */
+static dds_store_t *bench_store_create(fake_world_t *w)
+{
+    dds_store_params_t sp;
+    dds_store_t *s = NULL;
+    fw_init(w, 1);
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
+    dds_comm_self(&sp.comm);
+    sp.transport = fw_transport(w, 0);
+    if (dds_store_create(&sp, &s) != 0) {
+        fprintf(stderr, "store setup failed: %s\n", dds_last_error());
+        exit(1);
+    }
+    return s;
+}
+
+/* A float32 destination of nrows rows of rb bytes. */
+static dds_buf_t f32_buf(void *p, int64_t nrows, size_t rb)
+{
+    dds_buf_t b;
+    memset(&b, 0, sizeof(b));
+    b.ptr = p;
+    b.nrows = nrows;
+    b.row_bytes = rb;
+    b.dtype = DDS_DTYPE_FLOAT32;
+    b.itemsize = 4;
+    return b;
+}
+
 static void bench_store(size_t n, long iters)
 {
     const size_t rb = 3136, nrows = 60000;
     fake_world_t w;
-    dds_store_params_t sp;
-    dds_store_t *s = NULL;
+    dds_store_t *s;
     unsigned char *shard = calloc(nrows, rb), *dst = malloc(n * rb);
     int64_t *rows = malloc(NBATCH * n * sizeof(int64_t));
     dds_buf_t b;
     double t0, t1, best = 1e30, best_ref = 1e30;
 
     memset(shard, 1, nrows * rb); /* real pages, not the shared zero page */
-    fw_init(&w, 1);
-    memset(&sp, 0, sizeof(sp));
-    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
-    dds_comm_self(&sp.comm);
-    sp.transport = fw_transport(&w, 0);
-    if (dds_store_create(&sp, &s) != 0 ||
-        dds_store_var_add(s, "x", shard, (int64_t)nrows, 784, 4,
+    s = bench_store_create(&w);
+    if (dds_store_var_add(s, "x", shard, (int64_t)nrows, 784, 4,
                           DDS_DTYPE_FLOAT32, NULL, DDS_ADD_COPY) != 0) {
         fprintf(stderr, "store setup failed: %s\n", dds_last_error());
         exit(1);
     }
     for (size_t i = 0; i < NBATCH * n; i++)
         rows[i] = (int64_t)(rnd() % nrows);
-    memset(&b, 0, sizeof(b));
-    b.ptr = dst;
-    b.nrows = (int64_t)n;
-    b.row_bytes = rb;
-    b.dtype = DDS_DTYPE_FLOAT32;
-    b.itemsize = 4;
+    b = f32_buf(dst, (int64_t)n, rb);
     for (int rep = 0; rep < 5; rep++) {
         t0 = now_ns();
         for (long it = 0; it < iters; it++)
@@ -201,8 +220,7 @@ static void bench_ragged_store(size_t n, long iters)
     int64_t *rows = malloc(NBATCH * n * sizeof(int64_t)), *lens = malloc(n * sizeof(int64_t));
     int64_t nel = 0, got;
     fake_world_t w;
-    dds_store_params_t sp;
-    dds_store_t *s = NULL;
+    dds_store_t *s;
     unsigned char *data, *dst;
     double t0, t1, best = 1e30, best_ref = 1e30, best_sizes = 1e30, bytes = 0;
     dds_buf_t b;
@@ -216,13 +234,8 @@ static void bench_ragged_store(size_t n, long iters)
     data = malloc((size_t)nel * rb);
     dst = malloc(n * 500 * rb);
     memset(data, 1, (size_t)nel * rb);
-    fw_init(&w, 1);
-    memset(&sp, 0, sizeof(sp));
-    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
-    dds_comm_self(&sp.comm);
-    sp.transport = fw_transport(&w, 0);
-    if (dds_store_create(&sp, &s) != 0 ||
-        dds_store_ragged_add(s, "g", data, nel, len, (int64_t)ns, 64, 4,
+    s = bench_store_create(&w);
+    if (dds_store_ragged_add(s, "g", data, nel, len, (int64_t)ns, 64, 4,
                              DDS_DTYPE_FLOAT32, NULL, DDS_ADD_COPY) != 0) {
         fprintf(stderr, "store setup failed: %s\n", dds_last_error());
         exit(1);
@@ -232,12 +245,7 @@ static void bench_ragged_store(size_t n, long iters)
     for (size_t i = 0; i < NBATCH * n; i++)
         bytes += (double)len[rows[i]] * (double)rb;
     bytes /= NBATCH;
-    memset(&b, 0, sizeof(b));
-    b.ptr = dst;
-    b.nrows = (int64_t)(n * 500);
-    b.row_bytes = rb;
-    b.dtype = DDS_DTYPE_FLOAT32;
-    b.itemsize = 4;
+    b = f32_buf(dst, (int64_t)(n * 500), rb);
     for (int rep = 0; rep < 5; rep++) {
         t0 = now_ns();
         for (long it = 0; it < iters; it++)
