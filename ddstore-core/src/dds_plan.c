@@ -114,7 +114,6 @@ void dds_plan_fini(dds_plan_t *plan)
     if (plan == NULL)
         return;
     free(plan->ops);
-    free(plan->owner_first);
     free(plan->copies);
     free(plan->scratch);
     memset(plan, 0, sizeof(*plan));
@@ -141,9 +140,6 @@ static int check_params(const dds_plan_params_t *p, dds_plan_t *plan)
                          "plan: %lld rows of %zu bytes overflow 64-bit "
                          "byte offsets",
                          (long long)p->offsets[p->nranks], p->row_bytes);
-    if (grow((void **)&plan->owner_first, &plan->cap_owners,
-             (size_t)p->nranks + 1, sizeof(size_t)) != 0)
-        return dds_error(-DDS_ENOMEM, "plan: out of memory");
     return 0;
 }
 
@@ -154,7 +150,7 @@ static int empty_plan(const dds_plan_params_t *p, dds_plan_t *plan)
     plan->staging_bytes = 0;
     plan->nrows = 0;
     plan->nrows_unique = 0;
-    memset(plan->owner_first, 0, ((size_t)p->nranks + 1) * sizeof(size_t));
+    (void)p;
     return 0;
 }
 
@@ -240,8 +236,6 @@ static pair_t *merge_sort_pairs(pair_t *a, pair_t *tmp, size_t n)
 typedef struct walk {
     dds_read_op_t *ops;
     size_t nops;
-    size_t *owner_first;
-    int next_fill;
     dds_copy_op_t *copies;
     size_t ncopies;
     dds_copy_op_t *reps;
@@ -265,8 +259,6 @@ typedef struct walk {
 static inline void emit_read(walk_t *w, int owner, int staged, int64_t src,
                              size_t len, size_t dst)
 {
-    while (w->next_fill <= owner)
-        w->owner_first[w->next_fill++] = w->nops;
     if (w->maxr == 0 || len <= w->maxr) {
         dds_read_op_t *op = &w->ops[w->nops++];
         op->owner = owner;
@@ -462,7 +454,6 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
 
     memset(&w, 0, sizeof(w));
     w.ops = plan->ops;
-    w.owner_first = plan->owner_first;
     w.copies = plan->copies;
     w.upos = (size_t *)((char *)plan->scratch + keys_bytes);
     w.reps = (dds_copy_op_t *)((char *)plan->scratch + keys_bytes +
@@ -508,8 +499,6 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
             walk_one(&w, out[i].row, (size_t)out[i].pos);
     }
     flush_run(&w);
-    while (w.next_fill <= w.nranks)
-        w.owner_first[w.next_fill++] = w.nops;
     if (w.nreps > 0)
         memcpy(w.copies + w.ncopies, w.reps, w.nreps * sizeof(dds_copy_op_t));
 
@@ -559,7 +548,6 @@ int dds_plan_range(const dds_plan_params_t *params, int64_t start,
 
     memset(&w, 0, sizeof(w));
     w.ops = plan->ops;
-    w.owner_first = plan->owner_first;
     w.maxr = params->max_read_bytes;
     for (int o = first; o <= last; o++) {
         int64_t b = params->offsets[o] > start ? params->offsets[o] : start;
@@ -568,8 +556,6 @@ int dds_plan_range(const dds_plan_params_t *params, int64_t start,
             emit_read(&w, o, 0, (b - params->offsets[o]) * (int64_t)rb,
                       (size_t)(e - b) * rb, (size_t)(b - start) * rb);
     }
-    while (w.next_fill <= params->nranks)
-        w.owner_first[w.next_fill++] = w.nops;
     plan->nops = w.nops;
     plan->ncopies = 0;
     plan->staging_bytes = 0;
@@ -583,15 +569,14 @@ int dds_plan_range(const dds_plan_params_t *params, int64_t start,
 int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
                    size_t n, dds_plan_t *plan)
 {
-    size_t *dsto, *order, *cnt, total = 0, ops_bound, scratch_bytes;
+    size_t *dsto, total = 0, ops_bound, scratch_bytes, m = 0;
+    uint64_t *keys, *order;
+    unsigned posbits, ownbits;
     walk_t w;
 
     if (plan == NULL || nranks < 1)
         return dds_error(-DDS_EINVAL, "plan: NULL plan or nranks %d < 1",
                          nranks);
-    if (grow((void **)&plan->owner_first, &plan->cap_owners,
-             (size_t)nranks + 1, sizeof(size_t)) != 0)
-        return dds_error(-DDS_ENOMEM, "plan: out of memory");
     plan->nops = 0;
     plan->ncopies = 0;
     plan->staging_bytes = 0;
@@ -599,18 +584,20 @@ int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
     plan->nrows_unique = n;
     if (n > 0 && spans == NULL)
         return dds_error(-DDS_EINVAL, "plan: NULL spans");
-    if (n > (SIZE_MAX - ((size_t)nranks + 1) * sizeof(size_t)) /
-                (2 * sizeof(size_t)))
+    if (n > SIZE_MAX / (3 * sizeof(uint64_t)))
         return dds_error(-DDS_ENOMEM, "plan: too many spans (%zu)", n);
-    scratch_bytes = (2 * n + (size_t)nranks + 1) * sizeof(size_t);
+    /* owner (31 bits at most) above the position: one 64-bit sort key */
+    posbits = n > 1 ? bit_width((uint64_t)(n - 1)) : 0;
+    ownbits = bit_width((uint64_t)(nranks - 1));
+    if (posbits + ownbits > 64)
+        return dds_error(-DDS_ENOMEM, "plan: too many spans (%zu)", n);
+    scratch_bytes = n * (sizeof(size_t) + 2 * sizeof(uint64_t));
     if (grow(&plan->scratch, &plan->cap_scratch, scratch_bytes, 1) != 0)
         return dds_error(-DDS_ENOMEM, "plan: out of memory for %zu spans", n);
     dsto = plan->scratch;
-    order = dsto + n;
-    cnt = order + n;
-    memset(cnt, 0, ((size_t)nranks + 1) * sizeof(size_t));
+    keys = (uint64_t *)(dsto + n);
 
-    /* 1. check, destination offsets, spans per owner */
+    /* 1. check, destination offsets, sort keys of the non-empty spans */
     for (size_t i = 0; i < n; i++) {
         const dds_span_t *sp = &spans[i];
         if (sp->owner < 0 || sp->owner >= nranks)
@@ -627,7 +614,7 @@ int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
         dsto[i] = total;
         total += sp->len;
         if (sp->len > 0)
-            cnt[sp->owner + 1]++;
+            keys[m++] = ((uint64_t)sp->owner << posbits) | (uint64_t)i;
     }
     ops_bound = n;
     if (max_read_bytes != 0) {
@@ -640,38 +627,54 @@ int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
              sizeof(dds_read_op_t)) != 0)
         return dds_error(-DDS_ENOMEM, "plan: out of memory for %zu spans", n);
 
-    /* 2. stable counting sort by owner */
-    for (int r = 0; r < nranks; r++)
-        cnt[r + 1] += cnt[r];
-    for (size_t i = 0; i < n; i++)
-        if (spans[i].len > 0)
-            order[cnt[spans[i].owner]++] = i;
+    /* 2. by owner, then position (request order): O(m) radix passes over
+     * the key bits, never over the ranks */
+    if (m <= INSERTION_SORT_MAX) {
+        insertion_sort_u64(keys, m);
+        order = keys;
+    } else {
+        order = radix_sort_u64(keys, keys + n, m, posbits + ownbits);
+    }
 
     /* 3. per owner, in request order: merge continuations, split, emit */
     memset(&w, 0, sizeof(w));
     w.ops = plan->ops;
-    w.owner_first = plan->owner_first;
     w.maxr = max_read_bytes;
     {
-        size_t m = cnt[nranks - 1]; /* spans with len > 0 */
+        const uint64_t mask = posbits == 0 ? 0 : (~0ull >> (64 - posbits));
         size_t k = 0;
         while (k < m) {
-            const dds_span_t *a = &spans[order[k]];
+            const size_t ia = (size_t)(order[k] & mask);
+            const dds_span_t *a = &spans[ia];
             int64_t src = a->src_offset;
-            size_t dst = dsto[order[k]], len = a->len;
+            size_t dst = dsto[ia], len = a->len;
             for (k++; k < m; k++) {
-                const dds_span_t *b = &spans[order[k]];
+                const size_t ib = (size_t)(order[k] & mask);
+                const dds_span_t *b = &spans[ib];
                 if (b->owner != a->owner ||
                     b->src_offset != src + (int64_t)len ||
-                    dsto[order[k]] != dst + len)
+                    dsto[ib] != dst + len)
                     break;
                 len += b->len;
             }
             emit_read(&w, a->owner, 0, src, len, dst);
         }
     }
-    while (w.next_fill <= nranks)
-        w.owner_first[w.next_fill++] = w.nops;
     plan->nops = w.nops;
     return 0;
+}
+
+/* ---- lookups ---------------------------------------------------------- */
+
+size_t dds_plan_owner_first(const dds_plan_t *plan, int owner)
+{
+    size_t lo = 0, hi = plan->nops;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (plan->ops[mid].owner < owner)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
 }

@@ -122,8 +122,8 @@ static size_t serve_local(const dds_store_t *s, const dds_var_t *v,
     if (!(s->tr.caps & DDS_TRANSPORT_CAP_LOCAL_SELF) || hv == NULL ||
         me >= v->nranks)
         return 0;
-    a = pl->owner_first[me];
-    b = pl->owner_first[me + 1];
+    a = dds_plan_owner_first(pl, me);
+    b = dds_plan_owner_first(pl, me + 1);
     if (b <= a)
         return 0;
     for (size_t i = a; i < b; i++) {

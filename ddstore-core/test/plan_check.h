@@ -53,12 +53,19 @@ static inline int pc_verify(const dds_plan_params_t *p, size_t n,
 
     if (plan->nrows != n)
         return pc_fail(why, whylen, "nrows %zu != %zu", plan->nrows, n);
-    if (plan->owner_first[0] != 0 || plan->owner_first[p->nranks] != plan->nops)
+    /* grouped by owner, owners ascending: what dds_plan_owner_first needs */
+    for (size_t i = 0; i < plan->nops; i++)
+        if (plan->ops[i].owner < 0 || plan->ops[i].owner >= p->nranks ||
+            (i > 0 && plan->ops[i].owner < plan->ops[i - 1].owner))
+            return pc_fail(why, whylen, "op %zu: owner %d after %d", i,
+                           plan->ops[i].owner, i > 0 ? plan->ops[i - 1].owner : -1);
+    if (dds_plan_owner_first(plan, 0) != 0 ||
+        dds_plan_owner_first(plan, p->nranks) != plan->nops)
         return pc_fail(why, whylen, "owner_first ends %zu..%zu, nops %zu",
-                       plan->owner_first[0], plan->owner_first[p->nranks],
-                       plan->nops);
+                       dds_plan_owner_first(plan, 0),
+                       dds_plan_owner_first(plan, p->nranks), plan->nops);
     for (int r = 0; r < p->nranks; r++) {
-        size_t a = plan->owner_first[r], b = plan->owner_first[r + 1];
+        size_t a = dds_plan_owner_first(plan, r), b = dds_plan_owner_first(plan, r + 1);
         int64_t shard = (p->offsets[r + 1] - p->offsets[r]) * (int64_t)rb;
         if (a > b)
             return pc_fail(why, whylen, "owner_first decreases at %d", r);

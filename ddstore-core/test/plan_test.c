@@ -66,7 +66,7 @@ static void test_empty_batch(void)
     CHECK_EQ(plan.nrows_unique, 0);
     CHECK_EQ(plan.staging_bytes, 0);
     for (int r = 0; r <= 2; r++)
-        CHECK_EQ(plan.owner_first[r], 0);
+        CHECK_EQ(dds_plan_owner_first(&plan, r), 0);
     /* empty range, even at the very end */
     CHECK_OK(dds_plan_range(&p, 8, 0, &plan));
     CHECK_EQ(plan.nops, 0);
@@ -89,10 +89,10 @@ static void test_one_owner(void)
     CHECK_EQ(plan.ops[0].len, 4 * 8);
     CHECK_EQ(plan.ops[0].dst_offset, 0);
     CHECK_EQ(plan.ncopies, 0);
-    CHECK_EQ(plan.owner_first[0], 0);
-    CHECK_EQ(plan.owner_first[1], 0);
-    CHECK_EQ(plan.owner_first[2], 1);
-    CHECK_EQ(plan.owner_first[3], 1);
+    CHECK_EQ(dds_plan_owner_first(&plan, 0), 0);
+    CHECK_EQ(dds_plan_owner_first(&plan, 1), 0);
+    CHECK_EQ(dds_plan_owner_first(&plan, 2), 1);
+    CHECK_EQ(dds_plan_owner_first(&plan, 3), 1);
     CHECK_EQ(plan.nrows_unique, 4);
     verify_and_run(&p, rows, 4, &plan);
     dds_plan_fini(&plan);
@@ -115,10 +115,10 @@ static void test_every_owner(void)
     CHECK_EQ(plan.ops[3].owner, 5);
     CHECK_EQ(plan.ops[1].len, 4 * 5);
     CHECK_EQ(plan.ops[1].dst_offset, 3 * 5);
-    CHECK_EQ(plan.owner_first[1], 1);
-    CHECK_EQ(plan.owner_first[2], 1);
-    CHECK_EQ(plan.owner_first[5], 3);
-    CHECK_EQ(plan.owner_first[6], 4);
+    CHECK_EQ(dds_plan_owner_first(&plan, 1), 1);
+    CHECK_EQ(dds_plan_owner_first(&plan, 2), 1);
+    CHECK_EQ(dds_plan_owner_first(&plan, 5), 3);
+    CHECK_EQ(dds_plan_owner_first(&plan, 6), 4);
     verify_and_run(&p, rows, 12, &plan);
     /* the same as a range */
     CHECK_OK(dds_plan_range(&p, 0, 12, &plan));
@@ -249,10 +249,10 @@ static void test_zero_row_shards(void)
     CHECK_OK(dds_plan_batch(&p, rows, 5, &plan));
     for (size_t i = 0; i < plan.nops; i++)
         CHECK(plan.ops[i].owner == 1 || plan.ops[i].owner == 3);
-    CHECK_EQ(plan.owner_first[0], 0);
-    CHECK_EQ(plan.owner_first[1], 0);
-    CHECK_EQ(plan.owner_first[4], plan.nops);
-    CHECK_EQ(plan.owner_first[5], plan.nops);
+    CHECK_EQ(dds_plan_owner_first(&plan, 0), 0);
+    CHECK_EQ(dds_plan_owner_first(&plan, 1), 0);
+    CHECK_EQ(dds_plan_owner_first(&plan, 4), plan.nops);
+    CHECK_EQ(dds_plan_owner_first(&plan, 5), plan.nops);
     verify_and_run(&p, rows, 5, &plan);
     CHECK_OK(dds_plan_range(&p, 2, 5, &plan));
     CHECK_EQ(plan.nops, 2);

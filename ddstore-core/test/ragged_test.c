@@ -545,10 +545,11 @@ static void spans_run(const dds_span_t *sp, size_t n, const dds_plan_t *pl,
     dst = calloc(total + 1, 1);
     CHECK_EQ_U(pl->ncopies, 0);
     CHECK_EQ_U(pl->staging_bytes, 0);
-    CHECK_EQ_U(pl->owner_first[0], 0);
-    CHECK_EQ_U(pl->owner_first[nranks], pl->nops);
+    CHECK_EQ_U(dds_plan_owner_first(pl, 0), 0);
+    CHECK_EQ_U(dds_plan_owner_first(pl, nranks), pl->nops);
     for (int r = 0; r < nranks; r++)
-        for (size_t o = pl->owner_first[r]; o < pl->owner_first[r + 1]; o++) {
+        for (size_t o = dds_plan_owner_first(pl, r);
+             o < dds_plan_owner_first(pl, r + 1); o++) {
             const dds_read_op_t *op = &pl->ops[o];
             CHECK_EQ(op->owner, r);
             CHECK_EQ(op->staged, 0);
@@ -589,8 +590,8 @@ static void test_plan_spans(void)
     dds_plan_init(&pl);
     CHECK_OK(dds_plan_spans(3, 0, sp, n, &pl));
     CHECK_EQ_U(pl.nops, 5); /* owner 0: 2; owner 1: 2; owner 2: 1 */
-    CHECK_EQ_U(pl.owner_first[1], 2);
-    CHECK_EQ_U(pl.owner_first[2], 4);
+    CHECK_EQ_U(dds_plan_owner_first(&pl, 1), 2);
+    CHECK_EQ_U(dds_plan_owner_first(&pl, 2), 4);
     CHECK_EQ_U(pl.ops[2].len, 16);      /* the merged pair */
     CHECK_EQ_U(pl.ops[2].dst_offset, 0);
     CHECK_EQ_U(pl.ops[3].dst_offset, 20);
@@ -603,7 +604,7 @@ static void test_plan_spans(void)
     /* empty, then errors; the plan is reused */
     CHECK_OK(dds_plan_spans(3, 0, NULL, 0, &pl));
     CHECK_EQ_U(pl.nops, 0);
-    CHECK_EQ_U(pl.owner_first[3], 0);
+    CHECK_EQ_U(dds_plan_owner_first(&pl, 3), 0);
     CHECK_RC(dds_plan_spans(3, 0, bad, 2, &pl), -DDS_EINVAL);
     CHECK_CONTAINS(dds_last_error(), "span 1: owner 3");
     bad[1].owner = 0;
@@ -636,11 +637,50 @@ static void test_plan_spans(void)
     dds_plan_fini(&pl);
 }
 
+/* Random spans over many owners (the radix-sorted path: more than 32
+ * spans, owners up to 100,000): every byte lands where request order puts
+ * it, ops grouped by ascending owner, request order kept within an owner. */
+static void test_plan_spans_random(void)
+{
+    static const int nranks_of[] = {1, 3, 1000, 100000};
+    dds_plan_t pl;
+    unsigned seed = 12345;
+    dds_plan_init(&pl);
+    for (size_t c = 0; c < sizeof(nranks_of) / sizeof(nranks_of[0]); c++) {
+        for (int round = 0; round < 20; round++) {
+            const int nranks = nranks_of[c];
+            const size_t n = 1 + (size_t)(rand_r(&seed) % 400);
+            const size_t maxr = round % 3 == 0 ? 0 : 1 + (size_t)(rand_r(&seed) % 64);
+            dds_span_t *sp = calloc(n, sizeof(*sp));
+            for (size_t i = 0; i < n; i++) {
+                /* few distinct owners, so continuations and repeats occur */
+                sp[i].owner = (int)((size_t)rand_r(&seed) % 4 * (size_t)(nranks / 4 + 1)) %
+                              nranks;
+                sp[i].src_offset = rand_r(&seed) % 3 == 0 && i > 0 &&
+                                           sp[i - 1].owner == sp[i].owner
+                                       ? sp[i - 1].src_offset + (int64_t)sp[i - 1].len
+                                       : (int64_t)(rand_r(&seed) % 1000);
+                sp[i].len = (size_t)(rand_r(&seed) % 50);
+            }
+            CHECK_OK(dds_plan_spans(nranks, maxr, sp, n, &pl));
+            for (size_t o = 1; o < pl.nops; o++)
+                CHECK(pl.ops[o].owner >= pl.ops[o - 1].owner);
+            for (size_t o = 1; o < pl.nops; o++)   /* request order in an owner */
+                if (pl.ops[o].owner == pl.ops[o - 1].owner)
+                    CHECK(pl.ops[o].dst_offset > pl.ops[o - 1].dst_offset);
+            spans_run(sp, n, &pl, nranks, maxr);
+            free(sp);
+        }
+    }
+    dds_plan_fini(&pl);
+}
+
 int main(void)
 {
     unsetenv("DDSTORE_MAX_READ_BYTES");
     unsetenv("DDSTORE_MERGE_ROW_BYTES");
     RUN_TEST(test_plan_spans);
+    RUN_TEST(test_plan_spans_random);
     RUN_TEST(test_add_read);
     RUN_TEST(test_init_update);
     RUN_TEST(test_bad_input);

@@ -8,8 +8,9 @@
  *
  * Plan: given N global rows (any order, repeats allowed) the planner
  * produces
- *   - read ops grouped by owner (ops of owner r are
- *     ops[owner_first[r] .. owner_first[r+1])), sorted by source offset;
+ *   - read ops grouped by owner, owners in ascending order (ops of owner r
+ *     are ops[dds_plan_owner_first(plan, r) .. dds_plan_owner_first(plan,
+ *     r+1))), sorted by source offset;
  *     rows adjacent in the owner's shard are merged into one read; each read
  *     is split at max_read_bytes;
  *   - each read lands either straight in the caller's destination (when the
@@ -89,14 +90,13 @@ typedef struct dds_copy_op {
 typedef struct dds_plan {
     dds_read_op_t *ops;
     size_t nops;
-    size_t *owner_first;  /* nranks+1 entries                               */
     dds_copy_op_t *copies;
     size_t ncopies;
     size_t staging_bytes;
     size_t nrows;         /* rows requested                                 */
     size_t nrows_unique;  /* distinct rows read                             */
     /* private: capacities and scratch, reused across builds */
-    size_t cap_ops, cap_copies, cap_owners, cap_scratch;
+    size_t cap_ops, cap_copies, cap_scratch;
     void *scratch;
 } dds_plan_t;
 
@@ -130,18 +130,24 @@ typedef struct dds_span {
 
 /* Plan spans packed in request order: span i lands at destination offset
  * dst_i = len_0 + ... + len_{i-1} (no staging, no copies; repeats are read
- * again).  Ops are grouped by owner (ops of owner r are
- * ops[owner_first[r] .. owner_first[r+1]), in request order within an
- * owner); a span that continues the previous span of the same owner both in
+ * again).  Ops are grouped by owner, owners ascending (dds_plan_owner_first),
+ * in request order within an owner; a span that continues the previous span of the same owner both in
  * the owner's shard and in the destination is merged into its read; every
  * read is split at max_read_bytes (0 = never); zero-length spans give no
  * read.  plan.nrows = plan.nrows_unique = n.  -DDS_EINVAL naming the
  * position for an owner outside [0, nranks), a negative source offset, or a
  * destination offset or read end beyond SIZE_MAX / INT64_MAX; -DDS_ENOMEM.
- * O(n + nranks); reuses the plan's arrays. */
+ * O(n) (radix passes over owner and position bits: no per-rank work);
+ * reuses the plan's arrays. */
 DDS_API int dds_plan_spans(int nranks, size_t max_read_bytes,
                            const dds_span_t *spans, size_t n,
                            dds_plan_t *plan);
+
+/* The index of the first op of `owner` in a built plan (ops are grouped by
+ * owner, owners ascending): ops of owner r are ops[first(r) .. first(r+1)),
+ * and first(nranks) == nops.  O(log nops): planning and lookups cost nothing
+ * per rank of the store (docs/scale.md). */
+DDS_API size_t dds_plan_owner_first(const dds_plan_t *plan, int owner);
 
 #ifdef __cplusplus
 }
