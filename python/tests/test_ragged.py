@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pyddstore
-from _util import DTYPE_IDS, DTYPES, outcome, values
+from _util import DTYPE_IDS, DTYPES, outcome, ticks_during_reads, values
 
 pytestmark = pytest.mark.skipif(not pyddstore.HAVE_MPI,
                                 reason="these tests run over MPI (HAVE_MPI False)")
@@ -450,29 +450,19 @@ def test_python_runs_while_a_ragged_read_is_in_flight(rstore):
     total = 8 * s.size
     idx = np.arange(32) % total
     out = np.empty((32 * 16, cols), np.float32)
-    ticks, win = [], []
-    done = threading.Event()
+    win = []
 
     def reader():
-        try:
-            for _ in range(10):
-                s.get_ragged("big", idx, out=out)
-                win.append(_core._last_read_window())
-        finally:
-            done.set()
+        for _ in range(10):
+            s.get_ragged("big", idx, out=out)
+            win.append(_core._last_read_window())
+        return win
 
-    th = threading.Thread(target=reader)
-    th.start()
-    while not done.is_set():
-        ticks.append(_core._now_ns())
-    th.join()
+    inside = ticks_during_reads(reader)
     ref = np.concatenate([np.arange(16 * (g % 8), 16 * (g % 8) + 16) + 1000 * (g // 8)
                           for g in idx]).astype(np.float32)
     assert (out[:, 0] == ref).all() and (out[:, -1] == ref).all()
     assert len(win) == 10
-    t = np.sort(np.array(ticks, np.uint64))
-    inside = sum(int(np.searchsorted(t, b) - np.searchsorted(t, a, "right"))
-                 for a, b in win)
     assert inside > 0, "the main thread never ran during a ragged read"
 
 
