@@ -934,8 +934,15 @@ PyObject *pydds_do_get_ragged(pydds_store_obj *s, pydds_reader_obj *r,
                 q.name, (long long)b.buf.nrows, ix.n, (long long)q.total);
         else if (rc < 0)
             values = pydds_raise(rc);
-        else
-            values = PySequence_GetSlice(out, 0, (Py_ssize_t)q.total);
+        else if ((values = PySequence_GetSlice(out, 0, (Py_ssize_t)q.total)) ==
+                     NULL &&
+                 PyErr_ExceptionMatches(PyExc_TypeError)) {
+            /* an array that cannot be sliced (a bare
+             * __cuda_array_interface__): itself, its first `total` rows
+             * written */
+            PyErr_Clear();
+            values = Py_NewRef(out);
+        }
     }
     pydds_indices_release(&ix);
     if (values == NULL) {
