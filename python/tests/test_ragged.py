@@ -286,7 +286,7 @@ def _check_usable(s):
 
 
 @pytest.mark.parametrize("case", [
-    "sum_short", "sum_long", "negative", "two_d_lengths", "scalar_lengths",
+    "sum_short", "sum_long", "negative", "overflow", "two_d_lengths", "scalar_lengths",
     "float_lengths", "dtype_differs", "trailing_differs"])
 def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
     s = rstore
@@ -295,6 +295,7 @@ def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
         "sum_short": dict(rank=last, lens=lambda l: np.append(l, 1)),
         "sum_long": dict(rank=0, vals=lambda v: np.concatenate([v, v[:1]])),
         "negative": dict(rank=0, lens=lambda l: np.concatenate([[-1, 1 + length(0)], l[1:]])),
+        "overflow": dict(rank=last, lens=lambda l: np.append(l, [2**62] * 4)),
         "two_d_lengths": dict(rank=last, lens=lambda l: l.reshape(1, -1)),
         "scalar_lengths": dict(rank=0, lens=lambda l: np.int64(len(l))),
         "float_lengths": dict(rank=0, lens=lambda l: [float(x) for x in l] or [0.5]),
@@ -310,7 +311,8 @@ def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
     exc = TypeError if case == "float_lengths" else ValueError
     assert isinstance(e, exc), (case, repr(e))
     words = {"sum_short": "sum|lengths", "sum_long": "sum|lengths",
-             "negative": "-1|negative", "two_d_lengths": "lengths.*1-D",
+             "negative": "-1|negative", "overflow": "INT64|int64|overflow",
+             "two_d_lengths": "lengths.*1-D",
              "scalar_lengths": "lengths.*1-D", "float_lengths": "lengths",
              "dtype_differs": "dtype|itemsize|float",
              "trailing_differs": "disp|trailing|row"}[case]
