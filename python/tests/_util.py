@@ -95,6 +95,37 @@ def intervals_overlap(windows):
     return False
 
 
+def ticks_during_reads(read):
+    """Run `read()` (which returns the C-side windows of the reads it made,
+    _core._last_read_window()) in a thread while this thread takes time
+    stamps; returns how many stamps fall inside those windows (> 0: Python
+    ran while a read was in flight, so the reads released the GIL).  An
+    exception of `read` is raised here."""
+    import threading
+    from pyddstore import _core
+    ticks, win, errors = [], [], []
+    done = threading.Event()
+
+    def run():
+        try:
+            win.extend(read())
+        except BaseException as e:  # noqa: BLE001 - raised below
+            errors.append(e)
+        finally:
+            done.set()
+
+    th = threading.Thread(target=run)
+    th.start()
+    while not done.is_set():
+        ticks.append(_core._now_ns())
+    th.join()
+    if errors:
+        raise errors[0]
+    t = np.sort(np.array(ticks, np.uint64))
+    return sum(int(np.searchsorted(t, b) - np.searchsorted(t, a, "right"))
+               for a, b in win)
+
+
 def outcome(call):
     """Run `call` (typically a collective one) and return the exception it
     raised, or None.  Tests check outcomes after every rank has made all its

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pyddstore import _core
-from _util import add_var, intervals_overlap, values
+from _util import add_var, intervals_overlap, ticks_during_reads, values
 
 NTHREADS = 8
 DISP = 65536         # float32: 256 KiB rows, 4 MiB per batch of 16
@@ -86,25 +86,16 @@ def test_python_runs_while_a_read_is_in_flight(store):
     total = off[-1]
     idx = np.arange(256) % total                 # 64 MiB per read
     out = np.empty((len(idx), DISP), np.float32)
-    ticks = []
-    done = threading.Event()
     win = []
 
     def reader():
         for _ in range(20):
             store.get_batch("big", out, idx)
             win.append(_core._last_read_window())
-        done.set()
+        return win
 
-    th = threading.Thread(target=reader)
-    th.start()
-    while not done.is_set():
-        ticks.append(_core._now_ns())
-    th.join()
+    inside = ticks_during_reads(reader)
     assert np.array_equal(out, values(np.float32, idx, DISP))
-    t = np.sort(np.array(ticks, np.uint64))
-    inside = sum(int(np.searchsorted(t, b) - np.searchsorted(t, a, "right"))
-                 for a, b in win)
     assert inside > 0, "the main thread never ran during a read"
 
 
