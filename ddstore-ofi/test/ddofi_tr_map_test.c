@@ -8,7 +8,8 @@
  *     shard is refused (the tag), and a mapping made before the free still
  *     reads the old bytes (the pages live as long as the mapping);
  *   - a forked child maps a shard itself;
- *   - a dead owner: ddofi_tr_map_alive says so (DDS_EIO, naming the rank);
+ *   - a dead owner, also before it is reaped: ddofi_tr_map_alive says so
+ *     (DDS_EIO, naming the rank);
  *   - DDSTORE_OFI_MAP_SHARDS off (map_on 0): no record; memfd_create failing
  *     (no file descriptor left): shard_alloc falls back to malloc, no record.
  *
@@ -195,6 +196,11 @@ int main(void)
     T_OK(dm && same(dm, BYTES, 11));
     T_EQ_INT(gd->maps ? ddofi_tr_map_alive(gd, 0) : -1, 0);
     kill(pid, SIGKILL);
+    /* not reaped yet (a zombie): exited all the same */
+    int alive = 0;
+    for (int i = 0; i < 400 && (alive = gd->maps ? ddofi_tr_map_alive(gd, 0) : 0) == 0; i++)
+        usleep(5000);
+    T_EQ_INT(alive, -DDS_EIO);
     waitpid(pid, &st, 0);
     T_EQ_INT(gd->maps ? ddofi_tr_map_alive(gd, 0) : 0, -DDS_EIO);
     T_CONTAINS(dds_last_error(), "rank 0");

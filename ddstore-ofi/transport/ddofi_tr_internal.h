@@ -131,6 +131,7 @@ typedef struct ddofi_tr_map_peer {
     ddofi_tr_map_rec_t rec;
     char *_Atomic base;        /* mapped in this process; NULL: not yet      */
     _Atomic int refused;       /* could not be mapped: libfabric reads       */
+    _Atomic int pidfd1;        /* the owner's pidfd + 1 (0: none: kill(pid, 0)) */
 } ddofi_tr_map_peer_t;
 
 int ddofi_tr_shard_alloc(void *ctx, size_t bytes, void **base_p, void **token_p);
@@ -156,8 +157,9 @@ static inline const char *ddofi_tr_map_base(ddofi_tr_region_t *g, int owner)
     return ddofi_tr_map_base_slow(g, owner);
 }
 /* After copies from owner's mapped shard: 0, or -DDS_EIO when the owner
- * process has exited (its rows are not served from a dead rank). */
-int ddofi_tr_map_alive(const ddofi_tr_region_t *g, int owner);
+ * process has exited, also as a zombie (its rows are not served from a dead
+ * rank). */
+int ddofi_tr_map_alive(ddofi_tr_region_t *g, int owner);
 /* Count copies served from mapped shards (this process). */
 void ddofi_tr_map_count(uint64_t ops, uint64_t bytes);
 /* Test hook: copies and bytes served from mapped shards in this process. */
@@ -188,11 +190,14 @@ void ddofi_hs_free(ddofi_hs_t *hs);
 void ddofi_tr_live_core_ref(void);
 void ddofi_tr_live_core_unref(void);
 /* Core: a slot for this rank's registration `mine` of g (none for an empty
- * shard).  0 or -DDS_EIO / -DDS_ENOMEM. */
-int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine);
+ * shard), with where readers of this host can map it (`map`: tag 0 or NULL:
+ * they cannot).  0 or -DDS_EIO / -DDS_ENOMEM. */
+int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine,
+                      const ddofi_tr_map_rec_t *map);
 /* Core: mark g's slot free; call before its memory is deregistered. */
 void ddofi_tr_live_release(ddofi_tr_region_t *g);
-/* Reader: g->live for the record's ranks on this host.  0, or -DDS_ESTALE
+/* Reader: g->live for the record's ranks on this host (and g->maps for
+ * the shards it may map, DDSTORE_OFI_MAP_SHARDS).  0, or -DDS_ESTALE
  * (freed already), -DDS_EIO (the table is needed but unreadable). */
 int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec, ddofi_tr_region_t *g);
 /* Reader: unmap the tables (store release). */

@@ -18,9 +18,11 @@
  *     (or exit) a process that mapped the shard still reads the shard's last
  *     contents, never freed or reused memory.  Within the store every rank
  *     unmaps at region_destroy (collective, after every rank detached).
- *   - After every copy from a peer's mapping the read checks that the owner
- *     process is still alive (kill(pid, 0)): a read of a rank that exited
- *     fails with an error, as libfabric's reads do.
+ *   - After the copies from a peer's mapping the read checks that the owner
+ *     process has not exited (a pidfd opened when the shard was mapped,
+ *     polled: a zombie counts as exited; kill(pid, 0) where pidfds do not
+ *     exist): a read of a rank that exited fails with an error, as
+ *     libfabric's reads do.
  *   - Forked readers (DDS_READER_FORKED) inherit the parent's mappings
  *     (MAP_SHARED: they see updates) and map the others themselves.
  *   - Whatever cannot be mapped (memfd refused, no memory, /proc refused,
@@ -44,7 +46,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,6 +259,9 @@ void ddofi_tr_map_release(ddofi_tr_region_t *g)
         char *b = atomic_load(&g->maps[i].base);
         if (b)
             munmap(b, map_len((size_t)g->maps[i].rec.bytes));
+        int pfd1 = atomic_load(&g->maps[i].pidfd1);
+        if (pfd1 > 0)
+            close(pfd1 - 1);
     }
     free(g->maps);
     g->maps = NULL;
@@ -304,6 +311,17 @@ const char *ddofi_tr_map_base_slow(ddofi_tr_region_t *g, int owner)
         snprintf(why, sizeof why, "%s holds another shard", path);
         return map_refuse(g, owner, why);
     }
+    /* the owner's pidfd (it lives: the open above went through its fd
+     * table), before the mapping is published */
+#ifdef SYS_pidfd_open
+    int pfd = (int)syscall(SYS_pidfd_open, (pid_t)m->rec.pid, 0);
+    if (pfd >= 0) {
+        (void)fcntl(pfd, F_SETFD, FD_CLOEXEC);
+        int none = 0;
+        if (!atomic_compare_exchange_strong(&m->pidfd1, &none, pfd + 1))
+            close(pfd); /* another thread's is there */
+    }
+#endif
     char *expect = NULL;
     if (!atomic_compare_exchange_strong(&m->base, &expect, p)) {
         munmap(p, len); /* another thread mapped it meanwhile */
@@ -315,11 +333,17 @@ const char *ddofi_tr_map_base_slow(ddofi_tr_region_t *g, int owner)
     return p;
 }
 
-int ddofi_tr_map_alive(const ddofi_tr_region_t *g, int owner)
+int ddofi_tr_map_alive(ddofi_tr_region_t *g, int owner)
 {
     pid_t pid = (pid_t)g->maps[owner].rec.pid;
-    if (kill(pid, 0) == 0 || errno != ESRCH)
+    int pfd1 = atomic_load_explicit(&g->maps[owner].pidfd1, memory_order_acquire);
+    if (pfd1 > 0) {
+        struct pollfd pf = {pfd1 - 1, POLLIN, 0};
+        if (poll(&pf, 1, 0) <= 0 || !(pf.revents & POLLIN))
+            return 0; /* running (an interrupted poll: the next read asks again) */
+    } else if (kill(pid, 0) == 0 || errno != ESRCH) {
         return 0;
+    }
     return dds_error(-DDS_EIO, "variable '%s': rank %d (process %d on this host) has exited: "
                      "its rows cannot be read", g->name, owner, (int)pid);
 }

@@ -441,10 +441,12 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
         } else if (t->hs.on) {
             /* method 2: readers on this host learn when it is freed */
             ddofi_remote_t mine;
+            ddofi_tr_map_rec_t mrec;
+            ddofi_tr_map_export(t, d, &mrec);
             if ((r = ddofi_remote_import(blob, DDOFI_MR_BLOB_SIZE, &mine)) != 0)
                 rc = ddofi_transport_error(r, "region export");
             else
-                rc = ddofi_tr_live_add(g, &mine);
+                rc = ddofi_tr_live_add(g, &mine, &mrec);
         }
     }
     rc = dds_comm_agree(c, rc);
@@ -514,6 +516,7 @@ static int t_region_destroy(void *ctx, void *region)
         g->next->prev = g->prev;
     pthread_mutex_unlock(&t->lock);
     if (g->joined) { /* another job's variable: nothing registered here */
+        ddofi_tr_map_release(g);
         free(g->live);
         free(g->remotes);
         free(g);
@@ -645,8 +648,8 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
         ddofi_tr_map_count(mops, mbytes);
         if (tm0)
             dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - tm0);
-        if (k == 0)
-            return 0;
+        if (k == 0) /* method 2: freed by the core job meanwhile? */
+            return ddofi_tr_live_check(g);
     }
 
     /* Registrations of the destinations: the caller's (recv_register) when
