@@ -452,7 +452,9 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     rc = dds_comm_agree(c, rc);
     if (rc)
         goto fail;
-    ddofi_tr_map_export(t, d, (ddofi_tr_map_rec_t *)(void *)(blob + DDOFI_MR_BLOB_SIZE));
+    ddofi_tr_map_rec_t mrec;
+    ddofi_tr_map_export(t, d, &mrec);
+    memcpy(blob + DDOFI_MR_BLOB_SIZE, &mrec, sizeof mrec);
     rc = c->ops->allgather(c->ctx, blob, sizeof blob, xall);
     for (int i = 0; i < t->nranks && !rc; i++)
         memcpy(all + (size_t)i * DDOFI_MR_BLOB_SIZE, xall + (size_t)i * XREC,
