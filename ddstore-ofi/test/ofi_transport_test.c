@@ -14,7 +14,8 @@
  * shards are mapped and read with memcpy (every rank is on this host: every
  * byte of another rank's shard comes that way, counted by
  * ddofi_tr_map_counts), also in the forked child; with
- * DDSTORE_OFI_MAP_SHARDS=0 none is, and the reads are the same.  Also:
+ * DDSTORE_OFI_MAP_SHARDS=0 (4 ranks, and the FI_MR_LOCAL run) none is and
+ * the reads go through the provider.  Also:
  * a provider that does not exist fails creation on every rank with a clear
  * message.
  *
@@ -500,6 +501,12 @@ int main(int argc, char **argv)
             for (int mode = 0; mode <= 3; mode++) {
                 int dead = mode == 1, mrl = mode == 2, nomap = mode == 3;
                 if ((dead || mrl) && n != 2)
+                    continue;
+                /* Fabric reads between ranks: at 2 ranks the FI_MR_LOCAL run
+                 * (not mapped), at 4 ranks a run not mapped per provider.
+                 * Mapped reads do not depend on the provider: at 4 ranks once
+                 * (the first provider), keeping the run short under TSan. */
+                if ((nomap && n != 4) || (n == 4 && !nomap && p != 0))
                     continue;
                 printf("== %s, %d ranks%s\n", provs[p], n,
                        dead ? ", a rank dies" : mrl ? ", FI_MR_LOCAL forced, not mapped"

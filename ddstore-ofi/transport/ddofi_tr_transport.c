@@ -614,7 +614,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
         const dds_read_op_t *p = &ops[i];
         if ((unsigned)p->owner >= (unsigned)t->nranks)
             return dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
-        if (g->maps && (p->staged || !dev)) {
+        if (g->maps && p->owner < g->maps_n && (p->staged || !dev)) {
             if (p->owner != cur) { /* ops come grouped by owner */
                 if (cur_copied && (rc = ddofi_tr_map_alive(g, cur)) != 0)
                     return rc;
@@ -623,6 +623,13 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
                 mb = ddofi_tr_map_base(g, cur);
             }
             if (mb) {
+                const uint64_t sb = g->maps[cur].rec.bytes;
+                if (p->src_offset < 0 || (uint64_t)p->src_offset > sb ||
+                    p->len > sb - (uint64_t)p->src_offset)
+                    return dds_error(-DDS_EINVAL, "variable '%s': read of %zu bytes at %zu "
+                                     "beyond rank %d's shard (%llu bytes)", g->name, p->len,
+                                     (size_t)p->src_offset, cur,
+                                     (unsigned long long)g->maps[cur].rec.bytes);
                 memcpy((char *)(p->staged ? staging : dst) + p->dst_offset, mb + p->src_offset,
                        p->len);
                 cur_copied = 1;
