@@ -11,7 +11,9 @@
  *   - a dead owner, also before it is reaped: ddofi_tr_map_alive says so
  *     (DDS_EIO, naming the rank);
  *   - DDSTORE_OFI_MAP_SHARDS off (map_on 0): no record; memfd_create failing
- *     (no file descriptor left): shard_alloc falls back to malloc, no record.
+ *     (no file descriptor left): shard_alloc falls back to malloc, no record;
+ *     at most a quarter of RLIMIT_NOFILE shards hold a descriptor, the next
+ *     ones are malloc'ed.
  *
  * Prints "N passed, M failed". */
 #include <errno.h>
@@ -230,6 +232,25 @@ int main(void)
         ddofi_tr_map_rec_t cr;
         unsigned char *cb = alloc(&ct, &cr, 5);
         _exit(cb && same(cb, BYTES, 5) && cr.tag == 0 ? 0 : 1);
+    }
+    waitpid(pid, &st, 0);
+    T_OK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+
+    /* RLIMIT_NOFILE 64: 16 shards in memfds, then malloc */
+    pid = fork();
+    if (pid == 0) {
+        struct rlimit rl = {64, 64};
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            _exit(2);
+        int mapped = 0, ok = 1;
+        for (int i = 0; i < 20; i++) {
+            void *ct;
+            ddofi_tr_map_rec_t cr;
+            unsigned char *cb = alloc(&ct, &cr, (unsigned)i);
+            ok &= cb && same(cb, BYTES, (unsigned)i);
+            mapped += cr.tag != 0;
+        }
+        _exit(ok && mapped == 16 ? 0 : 1);
     }
     waitpid(pid, &st, 0);
     T_OK(WIFEXITED(st) && WEXITSTATUS(st) == 0);

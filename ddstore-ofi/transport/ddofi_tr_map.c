@@ -29,6 +29,10 @@
  *     another uid or pid namespace, DDSTORE_OFI_MAP_SHARDS=0) is read
  *     through libfabric as before; the first such case of a variable is
  *     logged once per process (INFO).
+ * Each memfd shard keeps one descriptor open in its owner (peers open it
+ * through /proc): at most a quarter of RLIMIT_NOFILE's soft limit go to
+ * shards, the rest are malloc'ed (and read through libfabric), so that the
+ * shards never starve the process of descriptors.
  * memfd pages come from the kernel's internal tmpfs, not /dev/shm: a small
  * /dev/shm (Docker's 64 MB) does not limit shards.  Pages are reserved at
  * allocation (fallocate): a shortage is a fallback then, never a SIGBUS
@@ -38,6 +42,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -46,6 +51,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -74,6 +80,16 @@ typedef struct ddofi_tr_shard {
 
 static _Atomic uint64_t g_map_ops, g_map_bytes;
 static _Atomic int g_alloc_logged;
+static _Atomic int g_memfds; /* memfd shards alive in this process */
+
+/* Shards that may hold a descriptor: a quarter of RLIMIT_NOFILE. */
+static int memfd_budget(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return INT_MAX;
+    return rl.rlim_cur / 4 > INT_MAX ? INT_MAX : (int)(rl.rlim_cur / 4);
+}
 
 void ddofi_tr_map_count(uint64_t ops, uint64_t bytes)
 {
@@ -118,6 +134,13 @@ static uint64_t new_tag(void)
 static int memfd_shard(ddofi_tr_shard_t *s, size_t bytes, char *why, size_t cap)
 {
     size_t len = map_len(bytes);
+    const int budget = memfd_budget();
+    if (atomic_fetch_add(&g_memfds, 1) >= budget) {
+        atomic_fetch_sub(&g_memfds, 1);
+        snprintf(why, cap, "%d shards of this process hold a descriptor each already, a "
+                 "quarter of RLIMIT_NOFILE", budget);
+        return -1;
+    }
     const char *step = "memfd_create";
     int fd = memfd_create("ddstore-shard", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     int err = 0;
@@ -161,6 +184,7 @@ fail:
     snprintf(why, cap, "%s of %zu bytes: %s", step, len, strerror(err));
     if (fd >= 0)
         close(fd);
+    atomic_fetch_sub(&g_memfds, 1);
     return -1;
 }
 
@@ -205,6 +229,7 @@ void ddofi_tr_shard_free(void *ctx, void *base, void *token)
     if (s->maplen) {
         munmap(s->base, s->maplen);
         close(s->fd);
+        atomic_fetch_sub(&g_memfds, 1);
     } else {
         free(s->base);
     }
