@@ -29,6 +29,10 @@
  *                a margin, the reader store is destroyed cleanly, and a new
  *                join of the dead job's record is -DDS_ESTALE.
  *
+ * The reader maps the core ranks' shards (same host) and copies its rows
+ * (ddofi_tr_map_counts grows); a last shm round with
+ * DDSTORE_OFI_MAP_SHARDS=0 reads the same through the fabric (no copy).
+ *
  * Every child has an alarm() and exits with a status the parent checks; the
  * parent kills whatever is still alive when a step times out.
  * Prints "N passed, M failed" (summed over every process). */
@@ -54,6 +58,7 @@
 #include "ddstore/ofi_transport.h"
 #include "ddstore/store.h"
 #include "forkcomm.h"
+#include "ddofi_tr_internal.h" /* ddofi_tr_map_counts */
 
 /* ThreadSanitizer (--config=tsan) reads these built-in suppressions: a
  * core rank frees its shard (dds_store_free) after the reader job said,
@@ -72,6 +77,7 @@ typedef struct counters {
 } counters_t;
 
 static counters_t *g_cnt;       /* MAP_SHARED, made before any fork */
+static int g_map = 1;           /* DDSTORE_OFI_MAP_SHARDS of this round */
 static const char *g_who = "main";
 static _Atomic int g_local_fail; /* this process's failures: its exit status */
 
@@ -606,7 +612,10 @@ static void reader_phase_a(const reader_cfg_t *c)
         T(off[0] == 0 && off[1] == var_rows[v][0] && off[2] == var_total(v));
     }
 
-    /* every row at once, through the default and the early reader */
+    /* every row at once, through the default and the early reader: from
+     * the mapped shards (or, not mapped, none of them) */
+    uint64_t mapped0 = 0, mapped1 = 0;
+    ddofi_tr_map_counts(NULL, &mapped0);
     for (int v = 0; v < NVARS; v++) {
         T(read_all(s, NULL, v, &rc) == 0);
         T_RC(rc, 0);
@@ -615,6 +624,9 @@ static void reader_phase_a(const reader_cfg_t *c)
             T_RC(rc, 0);
         }
     }
+    ddofi_tr_map_counts(NULL, &mapped1);
+    T(g_map ? mapped1 - mapped0 >= (uint64_t)(var_total(0) + var_total(1)) * ROWB
+            : mapped1 == mapped0);
 
     /* 12 threads at once: 8 with their own readers, 4 on the default one */
     {
@@ -1091,6 +1103,15 @@ int main(int argc, char **argv)
         }
         ddofi_fabric_close(f);
         run_round(provs[p], p % 2 == 1);
+        if (!strcmp(provs[p], "shm")) {
+            printf("== (again, DDSTORE_OFI_MAP_SHARDS=0)\n");
+            fflush(stdout);
+            setenv("DDSTORE_OFI_MAP_SHARDS", "0", 1);
+            g_map = 0;
+            run_round(provs[p], p % 2 == 1);
+            unsetenv("DDSTORE_OFI_MAP_SHARDS");
+            g_map = 1;
+        }
     }
     unsetenv("DDSTORE_FABRIC");
     const char *strict = getenv("DDSTORE_TEST_STRICT");

@@ -10,7 +10,12 @@
  * reader with every value checked, the profile, an index out of range, a
  * variable freed and added again, a forked reader in a child process (the
  * inherited default reader refused), and - at the end - a rank that dies
- * while another reads from it (an error within the read timeout).  Also:
+ * while another reads from it (an error within the read timeout).  Same-node
+ * shards are mapped and read with memcpy (every rank is on this host: every
+ * byte of another rank's shard comes that way, counted by
+ * ddofi_tr_map_counts), also in the forked child; with
+ * DDSTORE_OFI_MAP_SHARDS=0 (4 ranks, and the FI_MR_LOCAL run) none is and
+ * the reads go through the provider.  Also:
  * a provider that does not exist fails creation on every rank with a clear
  * message.
  *
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include "../src/ddofi_internal.h" /* ddofi_test_mr_local */
+#include "../transport/ddofi_tr_internal.h" /* ddofi_tr_map_counts */
 #include "ddstore/errors.h"
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
@@ -128,6 +134,7 @@ typedef struct cfg {
     const char *provider;
     int dead_peer;  /* end with a rank dying */
     int mr_local;   /* ddofi_test_mr_local set in this run */
+    int map;        /* DDSTORE_OFI_MAP_SHARDS in this run */
 } cfg_t;
 
 static int rank_main(dds_comm_t *comm, void *arg)
@@ -136,6 +143,7 @@ static int rank_main(dds_comm_t *comm, void *arg)
     g_rank = comm->rank;
     alarm(150);
     int n = comm->size, me = comm->rank;
+    setenv("DDSTORE_OFI_MAP_SHARDS", cfg->map ? "1" : "0", 1); /* read at create */
     ddofi_transport_params_t tp = {DDOFI_TRANSPORT_FIELD_PROVIDER, NULL, cfg->provider};
     dds_transport_t tr;
     int rc = ddofi_transport_create(comm, &tp, &tr);
@@ -199,8 +207,21 @@ static int rank_main(dds_comm_t *comm, void *arg)
     rows[NB - 1] = total - 1;
     rows[0] = 0;
     dds_buf_t b = fbuf(buf, NB);
+    uint64_t mops0, mbytes0, mops1, mbytes1;
+    ddofi_tr_map_counts(&mops0, &mbytes0);
     T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, NB), 0);
     T(check_rows(buf, rows, NB) == 0);
+    ddofi_tr_map_counts(&mops1, &mbytes1);
+    {
+        /* rows of other ranks came from their mapped shards (repeats are
+         * read once), or none did */
+        uint64_t other = 0;
+        for (int i = 0; i < NB; i++)
+            other += rows[i] < first || rows[i] >= first + mine;
+        uint64_t got = mbytes1 - mbytes0;
+        T(cfg->map ? got > 0 && got <= other * DISP * sizeof(float) : got == 0);
+        T(cfg->map ? mops1 > mops0 : mops1 == mops0);
+    }
 
     /* consecutive rows (merged reads) and a range across every owner */
     int64_t seq[200];
@@ -255,7 +276,10 @@ static int rank_main(dds_comm_t *comm, void *arg)
     int64_t ball[FORKCOMM_MAX * 2];
     for (int64_t i = 0; i < btotal; i++)
         ball[i] = btotal - 1 - i;
+    ddofi_tr_map_counts(NULL, &mbytes0);
     T_RC(dds_store_get_batch(s, NULL, "big", &bbuf, ball, (size_t)btotal), 0);
+    ddofi_tr_map_counts(NULL, &mbytes1);
+    T(mbytes1 - mbytes0 == (cfg->map ? (uint64_t)(btotal - bmine) * BIG : 0));
     size_t bad = 0;
     for (int64_t i = 0; i < btotal; i++)
         for (size_t j = 0; j < BIG; j++)
@@ -327,8 +351,12 @@ static int rank_main(dds_comm_t *comm, void *arg)
             fails += dds_store_reader_open(s, DDS_READER_FORKED, &fr) != 0;
             if (fr) {
                 memset(buf, 0, 64 * DISP * sizeof(float));
+                uint64_t c0, c1;
+                ddofi_tr_map_counts(NULL, &c0);
                 fails += dds_store_get_batch(s, fr, "x", &cb, crow, 64) != 0;
                 fails += check_rows(buf, crow, 64) != 0;
+                ddofi_tr_map_counts(NULL, &c1);
+                fails += cfg->map ? c1 == c0 : c1 != c0;
                 dds_store_reader_close(s, fr);
             }
             if (fails)
@@ -470,15 +498,23 @@ int main(int argc, char **argv)
         }
         ddofi_fabric_close(f);
         for (int n = 2; n <= 4; n += 2) {
-            for (int mode = 0; mode <= 2; mode++) {
-                int dead = mode == 1, mrl = mode == 2;
+            for (int mode = 0; mode <= 3; mode++) {
+                int dead = mode == 1, mrl = mode == 2, nomap = mode == 3;
                 if ((dead || mrl) && n != 2)
                     continue;
+                /* Fabric reads between ranks: at 2 ranks the FI_MR_LOCAL run
+                 * (not mapped), at 4 ranks a run not mapped per provider.
+                 * Mapped reads do not depend on the provider: at 4 ranks once
+                 * (the first provider), keeping the run short under TSan. */
+                if ((nomap && n != 4) || (n == 4 && !nomap && p != 0))
+                    continue;
                 printf("== %s, %d ranks%s\n", provs[p], n,
-                       dead ? ", a rank dies" : mrl ? ", FI_MR_LOCAL forced" : "");
+                       dead ? ", a rank dies" : mrl ? ", FI_MR_LOCAL forced, not mapped"
+                                              : nomap ? ", DDSTORE_OFI_MAP_SHARDS=0" : "");
                 fflush(stdout);
                 atomic_store(&ddofi_test_mr_local, mrl); /* the ranks are forked */
-                cfg_t cfg = {provs[p], dead, mrl};
+                /* FI_MR_LOCAL's registrations are those of fabric reads: unmapped */
+                cfg_t cfg = {provs[p], dead, mrl, !nomap && !mrl};
                 int bad = run(n, rank_main, &cfg, 140);
                 if (dead)
                     remove_shm_leftovers(n);

@@ -6,9 +6,11 @@
  * copies read the core process's memory whatever became of it, so a reader
  * would read garbage.  Therefore every core process of a method-2 job keeps
  * one table in shared memory, /dev/shm/ddstore-live.<pid>.<start ticks>
- * (0600, LIVE_SLOTS slots of 32 bytes), with one slot per registered
- * variable: {gen, base, key, bytes}.  gen is unique in the process (never
- * reused) and non-zero while the variable is registered:
+ * (0600, LIVE_SLOTS slots of 64 bytes), with one slot per registered
+ * variable: {gen, base, key, bytes, tag, fd}.  gen is unique in the process
+ * (never reused) and non-zero while the variable is registered; tag and fd
+ * say where a reader of this host can map the shard (ddofi_tr_map.c; tag 0:
+ * it cannot):
  *
  *   core, add:   fields, then gen (release)
  *   core, free:  gen = 0 and a full fence, before the memory is
@@ -16,7 +18,8 @@
  *   reader, join: maps the table of each core rank on its host (same pid
  *                namespace), finds the slot whose {base, key, bytes} are the
  *                record's (a seqlock read: gen, fields, gen again) and keeps
- *                (slot, gen)
+ *                (slot, gen), and the shard's {tag, fd} to map it on the
+ *                first read (checked like method 1's: file, size, tag)
  *   reader, read: after the copy has completed, a full fence, then each
  *                such slot must still hold its gen; else the read fails
  *                naming the variable (-DDS_ESTALE).
@@ -41,6 +44,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
 #include "ddofi_tr_internal.h"
@@ -52,9 +56,11 @@
 typedef struct live_slot {
     _Atomic uint64_t gen;
     _Atomic uint64_t base, key, bytes;
+    _Atomic uint64_t tag, fd;  /* the shard's memfd (ddofi_tr_map.c), tag 0: none */
+    _Atomic uint64_t reserved[2];
 } live_slot_t;
 
-_Static_assert(sizeof(live_slot_t) == 32, "liveness slot layout");
+_Static_assert(sizeof(live_slot_t) == 64, "liveness slot layout");
 #define LIVE_BYTES ((size_t)LIVE_SLOTS * sizeof(live_slot_t))
 
 static struct {
@@ -153,7 +159,8 @@ void ddofi_tr_live_core_unref(void)
     pthread_mutex_unlock(&g_live.lock);
 }
 
-int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine)
+int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine,
+                      const ddofi_tr_map_rec_t *map)
 {
     g->live_slot = -1;
     if (!mine->size)
@@ -173,6 +180,9 @@ int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine)
         atomic_store_explicit(&s->base, mine->base, memory_order_relaxed);
         atomic_store_explicit(&s->key, mine->key, memory_order_relaxed);
         atomic_store_explicit(&s->bytes, mine->size, memory_order_relaxed);
+        atomic_store_explicit(&s->tag, map ? map->tag : 0, memory_order_relaxed);
+        atomic_store_explicit(&s->fd, map && map->tag ? (uint64_t)map->fd : 0,
+                              memory_order_relaxed);
         atomic_store_explicit(&s->gen, g_live.next_gen++, memory_order_release);
         g->live_slot = (int)i;
     }
@@ -250,9 +260,16 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
 {
     const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     const int needed = t->attr.direct_reads || !strcmp(t->attr.quirks, "shm");
+    int map_on = 0;
+    if (dds_config_get_bool("DDSTORE_OFI_MAP_SHARDS", &map_on))
+        map_on = 0;
     g->live = calloc(rec->nranks, sizeof *g->live);
-    if (!g->live)
+    ddofi_tr_map_peer_t *maps = map_on ? calloc(rec->nranks, sizeof *maps) : NULL;
+    int nmaps = 0;
+    if (!g->live || (map_on && !maps)) {
+        free(maps);
         return dds_error(-DDS_ENOMEM, "join('%s'): out of memory", rec->name);
+    }
     g->nlive = 0;
     for (uint32_t i = 0; same_ns && i < rec->nranks; i++) {
         const ddofi_hs_rank_t *r = &rec->ranks[i];
@@ -263,6 +280,7 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
         if (!tab) {
             if (!needed)
                 continue; /* reads from it fail by themselves once it is freed */
+            free(maps);
             return dds_error(-DDS_EIO,
                              "join('%s'): rank %u of the core job (pid %d) runs on this host "
                              "and is read through shared memory, but its liveness table "
@@ -271,7 +289,7 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
                              "/dev/shm?  (record %s)", rec->name, i, (int)r->pid, why, path);
         }
         size_t k = 0;
-        uint64_t gen = 0;
+        uint64_t gen = 0, tag = 0, fd = 0;
         for (; k < LIVE_SLOTS; k++) {
             const live_slot_t *s = &tab[k];
             uint64_t g1 = atomic_load_explicit(&s->gen, memory_order_acquire);
@@ -280,22 +298,42 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
             int same = atomic_load_explicit(&s->base, memory_order_relaxed) == r->base &&
                        atomic_load_explicit(&s->key, memory_order_relaxed) == r->key &&
                        atomic_load_explicit(&s->bytes, memory_order_relaxed) == r->bytes;
+            tag = atomic_load_explicit(&s->tag, memory_order_relaxed);
+            fd = atomic_load_explicit(&s->fd, memory_order_relaxed);
             atomic_thread_fence(memory_order_acquire);
             if (same && atomic_load_explicit(&s->gen, memory_order_relaxed) == g1) {
                 gen = g1;
                 break;
             }
         }
-        if (!gen)
+        if (!gen) {
+            free(maps);
             return dds_error(-DDS_ESTALE,
                              "join('%s'): the core job has freed it (rank %u, pid %d: no "
                              "registration of it in its liveness table); record %s",
                              rec->name, i, (int)r->pid, path);
+        }
+        if (maps && tag && fd <= INT32_MAX) {
+            /* mapped on the first read, checked like method 1's (file, size,
+             * tag); the liveness check after each read stays */
+            maps[i].rec.tag = tag;
+            maps[i].rec.bytes = r->bytes;
+            maps[i].rec.pid = r->pid;
+            maps[i].rec.fd = (int32_t)fd;
+            maps[i].rec.uid = (uint32_t)geteuid();
+            nmaps++;
+        }
         g->live[g->nlive].word = &tab[k].gen;
         g->live[g->nlive].gen = gen;
         g->live[g->nlive].rank = (int)i;
         g->live[g->nlive].pid = r->pid;
         g->nlive++;
+    }
+    if (nmaps) {
+        g->maps = maps;
+        g->maps_n = (int)rec->nranks;
+    } else {
+        free(maps);
     }
     return 0;
 }

@@ -55,6 +55,10 @@ static const dds_config_entry_t ddofi_tr_config_table[] = {
      "same-node direct reads (shm): back shards and registered destinations with "
      "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
      "sides)"},
+    {"DDSTORE_OFI_MAP_SHARDS", DDS_CONFIG_BOOL, "1", NULL, "ofi",
+     "method 1: host shards live in shared memory (memfd) that the ranks of the same "
+     "host and their forked readers map and read with memcpy, as method 0 does; 0 "
+     "reads them through libfabric (shm: process_vm_readv)"},
     {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
      "forked DataLoader workers read with methods 1/2: sets "
      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
@@ -389,8 +393,10 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     ddofi_tr_t *t = ctx;
     const dds_comm_t *c = &t->comm;
     ddofi_tr_region_t *g = calloc(1, sizeof *g);
-    unsigned char *all = NULL;
-    unsigned char blob[DDOFI_MR_BLOB_SIZE];
+    unsigned char *all = NULL, *xall = NULL;
+    /* what every rank sends: its registration, then its same-node record */
+    enum { XREC = DDOFI_MR_BLOB_SIZE + sizeof(ddofi_tr_map_rec_t) };
+    unsigned char blob[XREC];
     int rc = 0;
 
     if (!g)
@@ -401,7 +407,8 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
         g->bytes = d->bytes;
         g->remotes = calloc((size_t)t->nranks, sizeof *g->remotes);
         all = malloc((size_t)t->nranks * DDOFI_MR_BLOB_SIZE);
-        if (!g->remotes || !all)
+        xall = malloc((size_t)t->nranks * XREC);
+        if (!g->remotes || !all || !xall)
             rc = dds_error(-DDS_ENOMEM, "region: out of memory");
     }
     if (!rc && getpid() != t->pid)
@@ -434,16 +441,24 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
         } else if (t->hs.on) {
             /* method 2: readers on this host learn when it is freed */
             ddofi_remote_t mine;
-            if ((r = ddofi_remote_import(blob, sizeof blob, &mine)) != 0)
+            ddofi_tr_map_rec_t mrec;
+            ddofi_tr_map_export(t, d, &mrec);
+            if ((r = ddofi_remote_import(blob, DDOFI_MR_BLOB_SIZE, &mine)) != 0)
                 rc = ddofi_transport_error(r, "region export");
             else
-                rc = ddofi_tr_live_add(g, &mine);
+                rc = ddofi_tr_live_add(g, &mine, &mrec);
         }
     }
     rc = dds_comm_agree(c, rc);
     if (rc)
         goto fail;
-    rc = c->ops->allgather(c->ctx, blob, sizeof blob, all);
+    ddofi_tr_map_rec_t mrec;
+    ddofi_tr_map_export(t, d, &mrec);
+    memcpy(blob + DDOFI_MR_BLOB_SIZE, &mrec, sizeof mrec);
+    rc = c->ops->allgather(c->ctx, blob, sizeof blob, xall);
+    for (int i = 0; i < t->nranks && !rc; i++)
+        memcpy(all + (size_t)i * DDOFI_MR_BLOB_SIZE, xall + (size_t)i * XREC,
+               DDOFI_MR_BLOB_SIZE);
     if (rc) {
         rc = dds_error(rc < 0 ? rc : -rc, "variable '%s': exchanging registrations: %s",
                        g->name, dds_last_error());
@@ -459,6 +474,8 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             }
         }
     }
+    if (!rc)
+        rc = ddofi_tr_map_import(t, g, d, xall + DDOFI_MR_BLOB_SIZE, XREC);
     /* method 2: rank 0 writes the variable's record for reader jobs */
     if (!rc && t->hs.on && t->rank == 0)
         rc = ddofi_hs_publish(t, g, d, all);
@@ -466,6 +483,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     if (rc)
         goto fail;
     free(all);
+    free(xall);
     ddofi_tr_region_link(t, g);
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_OFI, "variable '%s': %zu bytes registered (key 0x%llx)",
             g->name, d->bytes, (unsigned long long)g->remotes[t->rank].key);
@@ -473,9 +491,11 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     return 0;
 fail:
     free(all);
+    free(xall);
     if (g) {
         ddofi_hs_unpublish(t, g);
         ddofi_tr_live_release(g);
+        ddofi_tr_map_release(g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
@@ -498,6 +518,7 @@ static int t_region_destroy(void *ctx, void *region)
         g->next->prev = g->prev;
     pthread_mutex_unlock(&t->lock);
     if (g->joined) { /* another job's variable: nothing registered here */
+        ddofi_tr_map_release(g);
         free(g->live);
         free(g->remotes);
         free(g);
@@ -512,6 +533,7 @@ static int t_region_destroy(void *ctx, void *region)
      * MPI_Finalize, a dead peer) still releases the local registration. */
     if (getpid() == t->pid && t->nranks > 1 && t->comm.ops->barrier)
         (void)t->comm.ops->barrier(t->comm.ctx);
+    ddofi_tr_map_release(g);
     int rc = ddofi_mr_deregister(g->mr);
     if (rc)
         rc = ddofi_transport_error(rc, "deregistering a variable");
@@ -581,25 +603,72 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     if (!o)
         return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
 
+    /* Same-node host shards mapped here (ddofi_tr_map.c) are copied now,
+     * into host destinations; the other ops go to libfabric (o[0..k)). */
+    int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
+    size_t k = 0, dmax = 0, smax = 0;
+    uint64_t tm0 = g->maps ? dds_prof_now() : 0, mops = 0, mbytes = 0;
+    int cur = -1, cur_copied = 0;
+    const char *mb = NULL;
+    for (size_t i = 0; i < nops; i++) {
+        const dds_read_op_t *p = &ops[i];
+        if ((unsigned)p->owner >= (unsigned)t->nranks)
+            return dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
+        if (g->maps && p->owner < g->maps_n && (p->staged || !dev)) {
+            if (p->owner != cur) { /* ops come grouped by owner */
+                if (cur_copied && (rc = ddofi_tr_map_alive(g, cur)) != 0)
+                    return rc;
+                cur = p->owner;
+                cur_copied = 0;
+                mb = ddofi_tr_map_base(g, cur);
+            }
+            if (mb) {
+                const uint64_t sb = g->maps[cur].rec.bytes;
+                if (p->src_offset < 0 || (uint64_t)p->src_offset > sb ||
+                    p->len > sb - (uint64_t)p->src_offset)
+                    return dds_error(-DDS_EINVAL, "variable '%s': read of %zu bytes at %zu "
+                                     "beyond rank %d's shard (%llu bytes)", g->name, p->len,
+                                     (size_t)p->src_offset, cur,
+                                     (unsigned long long)g->maps[cur].rec.bytes);
+                memcpy((char *)(p->staged ? staging : dst) + p->dst_offset, mb + p->src_offset,
+                       p->len);
+                cur_copied = 1;
+                mops++;
+                mbytes += p->len;
+                continue;
+            }
+        }
+        size_t end = p->dst_offset + p->len;
+        if (p->staged)
+            smax = end > smax ? end : smax;
+        else
+            dmax = end > dmax ? end : dmax;
+        o[k].peer = r->peers[p->owner];
+        o[k].remote = &g->remotes[p->owner];
+        o[k].offset = (uint64_t)p->src_offset;
+        o[k].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
+        o[k].len = p->len;
+        o[k].dst_mr = p->staged ? (ddofi_mr_t *)o : NULL; /* marks staged: replaced below */
+        k++;
+    }
+    if (mops) {
+        if (cur_copied && (rc = ddofi_tr_map_alive(g, cur)) != 0)
+            return rc;
+        ddofi_tr_map_count(mops, mbytes);
+        if (tm0)
+            dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - tm0);
+        if (k == 0) /* method 2: freed by the core job meanwhile? */
+            return ddofi_tr_live_check(g);
+    }
+
     /* Registrations of the destinations: the caller's (recv_register) when
      * made on this reader's fabric, else on the fly where the provider
      * needs them (FI_MR_LOCAL, or device memory with FI_MR_HMEM). */
-    int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
     int need = t->need_local_mr || (dev && t->attr.mr_hmem);
     ddofi_tr_recv_t *dh = dst_handle, *sh = staging_handle;
     ddofi_mr_t *dmr = (dh && dh->fab == r->fab && dh->pid == r->pid) ? dh->mr : NULL;
     ddofi_mr_t *smr = (sh && sh->fab == r->fab && sh->pid == r->pid) ? sh->mr : NULL;
     ddofi_mr_t *tmp_d = NULL, *tmp_s = NULL;
-    size_t dmax = 0, smax = 0;
-    for (size_t i = 0; i < nops; i++) {
-        size_t end = ops[i].dst_offset + ops[i].len;
-        if (ops[i].staged) {
-            if (end > smax)
-                smax = end;
-        } else if (end > dmax) {
-            dmax = end;
-        }
-    }
     if (need && !dmr && dmax) {
         rc = reg_temp(r, dst, dmax, dst_mem, &tmp_d, prof);
         if (rc)
@@ -612,22 +681,11 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
             goto out;
         smr = tmp_s;
     }
+    for (size_t i = 0; i < k; i++)
+        o[i].dst_mr = o[i].dst_mr ? smr : dmr;
 
-    for (size_t i = 0; i < nops; i++) {
-        const dds_read_op_t *p = &ops[i];
-        if ((unsigned)p->owner >= (unsigned)t->nranks) {
-            rc = dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
-            goto out;
-        }
-        o[i].peer = r->peers[p->owner];
-        o[i].remote = &g->remotes[p->owner];
-        o[i].offset = (uint64_t)p->src_offset;
-        o[i].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
-        o[i].len = p->len;
-        o[i].dst_mr = p->staged ? smr : dmr;
-    }
     ddofi_read_stats_t st = {0};
-    rc = ddofi_read(r->ep, o, nops, &st);
+    rc = ddofi_read(r->ep, o, k, &st);
     dds_prof_add(prof, DDS_PROF_NS_POST, st.ns_post);
     dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
     if (rc) {
@@ -720,6 +778,7 @@ void ddofi_tr_free(ddofi_tr_t *t)
             ddofi_hs_unpublish(t, g);
             ddofi_tr_live_release(g);
         }
+        ddofi_tr_map_release(g);
         ddofi_mr_deregister(g->mr);
         free(g->live);
         free(g->remotes);
@@ -740,6 +799,7 @@ void ddofi_tr_free(ddofi_tr_t *t)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the fabric: %s", ddofi_last_error());
     pthread_mutex_destroy(&t->lock);
     ddofi_hs_free(&t->hs);
+    free(t->same_host);
     free(t->addrs);
     free(t);
 }
@@ -761,6 +821,8 @@ const dds_transport_ops_t ddofi_tr_ops = {
     .epoch_end = NULL,
     .destroy = t_destroy,
     .region_join = ddofi_hs_region_join,
+    .shard_alloc = ddofi_tr_shard_alloc,
+    .shard_free = ddofi_tr_shard_free,
 };
 
 /* ---------------- create ---------------- */
@@ -936,8 +998,11 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         goto fail;
     }
     int single = 1, local_rank = 0;
+    t->same_host = calloc((size_t)comm->size, 1);
     for (int i = 0; i < comm->size; i++) {
         int same = !strncmp(hosts + (size_t)i * HOST_MAX, me, HOST_MAX);
+        if (t->same_host)
+            t->same_host[i] = (unsigned char)same;
         single &= same;
         if (same && i < comm->rank)
             local_rank++;
@@ -956,6 +1021,9 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         t->need_local_mr = t->attr.mr_local;
         if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
             t->thp = 0;
+        if (dds_config_get_bool("DDSTORE_OFI_MAP_SHARDS", &t->map_on))
+            t->map_on = 0;
+        t->map_on = t->map_on && t->same_host != NULL;
         int r = ddofi_ep_open(t->fab, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
                               &t->server);
         size_t len = DDOFI_ADDR_BLOB_MAX;
