@@ -186,8 +186,10 @@ private:
     };
     py::object collator_, store_;
     const Collator *col_ = nullptr;
+    void *pin_ = nullptr;   // the store's life lock (api->pin_of)
     std::mutex mu_;
-    std::condition_variable cv_;
+    std::condition_variable cv_tasks_;     // workers wait for tasks
+    std::condition_variable cv_results_;   // the consumer waits for batches
     std::deque<Task> tasks_;
     std::map<int64_t, Result> results_;
     bool stop_ = false;

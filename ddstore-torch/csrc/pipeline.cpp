@@ -11,14 +11,15 @@
 // batch's structure) in submit() and take().
 //
 //   submit(seq, indices)  consumer, GIL: indices -> rows (seq_indices), the
-//                         batch tensors allocated and described, the store
-//                         pinned (api->acquire) for the read; queued.
+//                         batch tensors allocated and described; queued.
 //   run(reader)           worker thread: reads queued batches with the GIL
-//                         released until stop(); unpins after each read.
+//                         released until stop(), each inside the store's
+//                         life lock (api->pin_enter / pin_leave: never the
+//                         GIL, unlike acquire / release).
 //   take(timeout, seq)    consumer: waits (GIL released) for batch `seq`
 //                         (or any, seq < 0); None on timeout, else (seq, ok,
 //                         batch or exception, t_start, t_end, worker).
-//   stop()                wakes and ends run(); unpins what was queued.
+//   stop()                wakes and ends run(); drops what was queued.
 #include <chrono>
 
 #include "ddstore_torch.h"
@@ -29,21 +30,12 @@ Pipeline::Pipeline(py::object collator, py::object store)
     : collator_(std::move(collator)), store_(std::move(store))
 {
     col_ = collator_.cast<Collator *>();
+    pin_ = api()->pin_of(store_.ptr());   // valid while store_ lives
+    if (pin_ == nullptr)
+        throw py::error_already_set();
 }
 
-Pipeline::~Pipeline()
-{
-    // tasks still queued hold a pin each: give them back
-    std::deque<Task> tasks;
-    {
-        std::lock_guard<std::mutex> g(mu_);
-        stop_ = true;
-        tasks.swap(tasks_);
-    }
-    for (size_t i = 0; i < tasks.size(); i++)
-        api()->release(store_.ptr());
-    cv_.notify_all();
-}
+Pipeline::~Pipeline() { stop(); }
 
 void Pipeline::submit(int64_t seq, py::handle indices)
 {
@@ -51,20 +43,16 @@ void Pipeline::submit(int64_t seq, py::handle indices)
     t.seq = seq;
     t.idx = col_->rows(indices);
     col_->alloc(t.idx.numel(), &t.outs, &t.bufs);
-    dds_store_t *s = nullptr;
-    dds_reader_t *r = nullptr;
-    if (api()->acquire(store_.ptr(), &s, &r) < 0)   // released by the reader
-        throw py::error_already_set();
+    bool stopped;
     {
         std::lock_guard<std::mutex> g(mu_);
-        if (!stop_) {
+        stopped = stop_;
+        if (!stopped)
             tasks_.push_back(std::move(t));
-            cv_.notify_all();
-            return;
-        }
     }
-    api()->release(store_.ptr());
-    throw_py(PyExc_RuntimeError, "ThreadDataLoader: the pipeline was stopped");
+    if (stopped)
+        throw_py(PyExc_RuntimeError, "ThreadDataLoader: the pipeline was stopped");
+    cv_tasks_.notify_one();
 }
 
 void Pipeline::run(py::handle reader_obj, int worker)
@@ -75,33 +63,58 @@ void Pipeline::run(py::handle reader_obj, int worker)
         throw py::error_already_set();
     py::object keep = py::reinterpret_borrow<py::object>(reader_obj);
     py::gil_scoped_release nogil;
+    Task t;
+    {
+        std::unique_lock<std::mutex> g(mu_);
+        cv_tasks_.wait(g, [&] { return stop_ || !tasks_.empty(); });
+        if (stop_)
+            return;
+        t = std::move(tasks_.front());
+        tasks_.pop_front();
+    }
     for (;;) {
-        Task t;
-        {
-            std::unique_lock<std::mutex> g(mu_);
-            cv_.wait(g, [&] { return stop_ || !tasks_.empty(); });
-            if (stop_)
-                return;
-            t = std::move(tasks_.front());
-            tasks_.pop_front();
-        }
         Result res;
         res.worker = worker;
         res.t0 = now_ns();
-        res.rc = col_->read(store, reader, t.idx, t.bufs);
+        dds_store_t *live = nullptr;
+        res.rc = api()->pin_enter(pin_, &live);
+        if (res.rc == 0 && live != store)
+            res.rc = api()->error(-DDS_EFREED, "the store was replaced");
+        if (res.rc == 0) {
+            res.rc = col_->read(store, reader, t.idx, t.bufs);
+            api()->pin_leave(pin_);
+        }
         res.t1 = now_ns();
         if (res.rc < 0) {
             const char *m = api()->last_error();
             res.msg = m != nullptr ? m : "";
             t.outs.clear();
         }
-        api()->release(store_.ptr());
         res.outs = std::move(t.outs);
+        // one critical section per batch: publish it and take the next task
+        Task next;
+        bool have;
         {
-            std::lock_guard<std::mutex> g(mu_);
+            std::unique_lock<std::mutex> g(mu_);
+            if (stop_)
+                return;
             results_.emplace(t.seq, std::move(res));
+            have = !tasks_.empty();
+            if (have) {
+                next = std::move(tasks_.front());
+                tasks_.pop_front();
+            }
         }
-        cv_.notify_all();
+        cv_results_.notify_one();
+        if (!have) {
+            std::unique_lock<std::mutex> g(mu_);
+            cv_tasks_.wait(g, [&] { return stop_ || !tasks_.empty(); });
+            if (stop_)
+                return;
+            next = std::move(tasks_.front());
+            tasks_.pop_front();
+        }
+        t = std::move(next);
     }
 }
 
@@ -115,7 +128,8 @@ py::object Pipeline::take(double timeout_s, int64_t seq)
         auto ready = [&] {
             return stop_ || (seq >= 0 ? results_.count(seq) > 0 : !results_.empty());
         };
-        if (!cv_.wait_for(g, std::chrono::duration<double>(timeout_s), ready) || stop_)
+        if (!cv_results_.wait_for(g, std::chrono::duration<double>(timeout_s), ready) ||
+            stop_)
             key = -1;
         else {
             auto it = seq >= 0 ? results_.find(seq) : results_.begin();
@@ -140,16 +154,16 @@ py::object Pipeline::take(double timeout_s, int64_t seq)
 
 void Pipeline::stop()
 {
-    std::deque<Task> tasks;
+    std::deque<Task> tasks;          // destroyed after the lock is given back
+    std::map<int64_t, Result> results;
     {
         std::lock_guard<std::mutex> g(mu_);
         stop_ = true;
         tasks.swap(tasks_);
-        results_.clear();
+        results.swap(results_);
     }
-    for (size_t i = 0; i < tasks.size(); i++)
-        api()->release(store_.ptr());
-    cv_.notify_all();
+    cv_tasks_.notify_all();
+    cv_results_.notify_all();
 }
 
 size_t Pipeline::ready()

@@ -348,7 +348,7 @@ class _Api(ctypes.Structure):
             "get", "get_batch", "recv_register", "recv_unregister", "profile",
             "last_error", "strerror", "log_write", "log_enabled",
             "var_update", "acquire", "release", "keep_alive", "error", "indices",
-            "ragged_sizes", "ragged_get_batch")]
+            "ragged_sizes", "ragged_get_batch", "pin_of", "pin_enter", "pin_leave")]
 
 
 def test_c_api_capsule(store):
@@ -359,7 +359,7 @@ def test_c_api_capsule(store):
     p = get(cap, b"pyddstore._core._C_API")
     api = _Api.from_address(p)
     assert api.size == ctypes.sizeof(_Api)
-    assert api.version == 2
+    assert api.version == 3
     for name, _ in _Api._fields_[2:]:
         assert getattr(api, name), name
     # unwrap accepts a store and a reader, and refuses anything else
@@ -379,6 +379,21 @@ def test_c_api_capsule(store):
         unwrap(reader, ctypes.byref(st2), ctypes.byref(rd))
     with pytest.raises(TypeError, match="PyDDStore"):
         unwrap(object(), ctypes.byref(st2), ctypes.byref(rd))
+    # the pin of a store or reader: entered without the GIL, gives the store
+    PIN_OF = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)
+    PIN_ENTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_void_p))
+    PIN_LEAVE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+    pin = PIN_OF(api.pin_of)(store)
+    reader = store.open_reader()
+    assert pin and PIN_OF(api.pin_of)(reader) == pin
+    reader.close()
+    st3 = ctypes.c_void_p()
+    assert PIN_ENTER(api.pin_enter)(pin, ctypes.byref(st3)) == 0
+    assert st3.value == st.value
+    PIN_LEAVE(api.pin_leave)(pin)
+    with pytest.raises(TypeError, match="PyDDStore"):
+        PIN_OF(api.pin_of)(object())
     # indices: _core's converter, into the room alloc(ctx, n) gives
     ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
     INDICES = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ALLOC, ctypes.c_void_p)

@@ -8,7 +8,8 @@
  * created by either module is the same object.  A change that grows the
  * table appends at the end and bumps PYDDSTORE_API_VERSION; the import
  * below accepts exactly its own version (both extensions are built
- * together).  Version 2 appended ragged_sizes and ragged_get_batch.
+ * together).  Version 2 appended ragged_sizes and ragged_get_batch,
+ * version 3 pin_of, pin_enter and pin_leave.
  *
  *   const pyddstore_api_t *api = pyddstore_api_import();   // NULL + exception
  */
@@ -26,7 +27,7 @@ extern "C" {
 #endif
 
 #define PYDDSTORE_API_CAPSULE "pyddstore._core._C_API"
-#define PYDDSTORE_API_VERSION 2
+#define PYDDSTORE_API_VERSION 3
 
 typedef struct pyddstore_api {
     size_t size;        /* sizeof(pyddstore_api_t) in _core */
@@ -100,6 +101,19 @@ typedef struct pyddstore_api {
     int (*ragged_get_batch)(dds_store_t *, dds_reader_t *, const char *,
                             const dds_buf_t *, const int64_t *, size_t,
                             int64_t *, int64_t *);
+
+    /* Version 3: for a thread that reads without ever holding the GIL (the
+     * torch extension's prefetch pipeline), where acquire/release (which
+     * take the GIL for the object's reference) would cost a GIL handoff per
+     * read.  pin_of(obj) (GIL held) gives the life lock of a PyDDStore's or
+     * reader's store, valid while `obj` lives (keep a reference; NULL +
+     * exception for another object).  pin_enter(pin, &store) read-locks it
+     * and gives the store: 0, or -DDS_EFREED (dds_last_error set, lock not
+     * held) once the store was destroyed.  pin_leave(pin) unlocks it after
+     * the read, from the thread that entered.  Without the GIL. */
+    void *(*pin_of)(PyObject *obj);
+    int (*pin_enter)(void *pin, dds_store_t **store_p);
+    void (*pin_leave)(void *pin);
 } pyddstore_api_t;
 
 /* Communicators implemented outside _core (pyddstore.FileComm, a

@@ -103,6 +103,31 @@ static void capi_release(PyObject *obj)
     PyGILState_Release(g);
 }
 
+static void *capi_pin_of(PyObject *obj)
+{
+    pydds_store_obj *s;
+    if (unwrap_impl(obj, &s, NULL, NULL) < 0)
+        return NULL;
+    return s->pin;
+}
+
+static int capi_pin_enter(void *pin, dds_store_t **store_p)
+{
+    dds_store_t *st;
+    ddstore_pin_acquire_any(pin);
+    st = ddstore_pin_store(pin);
+    if (st == NULL) {
+        ddstore_pin_release(pin);
+        return dds_error(-DDS_EFREED, "this PyDDStore was destroyed "
+                                      "(interpreter exit or deallocation)");
+    }
+    if (store_p != NULL)
+        *store_p = st;
+    return 0;
+}
+
+static void capi_pin_leave(void *pin) { ddstore_pin_release(pin); }
+
 static int capi_keep_alive(PyObject *obj, const char *name, PyObject *ref)
 {
     pydds_store_obj *s;
@@ -180,6 +205,9 @@ static const pyddstore_api_t capi_table = {
     .indices = capi_indices,
     .ragged_sizes = dds_store_ragged_sizes,
     .ragged_get_batch = dds_store_ragged_get_batch,
+    .pin_of = capi_pin_of,
+    .pin_enter = capi_pin_enter,
+    .pin_leave = capi_pin_leave,
 };
 
 PyObject *pydds_capi_capsule(void)
