@@ -817,22 +817,25 @@ static void test_header_rules(void)
     expect_parse_fail(b, glen, -DDS_ECORRUPT,
                       "host table entry 1 repeats entry 0 ('node00.cluster')",
                       "host twice");
-    RESET();
-    put32(b + rank_off(b, 2) + 36, 2);
-    fix_crc(b, glen);
-    expect_parse_fail(b, glen, -DDS_ECORRUPT,
-                      "rank 2: host index 2 is not in the host table",
-                      "host index out of the table");
-    RESET();
-    put32(b + rank_off(b, 0) + 36, 1);
-    fix_crc(b, glen);
-    expect_parse_fail(b, glen, -DDS_ECORRUPT,
-                      "rank 0: host index 1 skips a host", "host order");
-    RESET();
-    put32(b + rank_off(b, 2) + 36, 0);
-    fix_crc(b, glen);
-    expect_parse_fail(b, glen, -DDS_ECORRUPT,
-                      "host table has 2 hosts, the ranks use 1", "host unused");
+    {
+        /* a rank's host index: out of the table, ahead of first use, and
+         * leaving host 1 unused */
+        static const struct {
+            uint32_t rank, index;
+            const char *field;
+        } hix[] = {
+            {2, 2, "rank 2: host index 2 is not in the host table"},
+            {0, 1, "rank 0: host index 1 skips a host"},
+            {2, 0, "host table has 2 hosts, the ranks use 1"},
+        };
+        for (size_t k = 0; k < sizeof hix / sizeof hix[0]; k++) {
+            RESET();
+            put32(b + rank_off(b, hix[k].rank) + 36, hix[k].index);
+            fix_crc(b, glen);
+            expect_parse_fail(b, glen, -DDS_ECORRUPT, hix[k].field,
+                              hix[k].field);
+        }
+    }
     /* a host table with an empty name parses (an unknown host) */
     {
         ddofi_hs_record_t e, p;
