@@ -534,7 +534,10 @@ static void method2_point(const opts_t *o, int R)
                "n_core=%d: the record did not parse back", R);
         ddofi_hs_record_clear(&back);
     }
-    EXPECT(len == DDOFI_HS_HEADER_BYTES + (size_t)R * DDOFI_HS_RANK_BYTES,
+    /* format 3: a host table (1 + 9 bytes per "nid%06d", 8 ranks a host)
+     * and an entry per rank with its 64-byte address */
+    EXPECT(len == DDOFI_HS_HEADER_BYTES + (size_t)(R + 7) / 8 * 10 +
+                      (size_t)R * (DDOFI_HS_ENTRY_BYTES + 64),
            "n_core=%d: record of %zu bytes", R, len);
     /* What a reader needs per core rank to read it: rows (or the offsets),
      * the region blob and the address blob as long as it is. */
@@ -545,7 +548,7 @@ static void method2_point(const opts_t *o, int R)
     emit("{\"kind\": \"scale_method2\", \"n_core\": %d, \"record_bytes\": %zu, "
          "\"entry_bytes\": %u, \"addr_len\": 64, \"needed_bytes\": %zu, "
          "\"encode_us\": %.2f, \"parse_us\": %.2f}",
-         R, len, DDOFI_HS_RANK_BYTES, need, enc * 1e6, par * 1e6);
+         R, len, DDOFI_HS_ENTRY_BYTES + 64, need, enc * 1e6, par * 1e6);
     free(buf);
     free(r.ranks);
 }

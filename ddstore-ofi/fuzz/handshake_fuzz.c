@@ -85,8 +85,18 @@ static void check_record(const ddofi_hs_record_t *r, const unsigned char *in,
     CHECK_OR_TRAP(r->version == DDOFI_HS_VERSION);
     CHECK_OR_TRAP(r->nranks >= 1 && r->nranks <= (uint32_t)DDOFI_HS_MAX_RANKS);
     CHECK_OR_TRAP(r->ranks != NULL);
-    CHECK_OR_TRAP(len == (size_t)DDOFI_HS_HEADER_BYTES +
-                             (size_t)r->nranks * DDOFI_HS_RANK_BYTES);
+    /* format 3: the header, a host table of 1 to nranks names (1 byte +
+     * the name each), then each rank's entry and address */
+    {
+        size_t ent = 0;
+        for (uint32_t i = 0; i < r->nranks; i++)
+            ent += DDOFI_HS_ENTRY_BYTES + (r->ranks[i].addr_len <= DDOFI_HS_ADDR_MAX
+                                               ? r->ranks[i].addr_len
+                                               : 0);
+        CHECK_OR_TRAP(len >= (size_t)DDOFI_HS_HEADER_BYTES + 1 + ent);
+        CHECK_OR_TRAP(len - DDOFI_HS_HEADER_BYTES - ent <=
+                      (size_t)r->nranks * (1 + DDOFI_HS_HOST_MAX));
+    }
     CHECK_OR_TRAP(r->ctime_ns > 0);
     CHECK_OR_TRAP(r->dtype >= 0 && r->dtype < DDS_DTYPE_COUNT);
     CHECK_OR_TRAP(r->dtype == DDS_DTYPE_RAW ||

@@ -34,6 +34,28 @@ static void put64(unsigned char *p, uint64_t v)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
+static void put16(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v;
+    p[1] = (unsigned char)(v >> 8);
+}
+
+/* Byte offset of rank `rank`'s entry in a valid format-3 record: after the
+ * 512-byte header, the host table (u32 count at byte 88; a length byte and
+ * the name each) and the entries before it (98 bytes and the address, whose
+ * u16 length is at byte 48 of the entry). */
+static size_t entry_at(const unsigned char *b, uint32_t rank)
+{
+    uint32_t nh = (uint32_t)b[88] | (uint32_t)b[89] << 8 |
+                  (uint32_t)b[90] << 16 | (uint32_t)b[91] << 24;
+    size_t o = 512;
+    for (uint32_t h = 0; h < nh; h++)
+        o += 1 + b[o];
+    for (uint32_t i = 0; i < rank; i++)
+        o += 98 + ((size_t)b[o + 48] | (size_t)b[o + 49] << 8);
+    return o;
+}
+
 static void fix_crc(unsigned char *b, size_t len)
 {
     uint32_t c = 0xffffffffu;
@@ -198,6 +220,19 @@ int main(int argc, char **argv)
     emit("valid-ragged-4ranks", &r, &bg, &lg);
     ddofi_hs_record_clear(&r);
 
+    /* several hosts, not in rank order: a, b, a, c, b (table a, b, c) */
+    {
+        static const int64_t rows5[] = {1, 2, 3, 4, 5};
+        static const char *const hosts[] = {"a", "bb.example.org", "a", "c",
+                                            "bb.example.org"};
+        make(&r, 5, "multi", DDS_DTYPE_INT32, 4, 2, 0, rows5);
+        for (uint32_t i = 0; i < 5; i++)
+            snprintf(r.ranks[i].host, sizeof r.ranks[i].host, "%s", hosts[i]);
+        emit("valid-5ranks-3hosts", &r, &t, &l);
+        free(t);
+        ddofi_hs_record_clear(&r);
+    }
+
     /* every string at its longest, the largest address blob */
     make(&r, 1, "n", DDS_DTYPE_INT32, 4, 1, 0, rows1);
     memset(r.name, 'n', DDOFI_HS_NAME_MAX);
@@ -236,9 +271,14 @@ int main(int argc, char **argv)
         out("bad-version-1", t, l4, -DDS_ESTALE);
 
         memcpy(t, b4, l4);
-        put32(t + 8, 3);
+        put32(t + 8, 2); /* fixed-size entries */
         fix_crc(t, l4);
-        out("bad-version-3", t, l4, -DDS_ESTALE);
+        out("bad-version-2", t, l4, -DDS_ESTALE);
+
+        memcpy(t, b4, l4);
+        put32(t + 8, 4);
+        fix_crc(t, l4);
+        out("bad-version-4", t, l4, -DDS_ESTALE);
 
         memcpy(t, b4, l4);
         put32(t + 28, 0);
@@ -246,9 +286,74 @@ int main(int argc, char **argv)
         out("bad-nranks-0", t, l4, -DDS_ECORRUPT);
 
         memcpy(t, b4, l4);
-        put32(t + 512 + 480 * 2 + 32, 0); /* rank 2's pid */
+        put32(t + entry_at(t, 2) + 32, 0); /* rank 2's pid */
         fix_crc(t, l4);
         out("bad-pid-0", t, l4, -DDS_ECORRUPT);
+
+        /* the host table (b4: node000 for ranks 0-1, node001 for 2-3) */
+        memcpy(t, b4, l4);
+        put32(t + 88, 0);
+        fix_crc(t, l4);
+        out("bad-nhosts-0", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put32(t + 88, 5); /* more hosts than ranks */
+        fix_crc(t, l4);
+        out("bad-nhosts-5", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        t[512] = 200; /* host 0's length beyond DDOFI_HS_HOST_MAX */
+        fix_crc(t, l4);
+        out("bad-host-len", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        t[512 + 1 + 3] = 0; /* a NUL inside host 0's name */
+        fix_crc(t, l4);
+        out("bad-host-nul", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        t[512 + 8 + 7] = '0'; /* node001 -> node000: named twice */
+        fix_crc(t, l4);
+        out("bad-host-dup", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put32(t + entry_at(t, 1) + 36, 2); /* no host 2 */
+        fix_crc(t, l4);
+        out("bad-host-index", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put32(t + entry_at(t, 0) + 36, 1); /* host 1 used before host 0 */
+        fix_crc(t, l4);
+        out("bad-host-order", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put32(t + entry_at(t, 2) + 36, 0);
+        put32(t + entry_at(t, 3) + 36, 0); /* host 1 never used */
+        fix_crc(t, l4);
+        out("bad-host-unused", t, l4, -DDS_ECORRUPT);
+
+        /* truncated with file bytes and CRC to match: the body's own
+         * bounds checks (an entry, an address) */
+        l = entry_at(b4, 3) + 40;
+        memcpy(t, b4, l);
+        put64(t + 16, l);
+        fix_crc(t, l);
+        out("trunc-entry-consistent", t, l, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put64(t + 16, l4 - 1);
+        fix_crc(t, l4 - 1);
+        out("trunc-addr-consistent", t, l4 - 1, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put16(t + entry_at(t, 3) + 48, 17 + 8 * 3); /* one byte too long */
+        fix_crc(t, l4);
+        out("bad-addr-len-past-end", t, l4, -DDS_ECORRUPT);
+
+        memcpy(t, b4, l4);
+        put16(t + entry_at(t, 3) + 48, 15 + 8 * 3); /* one byte short */
+        fix_crc(t, l4);
+        out("bad-addr-len-trailing", t, l4, -DDS_ECORRUPT);
 
         memcpy(t, b4, l4);
         put64(t + 80, 17); /* total rows: 18 */
@@ -256,7 +361,7 @@ int main(int argc, char **argv)
         out("bad-total-rows", t, l4, -DDS_ECORRUPT);
 
         memcpy(t, b1, l1);
-        put32(t + 512 + 36, DDOFI_HS_ADDR_MAX + 1);
+        put16(t + entry_at(t, 0) + 48, DDOFI_HS_ADDR_MAX + 1);
         fix_crc(t, l1);
         out("bad-addr-len", t, l1, -DDS_ECORRUPT);
 
@@ -279,13 +384,13 @@ int main(int argc, char **argv)
     if (bg != NULL) {
         t = malloc(lg);
         memcpy(t, bg, lg);
-        put64(t + 512 + 480 * 3 + 24,
+        put64(t + entry_at(t, 3) + 24,
               dds_ragged_index_bytes(7) + 49 * 64 + 1); /* not whole rows */
         fix_crc(t, lg);
         out("bad-ragged-bytes", t, lg, -DDS_ECORRUPT);
 
         memcpy(t, bg, lg);
-        put64(t + 512 + 24, 32); /* below rank 0's index */
+        put64(t + entry_at(t, 0) + 24, 32); /* below rank 0's index */
         fix_crc(t, lg);
         out("bad-ragged-index", t, lg, -DDS_ECORRUPT);
 

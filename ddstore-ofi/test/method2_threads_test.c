@@ -772,7 +772,11 @@ static void reader_phase_a(const reader_cfg_t *c)
         size_t len = f ? fread(rec, 1, 1 << 20, f) : 0;
         if (f)
             fclose(f);
-        T(len == DDOFI_HS_HEADER_BYTES + 2 * DDOFI_HS_RANK_BYTES);
+        /* format 3: one host, two entries with their addresses as long
+         * as they are (not padded to DDOFI_HS_ADDR_MAX) */
+        T(len > DDOFI_HS_HEADER_BYTES + 2 * (DDOFI_HS_ENTRY_BYTES + 48) &&
+          len < DDOFI_HS_HEADER_BYTES + 1 + DDOFI_HS_HOST_MAX +
+                    2 * (DDOFI_HS_ENTRY_BYTES + DDOFI_HS_ADDR_MAX));
         dds_store_t *s5 = NULL;
         T_RC(make_reader(c->dir2, 2, c->ns, &s5), 0);
         /* magic, file size, CRC, name padding, a rank entry, the last byte */

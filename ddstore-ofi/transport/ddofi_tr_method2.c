@@ -151,6 +151,16 @@ out:
     return rc;
 }
 
+/* An address blob's length (ddofi_ep_address; ddofi_ep.c): its 48-byte
+ * header, whose bytes 6..7 are the provider address's length (u16, little-
+ * endian), then that address.  The slot's whole DDOFI_ADDR_BLOB_MAX when the
+ * header is not one (the reader's ddofi_peer_insert then refuses it). */
+static uint32_t addr_blob_len(const unsigned char *b)
+{
+    const uint32_t n = 48u + ((uint32_t)b[6] | (uint32_t)b[7] << 8);
+    return n > 48u && n <= DDOFI_ADDR_BLOB_MAX ? n : DDOFI_ADDR_BLOB_MAX;
+}
+
 int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
                    const unsigned char *mr_blobs)
 {
@@ -193,8 +203,8 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
         r->start_ticks = t->hs.ticks[i];
         snprintf(r->host, sizeof r->host, "%s", t->hs.hosts + (size_t)i * HOST_MAX);
         memcpy(r->mr_blob, mr_blobs + (size_t)i * DDOFI_MR_BLOB_SIZE, DDOFI_HS_MR_BLOB);
-        r->addr_len = DDOFI_ADDR_BLOB_MAX;
-        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, DDOFI_HS_ADDR_MAX);
+        r->addr_len = addr_blob_len(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX);
+        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, r->addr_len);
     }
     rc = ddofi_hs_write(t->hs.dir, &rec);
     if (rc == 0) {

@@ -494,7 +494,18 @@ def test_corrupted_records(top, hs, tmp_path, monkeypatch):
     """Every damaged record is a clear, immediate error naming what is
     wrong; the reader store stays usable."""
     good = _valid_record(top, hs)
-    assert good[:8] == b"DDSHAKE\0" and len(good) == 512 + 2 * 480
+    # format 3: the header, a host table (one host: a length byte and the
+    # name), then per rank 98 bytes and the address at its length (u16 at
+    # byte 48 of the entry), not padded to 320
+    assert good[:8] == b"DDSHAKE\0" and struct.unpack_from("<I", good, 8)[0] == 3
+    assert struct.unpack_from("<I", good, 88)[0] == 1
+    rank0 = 512 + 1 + good[512]
+    o = rank0
+    for _ in range(2):
+        alen = struct.unpack_from("<H", good, o + 48)[0]
+        assert 48 < alen < 320, alen
+        o += 98 + alen
+    assert o == len(good) < 512 + 2 * 480
     assert _with_crc(good) == good       # the CRC is zlib's CRC-32
     bad = {
         "empty": (b"", "truncated|too short|size"),
@@ -503,8 +514,13 @@ def test_corrupted_records(top, hs, tmp_path, monkeypatch):
         "magic": (b"XXSHAKE\0" + good[8:], "magic"),
         "bitflip": (good[:600] + bytes([good[600] ^ 1]) + good[601:], "CRC"),
         "version": (_with_crc(good[:8] + struct.pack("<I", 7) + good[12:]), "version 7"),
-        "nranks": (_with_crc(good[:28] + struct.pack("<I", 3) + good[32:]), "size|nranks"),
-        "rows": (_with_crc(good[:512] + struct.pack("<q", -4) + good[520:]), "rows"),
+        "nranks": (_with_crc(good[:28] + struct.pack("<I", 3) + good[32:]),
+                   "truncated: rank 2's entry"),
+        "version 2": (_with_crc(good[:8] + struct.pack("<I", 2) + good[12:]),
+                      "version 2, this reader understands 3"),
+        "hosts": (_with_crc(good[:88] + struct.pack("<I", 3) + good[92:]), "host count 3"),
+        "rows": (_with_crc(good[:rank0] + struct.pack("<q", -4) + good[rank0 + 8:]),
+                 "rows"),
         "garbage": (os.urandom(1472), "magic|CRC"),
     }
     monkeypatch.setenv("DDSTORE_HANDSHAKE_TIMEOUT_S", "30")

@@ -7,30 +7,38 @@
  * address and region blobs are opaque bytes, validated by ddstore-ofi when
  * the reader imports them), so the parser can be fuzzed alone.
  *
- * File: {handshake_dir}/{escaped name}.ddshs, binary, little-endian, fixed
- * sizes (format version 2; version 1 had no ragged variables):
+ * File: {handshake_dir}/{escaped name}.ddshs, binary, little-endian
+ * (format version 3; version 1 had no ragged variables, version 2 wrote a
+ * fixed 480-byte entry per rank with its host name and the address padded
+ * to DDOFI_HS_ADDR_MAX: 36 MB per variable at 75,000 core ranks).  A
+ * reader refuses versions 1 and 2 (-DDS_ESTALE naming both versions).
  *
  *   header, DDOFI_HS_HEADER_BYTES:
- *     0  magic "DDSHAKE\0"           8   u32 version (2)
+ *     0  magic "DDSHAKE\0"           8   u32 version (3)
  *     12 u32 header bytes (512)      16  u64 file bytes
  *     24 u32 CRC-32 of the file with these 4 bytes zero
  *     28 u32 nranks                  32  u64 run id (random, one per core store)
  *     40 i64 creation time (ns since the epoch, CLOCK_REALTIME)
  *     48 i32 dtype (dds_dtype_t)     52  u32 flags (DDOFI_HS_FLAG_*)
  *     56 u64 itemsize   64 u64 disp   72 u64 row bytes   80 u64 total rows
- *     88 u32 rank entry bytes (480)
+ *     88 u32 nhosts: entries in the host table, [1, nranks]
  *     92 u32 pid namespace of the core ranks (inode of /proc/self/ns/pid,
  *        truncated; 0 = unknown): liveness checks need the same one
  *     96 char name[256]  352 char exchange_ns[64]  416 char provider[64]
  *     480 char domain[32]            (strings NUL-terminated, NUL-padded)
- *   nranks entries, DDOFI_HS_RANK_BYTES each:
+ *   host table, nhosts entries: u8 length (0..DDOFI_HS_HOST_MAX), then the
+ *     host name's bytes (no NUL); distinct names, in order of first use
+ *     by the ranks (rank 0's host is entry 0)
+ *   nranks entries, DDOFI_HS_ENTRY_BYTES + address length each:
  *     0 i64 rows   8 u64 base   16 u64 key   24 u64 bytes
- *     32 i32 pid   36 u32 address blob length (1..DDOFI_HS_ADDR_MAX)
+ *     32 i32 pid   36 u32 host index (into the host table)
  *     40 u64 process start time (clock ticks since boot, /proc/PID/stat
  *        field 22; 0 = unknown)
- *     48 char host[64]   112 u8 region blob[DDOFI_HS_MR_BLOB]
- *     160 u8 address blob[DDOFI_HS_ADDR_MAX] (first `length` bytes used,
- *        rest zero)
+ *     48 u16 address blob length (1..DDOFI_HS_ADDR_MAX)
+ *     50 u8 region blob[DDOFI_HS_MR_BLOB]
+ *     98 u8 address blob[length]
+ *   So a rank costs 98 bytes + its address as long as it is (64 bytes for
+ *   tcp: 162), and a host 1 byte + its name.
  *
  * Ragged variables (flags has DDOFI_HS_FLAG_RAGGED; store.h): rows and
  * total rows count samples, and a rank's shard is [index | payload]
@@ -41,17 +49,26 @@
  *
  * Validation on parse (each failure is -DDS_ECORRUPT, or -DDS_ESTALE for a
  * foreign format version, with a detail naming the field): magic, version,
- * header/entry sizes, file size == header + nranks x entry, CRC, nranks in
- * [1, DDOFI_HS_MAX_RANKS], every string NUL-terminated, name non-empty,
- * dtype known, itemsize > 0, row bytes == disp x itemsize (no overflow),
- * rows >= 0, bytes == rows x row bytes (ragged: index bytes + a whole
- * number of rows, rows <= DDS_RAGGED_MAX_ROWS, the element rows' sum and
- * byte offsets within int64), total rows == sum of rows (no overflow),
- * address length in range, pid > 0, creation time > 0; and
- * what the encoder never writes: non-zero bytes after a string's NUL or after the address blob, disp == 0, an itemsize
- * other than a typed dtype's size.  So a record that parses re-encodes to
- * the same bytes.  Flags other than DDOFI_HS_FLAG_RAGGED are not checked
- * (unknown bits are kept).
+ * header size, nranks in [1, DDOFI_HS_MAX_RANKS], nhosts in [1, nranks],
+ * file bytes == the length read (and at least what nranks and nhosts
+ * need), CRC; then every length against the bytes left (a host name's,
+ * a rank entry's, an address's: a truncated table or entry names which),
+ * host names without NUL and distinct, host indexes in range and numbered
+ * in order of first use, every host used, no byte after the last entry;
+ * every string NUL-terminated, name non-empty, dtype known, itemsize > 0,
+ * row bytes == disp x itemsize (no overflow), rows >= 0, bytes == rows x
+ * row bytes (ragged: index bytes + a whole number of rows, rows <=
+ * DDS_RAGGED_MAX_ROWS, the element rows' sum and byte offsets within
+ * int64), total rows == sum of rows (no overflow), address length in range,
+ * pid > 0, creation time > 0; and what the encoder never writes: non-zero
+ * bytes after a header string's NUL, disp == 0, an itemsize other than a
+ * typed dtype's size.  So a record that parses re-encodes to the same
+ * bytes.  Flags other than DDOFI_HS_FLAG_RAGGED are not checked (unknown
+ * bits are kept).
+ *
+ * The parsed record (ddofi_hs_record_t) is as in version 2: one
+ * ddofi_hs_rank_t per rank with its host name copied from the table and
+ * the address blob's first addr_len bytes (the rest zero).
  *
  * Thread-safety: every function is reentrant.
  */
@@ -68,9 +85,9 @@ extern "C" {
 #endif
 
 #define DDOFI_HS_MAGIC "DDSHAKE"   /* 7 chars + NUL = 8 bytes on disk */
-#define DDOFI_HS_VERSION 2u
+#define DDOFI_HS_VERSION 3u
 #define DDOFI_HS_HEADER_BYTES 512u
-#define DDOFI_HS_RANK_BYTES 480u
+#define DDOFI_HS_ENTRY_BYTES 98u   /* a rank entry before its address */
 #define DDOFI_HS_NAME_MAX 255      /* == DDS_NAME_MAX */
 #define DDOFI_HS_NS_MAX 63
 #define DDOFI_HS_PROV_MAX 63
@@ -83,7 +100,7 @@ extern "C" {
 
 enum {
     DDOFI_HS_FLAG_LOCAL_ONLY = 1u << 0, /* core served on 127.0.0.1 only */
-    DDOFI_HS_FLAG_RAGGED = 1u << 1      /* a ragged variable (version 2)  */
+    DDOFI_HS_FLAG_RAGGED = 1u << 1      /* a ragged variable (since 2)    */
 };
 
 typedef struct ddofi_hs_rank {
@@ -114,7 +131,9 @@ typedef struct ddofi_hs_record {
 } ddofi_hs_record_t;
 
 /* Serialise `r` (nranks entries in r->ranks; the CRC and sizes are computed
- * here, r->version is ignored and written as DDOFI_HS_VERSION).  *buf_p is
+ * here, r->version is ignored and written as DDOFI_HS_VERSION; equal host
+ * names share one host table entry; each address is written at addr_len
+ * bytes).  *buf_p is
  * malloc'ed (caller frees).  Validates like the parser (a record that would
  * not parse is not written): -DDS_EINVAL with a detail, -DDS_ENOMEM. */
 DDS_API int ddofi_hs_encode(const ddofi_hs_record_t *r, void **buf_p, size_t *len_p);
