@@ -295,6 +295,13 @@ def part_case(a):
     # known, harmless here: Mosaic's read-only sample arrays, torchdata's set_vital
     warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
     warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
+    # the case's modules first: "before load" is the process with its imports
+    if kind == "ddstore":
+        import pyddstore.torch  # noqa: F401
+    elif kind == "torchdata":
+        import_torchdata()
+    elif kind == "mosaic":
+        import_streaming()
     rss0 = _maxrss_mib(resource.RUSAGE_SELF)
     pss0 = _pss_kib(os.getpid()) / 1024.0
     data = Data(a.dataset, a.n, a.row_bytes, a.fmnist_dir)
@@ -513,6 +520,7 @@ def plot(results, path):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         print("matplotlib missing: no plot")
         return
@@ -538,13 +546,16 @@ def plot(results, path):
         # the loader added, summed over the node's ranks
         start = [r["node_peak_pss_mib"] - r["node_peak_pss_above_start_mib"] for r in rs]
         above = [r["node_peak_pss_above_start_mib"] for r in rs]
-        row[2].barh(y, start, color="lightgrey", label="processes at start (imports)")
-        row[2].barh(y, above, left=start, color=col, label="added by data + loader")
+        row[2].barh(y, start, color="lightgrey")
+        row[2].barh(y, above, left=start, color=col)
         for k, (s0, v) in enumerate(zip(start, above)):
             row[2].text(s0 + v, k, f" {s0 + v:.0f} (+{v:.0f})", va="center", fontsize=8)
-        row[2].set_title(f"{dset}: memory per node, sum of peak PSS (MiB)", fontsize=10)
-        row[2].legend(fontsize=7, loc="lower right")
+        row[2].set_title(f"{dset}: memory per node, sum of peak PSS (MiB)\n"
+                         "grey: the processes after imports; colour: added by data + loader",
+                         fontsize=9)
         for ax in row:
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
+                lambda v, _: f"{v / 1000:g}k" if v >= 1000 else f"{v:g}"))
             ax.set_yticks(y)
             ax.set_yticklabels(names)
             ax.invert_yaxis()
