@@ -17,10 +17,11 @@ One epoch at --ranks (default 4) ranks, each case a fresh job under tools/ddrun:
                            a temporary directory), StreamingDataset over them (its
                            shared-memory coordination, 4 ranks), StreamingDataLoader
 
-Per case three epochs are timed: a first one (start-up effects), then one delivering
-batches to a loop that does no compute, then one to a loop that does a fixed amount
-(per batch: x.float() @ W with W of (row bytes, --compute-cols) float32, one thread).
-samples/s = samples delivered on all ranks / the slowest rank's epoch time.
+Per case the epochs are timed: a first one (start-up effects), then --reps (3)
+delivering batches to a loop that does no compute, then --reps to a loop that does a
+fixed amount (per batch: x.float() @ W with W of (row bytes, --compute-cols) float32,
+one thread). samples/s = samples delivered on all ranks / the slowest rank's epoch
+time; the median epoch of each kind is reported (all are in the JSON).
 Memory per rank: peak RSS (ru_maxrss of the rank and, separately, of its forked
 workers) and the peak PSS during the epochs (sampled from /proc/*/smaps_rollup every
 50 ms, the rank and its worker processes: shared pages counted once over the node);
@@ -369,8 +370,8 @@ def part_case(a):
     pss = PssSampler()
     pss.start()
     epochs, ends = [], []
-    for ep, (label, do_compute) in enumerate((("first", False), ("no compute", False),
-                                              ("compute", True))):
+    plan = [("first", False)] + [("no compute", False)] * a.reps + [("compute", True)] * a.reps
+    for ep, (label, do_compute) in enumerate(plan):
         if sampler is not None:
             sampler.set_epoch(ep)                         # StreamingDataset counts its own
         loader = make()
@@ -476,7 +477,7 @@ def launch(a, case, dataset, n, mds):
            os.path.abspath(__file__), "_case", "--case", case, "--dataset", dataset,
            "--n", str(n), "--row-bytes", str(a.row_bytes), "--batch", str(a.batch),
            "--compute-cols", str(a.compute_cols), "--ddstore-workers", str(a.ddstore_workers),
-           "--seed", str(a.seed), "--fmnist-dir", a.fmnist_dir, "--result", res]
+           "--seed", str(a.seed), "--reps", str(a.reps), "--fmnist-dir", a.fmnist_dir, "--result", res]
     if mds:
         cmd += ["--mds", mds]
     print("+ " + " ".join(cmd), flush=True)
@@ -496,7 +497,10 @@ def launch(a, case, dataset, n, mds):
 
 
 def _epoch(r, label):
-    return next((e for e in r.get("epochs", ()) if e["epoch"] == label), None)
+    """The median epoch of that kind (by samples/s)."""
+    es = sorted((e for e in r.get("epochs", ()) if e["epoch"] == label),
+                key=lambda e: e["samples_per_s"])
+    return es[len(es) // 2] if es else None
 
 
 def print_table(results):
@@ -584,6 +588,8 @@ def main():
     ap.add_argument("--compute-cols", type=int, default=256)
     ap.add_argument("--ddstore-workers", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--reps", type=int, default=3,
+                    help="epochs of each kind after the first; the median is reported")
     ap.add_argument("--timeout", type=int, default=1800, help="per job, seconds")
     ap.add_argument("--fmnist-dir", default=FMNIST_DIR)
     ap.add_argument("--quick", action="store_true",

@@ -38,7 +38,8 @@ def bench(tmp_path_factory):
            if not (k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_"))
                    and k not in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"))}
     cmd = [sys.executable, BENCH, "--quick", "--datasets", "synthetic", "--synthetic-n", str(N),
-           "--row-bytes", "200", "--batch", "32", "--compute-cols", "16", "--timeout", "300",
+           "--row-bytes", "200", "--batch", "32", "--compute-cols", "16", "--reps", "1",
+           "--timeout", "300",
            "--cases", ",".join(c for cs in FAMILIES.values() for c in cs), "--out", out]
     p = subprocess.run(cmd, cwd=TOP, env=env, capture_output=True, text=True, timeout=1500)
     path = os.path.join(out, "bench_loaders.json")
