@@ -519,6 +519,29 @@ def print_table(results):
               f"{r['node_peak_rss_mib']:9.0f} {rank_rss:9.0f}")
 
 
+def markdown(results, run):
+    """The table as Markdown (for docs/measurements.md)."""
+    out = [f"commit `{run['commit']}`, load average {run['loadavg_start'][0]:.1f} -> "
+           f"{run['loadavg_end'][0]:.1f} on {run['cpus']} CPUs", "",
+           "| dataset | loader | samples/s, no compute | samples/s, compute | node: sum of "
+           "peak PSS, MiB (added by data + loader) | peak RSS per rank, MiB |",
+           "|---|---|---|---|---|---|"]
+    for r in results:
+        if "skipped" in r or "failed" in r:
+            out.append(f"| {r['dataset']} | {r['case']} | "
+                       + ("skipped: " + r["skipped"] if "skipped" in r else
+                          "FAILED: " + r["failed"]) + " | | | |")
+            continue
+        extra = (f"; + {r['shard_bytes'] / 2**20:.0f} MiB of shard files in the page cache"
+                 if "shard_bytes" in r else "")
+        out.append(f"| {r['dataset']} ({r['n']} × {r['row_bytes']} B) | {r['case']} | "
+                   f"{_epoch(r, 'no compute')['samples_per_s']:.0f} | "
+                   f"{_epoch(r, 'compute')['samples_per_s']:.0f} | "
+                   f"{r['node_peak_pss_mib']:.0f} (+{r['node_peak_pss_above_start_mib']:.0f}"
+                   f"{extra}) | {max(m['peak_rss_mib'] for m in r['memory']):.0f} |")
+    return "\n".join(out) + "\n"
+
+
 def plot(results, path):
     try:
         import matplotlib
@@ -693,6 +716,8 @@ def main():
     path = os.path.join(a.out, "bench_loaders.json")
     _write(path, {"run": run, "results": results})
     print_table(results)
+    with open(os.path.join(a.out, "bench_loaders.md"), "w") as f:
+        f.write(markdown(results, run))
     plot(results, os.path.join(a.out, "bench_loaders.png"))
     print(f"load average {run['loadavg_start'][0]:.1f} -> {run['loadavg_end'][0]:.1f} on "
           f"{run['cpus']} CPUs; results in {path}")
