@@ -581,6 +581,7 @@ def plot(results, path):
                          "grey: the processes after imports; colour: added by data + loader",
                          fontsize=9)
         for ax in row:
+            ax.margins(x=0.18)
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(
                 lambda v, _: f"{v / 1000:g}k" if v >= 1000 else f"{v:g}"))
             ax.set_yticks(y)
