@@ -20,14 +20,18 @@ import pyddstore
 
 from . import env
 from . import comm as _comm
+from . import ragged as _rg
 from ._ext import as_index_tensor, ext, stream_of
-from .schema import Schema
+from .schema import RAGGED_KINDS, Schema, _is_pyg
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs"]
 
 _META_FORMAT = "pyddstore.torch.meta"
-_META_VERSION = 2          # 2: run-scoped (exchange_ns, run_id, generation)
+_META_VERSION = 3          # 2: run-scoped (exchange_ns, run_id, generation);
+                           # 3: ragged fields ("axis" in a field's description;
+                           #    written only when the dataset has ragged fields)
+_META_VERSION_FIXED = 2
 _META_MAX_BYTES = 16 << 20
 _RECORD_MAX_BYTES = 1 << 30
 
@@ -197,13 +201,14 @@ class _Stored(torch.utils.data.Dataset):
         self._forked = _ForkedProfile(self.ddstore, [f.var for f in self.schema.fields])
         self._allocs = {}            # id(bufs) -> list of registered tensors
         self._freed = False
+        self._guess = {}             # ragged var -> element rows per sample seen (max)
         self._update_specs()
 
     def _update_specs(self):
         dev = self.device
         self._names = [f.var for f in self.schema.fields]
         self._specs = [(f.var, f.row_shape, f.dtype, f.kind == "tensor" and dev is not None)
-                       for f in self.schema.fields]
+                       for f in self.schema.fields if f.axis is None]
 
     # -- which store object reads (thread readers, forked workers) ----------
     def _reader(self):
@@ -272,6 +277,58 @@ class _Stored(torch.utils.data.Dataset):
         """The keys of the stored fields, in order."""
         return list(self.schema.keys)
 
+    @property
+    def ragged_fields(self):
+        """{key: varying axis} of the ragged fields ({} when every field is
+        fixed)."""
+        return {f.key: f.axis for f in self.schema.fields if f.axis is not None}
+
+    def sizes(self, field=None, indices=None):
+        """The sizes of samples `indices` (default: all) along ragged field
+        `field`'s varying axis (default: the dataset's only ragged field), a
+        numpy int64 array.  Reads the store's index entries only, never
+        payload."""
+        f = self._ragged_field(field, "sizes")
+        idx = self._indices(range(self.total) if indices is None else indices)
+        return np.asarray(self._reader().sizes(f.var, idx.numpy()), dtype=np.int64)
+
+    def _ragged_field(self, field, who):
+        rg = self.schema.ragged
+        if field is None:
+            if len(rg) != 1:
+                raise ValueError(f"{type(self).__name__} '{self.name}': {who}() needs field= "
+                                 f"(ragged fields: {[f.key for f in rg]!r})")
+            return rg[0]
+        f = self.schema.field(field)
+        if f.axis is None:
+            raise ValueError(f"{type(self).__name__} '{self.name}': {who}(): field "
+                             f"{field!r} is fixed (shape {f.shape}), not ragged (ragged "
+                             f"fields: {[g.key for g in rg]!r})")
+        return f
+
+    @property
+    def ragged_batch(self):
+        """How batches hold ragged fields: "packed" (Packed) or "padded"
+        (Padded)."""
+        return self._ragged_batch
+
+    def collate_fn(self, samples):
+        """The collate_fn for torch's DataLoader over a dataset with ragged
+        fields: ragged fields packed or padded (ragged_batch), the others
+        stacked as default_collate does.  Samples straight from
+        __getitems__ are batched from the reads they came from (no
+        per-sample work)."""
+        raw = getattr(samples, "raw", None)
+        if raw is not None:
+            fields, ts = raw
+            return self.schema.build_batch(self._batch_values(fields, ts))
+        return _rg.pack_samples(self.schema, samples, self._ragged_batch)
+
+    def _batch_values(self, fields, ts):
+        mk = _rg.batch_of(self._ragged_batch)
+        return [f.batch_value(t) if f.axis is None else mk(f, *t)
+                for f, t in zip(fields, ts)]
+
     # -- reads --------------------------------------------------------------
     def _index(self, i):
         i = operator.index(i)
@@ -291,7 +348,18 @@ class _Stored(torch.utils.data.Dataset):
                 for f in fields]
 
     def _read(self, fields, idx, out=None):
-        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx."""
+        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx; a
+        ragged field's (values, lengths, offsets, batch) of a packed read."""
+        if any(f.axis is not None for f in fields):
+            if out is not None:
+                bad = [f.key for f in fields if f.axis is not None]
+                raise ValueError(f"out=: buffers (alloc()) hold fixed fields only; "
+                                 f"{bad!r} {'is' if len(bad) == 1 else 'are'} ragged (read "
+                                 "them without out=, or select fixed fields)")
+            fixed = [f for f in fields if f.axis is None]
+            got = iter(self._read(fixed, idx) if fixed else ())
+            return [next(got) if f.axis is None else self._read_ragged(f, idx)
+                    for f in fields]
         dev = self._read_device()
         n = int(idx.numel())
         if out is None:
@@ -315,11 +383,35 @@ class _Stored(torch.utils.data.Dataset):
             self._forked.flush(reader, [f.var for f in fields])
         return outs
 
+    def _read_ragged(self, f, idx, device=None, pin_memory=False):
+        """(values (total, *row_shape), lengths, offsets, batch): one packed
+        read of ragged field f (a guess of the total from the largest
+        element rows per sample read so far: one index read when it holds)."""
+        dev = self._read_device() if device is None else device
+        n = int(idx.numel())
+        ratio = self._guess.get(f.var)
+        guess = None if ratio is None else int(ratio * n * 1.25) + 16
+        reader = self._reader()
+        res = _rg.read_packed(reader, f, idx,
+                              dev if (dev is not None and f.kind == "tensor") else None,
+                              pin_memory, stream_of(dev) if dev is not None else 0, guess)
+        if n:
+            r = int(res[0].shape[0]) / n
+            if ratio is None or r > ratio:
+                self._guess[f.var] = r
+        if self._fork is not None and reader is self._fork[1]:
+            self._forked.flush(reader, [f.var])
+        return res
+
+    @staticmethod
+    def _single(f, t):
+        return f.single(t) if f.axis is None else _rg.sample_value(f, t[0])
+
     def __getitem__(self, i):
         i = self._index(i)
         fields = self.schema.fields
         ts = self._read(fields, torch.tensor([i], dtype=torch.int64))
-        sample = self.schema.build([f.single(t) for f, t in zip(fields, ts)])
+        sample = self.schema.build([self._single(f, t) for f, t in zip(fields, ts)])
         if self.decode is not None:
             sample = self.decode(sample, i)
         return sample
@@ -333,10 +425,15 @@ class _Stored(torch.utils.data.Dataset):
         idx = self._indices(indices)
         fields = self.schema.fields
         ts = self._read(fields, idx, out)
-        samples = self.schema.build_many([f.split(t) for f, t in zip(fields, ts)])
+        samples = self.schema.build_many([
+            f.split(t) if f.axis is None else _rg.split_values(f, t[0], t[1])
+            for f, t in zip(fields, ts)])
         if self.decode is not None:
             dec = self.decode
             samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]
+        elif self.schema.ragged:
+            samples = _rg.RaggedSamples(samples)
+            samples.raw = (fields, ts)
         return samples
 
     def read_rows(self, rows, fields=None, out=None):
@@ -346,7 +443,7 @@ class _Stored(torch.utils.data.Dataset):
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
         idx = as_index_tensor(rows)
         ts = self._read(sel, idx, out)
-        return {f.key: f.batch_value(t) for f, t in zip(sel, ts)}
+        return dict(zip([f.key for f in sel], self._batch_values(sel, ts)))
 
     def alloc(self, n, fields=None):
         """Per-field buffers for n rows, registered with the store once: pass as
@@ -359,6 +456,12 @@ class _Stored(torch.utils.data.Dataset):
             raise pyddstore.DDStoreError(f"{type(self).__name__} '{self.name}': alloc() "
                                          "after free()")
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        bad = [f.key for f in sel if f.axis is not None]
+        if bad:
+            raise ValueError(f"{type(self).__name__} '{self.name}': alloc(): {bad!r} "
+                             f"{'is' if len(bad) == 1 else 'are'} ragged (sizes vary per "
+                             "batch): alloc() buffers hold fixed fields only (fields=; "
+                             "ThreadDataLoader: reuse_buffers=False)")
         dev = self._read_device()
         ts = self._fresh(sel, n, dev)
         done = []
@@ -431,9 +534,15 @@ class _Stored(torch.utils.data.Dataset):
                 [(s[0], s[1], s[2], False) for s in self._specs]
             ts = ext.collate(self._reader(), specs, idx,
                              None if dev is None else str(dev), bool(pin_memory),
-                             stream_of(dev) if dev is not None else 0)
+                             stream_of(dev) if dev is not None else 0) if specs else []
+            if self.schema.ragged:
+                fixed = iter(ts)
+                mk = _rg.batch_of(self._ragged_batch)
+                ts = [next(fixed) if f.axis is None else
+                      mk(f, *self._read_ragged(f, idx, dev, pin_memory))
+                      for f in self.schema.fields]
         else:
-            ts = self._read(self.schema.fields, idx, out)
+            ts = self._batch_values(self.schema.fields, self._read(self.schema.fields, idx, out))
         return self.schema.build_batch(ts)
 
     def _store_datasets(self):
@@ -465,7 +574,7 @@ class DistDataset(_Stored):
 
     DistDataset(source, name, comm=None, ddstore_width=None, device=None,
     add_device=None, method=None, handshake_dir=None, chunk_size=None,
-    encode=None, decode=None, fields=None)
+    encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed")
 
     Collective over `comm`: every rank loads rows [lo, hi) of `source` (its
     balanced share, one pass) and every rank reads every sample.  Errors
@@ -475,7 +584,9 @@ class DistDataset(_Stored):
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None,
                  add_device=None, method=None, handshake_dir=None, chunk_size=None,
-                 encode=None, decode=None, fields=None):
+                 encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed"):
+        self._ragged_opt = ragged
+        self._ragged_batch = ragged_batch
         try:
             self._construct(source, name, comm, ddstore_width, device, add_device, method,
                             handshake_dir, chunk_size, encode, decode, fields)
@@ -519,6 +630,13 @@ class DistDataset(_Stored):
                 c = operator.index(chunk_size)
                 if c < 1:
                     raise ValueError(f"chunk_size must be >= 1, got {c}")
+            if self._ragged_batch not in _rg.RAGGED_BATCH:
+                raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
+                                 f"{self._ragged_batch!r}")
+            if _rg.ragged_mode(self._ragged_opt) is not None and chunk_size is not None:
+                raise ValueError("chunk_size cannot be combined with ragged= (ragged fields "
+                                 "are loaded in one pass: their sizes must all be known "
+                                 "before the store is sized); leave chunk_size unset")
             w = None
             if ddstore_width is not None:
                 w = operator.index(ddstore_width)
@@ -559,11 +677,32 @@ class DistDataset(_Stored):
         _comm.run_agreed(self.comm, check_share, "share")
 
         # 4. the first sample: schema (checked across ranks)
+        mode_box = [None]
+
         def first():
             s = source[self.lo]
             st = encode(s) if encode is not None else s
-            full = Schema.of(st, f"source[{self.lo}]" + (" (encoded)" if encode else ""),
-                             keys=fields)
+            may = _rg.ragged_mode(self._ragged_opt)
+            pyg = _is_pyg(st)
+            where = f"source[{self.lo}]" + (" (encoded)" if encode else "")
+            full = Schema.of(st, where, keys=fields,
+                             may_vary=(lambda k: True) if (pyg or may) else None)
+            if pyg and may is None:
+                mode_box[0] = _rg.pyg_mode(full)
+            else:
+                mode_box[0] = _rg.ragged_mode(self._ragged_opt, full.keys)
+            m = mode_box[0]
+            for f in full.fields:
+                if f.disp == 0 and (m is None or m(f.key) is None):
+                    raise ValueError(f"{where}[{f.key!r}]: a field with no elements (shape "
+                                     f"{f.shape}) cannot be stored (a fixed field)")
+            if pyg and self._ragged_batch != "packed":
+                raise ValueError("torch_geometric Data samples are batched as a "
+                                 "torch_geometric Batch (packed): ragged_batch='padded' "
+                                 "does not apply")
+            if pyg and self.chunk_size is not None:
+                raise ValueError("chunk_size cannot be used with torch_geometric Data samples "
+                                 "(their fields are ragged: loaded in one pass)")
             if self.chunk_size is not None and self.add_device is not None and \
                     any(f.kind == "tensor" for f in full.fields):
                 raise ValueError("chunk_size cannot be used with tensor fields on add_device "
@@ -571,7 +710,8 @@ class DistDataset(_Stored):
             return st, full
 
         first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
-        descs = self.comm.allgather(full.describe())
+        self._mode_of = mode_box[0]
+        descs = self.comm.allgather(_rg.comparable(full.describe(), self._mode_of))
         bad = [r for r, d in enumerate(descs) if d != descs[0]]
         if bad:   # every rank sees the same list: all raise
             raise ValueError(
@@ -622,7 +762,9 @@ class DistDataset(_Stored):
         fields = self.schema.fields
         bar = _progress(share, self.name, self.comm.rank)
         try:
-            if self.chunk_size is None:
+            if self._mode_of is not None:
+                self._load_ragged(source, encode, first_stored, fields, share, bar)
+            elif self.chunk_size is None:
                 self._load_whole(source, encode, first_stored, fields, share, bar)
             else:
                 self._load_chunked(source, encode, first_stored, fields, share, bar)
@@ -677,6 +819,58 @@ class DistDataset(_Stored):
                 arrays[k] = None   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
+    def _load_ragged(self, source, encode, first_stored, fields, share, bar):
+        """ragged=: every local sample scanned into per-field columns; the
+        ranks agree which fields vary (and along which axis); fixed fields
+        are added as whole shards, ragged ones with add_ragged."""
+        mode_of = self._mode_of
+        suffix = " (encoded)" if encode is not None else ""
+
+        def fill():
+            cols = []
+            for f in fields:
+                m = mode_of(f.key)
+                if m == "auto" and f.kind not in RAGGED_KINDS:
+                    m = None
+                cols.append(_rg.Column(f, share, m, f"source[{self.lo}]{suffix}[{f.key!r}]"))
+            for j in range(share):
+                if j == 0:
+                    s = first_stored
+                else:
+                    s = source[self.lo + j]
+                    if encode is not None:
+                        s = encode(s)
+                where = f"source[{self.lo + j}]{suffix}"
+                vals = self.schema.values(s, where, check=False)
+                for c, f, v in zip(cols, fields, vals):
+                    c.put(j, v, f"{where}[{f.key!r}]")
+                if bar is not None and (j & 255) == 255:
+                    bar.update(256)
+            return cols
+
+        cols = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
+        if bar is not None:
+            bar.n = share
+            bar.refresh()
+        reports = self.comm.allgather([c.report() for c in cols], "ragged fields")
+        _comm.run_agreed(self.comm, lambda: _rg.decide(self.schema, cols, reports, mode_of,
+                                                        self.name), "ragged fields")
+
+        def add():
+            for f, c in zip(self.schema.fields, cols):
+                if f.axis is None:
+                    flat = c.arr.reshape(share, -1)
+                    if f.kind == "tensor" and self.add_device is not None:
+                        t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
+                        ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
+                    else:
+                        self.ddstore.add(f.var, f.for_store(flat))
+                else:
+                    vals, lengths = _rg.ragged_values(f, c, share)
+                    self.ddstore.add_ragged(f.var, f.for_store(vals), lengths)
+                c.drop()   # the store has its copy: drop ours now
+        _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
+
     def _load_chunked(self, source, encode, first_stored, fields, share, bar):
         def init():
             for f in fields:
@@ -717,7 +911,9 @@ class DistDataset(_Stored):
                 "publishes the same names: give each job its own exchange_ns)")
         run_id = f"{recs[0]['run_id']:016x}"
         meta = {
-            "format": _META_FORMAT, "version": _META_VERSION, "name": self.name,
+            "format": _META_FORMAT,
+            "version": _META_VERSION if self.schema.ragged else _META_VERSION_FIXED,
+            "name": self.name,
             "n_core": self.store_comm.size, "total": self.total,
             "created": time.time(),
             "exchange_ns": self._ns, "run_id": run_id,
@@ -756,7 +952,7 @@ class DistDatasetReader(_Stored):
     """The same dataset, read from a separate (method 2) extra job.
 
     DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
-    decode=None, exchange_ns=None): fields come from the core job's
+    decode=None, exchange_ns=None, ragged_batch="packed"): fields come from the core job's
     ``{name}.meta.json`` in handshake_dir (written by its
     DistDataset(method=2)), which names the core run (namespace, run id, the
     generation of every record); the reader joins only records of that run
@@ -767,7 +963,11 @@ class DistDatasetReader(_Stored):
     """
 
     def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None,
-                 exchange_ns=None):
+                 exchange_ns=None, ragged_batch="packed"):
+        if ragged_batch not in _rg.RAGGED_BATCH:
+            raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
+                             f"{ragged_batch!r}")
+        self._ragged_batch = ragged_batch
         hs = env.handshake_dir(handshake_dir)
         if not hs:
             raise ValueError("DistDatasetReader needs handshake_dir= (or "
@@ -884,7 +1084,7 @@ def _parse_meta(path, data, name):
     if meta.get("format") != _META_FORMAT:
         raise _bad_meta(path, "format", f"must be {_META_FORMAT!r}")
     version = meta.get("version")
-    if type(version) is not int or version not in (1, _META_VERSION):
+    if type(version) is not int or version not in (1, _META_VERSION_FIXED, _META_VERSION):
         raise ValueError(f"{path}: not a pyddstore.torch meta file of version "
                          f"{_META_VERSION} (field 'version' is {version!r})"[:400])
     if meta.get("name") != name:
@@ -1072,6 +1272,10 @@ class WindowedDataset(torch.utils.data.Dataset):
         self.stride = operator.index(stride)
         self.dilation = operator.index(dilation)
         self.schema = ds.schema.select(fields) if fields is not None else ds.schema
+        if self.schema.ragged:
+            raise ValueError(f"WindowedDataset: field(s) {[f.key for f in self.schema.ragged]!r} "
+                             "are ragged; windows stack fixed-size rows (select fixed "
+                             "fields with fields=)")
         self._keys = self.schema.keys
         n = len(ds)
         span = (self.window - 1) * self.dilation + 1

@@ -479,6 +479,11 @@ class _ThreadIter:
         self._auto_collation = loader._auto_collation
         self._index_sampler = loader._index_sampler
         self._collate_fn = loader.collate_fn
+        if loader._default_collate and getattr(getattr(self._dataset, "schema", None),
+                                               "ragged", None):
+            # ragged fields: default_collate cannot stack them; the dataset's
+            # collate_fn packs/pads them (the fast path does the same reading)
+            self._collate_fn = self._dataset.collate_fn
         self._drop_last = loader.drop_last
         self._timeout = loader.timeout
         self._num_workers = loader.num_workers
