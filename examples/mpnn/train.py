@@ -159,7 +159,7 @@ def main(argv=None):
                 _allreduce_grads(comm, model)
                 opt.step()
                 compute += time.perf_counter() - tc
-                loss_sum += float(loss) * ng
+                loss_sum += loss.item() * ng
                 graphs += ng
                 nodes += int(counts.sum())
             del it

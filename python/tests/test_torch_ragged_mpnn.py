@@ -11,6 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import pyddstore as _pyddstore  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not hasattr(_pyddstore.PyDDStore, "add_ragged"),
+                                reason="SKIP: this pyddstore has no ragged variables "
+                                       "(PyDDStore.add_ragged)")
+
 from _torch_util import assert_all, shared_tmpdir, world  # noqa: E402
 
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
