@@ -145,25 +145,22 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
         guess = total;
     }
     values = ragged_values(row_shape, guess, opts);
+    // one packed read into `values` (lengths and total filled, also on ENOSPC)
+    auto read = [&](int64_t rows) {
+        buf = describe(name, values, rows, stream);
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        const int r = api()->ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
+                                              idx.data_ptr<int64_t>(), static_cast<size_t>(n),
+                                              lengths.data_ptr<int64_t>(), &total);
+        note_read(t0, now_ns());
+        return r;
+    };
     if (n > 0 && !(sized && total == 0)) {
-        buf = describe(name, values, guess, stream);
-        {
-            py::gil_scoped_release nogil;
-            const uint64_t t0 = now_ns();
-            rc = api()->ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
-                                         idx.data_ptr<int64_t>(), static_cast<size_t>(n),
-                                         lengths.data_ptr<int64_t>(), &total);
-            note_read(t0, now_ns());
-        }
+        rc = read(guess);
         if (rc == -DDS_ENOSPC) {   // the guess was short: lengths and total are filled
             values = ragged_values(row_shape, total, opts);
-            buf = describe(name, values, total, stream);
-            py::gil_scoped_release nogil;
-            const uint64_t t0 = now_ns();
-            rc = api()->ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
-                                         idx.data_ptr<int64_t>(), static_cast<size_t>(n),
-                                         lengths.data_ptr<int64_t>(), &total);
-            note_read(t0, now_ns());
+            rc = read(total);
         }
         check(rc);
     }

@@ -25,6 +25,7 @@ from _torch_util import (N_ODD, Source, assert_all, fresh_name, require_method, 
                          same, shared_tmpdir, world)
 from pyddstore.torch import (BudgetBatchSampler, DistDataset, Packed, Padded,  # noqa: E402
                              ThreadDataLoader)
+from test_torch_dataset import _expect_all  # noqa: E402  (errors on every rank)
 
 F = 5
 
@@ -197,29 +198,18 @@ def test_declared_axes_and_fixed_fields():
         ds.free()
 
 
-def test_varying_on_one_rank_is_ragged_everywhere():
-    """Only the last rank's samples vary: every rank stores the field ragged."""
+@pytest.mark.parametrize("case", ["last_sample", "ranks_differ"])
+def test_varying_somewhere_is_ragged_everywhere(case):
+    """Only the last rank's last sample varies, or every rank's samples are
+    alike but the ranks' shapes differ: every rank stores the field ragged."""
     comm = world()
-    last = N_ODD - 1
-
-    def fn(i):
-        return torch.full((3 if i != last else 5, 2), float(i))
-    ds = _make(fn, comm)
-    try:
-        assert ds.ragged_fields == {0: 0}
-        _check(comm, ds, fn, {0: 0}, "packed")
-    finally:
-        ds.free()
-
-
-def test_first_shapes_differ_across_ranks():
-    """Every rank's samples are fixed, but the ranks' shapes differ: ragged."""
-    comm = world()
-    if comm.Get_size() == 1:
+    if case == "ranks_differ" and comm.Get_size() == 1:
         pytest.skip("needs 2 ranks")
-    half = N_ODD // 2
+    last, half = N_ODD - 1, N_ODD // 2
 
     def fn(i):
+        if case == "last_sample":
+            return torch.full((3 if i != last else 5, 2), float(i))
         return torch.full((2 if i < half else 3, 4), float(i))
     ds = _make(fn, comm)
     try:
@@ -291,19 +281,6 @@ def test_loaders(loader, form, monkeypatch):
 
 
 # ------------------------------------------------------------ bad input --
-def _expect_all(comm, exc_types, fn, match=None):
-    try:
-        fn()
-    except exc_types as e:
-        msg = str(e)
-        ok = match is None or match in msg
-        assert_all(comm, ok, f"message {msg!r} lacks {match!r}")
-        return
-    except Exception as e:  # noqa: BLE001
-        assert_all(comm, False, f"raised {type(e).__name__}: {e}")
-    assert_all(comm, False, "did not raise")
-
-
 @pytest.mark.parametrize("case,exc,match", [
     ("two_axes", ValueError, "axes 0 and 1"),
     ("dtype", ValueError, "differs"),

@@ -778,7 +778,7 @@ class DistDataset(_Stored):
             if bar is not None:
                 bar.close()
 
-    def _sample_values(self, source, encode, first_stored, j):
+    def _sample_values(self, source, encode, first_stored, j, check=True):
         if j == 0:
             s = first_stored
         else:
@@ -786,7 +786,7 @@ class DistDataset(_Stored):
             if encode is not None:
                 s = encode(s)
         where = f"source[{self.lo + j}]" + (" (encoded)" if encode is not None else "")
-        return self.schema.values(s, where)
+        return self.schema.values(s, where, check)
 
     def _fill(self, source, encode, first_stored, fields, arrays, j0, j1, bar):
         for j in range(j0, j1):
@@ -796,6 +796,14 @@ class DistDataset(_Stored):
                 f.store_into(a, r, v)
             if bar is not None and (j & 255) == 255:
                 bar.update(256)
+
+    def _add_fixed(self, f, flat):
+        """Collective: this rank's shard (share, disp) of fixed field f."""
+        if f.kind == "tensor" and self.add_device is not None:
+            t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
+            ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
+        else:
+            self.ddstore.add(f.var, f.for_store(flat))
 
     def _load_whole(self, source, encode, first_stored, fields, share, bar):
         def fill():
@@ -810,12 +818,7 @@ class DistDataset(_Stored):
 
         def add():
             for k, (f, a) in enumerate(zip(fields, arrays)):
-                flat = a.reshape(share, -1)
-                if f.kind == "tensor" and self.add_device is not None:
-                    t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
-                    ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
-                else:
-                    self.ddstore.add(f.var, f.for_store(flat))
+                self._add_fixed(f, a.reshape(share, -1))
                 arrays[k] = None   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
@@ -834,14 +837,8 @@ class DistDataset(_Stored):
                     m = None
                 cols.append(_rg.Column(f, share, m, f"source[{self.lo}]{suffix}[{f.key!r}]"))
             for j in range(share):
-                if j == 0:
-                    s = first_stored
-                else:
-                    s = source[self.lo + j]
-                    if encode is not None:
-                        s = encode(s)
                 where = f"source[{self.lo + j}]{suffix}"
-                vals = self.schema.values(s, where, check=False)
+                vals = self._sample_values(source, encode, first_stored, j, check=False)
                 for c, f, v in zip(cols, fields, vals):
                     c.put(j, v, f"{where}[{f.key!r}]")
                 if bar is not None and (j & 255) == 255:
@@ -859,12 +856,7 @@ class DistDataset(_Stored):
         def add():
             for f, c in zip(self.schema.fields, cols):
                 if f.axis is None:
-                    flat = c.arr.reshape(share, -1)
-                    if f.kind == "tensor" and self.add_device is not None:
-                        t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
-                        ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
-                    else:
-                        self.ddstore.add(f.var, f.for_store(flat))
+                    self._add_fixed(f, c.arr.reshape(share, -1))
                 else:
                     vals, lengths = _rg.ragged_values(f, c, share)
                     self.ddstore.add_ragged(f.var, f.for_store(vals), lengths)
