@@ -193,6 +193,7 @@ def _plot(history, path):
     ep = [h["epoch"] for h in history]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
     a.plot(ep, [h["loss"] for h in history], marker="o")
+    a.set_xticks(ep)
     a.set_xlabel("epoch")
     a.set_ylabel("MSE")
     a.set_title("loss")
@@ -200,6 +201,7 @@ def _plot(history, path):
     c = [h["compute_max_s"] for h in history]
     b.bar(ep, c, label="compute")
     b.bar(ep, w, bottom=c, label="waiting for data")
+    b.set_xticks(ep)
     b.set_xlabel("epoch")
     b.set_ylabel("seconds (slowest rank)")
     b.set_title("time per epoch")
