@@ -244,6 +244,7 @@ def test_method2_reader(form):
         rd = DistDatasetReader(ds.name, handshake_dir=hs, ragged_batch=form)
         try:
             assert rd.shapes == ds.shapes and rd.ragged_fields == ds.ragged_fields
+            assert rd.sizes("edge_index").tolist() == [_edges(i) for i in range(len(rd))]
             _check(comm, rd, graph, rd.ragged_fields, form)
         finally:
             rd.free()
@@ -508,3 +509,34 @@ def test_torch_geometric_batch():
         assert_all(comm, not bad, bad)
     finally:
         ds.free()
+
+
+# ------------------------------------------------------------- meta file --
+def test_meta_version3_round_trip_and_damage():
+    """The meta file's ragged fields (format version 3): parsed back with
+    their axes; a damaged axis is a ValueError naming the file and 'schema'."""
+    from pyddstore.torch.dataset import _parse_meta
+    from pyddstore.torch.schema import Field, Schema
+    comm = world()
+    sch = Schema("dict", [Field("x", "tensor", (-1, 5), "float32", axis=0),
+                          Field("e", "ndarray", (2, -1), "int64", axis=1),
+                          Field("y", "float", (), "float64")])
+    meta = {"format": "pyddstore.torch.meta", "version": 3, "name": "m", "n_core": 2,
+            "total": 10, "exchange_ns": "", "run_id": "0123456789abcdef",
+            "generation": [1, 2, 3], "schema": sch.describe(), "vars": ["m/0", "m/1", "m/2"]}
+    _, back = _parse_meta("m.meta.json", json.dumps(meta).encode(), "m")
+    assert [(f.key, f.axis, f.shape, f.row_shape) for f in back.fields] == \
+        [("x", 0, (-1, 5), (5,)), ("e", 1, (2, -1), (2,)), ("y", None, (), ())]
+    for bad in ("0", -1, 2, 1.0):
+        m = json.loads(json.dumps(meta))
+        m["schema"]["fields"][0]["axis"] = bad
+        with pytest.raises(ValueError, match="'schema'"):
+            _parse_meta("m.meta.json", json.dumps(m).encode(), "m")
+    m = json.loads(json.dumps(meta))
+    m["schema"]["fields"][2]["axis"] = 0             # a float field cannot be ragged
+    with pytest.raises(ValueError, match="'schema'"):
+        _parse_meta("m.meta.json", json.dumps(m).encode(), "m")
+    m["version"] = 4
+    with pytest.raises(ValueError, match="version"):
+        _parse_meta("m.meta.json", json.dumps(m).encode(), "m")
+    assert_all(comm, True)
