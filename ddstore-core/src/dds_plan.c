@@ -577,3 +577,101 @@ int dds_plan_range(const dds_plan_params_t *params, int64_t start,
     plan->nrows_unique = (size_t)nrows;
     return 0;
 }
+
+/* ---- spans (ragged reads) --------------------------------------------- */
+
+int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
+                   size_t n, dds_plan_t *plan)
+{
+    size_t *dsto, *order, *cnt, total = 0, ops_bound, scratch_bytes;
+    walk_t w;
+
+    if (plan == NULL || nranks < 1)
+        return dds_error(-DDS_EINVAL, "plan: NULL plan or nranks %d < 1",
+                         nranks);
+    if (grow((void **)&plan->owner_first, &plan->cap_owners,
+             (size_t)nranks + 1, sizeof(size_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "plan: out of memory");
+    plan->nops = 0;
+    plan->ncopies = 0;
+    plan->staging_bytes = 0;
+    plan->nrows = n;
+    plan->nrows_unique = n;
+    if (n > 0 && spans == NULL)
+        return dds_error(-DDS_EINVAL, "plan: NULL spans");
+    if (n > (SIZE_MAX - ((size_t)nranks + 1) * sizeof(size_t)) /
+                (2 * sizeof(size_t)))
+        return dds_error(-DDS_ENOMEM, "plan: too many spans (%zu)", n);
+    scratch_bytes = (2 * n + (size_t)nranks + 1) * sizeof(size_t);
+    if (grow(&plan->scratch, &plan->cap_scratch, scratch_bytes, 1) != 0)
+        return dds_error(-DDS_ENOMEM, "plan: out of memory for %zu spans", n);
+    dsto = plan->scratch;
+    order = dsto + n;
+    cnt = order + n;
+    memset(cnt, 0, ((size_t)nranks + 1) * sizeof(size_t));
+
+    /* 1. check, destination offsets, spans per owner */
+    for (size_t i = 0; i < n; i++) {
+        const dds_span_t *sp = &spans[i];
+        if (sp->owner < 0 || sp->owner >= nranks)
+            return dds_error(-DDS_EINVAL, "plan: span %zu: owner %d is "
+                             "outside [0, %d)", i, sp->owner, nranks);
+        if (sp->src_offset < 0 ||
+            sp->len > (uint64_t)INT64_MAX - (uint64_t)sp->src_offset)
+            return dds_error(-DDS_EINVAL, "plan: span %zu: %zu bytes at "
+                             "offset %lld are outside 64-bit offsets", i,
+                             sp->len, (long long)sp->src_offset);
+        if (sp->len > SIZE_MAX - total)
+            return dds_error(-DDS_EINVAL, "plan: span %zu: the destination "
+                             "offset overflows", i);
+        dsto[i] = total;
+        total += sp->len;
+        if (sp->len > 0)
+            cnt[sp->owner + 1]++;
+    }
+    ops_bound = n;
+    if (max_read_bytes != 0) {
+        size_t extra = total / max_read_bytes;
+        if (extra > SIZE_MAX - n)
+            return dds_error(-DDS_ENOMEM, "plan: too many reads");
+        ops_bound += extra;
+    }
+    if (grow((void **)&plan->ops, &plan->cap_ops, ops_bound,
+             sizeof(dds_read_op_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "plan: out of memory for %zu spans", n);
+
+    /* 2. stable counting sort by owner */
+    for (int r = 0; r < nranks; r++)
+        cnt[r + 1] += cnt[r];
+    for (size_t i = 0; i < n; i++)
+        if (spans[i].len > 0)
+            order[cnt[spans[i].owner]++] = i;
+
+    /* 3. per owner, in request order: merge continuations, split, emit */
+    memset(&w, 0, sizeof(w));
+    w.ops = plan->ops;
+    w.owner_first = plan->owner_first;
+    w.maxr = max_read_bytes;
+    {
+        size_t m = cnt[nranks - 1]; /* spans with len > 0 */
+        size_t k = 0;
+        while (k < m) {
+            const dds_span_t *a = &spans[order[k]];
+            int64_t src = a->src_offset;
+            size_t dst = dsto[order[k]], len = a->len;
+            for (k++; k < m; k++) {
+                const dds_span_t *b = &spans[order[k]];
+                if (b->owner != a->owner ||
+                    b->src_offset != src + (int64_t)len ||
+                    dsto[order[k]] != dst + len)
+                    break;
+                len += b->len;
+            }
+            emit_read(&w, a->owner, 0, src, len, dst);
+        }
+    }
+    while (w.next_fill <= nranks)
+        w.owner_first[w.next_fill++] = w.nops;
+    plan->nops = w.nops;
+    return 0;
+}

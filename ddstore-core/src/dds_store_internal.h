@@ -41,6 +41,15 @@ typedef struct dds_var {
     void *region;
     int joined;             /* published by another job (var_join): no
                                shard here, owners are that job's ranks  */
+    /* Ragged variables (docs/design.md "Ragged variables"): rows are
+     * samples; each shard is [index | payload]: the index is local_rows + 1
+     * int64 element-row prefix sums of this rank's samples (the first 0),
+     * padded to dds_st_ragged_index_bytes(local_rows), then the element
+     * rows (row_bytes each).  Per rank O(local samples + ranks). */
+    int ragged;
+    int64_t local_elems, total_elems;
+    int64_t *elem_offsets;  /* nranks + 1 element-row prefix sums          */
+    int64_t *index_offsets; /* nranks + 1: offsets[r] + r (index entries)  */
     dds_prof_t prof;
 } dds_var_t;
 
@@ -98,6 +107,14 @@ struct dds_store {
 };
 
 /* ---- shared state and helpers ----------------------------------------- */
+
+/* Bytes of a ragged shard's index for `nrows` samples (transport.h's
+ * dds_ragged_index_bytes: the payload's offset in the shard, the same on
+ * every rank and in a method-2 reader).  nrows <= DDS_RAGGED_MAX_ROWS. */
+static inline size_t dds_st_ragged_index_bytes(int64_t nrows)
+{
+    return (size_t)dds_ragged_index_bytes(nrows);
+}
 
 /* Collective calls' kinds (coll_begin tags, coll_fail). */
 enum {

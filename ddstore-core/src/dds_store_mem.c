@@ -241,13 +241,12 @@ int dds_st_mirror_create(dds_store_t *s, dds_var_t *v, const void *data)
  * shard's), the host mirror refreshed, then a fence on that stream so the
  * rows are in place for every reader when this returns. */
 static int update_gpu(dds_store_t *s, dds_var_t *v, const dds_buf_t *src,
-                      int64_t offset)
+                      size_t off)
 {
     const dds_memops_t *o = s->ms.ops;
     const int src_gpu = src->mem.kind != DDS_MEM_HOST;
     const dds_mem_kind_t need = src_gpu ? src->mem.kind : v->mem.kind;
     const size_t n = (size_t)src->nrows * v->row_bytes;
-    const size_t off = (size_t)offset * v->row_bytes;
     const dds_mem_t *on;
     dds_memseg_t seg;
     int rc;
@@ -304,28 +303,69 @@ static int update_gpu(dds_store_t *s, dds_var_t *v, const dds_buf_t *src,
     return 0;
 }
 
+/* The start of an update (var_update, ragged_update): the variable, with
+ * the table's read lock held, when it is this rank's, of the kind the call
+ * updates, and src fits its rows; else an error without the lock. */
+static int update_begin(dds_store_t *s, const char *name, const dds_buf_t *src,
+                        int ragged, dds_var_t **v_p)
+{
+    const char *call = ragged ? "ragged_update" : "var_update";
+    dds_var_t *v;
+    int rc;
+
+    if (s == NULL || src == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_%s: NULL %s", call,
+                         s == NULL ? "store" : "source buffer");
+    rc = dds_st_var_lookup(s, name, &v);
+    if (rc != 0)
+        return rc;
+    if (v->joined)
+        rc = dds_error(-DDS_EINVAL,
+                       "variable '%s' was published by another job and "
+                       "joined here (method 2): it is read-only in this job",
+                       name);
+    else if (v->ragged && !ragged)
+        rc = dds_error(-DDS_EINVAL,
+                       "variable '%s' is ragged (samples of varying "
+                       "length): var_update writes fixed-size rows; use "
+                       "ragged_update", name);
+    else if (!v->ragged && ragged)
+        rc = dds_error(-DDS_EINVAL,
+                       "variable '%s' has fixed-size rows, not ragged "
+                       "samples: ragged_update writes ragged variables; use "
+                       "var_update", name);
+    else
+        rc = dds_st_check_buf(v, src);
+    if (rc != 0) {
+        pthread_rwlock_unlock(&s->table_lock);
+        return rc;
+    }
+    *v_p = v;
+    return 0;
+}
+
+/* src's rows into this rank's shard at byte `off` (checked by the caller);
+ * the table's read lock held. */
+static int shard_write(dds_store_t *s, dds_var_t *v, const dds_buf_t *src,
+                       size_t off)
+{
+    if (src->mem.kind != DDS_MEM_HOST || v->mem.kind != DDS_MEM_HOST)
+        return update_gpu(s, v, src, off);
+    if (src->nrows > 0)
+        memmove((char *)v->shard + off, src->ptr,
+                (size_t)src->nrows * v->row_bytes);
+    return 0;
+}
+
 int dds_store_var_update(dds_store_t *s, const char *name,
                          const dds_buf_t *src, int64_t offset)
 {
     dds_var_t *v;
     int rc;
 
-    if (s == NULL || src == NULL)
-        return dds_error(-DDS_EINVAL, "dds_store_var_update: NULL %s",
-                         s == NULL ? "store" : "source buffer");
-    rc = dds_st_var_lookup(s, name, &v);
+    rc = update_begin(s, name, src, 0, &v);
     if (rc != 0)
         return rc;
-    if (v->joined) {
-        rc = dds_error(-DDS_EINVAL,
-                       "variable '%s' was published by another job and "
-                       "joined here (method 2): it is read-only in this job",
-                       name);
-        goto out;
-    }
-    rc = dds_st_check_buf(v, src);
-    if (rc != 0)
-        goto out;
     if (offset < 0 || offset > v->local_rows ||
         src->nrows > v->local_rows - offset) {
         rc = dds_error(-DDS_ERANGE,
@@ -336,13 +376,49 @@ int dds_store_var_update(dds_store_t *s, const char *name,
                        (long long)v->local_rows);
         goto out;
     }
-    if (src->mem.kind != DDS_MEM_HOST || v->mem.kind != DDS_MEM_HOST) {
-        rc = update_gpu(s, v, src, offset);
+    rc = shard_write(s, v, src, (size_t)offset * v->row_bytes);
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_ragged_update(dds_store_t *s, const char *name,
+                            const dds_buf_t *src, int64_t offset,
+                            int64_t nsamples)
+{
+    const int64_t *idx;
+    int64_t elems;
+    dds_var_t *v;
+    int rc;
+
+    rc = update_begin(s, name, src, 1, &v);
+    if (rc != 0)
+        return rc;
+    if (offset < 0 || nsamples < 0 || offset > v->local_rows ||
+        nsamples > v->local_rows - offset) {
+        rc = dds_error(-DDS_ERANGE,
+                       "ragged variable '%s': samples [%lld, %lld) are "
+                       "outside this rank's %lld samples",
+                       name, (long long)offset,
+                       (long long)offset + (long long)nsamples,
+                       (long long)v->local_rows);
         goto out;
     }
-    if (src->nrows > 0)
-        memmove((char *)v->shard + (size_t)offset * v->row_bytes, src->ptr,
-                (size_t)src->nrows * v->row_bytes);
+    idx = (const int64_t *)v->shard; /* the index: prefix sums */
+    elems = idx[offset + nsamples] - idx[offset];
+    if (src->nrows != elems) {
+        rc = dds_error(-DDS_EINVAL,
+                       "ragged variable '%s': samples [%lld, %lld) of this "
+                       "rank hold %lld element rows, the source has %lld "
+                       "(lengths never change)",
+                       name, (long long)offset,
+                       (long long)(offset + nsamples), (long long)elems,
+                       (long long)src->nrows);
+        goto out;
+    }
+    rc = shard_write(s, v, src,
+                     dds_st_ragged_index_bytes(v->local_rows) +
+                         (size_t)idx[offset] * v->row_bytes);
 out:
     pthread_rwlock_unlock(&s->table_lock);
     return rc;

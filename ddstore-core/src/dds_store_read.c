@@ -26,6 +26,16 @@ typedef struct tctx {
     size_t staging_cap;
     int64_t *rows;          /* the batch's indices, copied once per read   */
     size_t rows_cap;
+    /* ragged reads: the index step's plan, its rows (two prefix-sum
+     * entries per sample) and entries read, each sample's owner, the
+     * payload spans */
+    dds_plan_t iplan;
+    int64_t *irows, *ientries;
+    size_t irows_cap, ientries_cap;
+    int *owners;
+    size_t owners_cap;
+    dds_span_t *spans;
+    size_t spans_cap;
 } tctx_t;
 
 static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
@@ -39,8 +49,13 @@ static void tctx_free(void *p)
     if (c == NULL)
         return;
     dds_plan_fini(&c->plan);
+    dds_plan_fini(&c->iplan);
     free(c->staging);
     free(c->rows);
+    free(c->irows);
+    free(c->ientries);
+    free(c->owners);
+    free(c->spans);
     free(c);
     t_ctx = NULL;
 }
@@ -60,6 +75,7 @@ static tctx_t *tctx_get(void)
     if (c == NULL)
         return NULL;
     dds_plan_init(&c->plan);
+    dds_plan_init(&c->iplan);
     if (g_tctx_key_ok)
         pthread_setspecific(g_tctx_key, c);
     t_ctx = c;
@@ -161,22 +177,26 @@ static int transport_read(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     return rc;
 }
 
+/* What a read did, for the profile. */
+typedef struct rd_acct {
+    uint64_t t0, wait_ns, t_xfer, t_gpu;
+    size_t nops, local_bytes, staged;
+} rd_acct_t;
+
 /* A GPU destination the transport cannot reach: read into a pinned staging
  * buffer laid out like the destination (plus the plan's own staging area
  * behind it), do the plan's copies on the host, then one asynchronous
- * host-to-device copy on dst->mem.stream and give the buffer back without
+ * host-to-device copy on dst_mem->stream and give the buffer back without
  * waiting (its event keeps it from being reused before the copy ran). */
 static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
-                       tctx_t *tc, dds_read_op_t *ops, size_t *nops_p,
-                       const dds_buf_t *dst, size_t *local_bytes_p,
-                       size_t *staged_p, uint64_t *wait_ns, uint64_t *t_xfer,
-                       uint64_t *t_gpu)
+                       const dds_plan_t *pl, dds_read_op_t *ops,
+                       size_t *nops_p, void *dst, size_t dbytes,
+                       const dds_mem_t *dst_mem, rd_acct_t *a)
 {
     static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
     const dds_memops_t *o = s->ms.ops;
-    const size_t dbytes = (size_t)dst->nrows * v->row_bytes;
     const size_t soff = (dbytes + 63) & ~(size_t)63;
-    const size_t total = soff + tc->plan.staging_bytes;
+    const size_t total = soff + pl->staging_bytes;
     void *sbuf = NULL, *hp = NULL;
     char *h, *stg;
     dds_memseg_t seg;
@@ -189,70 +209,163 @@ static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     }
     t0 = dds_prof_now();
     rc = o->staging_acquire(s->ms.ctx, total, &sbuf, &hp);
-    *t_gpu += dds_prof_now() - t0;
+    a->t_gpu += dds_prof_now() - t0;
     if (rc != 0)
         return dds_error(rc < 0 ? rc : -rc,
                          "read of '%s' into %s memory: cannot get a pinned "
                          "staging buffer of %zu bytes: %s",
-                         v->name, dds_st_mem_name(dst->mem.kind), total,
+                         v->name, dds_st_mem_name(dst_mem->kind), total,
                          dds_last_error());
     h = hp;
-    stg = tc->plan.staging_bytes > 0 ? h + soff : NULL;
-    *local_bytes_p = serve_local(s, v, &tc->plan, ops, nops_p, h, stg);
+    stg = pl->staging_bytes > 0 ? h + soff : NULL;
+    a->local_bytes += serve_local(s, v, pl, ops, nops_p, h, stg);
     rc = 0;
     if (*nops_p > 0)
         rc = transport_read(s, reader, v, ops, *nops_p, h, NULL, &host, stg,
-                            NULL, wait_ns, t_xfer);
+                            NULL, &a->wait_ns, &a->t_xfer);
     t0 = dds_prof_now();
     if (rc == 0) {
-        host_copies(&tc->plan, h, stg);
+        host_copies(pl, h, stg);
         seg.src_offset = 0;
         seg.dst_offset = 0;
         seg.len = dbytes;
-        rc = o->copy_async(s->ms.ctx, DDS_COPY_H2D, dst->ptr, h, &seg, 1,
-                           &dst->mem, sbuf);
+        rc = o->copy_async(s->ms.ctx, DDS_COPY_H2D, dst, h, &seg, 1, dst_mem,
+                           sbuf);
         if (rc != 0)
             rc = dds_error(rc < 0 ? rc : -rc,
                            "read of '%s': copy from the staging buffer to "
                            "%s memory failed: %s",
-                           v->name, dds_st_mem_name(dst->mem.kind),
+                           v->name, dds_st_mem_name(dst_mem->kind),
                            dds_last_error());
     }
     rc2 = o->staging_release(s->ms.ctx, sbuf);
-    *t_gpu += dds_prof_now() - t0;
+    a->t_gpu += dds_prof_now() - t0;
     if (rc == 0 && rc2 != 0)
         rc = dds_error(rc2 < 0 ? rc2 : -rc2,
                        "read of '%s': releasing the staging buffer: %s",
                        v->name, dds_last_error());
     if (rc == 0) {
-        *staged_p = dbytes + tc->plan.staging_bytes;
+        a->staged += dbytes + pl->staging_bytes;
         DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_CORE,
                      "reads into %s memory go through pinned host staging "
                      "buffers: transport '%s' cannot reach %s memory (no "
                      "FI_HMEM); counted as staged_bytes in the profile; "
                      "DDSTORE_GPU_STAGING=0 makes this an error",
-                     dds_st_mem_name(dst->mem.kind),
+                     dds_st_mem_name(dst_mem->kind),
                      s->tr.ops->name ? s->tr.ops->name : "?",
-                     dds_st_mem_name(dst->mem.kind));
+                     dds_st_mem_name(dst_mem->kind));
     }
     return rc;
 }
 
-static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
-                      const dds_buf_t *dst, const int64_t *rows, size_t n,
-                      int64_t start, int is_batch)
+/* Execute plan `pl` (built for v) into `dst` (dbytes, memory dst_mem,
+ * moved by `route`): this rank's rows by memcpy, the rest through the
+ * transport, then the plan's copies; GPU destinations direct or staged.
+ * Both the fixed-row and the ragged reads (each of its steps) end here. */
+static int read_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
+                     tctx_t *tc, dds_plan_t *pl, void *dst, size_t dbytes,
+                     const dds_mem_t *dst_mem, int route, rd_acct_t *a)
 {
-    uint64_t t0 = dds_prof_now(), wait_ns, t_xfer = 0, t_gpu = 0;
-    dds_plan_params_t pp;
-    dds_read_op_t *ops;
-    size_t nops, local_bytes = 0, staged = 0;
-    dds_var_t *v;
-    tctx_t *tc;
-    int rc, route = ROUTE_HOST;
+    dds_read_op_t *ops = pl->ops;
+    size_t nops = pl->nops;
+    int rc = 0;
 
-    if (DDS_UNLIKELY(s == NULL || dst == NULL))
-        return dds_error(-DDS_EINVAL, "read: NULL %s",
-                         s == NULL ? "store" : "destination buffer");
+    if (route == ROUTE_HOST) {
+        void *dh, *sh = NULL;
+        if (pl->staging_bytes > 0 &&
+            tctx_staging(tc, pl->staging_bytes) != 0)
+            return dds_error(-DDS_ENOMEM,
+                             "read of '%s': cannot allocate %zu staging "
+                             "bytes", v->name, pl->staging_bytes);
+        /* rows of this rank straight from the local shard's host view */
+        a->local_bytes += serve_local(s, v, pl, ops, &nops, (char *)dst,
+                                      (char *)tc->staging);
+        if (nops > 0) {
+            dh = dds_st_reg_lookup(s, dst, dbytes);
+            if (pl->staging_bytes > 0)
+                sh = dds_st_reg_lookup(s, tc->staging, pl->staging_bytes);
+            rc = transport_read(s, reader, v, ops, nops, dst, dh, dst_mem,
+                                tc->staging, sh, &a->wait_ns, &a->t_xfer);
+            if (rc != 0)
+                return rc;
+        }
+        host_copies(pl, (char *)dst, (const char *)tc->staging);
+        a->staged += pl->staging_bytes;
+    } else if (route == ROUTE_DIRECT) {
+        /* The NIC writes into GPU memory: queued kernels that still use the
+         * destination must be done first.  One event on the caller's
+         * stream, never a device-wide synchronise.  Without a memsys for
+         * this memory the caller orders (C users, tests). */
+        if (dbytes > 0 && dds_st_ms_serves(s, dst_mem->kind)) {
+            uint64_t tg = dds_prof_now();
+            rc = s->ms.ops->stream_fence(s->ms.ctx, dst_mem);
+            a->t_gpu += dds_prof_now() - tg;
+            if (rc != 0)
+                return dds_error(rc < 0 ? rc : -rc,
+                                 "read of '%s': waiting for the work queued "
+                                 "on the destination's stream: %s",
+                                 v->name, dds_last_error());
+        }
+        if (nops > 0) {
+            void *dh = dds_st_reg_lookup(s, dst, dbytes);
+            rc = transport_read(s, reader, v, ops, nops, dst, dh, dst_mem,
+                                NULL, NULL, &a->wait_ns, &a->t_xfer);
+            if (rc == -DDS_ENOSYS &&
+                dds_st_hmem_failed(s, dst_mem->kind, v->name)) {
+                /* the registration result says no: the same read, staged */
+                rc = read_staged(s, reader, v, pl, ops, &nops, dst, dbytes,
+                                 dst_mem, a);
+            }
+            if (rc != 0)
+                return rc;
+        }
+    } else {
+        rc = read_staged(s, reader, v, pl, ops, &nops, dst, dbytes, dst_mem,
+                         a);
+        if (rc != 0)
+            return rc;
+    }
+    a->nops += nops;
+    return 0;
+}
+
+/* A read's profile: `calls` calls delivering `rows` rows of `bytes`. */
+static void read_account(dds_var_t *v, uint64_t calls, uint64_t rows,
+                         uint64_t bytes, const rd_acct_t *a)
+{
+    dds_prof_add(&v->prof, DDS_PROF_CALLS, calls);
+    dds_prof_add(&v->prof, DDS_PROF_ROWS, rows);
+    dds_prof_add(&v->prof, DDS_PROF_BYTES, bytes);
+    dds_prof_add(&v->prof, DDS_PROF_READS, (uint64_t)a->nops);
+    dds_prof_add(&v->prof, DDS_PROF_LOCAL_BYTES, a->local_bytes);
+    dds_prof_add(&v->prof, DDS_PROF_STAGED_BYTES, a->staged);
+    dds_prof_add(&v->prof, DDS_PROF_NS_LOCK_WAIT, a->wait_ns);
+    dds_prof_add(&v->prof, DDS_PROF_NS_GPU_SYNC, a->t_gpu);
+    if (a->t0 != 0) {
+        uint64_t total = dds_prof_now() - a->t0;
+        uint64_t known = a->wait_ns + a->t_xfer + a->t_gpu;
+        dds_prof_add(&v->prof, DDS_PROF_NS_OTHER,
+                     total > known ? total - known : 0);
+        dds_prof_add(&v->prof, DDS_PROF_NS_TOTAL, total);
+    }
+}
+
+/* A read's start, for every kind: checks the arguments (dst may be NULL:
+ * a ragged size query), takes the table's read lock, finds the variable,
+ * checks the destination and its route, gets the thread's context.  0 with
+ * the lock held, or an error without it. */
+static int read_begin(dds_store_t *s, dds_reader_t *reader, const char *name,
+                      const dds_buf_t *dst, dds_var_t **v_p, int *route_p,
+                      tctx_t **tc_p, rd_acct_t *a)
+{
+    dds_var_t *v;
+    int rc;
+
+    memset(a, 0, sizeof(*a));
+    a->t0 = dds_prof_now();
+    *route_p = ROUTE_HOST;
+    if (DDS_UNLIKELY(s == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL store");
     rc = dds_st_check_name(name);
     if (rc != 0)
         return rc;
@@ -260,59 +373,108 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
         return dds_error(-DDS_EINVAL,
                          "read of '%s': the reader belongs to another store",
                          name);
-    wait_ns = dds_st_lock_read_timed(&s->table_lock);
+    a->wait_ns = dds_st_lock_read_timed(&s->table_lock);
 
     /* validate everything before any byte moves */
     v = dds_st_find_var(s, name, NULL);
     if (v == NULL) {
         rc = dds_st_not_live(s, name);
+        goto fail;
+    }
+    if (dst != NULL) {
+        rc = dds_st_check_buf(v, dst);
+        if (rc != 0)
+            goto fail;
+        if (dst->mem.kind != DDS_MEM_HOST) {
+            char what[DDS_NAME_MAX + 32];
+            snprintf(what, sizeof(what), "read of '%s'", name);
+            rc = dds_st_mem_route(s, &dst->mem, what, 0, route_p);
+            if (rc != 0)
+                goto fail;
+        }
+    }
+    *tc_p = tctx_get();
+    if (*tc_p == NULL) {
+        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", name);
+        goto fail;
+    }
+    *v_p = v;
+    return 0;
+fail:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+/* The caller's indices, read once, here: the plan passes over them several
+ * times (check, sort, walk) and the GPU path once more, so an array that
+ * another thread changes meanwhile would otherwise be checked in one state
+ * and read in another.  *rows_p then points at the copy. */
+static int copy_rows(tctx_t *tc, const char *name, const int64_t **rows_p,
+                     size_t n)
+{
+    if (n == 0)
+        return 0;
+    if (*rows_p == NULL)
+        return dds_error(-DDS_EINVAL, "variable '%s': indices are NULL",
+                         name);
+    if (n > SIZE_MAX / sizeof(int64_t) ||
+        dds_st_grow_array((void **)&tc->rows, &tc->rows_cap, n,
+                          sizeof(int64_t)) != 0)
+        return dds_error(-DDS_ENOMEM,
+                         "read of '%s': out of memory for %zu indices", name,
+                         n);
+    memcpy(tc->rows, *rows_p, n * sizeof(int64_t));
+    *rows_p = tc->rows;
+    return 0;
+}
+
+/* The error for a read of the wrong kind of variable. */
+static int wrong_kind(const dds_var_t *v, const char *call)
+{
+    if (v->ragged)
+        return dds_error(-DDS_EINVAL,
+                         "variable '%s' is ragged (samples of varying "
+                         "length): %s reads fixed-size rows; use "
+                         "ragged_get_batch / ragged_sizes (update: "
+                         "ragged_update)",
+                         v->name, call);
+    return dds_error(-DDS_EINVAL,
+                     "variable '%s' has fixed-size rows, not ragged samples: "
+                     "%s reads ragged variables; use get / get_batch "
+                     "(update: var_update)",
+                     v->name, call);
+}
+
+static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
+                      const dds_buf_t *dst, const int64_t *rows, size_t n,
+                      int64_t start, int is_batch)
+{
+    dds_plan_params_t pp;
+    rd_acct_t a;
+    dds_var_t *v;
+    tctx_t *tc;
+    int rc, route;
+
+    if (DDS_UNLIKELY(s == NULL || dst == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL %s",
+                         s == NULL ? "store" : "destination buffer");
+    rc = read_begin(s, reader, name, dst, &v, &route, &tc, &a);
+    if (rc != 0)
+        return rc;
+    if (v->ragged) {
+        rc = wrong_kind(v, is_batch ? "get_batch" : "get");
         goto out;
     }
-    rc = dds_st_check_buf(v, dst);
-    if (rc != 0)
-        goto out;
     if (is_batch && (n > (uint64_t)INT64_MAX || (int64_t)n != dst->nrows)) {
         rc = dds_error(-DDS_EINVAL,
                        "variable '%s': %zu indices for a buffer of %lld rows",
                        name, n, (long long)dst->nrows);
         goto out;
     }
-    if (is_batch && n > 0 && rows == NULL) {
-        rc = dds_error(-DDS_EINVAL, "variable '%s': indices are NULL", name);
-        goto out;
-    }
-    if (dst->mem.kind != DDS_MEM_HOST) {
-        char what[DDS_NAME_MAX + 32];
-        snprintf(what, sizeof(what), "read of '%s'", name);
-        rc = dds_st_mem_route(s, &dst->mem, what, 0, &route);
+    if (is_batch) {
+        rc = copy_rows(tc, name, &rows, n);
         if (rc != 0)
             goto out;
-    }
-    tc = tctx_get();
-    if (tc == NULL) {
-        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", name);
-        goto out;
-    }
-    if (is_batch && n > 0) {
-        /* The caller's indices are read once, here: the plan passes over
-         * them several times (check, sort, walk) and the GPU path once
-         * more, so an array that another thread changes meanwhile would
-         * otherwise be checked in one state and read in another. */
-        if (n > tc->rows_cap) {
-            int64_t *p = n > SIZE_MAX / sizeof(int64_t)
-                             ? NULL
-                             : realloc(tc->rows, n * sizeof(int64_t));
-            if (p == NULL) {
-                rc = dds_error(-DDS_ENOMEM,
-                               "read of '%s': out of memory for %zu indices",
-                               name, n);
-                goto out;
-            }
-            tc->rows = p;
-            tc->rows_cap = n;
-        }
-        memcpy(tc->rows, rows, n * sizeof(int64_t));
-        rows = tc->rows;
     }
     pp.field_mask = 0;
     pp.nranks = v->nranks;
@@ -321,8 +483,7 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
     pp.max_read_bytes = s->max_read_bytes;
     pp.merge_row_bytes_max = s->merge_row_bytes;
     /* GPU memory the transport writes: no host copies into it, every row
-     * is read into its own slot (the staged fallback below takes the same
-     * plan) */
+     * is read into its own slot (the staged fallback takes the same plan) */
     if (route == ROUTE_DIRECT) {
         pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
         pp.flags = DDS_PLAN_DIRECT;
@@ -333,89 +494,11 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
         rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
         goto out;
     }
-    ops = tc->plan.ops;
-    nops = tc->plan.nops;
-
-    if (route == ROUTE_HOST) {
-        void *dh, *sh = NULL;
-        if (tc->plan.staging_bytes > 0 &&
-            tctx_staging(tc, tc->plan.staging_bytes) != 0) {
-            rc = dds_error(-DDS_ENOMEM,
-                           "read of '%s': cannot allocate %zu staging bytes",
-                           name, tc->plan.staging_bytes);
-            goto out;
-        }
-        /* rows of this rank straight from the local shard's host view */
-        local_bytes = serve_local(s, v, &tc->plan, ops, &nops,
-                                  (char *)dst->ptr, (char *)tc->staging);
-        if (nops > 0) {
-            dh = dds_st_reg_lookup(s, dst->ptr,
-                                   (size_t)dst->nrows * v->row_bytes);
-            if (tc->plan.staging_bytes > 0)
-                sh = dds_st_reg_lookup(s, tc->staging, tc->plan.staging_bytes);
-            rc = transport_read(s, reader, v, ops, nops, dst->ptr, dh,
-                                &dst->mem, tc->staging, sh, &wait_ns,
-                                &t_xfer);
-            if (rc != 0)
-                goto out;
-        }
-        host_copies(&tc->plan, (char *)dst->ptr, (const char *)tc->staging);
-        staged = tc->plan.staging_bytes;
-    } else if (route == ROUTE_DIRECT) {
-        /* The NIC writes into GPU memory: queued kernels that still use the
-         * destination must be done first.  One event on the caller's
-         * stream, never a device-wide synchronise.  Without a memsys for
-         * this memory the caller orders (C users, tests). */
-        if (dst->nrows > 0 && dds_st_ms_serves(s, dst->mem.kind)) {
-            uint64_t tg = dds_prof_now();
-            rc = s->ms.ops->stream_fence(s->ms.ctx, &dst->mem);
-            t_gpu += dds_prof_now() - tg;
-            if (rc != 0) {
-                rc = dds_error(rc < 0 ? rc : -rc,
-                               "read of '%s': waiting for the work queued on "
-                               "the destination's stream: %s",
-                               name, dds_last_error());
-                goto out;
-            }
-        }
-        if (nops > 0) {
-            void *dh = dds_st_reg_lookup(s, dst->ptr,
-                                         (size_t)dst->nrows * v->row_bytes);
-            rc = transport_read(s, reader, v, ops, nops, dst->ptr, dh,
-                                &dst->mem, NULL, NULL, &wait_ns, &t_xfer);
-            if (rc == -DDS_ENOSYS &&
-                dds_st_hmem_failed(s, dst->mem.kind, name)) {
-                /* the registration result says no: the same read, staged */
-                rc = read_staged(s, reader, v, tc, ops, &nops, dst,
-                                 &local_bytes, &staged, &wait_ns, &t_xfer,
-                                 &t_gpu);
-            }
-            if (rc != 0)
-                goto out;
-        }
-    } else {
-        rc = read_staged(s, reader, v, tc, ops, &nops, dst, &local_bytes,
-                         &staged, &wait_ns, &t_xfer, &t_gpu);
-        if (rc != 0)
-            goto out;
-    }
-
-    dds_prof_add(&v->prof, DDS_PROF_CALLS, 1);
-    dds_prof_add(&v->prof, DDS_PROF_ROWS, (uint64_t)dst->nrows);
-    dds_prof_add(&v->prof, DDS_PROF_BYTES,
-                 (uint64_t)dst->nrows * (uint64_t)v->row_bytes);
-    dds_prof_add(&v->prof, DDS_PROF_READS, (uint64_t)nops);
-    dds_prof_add(&v->prof, DDS_PROF_LOCAL_BYTES, local_bytes);
-    dds_prof_add(&v->prof, DDS_PROF_STAGED_BYTES, staged);
-    dds_prof_add(&v->prof, DDS_PROF_NS_LOCK_WAIT, wait_ns);
-    dds_prof_add(&v->prof, DDS_PROF_NS_GPU_SYNC, t_gpu);
-    if (t0 != 0) {
-        uint64_t total = dds_prof_now() - t0;
-        uint64_t known = wait_ns + t_xfer + t_gpu;
-        dds_prof_add(&v->prof, DDS_PROF_NS_OTHER,
-                     total > known ? total - known : 0);
-        dds_prof_add(&v->prof, DDS_PROF_NS_TOTAL, total);
-    }
+    rc = read_exec(s, reader, v, tc, &tc->plan, dst->ptr,
+                   (size_t)dst->nrows * v->row_bytes, &dst->mem, route, &a);
+    if (rc == 0)
+        read_account(v, 1, (uint64_t)dst->nrows,
+                     (uint64_t)dst->nrows * (uint64_t)v->row_bytes, &a);
 out:
     pthread_rwlock_unlock(&s->table_lock);
     return rc;
@@ -434,3 +517,193 @@ int dds_store_get_batch(dds_store_t *s, dds_reader_t *reader,
     return store_read(s, reader, name, dst, rows, n, 0, 1);
 }
 
+/* ---- ragged reads ----------------------------------------------------- */
+
+/* Step 1 of a ragged read: the index entries of samples rows[0..n) (the
+ * prefix sums at local sample l and l + 1 of its owner: two 8-byte rows of
+ * the index plan, whose "shards" are each owner's index at the start of
+ * its shard), read through the same pipeline as rows (own entries by
+ * memcpy, the rest batched per owner).  Leaves tc->ientries[2i, 2i+1] and
+ * tc->owners[i]; the lengths, their sum, checked. */
+static int ragged_index(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
+                        tctx_t *tc, const int64_t *rows, size_t n,
+                        int64_t *lengths_out, int64_t *total_p, rd_acct_t *a)
+{
+    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
+    const int64_t total_rows = v->offsets[v->nranks];
+    dds_plan_params_t pp;
+    int64_t sum = 0;
+    int rc;
+
+    *total_p = 0;
+    if (n == 0)
+        return 0;
+    if (n > SIZE_MAX / (2 * sizeof(int64_t)) ||
+        dds_st_grow_array((void **)&tc->irows, &tc->irows_cap, 2 * n,
+                          sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->ientries, &tc->ientries_cap, 2 * n,
+                          sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->owners, &tc->owners_cap, n,
+                          sizeof(int)) != 0)
+        return dds_error(-DDS_ENOMEM,
+                         "read of '%s': out of memory for %zu samples",
+                         v->name, n);
+    for (size_t i = 0; i < n; i++) {
+        int64_t local;
+        int owner;
+        if (DDS_UNLIKELY((uint64_t)rows[i] >= (uint64_t)total_rows))
+            return dds_error(-DDS_ERANGE,
+                             "variable '%s': index %lld at position %zu is "
+                             "out of range [0, %lld)",
+                             v->name, (long long)rows[i], i,
+                             (long long)total_rows);
+        (void)dds_layout_locate(v->offsets, v->nranks, rows[i], &owner,
+                                &local);
+        tc->owners[i] = owner;
+        tc->irows[2 * i] = v->index_offsets[owner] + local;
+        tc->irows[2 * i + 1] = v->index_offsets[owner] + local + 1;
+    }
+    pp.field_mask = 0;
+    pp.nranks = v->nranks;
+    pp.offsets = v->index_offsets;
+    pp.row_bytes = sizeof(int64_t);
+    pp.max_read_bytes = s->max_read_bytes;
+    pp.merge_row_bytes_max = s->merge_row_bytes;
+    rc = dds_plan_batch(&pp, tc->irows, 2 * n, &tc->iplan);
+    if (rc != 0)
+        return dds_error(rc, "variable '%s': index: %s", v->name,
+                         dds_last_error());
+    rc = read_exec(s, reader, v, tc, &tc->iplan, tc->ientries,
+                   2 * n * sizeof(int64_t), &host, ROUTE_HOST, a);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        const int r = tc->owners[i];
+        const int64_t b = tc->ientries[2 * i], e = tc->ientries[2 * i + 1];
+        const int64_t elems = v->elem_offsets[r + 1] - v->elem_offsets[r];
+        if (b < 0 || e < b || e > elems)
+            return dds_error(-DDS_EIO,
+                             "ragged variable '%s': the index entry of "
+                             "sample %lld (rank %d) reads element rows "
+                             "[%lld, %lld) of the %lld that rank holds: the "
+                             "index is damaged",
+                             v->name, (long long)rows[i], r, (long long)b,
+                             (long long)e, (long long)elems);
+        if (e - b > INT64_MAX - sum)
+            return dds_error(-DDS_EINVAL,
+                             "ragged variable '%s': the %zu samples' "
+                             "lengths sum above INT64_MAX (at position %zu)",
+                             v->name, n, i);
+        sum += e - b;
+        if (lengths_out != NULL)
+            lengths_out[i] = e - b;
+    }
+    *total_p = sum;
+    return 0;
+}
+
+/* sizes (dst NULL) or get_batch of a ragged variable. */
+static int ragged_read(dds_store_t *s, dds_reader_t *reader,
+                       const char *name, const dds_buf_t *dst,
+                       const int64_t *rows, size_t n, int64_t *lengths_out,
+                       int64_t *total_out)
+{
+    const char *call = dst != NULL ? "ragged_get_batch" : "ragged_sizes";
+    int64_t total = 0;
+    rd_acct_t a;
+    dds_var_t *v;
+    tctx_t *tc;
+    size_t rb;
+    int rc, route;
+
+    rc = read_begin(s, reader, name, dst, &v, &route, &tc, &a);
+    if (rc != 0)
+        return rc;
+    if (!v->ragged) {
+        rc = wrong_kind(v, call);
+        goto out;
+    }
+    if (n > 0 && lengths_out == NULL && dst == NULL) {
+        rc = dds_error(-DDS_EINVAL, "%s('%s'): lengths_out is NULL", call,
+                       name);
+        goto out;
+    }
+    if (dst != NULL && total_out == NULL) {
+        rc = dds_error(-DDS_EINVAL, "%s('%s'): total_out is NULL", call,
+                       name);
+        goto out;
+    }
+    rc = copy_rows(tc, name, &rows, n);
+    if (rc == 0)
+        rc = ragged_index(s, reader, v, tc, rows, n, lengths_out, &total, &a);
+    if (rc != 0)
+        goto out;
+    if (total_out != NULL)
+        *total_out = total;
+    if (dst == NULL) {
+        read_account(v, 0, 0, 0, &a);
+        goto out;
+    }
+    if (total > dst->nrows) {
+        rc = dds_error(-DDS_ENOSPC,
+                       "%s('%s'): the %zu samples have %lld element rows, "
+                       "the destination has room for %lld (lengths and the "
+                       "total are filled; nothing was read)",
+                       call, name, n, (long long)total,
+                       (long long)dst->nrows);
+        goto out;
+    }
+
+    /* step 2: the payload, packed in request order */
+    rb = v->row_bytes;
+    if (dds_st_grow_array((void **)&tc->spans, &tc->spans_cap, n,
+                          sizeof(dds_span_t)) != 0) {
+        rc = dds_error(-DDS_ENOMEM,
+                       "read of '%s': out of memory for %zu samples", name,
+                       n);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const int r = tc->owners[i];
+        const int64_t b = tc->ientries[2 * i], e = tc->ientries[2 * i + 1];
+        dds_span_t *sp = &tc->spans[i];
+        sp->owner = r;
+        sp->src_offset =
+            (int64_t)dds_st_ragged_index_bytes(v->offsets[r + 1] -
+                                               v->offsets[r]) +
+            b * (int64_t)rb;
+        sp->len = (size_t)(e - b) * rb;
+    }
+    rc = dds_plan_spans(v->nranks, s->max_read_bytes, tc->spans, n,
+                        &tc->plan);
+    if (rc != 0) {
+        rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
+        goto out;
+    }
+    rc = read_exec(s, reader, v, tc, &tc->plan, dst->ptr,
+                   (size_t)total * rb, &dst->mem, route, &a);
+    if (rc == 0)
+        read_account(v, 1, (uint64_t)n, (uint64_t)total * (uint64_t)rb, &a);
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+int dds_store_ragged_sizes(dds_store_t *s, dds_reader_t *reader,
+                           const char *name, const int64_t *rows, size_t n,
+                           int64_t *lengths_out)
+{
+    return ragged_read(s, reader, name, NULL, rows, n, lengths_out, NULL);
+}
+
+int dds_store_ragged_get_batch(dds_store_t *s, dds_reader_t *reader,
+                               const char *name, const dds_buf_t *dst,
+                               const int64_t *rows, size_t n,
+                               int64_t *lengths_out, int64_t *total_out)
+{
+    if (DDS_UNLIKELY(dst == NULL))
+        return dds_error(-DDS_EINVAL, "ragged_get_batch: NULL destination "
+                                      "buffer");
+    return ragged_read(s, reader, name, dst, rows, n, lengths_out,
+                       total_out);
+}

@@ -32,6 +32,8 @@ void dds_st_var_abandon(dds_store_t *s, dds_var_t *v)
             "%zu bytes stays allocated until the process exits",
             v->name, v->shard_bytes);
     free(v->offsets);
+    free(v->elem_offsets);
+    free(v->index_offsets);
     free(v);
 }
 
@@ -46,6 +48,8 @@ void dds_st_var_release(dds_store_t *s, dds_var_t *v)
     else if (v->shard_owned)
         free(v->shard);
     free(v->offsets);
+    free(v->elem_offsets);
+    free(v->index_offsets);
     free(v);
 }
 
@@ -61,7 +65,16 @@ typedef struct var_desc {
     int32_t dtype;
     int32_t shard_alloc;    /* 1: this rank's shard waits for the
                                transport's collective shard_alloc       */
+    int64_t nelems;         /* ragged: element rows (else nrows)        */
+    int32_t ragged;         /* 1: ragged_add / ragged_init              */
+    int32_t pad;
 } var_desc_t;
+
+/* A ragged variable's samples (NULL for a fixed one). */
+typedef struct ragged_in {
+    const int64_t *lengths; /* nrows entries                            */
+    int64_t nelems;         /* add: given; init: the sum (set by checks) */
+} ragged_in_t;
 
 /* The transport allocates host shards (collective shard_alloc). */
 static int has_shard_alloc(const dds_store_t *s)
@@ -71,15 +84,78 @@ static int has_shard_alloc(const dds_store_t *s)
 }
 
 /* Local checks of init/add arguments. */
+/* Ragged samples: lengths >= 0 summing to nelems (add) or setting it
+ * (init); GPU and in-place payloads are not supported. */
+static int check_ragged_args(const dds_store_t *s, const char *name,
+                             int64_t nrows, const dds_mem_t *mem, int mode,
+                             ragged_in_t *rg)
+{
+    const int me = s->comm.rank;
+    int64_t sum = 0;
+    if (mem != NULL && (int)mem->kind != DDS_MEM_HOST)
+        return dds_error(-DDS_ENOSYS,
+                         "ragged variable '%s': the payload is in %s memory; "
+                         "ragged variables hold host payloads only: copy it "
+                         "to host memory first", name,
+                         dds_st_mem_name(mem->kind));
+    if (mode == MODE_IN_PLACE)
+        return dds_error(-DDS_ENOSYS,
+                         "ragged variable '%s': DDS_ADD_IN_PLACE is not "
+                         "supported (the shard holds the index next to the "
+                         "payload); add it with DDS_ADD_COPY", name);
+    if (nrows < 0)
+        return dds_error(-DDS_EINVAL, "ragged variable '%s': rank %d: "
+                         "nrows %lld < 0", name, me, (long long)nrows);
+    if (nrows > DDS_RAGGED_MAX_ROWS)
+        return dds_error(-DDS_EINVAL, "ragged variable '%s': rank %d: %lld "
+                         "samples are too many for the index", name, me,
+                         (long long)nrows);
+    if (nrows > 0 && rg->lengths == NULL)
+        return dds_error(-DDS_EINVAL, "ragged variable '%s': rank %d: "
+                         "lengths are NULL", name, me);
+    for (int64_t i = 0; i < nrows; i++) {
+        int64_t l = rg->lengths[i];
+        if (l < 0)
+            return dds_error(-DDS_EINVAL,
+                             "ragged variable '%s': rank %d: length %lld of "
+                             "its sample %lld is negative",
+                             name, me, (long long)l, (long long)i);
+        if (l > INT64_MAX - sum)
+            return dds_error(-DDS_EINVAL,
+                             "ragged variable '%s': rank %d: the lengths "
+                             "sum above INT64_MAX (at its sample %lld, "
+                             "length %lld)",
+                             name, me, (long long)i, (long long)l);
+        sum += l;
+    }
+    if (mode == MODE_INIT)
+        rg->nelems = sum;
+    else if (sum != rg->nelems)
+        return dds_error(-DDS_EINVAL,
+                         "ragged variable '%s': rank %d: its %lld lengths "
+                         "sum to %lld element rows, but the values have "
+                         "%lld",
+                         name, me, (long long)nrows, (long long)sum,
+                         (long long)rg->nelems);
+    return 0;
+}
+
 static int check_var_args(dds_store_t *s, const char *name, const void *data,
                           int64_t nrows, size_t disp, size_t itemsize,
                           dds_dtype_t dtype, const dds_mem_t *mem, int mode,
-                          size_t *bytes_p, int *route_p)
+                          ragged_in_t *rg, size_t *bytes_p, int *route_p)
 {
-    size_t row_bytes;
+    size_t row_bytes, index_bytes = 0;
     int rc = dds_st_check_name(name);
     if (rc != 0)
         return rc;
+    if (rg != NULL) {
+        rc = check_ragged_args(s, name, nrows, mem, mode, rg);
+        if (rc != 0)
+            return rc;
+        index_bytes = dds_st_ragged_index_bytes(nrows);
+        nrows = rg->nelems; /* the payload's rows from here on */
+    }
     if (nrows < 0)
         return dds_error(-DDS_EINVAL, "variable '%s': nrows %lld < 0", name,
                          (long long)nrows);
@@ -104,7 +180,7 @@ static int check_var_args(dds_store_t *s, const char *name, const void *data,
                          name, disp, itemsize);
     row_bytes = disp * itemsize;
     if ((uint64_t)nrows > SIZE_MAX / row_bytes ||
-        (uint64_t)nrows * row_bytes > (uint64_t)INT64_MAX)
+        (uint64_t)nrows * row_bytes > (uint64_t)INT64_MAX - index_bytes)
         return dds_error(-DDS_EINVAL,
                          "variable '%s': %lld rows of %zu bytes overflow",
                          name, (long long)nrows, row_bytes);
@@ -133,8 +209,33 @@ static int check_var_args(dds_store_t *s, const char *name, const void *data,
                 return rc;
         }
     }
-    *bytes_p = (size_t)nrows * row_bytes;
+    *bytes_p = index_bytes + (size_t)nrows * row_bytes;
     return 0;
+}
+
+/* A new shard's contents: the rows (copy) or zeros (init); a ragged
+ * shard's index (prefix sums of the lengths) before its payload. */
+static void shard_fill(dds_var_t *v, const void *data, int mode,
+                       const ragged_in_t *rg)
+{
+    char *p = v->shard;
+    size_t bytes = v->shard_bytes;
+    if (rg != NULL) {
+        const size_t ib = dds_st_ragged_index_bytes(v->local_rows);
+        int64_t *idx = (int64_t *)p;
+        memset(p, 0, ib);
+        idx[0] = 0;
+        for (int64_t i = 0; i < v->local_rows; i++)
+            idx[i + 1] = idx[i] + rg->lengths[i];
+        p += ib;
+        bytes -= ib;
+    }
+    if (bytes == 0)
+        return;
+    if (mode == MODE_INIT)
+        memset(p, 0, bytes);
+    else
+        memcpy(p, data, bytes);
 }
 
 /* The pinned host mirror of a GPU shard for a transport that cannot reach
@@ -142,10 +243,12 @@ static int check_var_args(dds_store_t *s, const char *name, const void *data,
  * and wait for that copy (one stream, not the device). */
 
 static int check_layout(const char *name, const var_desc_t *all, int n,
-                        int64_t *offsets)
+                        int64_t *offsets, int64_t *elem_offsets)
 {
     const var_desc_t *d0 = &all[0];
     offsets[0] = 0;
+    if (elem_offsets != NULL)
+        elem_offsets[0] = 0;
     for (int r = 0; r < n; r++) {
         const var_desc_t *d = &all[r];
         if (d->dds_st_name_hash != d0->dds_st_name_hash)
@@ -167,24 +270,48 @@ static int check_layout(const char *name, const var_desc_t *all, int n,
                 (unsigned long long)d0->disp,
                 (unsigned long long)d0->itemsize,
                 dds_dtype_name((dds_dtype_t)d0->dtype));
+        if (d->ragged != d0->ragged)
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': rank %d made it %s, rank 0 %s "
+                             "(every rank calls the same one)",
+                             name, r, d->ragged ? "ragged (ragged_add/init)"
+                                                : "fixed (var_add/init)",
+                             d0->ragged ? "ragged" : "fixed");
         if (d->nrows > INT64_MAX - offsets[r])
             return dds_error(-DDS_EINVAL,
                              "variable '%s': the total number of rows "
                              "overflows int64 at rank %d", name, r);
         offsets[r + 1] = offsets[r] + d->nrows;
+        if (elem_offsets != NULL) {
+            if (d->nelems > INT64_MAX - elem_offsets[r])
+                return dds_error(-DDS_EINVAL,
+                                 "ragged variable '%s': the total number of "
+                                 "element rows overflows int64 at rank %d",
+                                 name, r);
+            elem_offsets[r + 1] = elem_offsets[r] + d->nelems;
+        }
     }
-    if (offsets[n] > INT64_MAX / (int64_t)(d0->disp * d0->itemsize))
+    if (elem_offsets != NULL && offsets[n] > INT64_MAX / 8 - n)
         return dds_error(-DDS_EINVAL,
-                         "variable '%s': %lld rows of %llu bytes overflow "
-                         "64-bit byte offsets",
-                         name, (long long)offsets[n],
-                         (unsigned long long)(d0->disp * d0->itemsize));
+                         "ragged variable '%s': %lld samples overflow the "
+                         "index's 64-bit byte offsets",
+                         name, (long long)offsets[n]);
+    {
+        const int64_t rows = elem_offsets ? elem_offsets[n] : offsets[n];
+        if (rows > INT64_MAX / (int64_t)(d0->disp * d0->itemsize))
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': %lld rows of %llu bytes "
+                             "overflow 64-bit byte offsets",
+                             name, (long long)rows,
+                             (unsigned long long)(d0->disp * d0->itemsize));
+    }
     return 0;
 }
 
 static int var_create(dds_store_t *s, const char *name, const void *data,
                       int64_t nrows, size_t disp, size_t itemsize,
-                      dds_dtype_t dtype, const dds_mem_t *mem, int mode)
+                      dds_dtype_t dtype, const dds_mem_t *mem, int mode,
+                      ragged_in_t *rg)
 {
     const dds_comm_t *c = &s->comm;
     dds_var_t *v = NULL;
@@ -206,7 +333,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
 
     /* 1. local checks and allocation */
     rc = check_var_args(s, name, data, nrows, disp, itemsize, dtype, mem,
-                        mode, &bytes, &route);
+                        mode, rg, &bytes, &route);
     if (rc == 0) {
         /* room in the table now, so that publishing cannot fail later */
         pthread_rwlock_wrlock(&s->table_lock);
@@ -222,7 +349,14 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
         all = calloc((size_t)c->size, sizeof(*all));
         if (v != NULL)
             v->offsets = calloc((size_t)c->size + 1, sizeof(int64_t));
-        if (v == NULL || all == NULL || v->offsets == NULL)
+        if (v != NULL && rg != NULL) {
+            v->ragged = 1;
+            v->elem_offsets = calloc((size_t)c->size + 1, sizeof(int64_t));
+            v->index_offsets = calloc((size_t)c->size + 1, sizeof(int64_t));
+        }
+        if (v == NULL || all == NULL || v->offsets == NULL ||
+            (rg != NULL &&
+             (v->elem_offsets == NULL || v->index_offsets == NULL)))
             rc = dds_error(-DDS_ENOMEM, "variable '%s': out of memory", name);
     }
     if (rc == 0) {
@@ -234,6 +368,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
         v->row_bytes = disp * itemsize;
         v->nranks = c->size;
         v->local_rows = nrows;
+        v->local_elems = rg != NULL ? rg->nelems : nrows;
         v->shard_bytes = bytes;
         v->mem.kind = DDS_MEM_HOST;
         if (mode == MODE_IN_PLACE) {
@@ -265,8 +400,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
                                "variable '%s': cannot allocate a shard of "
                                "%zu bytes",
                                name, bytes);
-            else if (mode == MODE_COPY)
-                memcpy(v->shard, data, bytes);
+            else if (mode == MODE_COPY || rg != NULL)
+                shard_fill(v, data, mode, rg);
         }
     }
     rc = dds_st_coll_agree(s, rc);
@@ -281,17 +416,23 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     mine.dds_st_name_hash = v->hash;
     mine.dtype = (int32_t)dtype;
     mine.shard_alloc = deferred;
+    mine.nelems = v->local_elems;
+    mine.ragged = rg != NULL;
     rc = c->ops->allgather(c->ctx, &mine, sizeof(mine), all);
     if (rc != 0)
         rc = dds_error(rc < 0 ? rc : -rc,
                        "variable '%s': exchanging descriptions failed: %s",
                        name, dds_last_error());
     else
-        rc = check_layout(name, all, c->size, v->offsets);
+        rc = check_layout(name, all, c->size, v->offsets, v->elem_offsets);
     rc = dds_st_coll_agree(s, rc);
     if (rc != 0)
         goto fail;
     v->local_first = v->offsets[c->rank];
+    v->total_elems = rg != NULL ? v->elem_offsets[c->size] : v->offsets[c->size];
+    if (rg != NULL)
+        for (int r = 0; r <= c->size; r++)
+            v->index_offsets[r] = v->offsets[r] + r;
 
     /* 2b. deferred shards: the transport's collective shard_alloc when every
      * rank asked for it (the descriptions are the same everywhere, so every
@@ -327,12 +468,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
         else
             v->shard_owned = 1;
     }
-    if (rc == 0 && deferred && bytes > 0) {
-        if (mode == MODE_INIT)
-            memset(v->shard, 0, bytes);
-        else
-            memcpy(v->shard, data, bytes);
-    }
+    if (rc == 0 && deferred && bytes > 0)
+        shard_fill(v, data, mode, rg);
     rc = dds_st_coll_agree(s, rc);
     if (rc != 0)
         goto fail;
@@ -350,6 +487,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     rd.alloc_token = v->shard_token;
     rd.offsets = v->offsets;
     rd.nranks = c->size;
+    rd.ragged = v->ragged;
+    rd.elem_offsets = v->elem_offsets;
     if (v->mirror != NULL) {
         rd.mem.kind = DDS_MEM_HOST;
         rd.mem.device = 0;
@@ -409,37 +548,80 @@ int dds_store_var_init(dds_store_t *s, const char *name, int64_t nrows,
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_init: NULL store");
     return var_create(s, name, NULL, nrows, disp, itemsize, dtype, NULL,
-                      MODE_INIT);
+                      MODE_INIT, NULL);
+}
+
+/* An add's flags: 0 with *mode_p set, or (unknown flags) the collective
+ * failure, agreed so that nobody waits for this rank. */
+static int add_mode(dds_store_t *s, const char *name, int flags, int *mode_p)
+{
+    int rc;
+    if (flags == DDS_ADD_COPY) {
+        *mode_p = MODE_COPY;
+        return 0;
+    }
+    if (flags == DDS_ADD_IN_PLACE) {
+        *mode_p = MODE_IN_PLACE;
+        return 0;
+    }
+    rc = dds_st_fork_refuse(s, "add", name);
+    if (rc != 0)
+        return rc;
+    rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
+                   name ? name : "(null)", flags);
+    pthread_mutex_lock(&s->coll_mutex);
+    if (dds_st_coll_refuse(s, "add", name) == 0) {
+        dds_st_coll_begin(s, COLL_ADD);
+        rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), "add", name);
+    } else
+        rc = -DDS_ETIMEDOUT;
+    pthread_mutex_unlock(&s->coll_mutex);
+    return rc;
 }
 
 int dds_store_var_add(dds_store_t *s, const char *name, const void *data,
                       int64_t nrows, size_t disp, size_t itemsize,
                       dds_dtype_t dtype, const dds_mem_t *mem, int flags)
 {
-    int mode;
+    int mode, rc;
     if (s == NULL)
         return dds_error(-DDS_EINVAL, "dds_store_var_add: NULL store");
-    if (flags == DDS_ADD_COPY) {
-        mode = MODE_COPY;
-    } else if (flags == DDS_ADD_IN_PLACE) {
-        mode = MODE_IN_PLACE;
-    } else {
-        /* still collective: agree so that nobody waits for us */
-        int rc = dds_st_fork_refuse(s, "add", name);
-        if (rc != 0)
-            return rc;
-        rc = dds_error(-DDS_EINVAL, "variable '%s': unknown flags %d",
-                       name ? name : "(null)", flags);
-        pthread_mutex_lock(&s->coll_mutex);
-        if (dds_st_coll_refuse(s, "add", name) == 0) {
-            dds_st_coll_begin(s, COLL_ADD);
-            rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), "add", name);
-        } else
-            rc = -DDS_ETIMEDOUT;
-        pthread_mutex_unlock(&s->coll_mutex);
+    rc = add_mode(s, name, flags, &mode);
+    if (rc != 0)
         return rc;
-    }
-    return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode);
+    return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode,
+                      NULL);
+}
+
+int dds_store_ragged_add(dds_store_t *s, const char *name, const void *data,
+                         int64_t nelems, const int64_t *lengths,
+                         int64_t nrows, size_t disp, size_t itemsize,
+                         dds_dtype_t dtype, const dds_mem_t *mem, int flags)
+{
+    ragged_in_t rg;
+    int mode, rc;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_ragged_add: NULL store");
+    rc = add_mode(s, name, flags, &mode);
+    if (rc != 0)
+        return rc;
+    rg.lengths = lengths;
+    rg.nelems = nelems;
+    return var_create(s, name, data, nrows, disp, itemsize, dtype, mem, mode,
+                      &rg);
+}
+
+int dds_store_ragged_init(dds_store_t *s, const char *name,
+                          const int64_t *lengths, int64_t nrows, size_t disp,
+                          size_t itemsize, dds_dtype_t dtype)
+{
+    ragged_in_t rg;
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_ragged_init: NULL store");
+    rg.lengths = lengths;
+    rg.nelems = 0;
+    return var_create(s, name, NULL, nrows, disp, itemsize, dtype, NULL,
+                      MODE_INIT, &rg);
 }
 
 int dds_st_has_region_abandon(const dds_store_t *s)
@@ -475,6 +657,24 @@ static int check_joined_layout(const char *name, const dds_region_layout_t *l)
         if (l->offsets[r + 1] < l->offsets[r])
             return dds_error(-DDS_EIO, "join('%s'): rows of owner %d are "
                              "negative", name, r);
+    if (l->ragged) {
+        for (int r = 0; r < l->nowners; r++)
+            if (l->offsets[r + 1] - l->offsets[r] > DDS_RAGGED_MAX_ROWS)
+                return dds_error(-DDS_EIO, "join('%s'): owner %d has too "
+                                 "many samples", name, r);
+        if (l->elem_offsets == NULL || l->elem_offsets[0] != 0)
+            return dds_error(-DDS_EIO, "join('%s'): a ragged variable "
+                             "without its element-row offsets", name);
+        for (int r = 0; r < l->nowners; r++)
+            if (l->elem_offsets[r + 1] < l->elem_offsets[r])
+                return dds_error(-DDS_EIO, "join('%s'): element rows of "
+                                 "owner %d are negative", name, r);
+        if (l->offsets[l->nowners] > INT64_MAX / 8 - l->nowners ||
+            l->elem_offsets[l->nowners] >
+                INT64_MAX / (int64_t)l->row_bytes)
+            return dds_error(-DDS_EIO, "join('%s'): the ragged layout "
+                             "overflows 64-bit offsets", name);
+    }
     return 0;
 }
 
@@ -529,11 +729,27 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         v->nranks = lay.nowners;
         v->offsets = lay.offsets;
         lay.offsets = NULL;
+        if (lay.ragged) {
+            v->ragged = 1;
+            v->elem_offsets = lay.elem_offsets;
+            lay.elem_offsets = NULL;
+            v->total_elems = v->elem_offsets[v->nranks];
+            v->index_offsets =
+                malloc(((size_t)v->nranks + 1) * sizeof(int64_t));
+            if (v->index_offsets == NULL)
+                rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory",
+                               name);
+            else
+                for (int r = 0; r <= v->nranks; r++)
+                    v->index_offsets[r] = v->offsets[r] + r;
+        }
         v->mem.kind = DDS_MEM_HOST;
         v->region = region;
         v->joined = 1;
         pthread_rwlock_wrlock(&s->table_lock);
-        if (dds_st_find_var(s, name, NULL) != NULL)
+        if (rc != 0)
+            ; /* out of memory above */
+        else if (dds_st_find_var(s, name, NULL) != NULL)
             rc = dds_error(-DDS_EEXIST, "variable '%s' already exists", name);
         else if (dds_st_grow_array((void **)&s->vars, &s->cap_vars,
                                    s->nvars + 1, sizeof(dds_var_t *)) != 0)
@@ -549,6 +765,7 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         snprintf(saved, sizeof(saved), "%s", dds_last_error());
         (void)s->tr.ops->region_destroy(s->tr.ctx, region);
         free(lay.offsets);
+        free(lay.elem_offsets);
         if (v != NULL) {
             v->region = NULL;
             dds_st_var_release(s, v);
@@ -557,9 +774,10 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         return rc;
     }
     DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_CORE,
-            "join('%s'): %lld rows owned by %d ranks of another job, %zu B "
+            "join('%s'): %lld %s owned by %d ranks of another job, %zu B "
             "per row, %s",
-            name, (long long)v->offsets[v->nranks], v->nranks, v->row_bytes,
+            name, (long long)v->offsets[v->nranks],
+            v->ragged ? "ragged samples" : "rows", v->nranks, v->row_bytes,
             dds_dtype_name(v->dtype));
     return 0;
 }
@@ -716,6 +934,9 @@ int dds_store_var_info(dds_store_t *s, const char *name,
     info_p->dtype = v->dtype;
     info_p->mem = v->mem;
     info_p->nranks = v->nranks;
+    info_p->ragged = v->ragged;
+    info_p->total_elems = v->ragged ? v->total_elems : info_p->total_rows;
+    info_p->local_elems = v->ragged ? v->local_elems : v->local_rows;
     pthread_rwlock_unlock(&s->table_lock);
     return 0;
 }

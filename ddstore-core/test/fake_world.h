@@ -53,11 +53,15 @@ typedef struct fake_world {
                                    with -DDS_ENOSYS (HMEM advertised, but
                                    the registration is refused)            */
     int with_abandon;           /* the transport has region_abandon        */
+    int with_shard_alloc;       /* the transport allocates host shards
+                                   (shard_alloc / shard_free, like MPI's
+                                   shared memory): malloc'ed, counted     */
 
     /* counters */
     _Atomic long read_calls, read_ops, local_ops, bad_ops, bytes_read;
     _Atomic long live_regions, live_regs, live_readers, epochs, destroyed;
     _Atomic long comms_destroyed;
+    _Atomic long live_shards;      /* shard_alloc'ed, not yet freed        */
     _Atomic long regions_at_destroy; /* released by the transport's destroy */
     _Atomic long regions_abandoned;
     void *_Atomic last_dst_handle[FW_MAX_RANKS];
@@ -399,6 +403,37 @@ static inline void fw_tr_destroy(void *ctx)
     free(t);
 }
 
+/* shard_alloc: collective in the real transports; here the agreement the
+ * store made before is enough.  Uninitialised contents (poisoned), so a
+ * store that forgets to fill the shard reads garbage. */
+static inline int fw_shard_alloc(void *ctx, size_t bytes, void **base_p,
+                                 void **token_p)
+{
+    fw_tr_t *t = ctx;
+    void *p = malloc(bytes + 1);
+    if (p == NULL)
+        return dds_error(-DDS_ENOMEM, "fake transport: shard_alloc");
+    memset(p, 0xC5, bytes + 1);
+    atomic_fetch_add(&t->w->live_shards, 1);
+    *base_p = p;
+    *token_p = p;
+    return 0;
+}
+
+static inline void fw_shard_free(void *ctx, void *base, void *token)
+{
+    fw_tr_t *t = ctx;
+    (void)base;
+    atomic_fetch_sub(&t->w->live_shards, 1);
+    free(token);
+}
+
+static const dds_transport_ops_t fw_tr_ops_shard_alloc = {
+    sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
+    fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
+    fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
+    fw_shard_alloc, fw_shard_free, NULL /* region_join */, NULL};
+
 static const dds_transport_ops_t fw_tr_ops = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
@@ -423,9 +458,10 @@ static inline dds_transport_t fw_transport(fake_world_t *w, int rank)
     ctx->w = w;
     ctx->rank = rank;
     ctx->live = NULL;
-    t.ops = w->no_readers     ? &fw_tr_ops_noreaders
-            : w->with_abandon ? &fw_tr_ops_abandon
-                              : &fw_tr_ops;
+    t.ops = w->no_readers         ? &fw_tr_ops_noreaders
+            : w->with_abandon     ? &fw_tr_ops_abandon
+            : w->with_shard_alloc ? &fw_tr_ops_shard_alloc
+                                  : &fw_tr_ops;
     t.ctx = ctx;
     t.caps = w->caps;
     t.max_read_bytes = w->max_read_bytes;

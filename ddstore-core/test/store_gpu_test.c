@@ -706,6 +706,86 @@ static void test_hmem_path(void)
     run_world(2, hmem_rank, NULL, HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA, 16);
 }
 
+/* ---- ragged variables into device memory --------------------------------- */
+
+/* Sample g: g % 4 element rows; element row j is make_row's row g*100+j. */
+static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 24;
+    const int64_t total = first_of(w->n), first = first_of(rank);
+    int64_t lens[27], nel = 0, k = 0, rows[30], lengths[30], got = 0;
+    unsigned char *data, *host, *dev;
+    dds_store_t *s = NULL;
+    void *stream = NULL;
+    dds_mem_t m;
+    dds_buf_t b;
+    (void)arg;
+
+    CHECK_OK(gstore_create(w, rank, &s));
+    if (s == NULL)
+        return;
+    for (int64_t i = 0; i < g_rows_of[rank]; i++)
+        nel += lens[i] = (first + i) % 4;
+    data = malloc((size_t)nel * rb + 1);
+    for (int64_t i = 0; i < g_rows_of[rank]; i++)
+        for (int64_t j = 0; j < lens[i]; j++, k++)
+            make_row(rb, (first + i) * 100 + j, 3, data + (size_t)k * rb);
+    CHECK_OK(dds_store_ragged_add(s, "r", data, nel, lens, g_rows_of[rank],
+                                  1, rb, DDS_DTYPE_RAW, NULL, DDS_ADD_COPY));
+    free(data);
+    CHECK_OK(ddgpu_stream_create(0, &stream));
+    m = dmem(stream);
+    dev = dalloc(100 * rb);
+    host = malloc(100 * rb);
+    barrier(s);
+    for (int it = 0; it < 4; it++) {
+        for (int i = 0; i < 30; i++) /* every owner, repeats, zeros */
+            rows[i] = (int64_t)((i * 11 + it * 3 + rank) % total);
+        rows[29] = rows[0];
+        dpoison(dev, 100 * rb, 0xAB, &m);
+        b = buf_of(dev, 100, rb, &m);
+        CHECK_OK(dds_store_ragged_get_batch(s, NULL, "r", &b, rows, 30,
+                                            lengths, &got));
+        d2h(host, dev, 100 * rb, &m);
+        k = 0;
+        for (int i = 0; i < 30; i++) {
+            CHECK_EQ(lengths[i], rows[i] % 4);
+            for (int64_t j = 0; j < lengths[i]; j++, k++) {
+                unsigned char want[24];
+                make_row(rb, rows[i] * 100 + j, 3, want);
+                if (memcmp(want, host + (size_t)k * rb, rb) != 0) {
+                    CHECK_FAIL_("ragged into device memory: sample %lld "
+                                "element %lld differs", (long long)rows[i],
+                                (long long)j);
+                    it = 4;
+                    break;
+                }
+            }
+        }
+        CHECK_EQ(got, k);
+        CHECK(all_bytes(host + (size_t)got * rb, (size_t)(100 - got) * rb,
+                        0xAB)); /* after the total: untouched */
+    }
+    barrier(s);
+    CHECK_OK(ddgpu_device_free(dev));
+    CHECK_OK(ddgpu_stream_destroy(stream));
+    free(host);
+    dds_store_destroy(s);
+}
+
+static void test_ragged_device_destination(void)
+{
+    run_world(4, ragged_gpu_rank, NULL, HOST_ONLY, 0); /* staged */
+    if (!g_emulated) {
+        printf("n/a test_ragged_device_destination (HMEM): the fake "
+               "transport writes device memory with memcpy, which only the "
+               "host emulation allows\n");
+        return;
+    }
+    run_world(3, ragged_gpu_rank, NULL,
+              HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA, 16);
+}
+
 /* ---- HMEM advertised, registration refused: staged from then on --------- */
 
 static void refused_rank(fake_world_t *w, int rank, void *arg)
@@ -1174,6 +1254,7 @@ int main(void)
     RUN_TEST(test_hmem_path);
     RUN_TEST(test_indices_changed_during_read);
     RUN_TEST(test_hmem_refused);
+    RUN_TEST(test_ragged_device_destination);
     RUN_TEST(test_gpu_shards);
     RUN_TEST(test_staging_disabled);
     RUN_TEST(test_kinds_and_pointers);

@@ -16,6 +16,7 @@
 #include "ddstore/log.h"
 #include "ddstore/store.h"
 #include "fake_world.h"
+#include "store_world.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -88,26 +89,6 @@ static int check_rows(dds_dtype_t dt, size_t itemsize, size_t disp,
     return bad;
 }
 
-static dds_buf_t buf_of(void *p, int64_t nrows, size_t rb, dds_dtype_t dt,
-                        size_t itemsize)
-{
-    dds_buf_t b;
-    memset(&b, 0, sizeof(b));
-    b.ptr = p;
-    b.nrows = nrows;
-    b.row_bytes = rb;
-    b.dtype = dt;
-    b.itemsize = itemsize;
-    b.mem.kind = DDS_MEM_HOST;
-    return b;
-}
-
-static void barrier(dds_store_t *s)
-{
-    const dds_comm_t *c = dds_store_comm(s);
-    c->ops->barrier(c->ctx);
-}
-
 static int64_t first_row(const int64_t *rows_of, int rank)
 {
     int64_t f = 0;
@@ -119,27 +100,6 @@ static int64_t first_row(const int64_t *rows_of, int rank)
 static int64_t total_rows(const int64_t *rows_of, int n)
 {
     return first_row(rows_of, n);
-}
-
-/* Run one scenario on a fresh n-rank world; check nothing leaked. */
-static void run_world(int n, fw_rank_fn fn, void *arg, uint64_t caps,
-                      size_t max_read)
-{
-    fake_world_t w;
-    fw_init(&w, n);
-    if (caps != 0)
-        w.caps = caps;
-    w.max_read_bytes = max_read;
-    fw_run(&w, fn, arg);
-    CHECK_EQ(atomic_load(&w.protocol_errors), 0);
-    CHECK_EQ(atomic_load(&w.bad_ops), 0);
-    CHECK_EQ(atomic_load(&w.live_regions), 0);
-    CHECK_EQ(atomic_load(&w.live_regs), 0);
-    CHECK_EQ(atomic_load(&w.live_readers), 0);
-    CHECK_EQ(atomic_load(&w.destroyed), n);
-    CHECK_EQ(atomic_load(&w.comms_destroyed), n);
-    CHECK_EQ(atomic_load(&w.unsafe_concurrent), 0);
-    fw_fini(&w);
 }
 
 static uint64_t rng(uint64_t *s)

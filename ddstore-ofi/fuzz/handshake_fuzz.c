@@ -24,6 +24,7 @@
 
 #include "ddstore/errors.h"
 #include "ddstore/handshake_transport.h"
+#include "ddstore/transport.h"
 #include "ddstore/types.h"
 
 #define CHECK_OR_TRAP(c)                                                       \
@@ -76,7 +77,8 @@ static int str_ok(const char *s, size_t cap)
 static void check_record(const ddofi_hs_record_t *r, const unsigned char *in,
                          size_t len)
 {
-    uint64_t sum = 0;
+    uint64_t sum = 0, elems = 0;
+    const int ragged = (r->flags & DDOFI_HS_FLAG_RAGGED) != 0;
     void *buf = NULL;
     size_t blen = 0;
 
@@ -99,9 +101,19 @@ static void check_record(const ddofi_hs_record_t *r, const unsigned char *in,
     for (uint32_t i = 0; i < r->nranks; i++) {
         const ddofi_hs_rank_t *k = &r->ranks[i];
         CHECK_OR_TRAP(k->rows >= 0);
-        CHECK_OR_TRAP(r->row_bytes == 0 ||
-                      (uint64_t)k->rows <= UINT64_MAX / r->row_bytes);
-        CHECK_OR_TRAP(k->bytes == (uint64_t)k->rows * r->row_bytes);
+        if (ragged) { /* [index | whole element rows], within int64 */
+            uint64_t ib;
+            CHECK_OR_TRAP(k->rows <= DDS_RAGGED_MAX_ROWS);
+            ib = dds_ragged_index_bytes(k->rows);
+            CHECK_OR_TRAP(k->bytes >= ib && k->bytes <= (uint64_t)INT64_MAX);
+            CHECK_OR_TRAP((k->bytes - ib) % r->row_bytes == 0);
+            elems += (k->bytes - ib) / r->row_bytes;
+            CHECK_OR_TRAP(elems <= (uint64_t)INT64_MAX / r->row_bytes);
+        } else {
+            CHECK_OR_TRAP(r->row_bytes == 0 ||
+                          (uint64_t)k->rows <= UINT64_MAX / r->row_bytes);
+            CHECK_OR_TRAP(k->bytes == (uint64_t)k->rows * r->row_bytes);
+        }
         CHECK_OR_TRAP(k->pid > 0);
         CHECK_OR_TRAP(k->addr_len >= 1 && k->addr_len <= DDOFI_HS_ADDR_MAX);
         CHECK_OR_TRAP(all_zero(k->addr + k->addr_len,

@@ -16,6 +16,7 @@
 
 #include "ddstore/errors.h"
 #include "ddstore/handshake_transport.h"
+#include "ddstore/transport.h"
 #include "ddstore/types.h"
 
 static const char *g_dir;
@@ -139,8 +140,8 @@ int main(int argc, char **argv)
     static const int64_t rows4[] = {5, 6, 0, 7};
     static const int64_t rows3z[] = {0, 0, 0};
     ddofi_hs_record_t r;
-    unsigned char *b1, *b2, *b4, *t;
-    size_t l1, l2, l4, l;
+    unsigned char *b1, *b2, *b4, *bg, *t;
+    size_t l1, l2, l4, lg, l;
 
     if (argc != 2) {
         fprintf(stderr, "usage: %s OUTDIR\n", argv[0]);
@@ -187,6 +188,16 @@ int main(int argc, char **argv)
     free(t);
     ddofi_hs_record_clear(&r);
 
+    /* a ragged variable: rank i's bytes are its index plus its element
+     * rows (rank 2 has no samples, rank 1 samples of length 0) */
+    make(&r, 4, "graphs.x", DDS_DTYPE_FLOAT32, 4, 16, DDOFI_HS_FLAG_RAGGED,
+         rows4);
+    for (uint32_t i = 0; i < 4; i++)
+        r.ranks[i].bytes = dds_ragged_index_bytes(r.ranks[i].rows) +
+                           (uint64_t)(i == 1 ? 0 : 40 + 3 * i) * r.row_bytes;
+    emit("valid-ragged-4ranks", &r, &bg, &lg);
+    ddofi_hs_record_clear(&r);
+
     /* every string at its longest, the largest address blob */
     make(&r, 1, "n", DDS_DTYPE_INT32, 4, 1, 0, rows1);
     memset(r.name, 'n', DDOFI_HS_NAME_MAX);
@@ -220,9 +231,14 @@ int main(int argc, char **argv)
         out("bad-crc", t, l4, -DDS_ECORRUPT);
 
         memcpy(t, b4, l4);
-        put32(t + 8, 2);
+        put32(t + 8, 1); /* the format before ragged variables */
         fix_crc(t, l4);
-        out("bad-version-2", t, l4, -DDS_ESTALE);
+        out("bad-version-1", t, l4, -DDS_ESTALE);
+
+        memcpy(t, b4, l4);
+        put32(t + 8, 3);
+        fix_crc(t, l4);
+        out("bad-version-3", t, l4, -DDS_ESTALE);
 
         memcpy(t, b4, l4);
         put32(t + 28, 0);
@@ -260,6 +276,26 @@ int main(int argc, char **argv)
         out("bad-itemsize-bfloat16", t, l1, -DDS_ECORRUPT);
         free(t);
     }
+    if (bg != NULL) {
+        t = malloc(lg);
+        memcpy(t, bg, lg);
+        put64(t + 512 + 480 * 3 + 24,
+              dds_ragged_index_bytes(7) + 49 * 64 + 1); /* not whole rows */
+        fix_crc(t, lg);
+        out("bad-ragged-bytes", t, lg, -DDS_ECORRUPT);
+
+        memcpy(t, bg, lg);
+        put64(t + 512 + 24, 32); /* below rank 0's index */
+        fix_crc(t, lg);
+        out("bad-ragged-index", t, lg, -DDS_ECORRUPT);
+
+        memcpy(t, bg, lg);
+        put32(t + 52, 0); /* the flag dropped: not rows x row bytes */
+        fix_crc(t, lg);
+        out("bad-ragged-flag-dropped", t, lg, -DDS_ECORRUPT);
+        free(t);
+    }
+    free(bg);
     free(b1);
     free(b2);
     free(b4);

@@ -26,6 +26,7 @@
 #include "check.h"
 #include "ddstore/handshake_transport.h"
 #include "ddstore/log.h"
+#include "ddstore/transport.h"
 #include "ddstore/types.h"
 
 static char g_root[4096];
@@ -276,7 +277,7 @@ static void test_round_trip(void)
             continue;
         /* the layout of the header comment, independent of the parser */
         CHECK_MEMEQ(b, "DDSHAKE\0", 8);
-        CHECK_EQ_U(get32(b + 8), 1);
+        CHECK_EQ_U(get32(b + 8), 2);
         CHECK_EQ_U(get32(b + 12), 512);
         CHECK_EQ_U(get64(b + 16), len);
         CHECK_EQ_U(get32(b + 24), file_crc(b, len));
@@ -472,6 +473,60 @@ static const struct {
 /* Every rule, on both sides: encode refuses the record (-DDS_EINVAL) and a
  * file carrying it (written by hand, CRC fixed) does not parse
  * (-DDS_ECORRUPT); both details name the field. */
+/* Ragged variables: a rank's bytes are its index (dds_ragged_index_bytes
+ * of its samples) plus whole element rows; the record is as long as a fixed
+ * variable's. */
+static void test_ragged(void)
+{
+    static const int64_t elems[4] = {11, 0, 0, 30};
+    ddofi_hs_record_t r, p;
+    unsigned char *b;
+    void *buf = NULL;
+    size_t len = 0;
+
+    make_record(&r, 4, "graphs");
+    r.flags |= DDOFI_HS_FLAG_RAGGED;
+    for (uint32_t i = 0; i < 4; i++)
+        r.ranks[i].bytes = dds_ragged_index_bytes(r.ranks[i].rows) +
+                           (uint64_t)elems[i] * r.row_bytes;
+    CHECK_EQ_U(dds_ragged_index_bytes(0), 64);
+    CHECK_EQ_U(dds_ragged_index_bytes(7), 64);
+    CHECK_EQ_U(dds_ragged_index_bytes(8), 128);
+    CHECK_OK(ddofi_hs_encode(&r, &buf, &len));
+    CHECK_EQ_U(len, 512 + 4 * 480); /* no more per rank than fixed rows */
+    CHECK_OK(ddofi_hs_parse(buf, len, &p));
+    check_same(&r, &p);
+    CHECK(p.flags & DDOFI_HS_FLAG_RAGGED);
+    ddofi_hs_record_clear(&p);
+    b = buf;
+    /* bytes: not index + whole rows, below the index, above INT64_MAX */
+    put64(b + RANK_OFF(3) + 24, r.ranks[3].bytes + 5);
+    fix_crc(b, len);
+    expect_parse_fail(b, len, -DDS_ECORRUPT, "rank 3: bytes", "ragged bytes");
+    put64(b + RANK_OFF(3) + 24, 63);
+    fix_crc(b, len);
+    expect_parse_fail(b, len, -DDS_ECORRUPT, "index bytes", "ragged index");
+    put64(b + RANK_OFF(3) + 24, (uint64_t)INT64_MAX + 13);
+    fix_crc(b, len);
+    expect_parse_fail(b, len, -DDS_ECORRUPT, "rank 3: bytes", "ragged huge");
+    /* the same bytes without the flag: not rows x row bytes */
+    put64(b + RANK_OFF(3) + 24, r.ranks[3].bytes);
+    put32(b + 52, DDOFI_HS_FLAG_LOCAL_ONLY);
+    fix_crc(b, len);
+    expect_parse_fail(b, len, -DDS_ECORRUPT, "x row bytes 12 (",
+                      "fixed reading of a ragged record");
+    free(buf);
+    /* element rows whose byte offsets overflow int64 */
+    r.ranks[0].bytes = dds_ragged_index_bytes(r.ranks[0].rows) +
+                       ((uint64_t)INT64_MAX / 20) * 12;
+    r.ranks[3].bytes = r.ranks[0].bytes;
+    r.ranks[3].rows = r.ranks[0].rows;
+    r.total_rows = (uint64_t)(r.ranks[0].rows * 2 + r.ranks[2].rows);
+    CHECK_RC(ddofi_hs_encode(&r, &buf, &len), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "element rows");
+    ddofi_hs_record_clear(&r);
+}
+
 static void test_field_rules(void)
 {
     ddofi_hs_record_t good;
@@ -570,12 +625,18 @@ static void test_header_rules(void)
 
     /* versions: another format is -DDS_ESTALE, whatever follows */
     RESET();
-    put32(b + 8, 2);
+    put32(b + 8, 1); /* the format before ragged variables */
     fix_crc(b, glen);
     expect_parse_fail(b, glen, -DDS_ESTALE,
-                      "format version 2, this reader understands 1 (record "
+                      "format version 1, this reader understands 2 (record "
                       "written by another ddstore version)",
-                      "version 2");
+                      "version 1");
+    RESET();
+    put32(b + 8, 3);
+    fix_crc(b, glen);
+    expect_parse_fail(b, glen, -DDS_ESTALE,
+                      "format version 3, this reader understands 2",
+                      "version 3");
     RESET();
     put32(b + 8, 7);
     expect_parse_fail(b, 12, -DDS_ESTALE, "format version 7", "version 7");
@@ -656,15 +717,16 @@ static void test_header_rules(void)
                       "rank 0: address blob has non-zero bytes after its "
                       "length 16",
                       "addr padding");
-    /* region blob and flags are opaque: any bytes parse */
+    /* region blob and flags but DDOFI_HS_FLAG_RAGGED (test_ragged) are
+     * opaque: any bytes parse */
     RESET();
     memset(b + RANK_OFF(2) + 112, 0xff, DDOFI_HS_MR_BLOB);
-    put32(b + 52, 0xfffffffeu);
+    put32(b + 52, 0xfffffffcu);
     fix_crc(b, glen);
     {
         ddofi_hs_record_t p;
         CHECK_OK(ddofi_hs_parse(b, glen, &p));
-        CHECK_EQ_U(p.flags, 0xfffffffeu);
+        CHECK_EQ_U(p.flags, 0xfffffffcu);
         CHECK_EQ(p.ranks[2].mr_blob[47], 0xff);
         ddofi_hs_record_clear(&p);
     }
@@ -989,12 +1051,12 @@ static void test_write_read(void)
         CHECK_OK(ddofi_hs_write(dir, &r));
         fd = open(fn, O_RDWR);
         CHECK(fd >= 0);
-        byte = 2;
+        byte = 3;
         CHECK_EQ(pwrite(fd, &byte, 1, 8), 1);
         close(fd);
         CHECK_RC(ddofi_hs_read_ns(dir, "job42.0", "train/x y", &p), -DDS_ESTALE);
         CHECK_CONTAINS(dds_last_error(), fn);
-        CHECK_CONTAINS(dds_last_error(), "format version 2");
+        CHECK_CONTAINS(dds_last_error(), "format version 3");
     }
 
     /* not a regular file */
@@ -1221,6 +1283,7 @@ int main(void)
     make_root();
     RUN_TEST(test_round_trip);
     RUN_TEST(test_field_rules);
+    RUN_TEST(test_ragged);
     RUN_TEST(test_header_rules);
     RUN_TEST(test_file_name);
     RUN_TEST(test_dir_prepare);

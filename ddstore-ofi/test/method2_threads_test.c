@@ -152,6 +152,63 @@ static dds_buf_t ibuf(int64_t *p, int64_t n)
     return b;
 }
 
+/* A ragged variable "g": core rank r has ragged_samples[r] samples; sample
+ * s has s % 5 element rows of DISP int64, element j's column k being
+ * (s * 100 + j) * DISP + k. */
+static const int64_t ragged_samples[2] = {9, 14};
+
+static int64_t ragged_len(int64_t s) { return s % 5; }
+
+static int ragged_add(dds_store_t *s, int me)
+{
+    const int64_t first = me ? ragged_samples[0] : 0, n = ragged_samples[me];
+    int64_t lens[16], nel = 0, k = 0;
+    for (int64_t i = 0; i < n; i++)
+        nel += lens[i] = ragged_len(first + i);
+    int64_t *data = malloc((size_t)(nel + 1) * ROWB);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < lens[i]; j++, k++)
+            for (int64_t c = 0; c < DISP; c++)
+                data[k * DISP + c] = ((first + i) * 100 + j) * DISP + c;
+    int rc = dds_store_ragged_add(s, "g", data, nel, lens, n, DISP, sizeof(int64_t),
+                                  DDS_DTYPE_INT64, NULL, DDS_ADD_COPY);
+    free(data);
+    return rc;
+}
+
+/* The reader joins "g" and reads every sample (shuffled, repeated). */
+static void ragged_join_read(dds_store_t *s)
+{
+    const int64_t total = ragged_samples[0] + ragged_samples[1];
+    int64_t rows[2 * 23], lens[2 * 23], got = -1, elems = 0, k = 0;
+    int64_t *buf = malloc((size_t)4 * 2 * 23 * ROWB);
+    dds_var_info_t info;
+    long bad = 0;
+    T_RC(dds_store_var_join(s, "g"), 0);
+    T_RC(dds_store_var_info(s, "g", &info), 0);
+    for (int64_t g = 0; g < total; g++)
+        elems += ragged_len(g);
+    T(info.ragged == 1 && info.total_rows == total && info.total_elems == elems);
+    T(info.local_elems == 0);
+    for (int64_t i = 0; i < 2 * total; i++)
+        rows[i] = (i * 7 + 3) % total;
+    dds_buf_t b = ibuf(buf, 4 * 2 * 23);
+    T_RC(dds_store_ragged_get_batch(s, NULL, "g", &b, rows, (size_t)(2 * total), lens,
+                                    &got), 0);
+    for (int64_t i = 0; i < 2 * total; i++) {
+        bad += lens[i] != ragged_len(rows[i]);
+        for (int64_t j = 0; j < ragged_len(rows[i]); j++, k++)
+            for (int64_t c = 0; c < DISP; c++)
+                bad += buf[k * DISP + c] != (rows[i] * 100 + j) * DISP + c;
+    }
+    T(bad == 0 && got == k);
+    T_RC(dds_store_ragged_sizes(s, NULL, "g", rows, (size_t)total, lens), 0);
+    for (int64_t i = 0; i < total; i++)
+        T(lens[i] == ragged_len(rows[i]));
+    T_RC(dds_store_get_batch(s, NULL, "g", &b, rows, 1), -DDS_EINVAL); /* ragged */
+    free(buf);
+}
+
 /* ---------------- pipes and processes ---------------- */
 
 /* One byte from fd within timeout_s: the byte, or -1 (timeout, EOF, error). */
@@ -375,6 +432,9 @@ static int core_main(dds_comm_t *comm, void *arg)
         ok &= rc == 0;
         free(shard);
     }
+    rc = ragged_add(s, me);
+    T_RC(rc, 0);
+    ok &= rc == 0;
     if (me == 0) {
         char *p = record_path(c->dir, c->ns, "x");
         T(p && access(p, R_OK) == 0); /* rank 0 published before add returned */
@@ -526,6 +586,7 @@ static void reader_phase_a(const reader_cfg_t *c)
     T_RC(dds_store_var_join(s, "x"), 0);
     T_RC(dds_store_var_join(s, "z"), 0);
     T_RC(dds_store_var_join(s, "x"), -DDS_EEXIST);
+    ragged_join_read(s);
 
     /* info and owner offsets: the core job's layout */
     for (int v = 0; v < NVARS; v++) {
@@ -894,7 +955,7 @@ static int run_round(const char *provider, int unset_fabric)
     T(c == 'R');
     if (c != 'R')
         goto cleanup;
-    T(count_records(dir) == 2);
+    T(count_records(dir) == NVARS + 1); /* and the ragged "g" */
 
     /* the reader job */
     pipe_new(to_parent);

@@ -37,6 +37,7 @@
 #include "ddstore/files.h"
 #include "ddstore/handshake_transport.h"
 #include "ddstore/log.h"
+#include "ddstore/transport.h"
 #include "ddstore/types.h"
 
 /* ---- layout ------------------------------------------------------------ */
@@ -278,6 +279,29 @@ static int check_str(const hs_ctx_t *c, const char *s, size_t cap,
     return 0;
 }
 
+/* A ragged variable's rank entry: bytes == index bytes + a whole number
+ * of element rows (*elems_p), within int64. */
+static int check_ragged_rank(const hs_ctx_t *c, const ddofi_hs_record_t *r,
+                             uint32_t i, uint64_t *elems_p)
+{
+    const ddofi_hs_rank_t *k = &r->ranks[i];
+    uint64_t ib;
+    if (k->rows > DDS_RAGGED_MAX_ROWS)
+        return hs_fail(c, "rank %u: %lld samples are more than a ragged "
+                       "index holds", i, (long long)k->rows);
+    ib = dds_ragged_index_bytes(k->rows);
+    if (k->bytes < ib || k->bytes > (uint64_t)INT64_MAX ||
+        (k->bytes - ib) % r->row_bytes != 0)
+        return hs_fail(c,
+                       "rank %u: bytes %llu != index bytes %llu (%lld "
+                       "samples) + element rows x row bytes %llu",
+                       i, (unsigned long long)k->bytes,
+                       (unsigned long long)ib, (long long)k->rows,
+                       (unsigned long long)r->row_bytes);
+    *elems_p = (k->bytes - ib) / r->row_bytes;
+    return 0;
+}
+
 static int check_rank(const hs_ctx_t *c, const ddofi_hs_record_t *r, uint32_t i)
 {
     const ddofi_hs_rank_t *k = &r->ranks[i];
@@ -288,7 +312,9 @@ static int check_rank(const hs_ctx_t *c, const ddofi_hs_record_t *r, uint32_t i)
     if (k->rows < 0)
         return hs_fail(c, "rank %u: rows %lld must be >= 0", i,
                        (long long)k->rows);
-    if (!mul_u64((uint64_t)k->rows, r->row_bytes, &want))
+    if (r->flags & DDOFI_HS_FLAG_RAGGED)
+        want = k->bytes; /* check_ragged_rank */
+    else if (!mul_u64((uint64_t)k->rows, r->row_bytes, &want))
         return hs_fail(c,
                        "rank %u: bytes: rows %lld x row bytes %llu "
                        "overflows",
@@ -325,7 +351,7 @@ static int check_rank(const hs_ctx_t *c, const ddofi_hs_record_t *r, uint32_t i)
  * r->nranks entries. */
 static int check_record(const hs_ctx_t *c, const ddofi_hs_record_t *r)
 {
-    uint64_t row_bytes, sum = 0;
+    uint64_t row_bytes, sum = 0, elems = 0;
     size_t dsize;
     int rc;
 
@@ -370,6 +396,16 @@ static int check_record(const hs_ctx_t *c, const ddofi_hs_record_t *r)
         rc = check_rank(c, r, i);
         if (rc < 0)
             return rc;
+        if (r->flags & DDOFI_HS_FLAG_RAGGED) {
+            uint64_t e = 0;
+            rc = check_ragged_rank(c, r, i, &e);
+            if (rc < 0)
+                return rc;
+            if (e > (uint64_t)INT64_MAX / r->row_bytes - elems)
+                return hs_fail(c, "element rows: the ranks' sum overflows "
+                               "64-bit byte offsets at rank %u", i);
+            elems += e;
+        }
         /* rows >= 0 here; global rows are int64_t */
         if ((uint64_t)r->ranks[i].rows > (uint64_t)INT64_MAX - sum)
             return hs_fail(c,
@@ -382,6 +418,10 @@ static int check_record(const hs_ctx_t *c, const ddofi_hs_record_t *r)
         return hs_fail(c, "total rows %llu != sum of the ranks' rows %llu",
                        (unsigned long long)r->total_rows,
                        (unsigned long long)sum);
+    if ((r->flags & DDOFI_HS_FLAG_RAGGED) &&
+        sum > (uint64_t)INT64_MAX / 8 - r->nranks)
+        return hs_fail(c, "total rows %llu: too many samples for a ragged "
+                       "index", (unsigned long long)sum);
     return 0;
 }
 

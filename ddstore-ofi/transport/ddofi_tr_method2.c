@@ -168,6 +168,8 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
     rec.ctime_ns = realtime_ns();
     rec.dtype = (int32_t)d->dtype;
     rec.flags = t->attr.local_only ? DDOFI_HS_FLAG_LOCAL_ONLY : 0; /* sockets on 127.0.0.1 */
+    if (d->ragged)
+        rec.flags |= DDOFI_HS_FLAG_RAGGED;
     rec.pidns = t->hs.mypidns;
     rec.itemsize = d->itemsize;
     rec.disp = d->itemsize ? d->row_bytes / d->itemsize : 0;
@@ -182,7 +184,11 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
         r->rows = d->offsets[i + 1] - d->offsets[i];
         r->base = g->remotes[i].base;
         r->key = g->remotes[i].key;
-        r->bytes = (uint64_t)r->rows * d->row_bytes; /* == the registered size */
+        r->bytes = d->ragged /* == the registered size */
+                       ? dds_ragged_index_bytes(r->rows) +
+                             (uint64_t)(d->elem_offsets[i + 1] - d->elem_offsets[i]) *
+                                 d->row_bytes
+                       : (uint64_t)r->rows * d->row_bytes;
         r->pid = t->hs.pids[i];
         r->start_ticks = t->hs.ticks[i];
         snprintf(r->host, sizeof r->host, "%s", t->hs.hosts + (size_t)i * HOST_MAX);
@@ -560,16 +566,21 @@ static int hs_region(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *r
                      dds_region_layout_t *lay, void **region_p)
 {
     const int n = (int)rec->nranks;
+    const int ragged = (rec->flags & DDOFI_HS_FLAG_RAGGED) != 0;
     ddofi_tr_region_t *g = calloc(1, sizeof *g);
     int64_t *off = malloc(((size_t)n + 1) * sizeof *off);
+    int64_t *eoff = ragged ? malloc(((size_t)n + 1) * sizeof *eoff) : NULL;
     int rc = 0;
-    if (!g || !off || !(g->remotes = calloc((size_t)n, sizeof *g->remotes))) {
+    if (!g || !off || (ragged && !eoff) ||
+        !(g->remotes = calloc((size_t)n, sizeof *g->remotes))) {
         rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory", rec->name);
         goto fail;
     }
     snprintf(g->name, sizeof g->name, "%s", rec->name);
     g->joined = 1;
     off[0] = 0;
+    if (eoff)
+        eoff[0] = 0;
     for (int i = 0; i < n; i++) {
         const ddofi_hs_rank_t *r = &rec->ranks[i];
         int e = ddofi_remote_import(r->mr_blob, DDOFI_HS_MR_BLOB, &g->remotes[i]);
@@ -596,6 +607,9 @@ static int hs_region(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *r
             goto fail;
         }
         off[i + 1] = off[i] + r->rows;
+        if (eoff) /* the parser checked: a whole number of element rows */
+            eoff[i + 1] = eoff[i] + (int64_t)((r->bytes - dds_ragged_index_bytes(r->rows)) /
+                                              rec->row_bytes);
     }
     g->live_slot = -1;
     if ((rc = ddofi_tr_live_join(t, path, rec, g)) != 0)
@@ -606,11 +620,14 @@ static int hs_region(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *r
     lay->disp = rec->disp;
     lay->itemsize = rec->itemsize;
     lay->dtype = (dds_dtype_t)rec->dtype;
+    lay->ragged = ragged;
+    lay->elem_offsets = eoff;
     ddofi_tr_region_link(t, g);
     *region_p = g;
     return 0;
 fail:
     free(off);
+    free(eoff);
     if (g) {
         free(g->live);
         free(g->remotes);

@@ -347,7 +347,8 @@ class _Api(ctypes.Structure):
             "unwrap", "raise_error", "var_info", "var_offsets", "var_add",
             "get", "get_batch", "recv_register", "recv_unregister", "profile",
             "last_error", "strerror", "log_write", "log_enabled",
-            "var_update", "acquire", "release", "keep_alive", "error", "indices")]
+            "var_update", "acquire", "release", "keep_alive", "error", "indices",
+            "ragged_sizes", "ragged_get_batch")]
 
 
 def test_c_api_capsule(store):
@@ -358,7 +359,7 @@ def test_c_api_capsule(store):
     p = get(cap, b"pyddstore._core._C_API")
     api = _Api.from_address(p)
     assert api.size == ctypes.sizeof(_Api)
-    assert api.version >= 1
+    assert api.version == 2
     for name, _ in _Api._fields_[2:]:
         assert getattr(api, name), name
     # unwrap accepts a store and a reader, and refuses anything else

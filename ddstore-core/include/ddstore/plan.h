@@ -121,6 +121,28 @@ DDS_API int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
 DDS_API int dds_plan_range(const dds_plan_params_t *params, int64_t start,
                    int64_t nrows, dds_plan_t *plan);
 
+/* A byte span of one owner's shard (ragged reads: one sample's payload). */
+typedef struct dds_span {
+    int owner;            /* in [0, nranks)                                  */
+    int64_t src_offset;   /* bytes from the start of the owner's shard (>= 0) */
+    size_t len;           /* bytes; 0 = nothing to read                       */
+} dds_span_t;
+
+/* Plan spans packed in request order: span i lands at destination offset
+ * dst_i = len_0 + ... + len_{i-1} (no staging, no copies; repeats are read
+ * again).  Ops are grouped by owner (ops of owner r are
+ * ops[owner_first[r] .. owner_first[r+1]), in request order within an
+ * owner); a span that continues the previous span of the same owner both in
+ * the owner's shard and in the destination is merged into its read; every
+ * read is split at max_read_bytes (0 = never); zero-length spans give no
+ * read.  plan.nrows = plan.nrows_unique = n.  -DDS_EINVAL naming the
+ * position for an owner outside [0, nranks), a negative source offset, or a
+ * destination offset or read end beyond SIZE_MAX / INT64_MAX; -DDS_ENOMEM.
+ * O(n + nranks); reuses the plan's arrays. */
+DDS_API int dds_plan_spans(int nranks, size_t max_read_bytes,
+                           const dds_span_t *spans, size_t n,
+                           dds_plan_t *plan);
+
 #ifdef __cplusplus
 }
 #endif

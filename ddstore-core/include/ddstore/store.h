@@ -266,12 +266,14 @@ DDS_API int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char 
  * every rank, as for var_add).  Rank r holds the samples [offsets[r],
  * offsets[r+1]) (var_offsets: sample rows) and their element rows.
  *
- * The index is distributed: each rank keeps the (offset, length) entries of
- * its own samples only, plus two prefix-sum arrays over ranks (samples and
- * element rows), so per-rank metadata is O(local rows + ranks).  A read of
- * samples first reads their index entries from their owners (batched per
- * owner like payload rows; this rank's and same-node owners' directly),
- * then the payload.  Cost model: docs/design.md "Ragged variables".
+ * The index is distributed: each rank keeps the entries of its own samples
+ * only (local_rows + 1 int64 element-row prefix sums, at the start of its
+ * shard, before the payload), plus two prefix-sum arrays over ranks
+ * (samples and element rows), so per-rank metadata is O(local rows +
+ * ranks).  A read of samples first reads their index entries from their
+ * owners (batched per owner like payload rows; this rank's own entries by
+ * memcpy, same-node owners' as the transport serves them), then the
+ * payload.  Cost model: docs/design.md "Ragged variables".
  *
  * Fixed-row reads (get, get_batch, var_update) of a ragged variable, and
  * ragged reads of a fixed variable, fail with -DDS_EINVAL naming the kind
@@ -281,10 +283,14 @@ DDS_API int dds_store_coll_fail(dds_store_t *store, dds_coll_t call, const char 
 
 /* Collective: this rank's samples are `nrows` lengths (each >= 0) and their
  * payload: sum(lengths) element rows of disp x itemsize at `data`, sample
- * after sample.  `mem`, `flags` as for var_add.  Bad input (a negative
- * length, a sum above INT64_MAX or not equal to `nelems`, disp / itemsize /
- * dtype differing across ranks) fails on every rank with -DDS_EINVAL
- * naming the value and the rank. */
+ * after sample (data may be NULL when nelems is 0).  The payload is copied
+ * into a store-owned host shard: `mem` NULL or host memory, `flags`
+ * DDS_ADD_COPY; GPU memory and DDS_ADD_IN_PLACE fail on every rank with
+ * -DDS_ENOSYS (copy a GPU payload to host memory first).  Bad input (nrows
+ * < 0, a negative length, a sum above INT64_MAX or not equal to `nelems`,
+ * disp / itemsize / dtype differing across ranks, a rank calling var_add
+ * where another calls ragged_add) fails on every rank with -DDS_EINVAL
+ * naming the value and the rank; the name stays free. */
 DDS_API int dds_store_ragged_add(dds_store_t *store, const char *name,
                                  const void *data, int64_t nelems,
                                  const int64_t *lengths, int64_t nrows,
@@ -302,14 +308,17 @@ DDS_API int dds_store_ragged_init(dds_store_t *store, const char *name,
 /* Local: overwrite the payload of this rank's samples [offset,
  * offset+nsamples) (local sample rows) with src; src->nrows must equal the
  * sum of their stored lengths (else -DDS_EINVAL naming both; lengths never
- * change). */
+ * change); samples outside this rank's: -DDS_ERANGE.  A GPU source is
+ * copied as var_update copies it.  Visibility to other ranks' reads: as
+ * var_update (epochs). */
 DDS_API int dds_store_ragged_update(dds_store_t *store, const char *name,
                                     const dds_buf_t *src, int64_t offset,
                                     int64_t nsamples);
 
 /* Local: lengths_out[i] <- length (element rows) of global sample rows[i].
  * Reads index entries only, never payload.  Same index checks as
- * get_batch (-DDS_ERANGE naming the position and value). */
+ * get_batch (-DDS_ERANGE naming the position and value).  Profile: reads,
+ * local bytes and times are counted, not calls / rows / bytes. */
 DDS_API int dds_store_ragged_sizes(dds_store_t *store, dds_reader_t *reader,
                                    const char *name, const int64_t *rows,
                                    size_t n, int64_t *lengths_out);
@@ -320,8 +329,12 @@ DDS_API int dds_store_ragged_sizes(dds_store_t *store, dds_reader_t *reader,
  * the sum (the rows after it are untouched).  When dst->nrows is smaller
  * than the sum, returns -DDS_ENOSPC with lengths_out and *total_out filled
  * and no payload read (the caller allocates and calls again: the "sizes
- * first" two-step without a second call).  Destinations in GPU memory
- * follow get_batch's routes. */
+ * first" two-step without a second call).  lengths_out may be NULL (the
+ * total alone); total_out may not.  A total above INT64_MAX: -DDS_EINVAL.
+ * Destinations in GPU memory follow get_batch's routes (the payload step
+ * reads straight into the destination, or through staging).  Profile: one
+ * call, n rows (samples), the payload's bytes; reads and local bytes of
+ * both steps. */
 DDS_API int dds_store_ragged_get_batch(dds_store_t *store,
                                        dds_reader_t *reader, const char *name,
                                        const dds_buf_t *dst,

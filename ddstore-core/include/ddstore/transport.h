@@ -37,6 +37,17 @@ enum {
                                                  host shard itself          */
 };
 
+/* A ragged variable's shard (docs/design.md "Ragged variables") is
+ * [index | payload]: the index is nrows + 1 int64 element-row prefix sums
+ * of its samples (the first 0), padded to 64 bytes, then the element rows
+ * (row_bytes each), sample after sample.  The index's bytes for `nrows`
+ * samples, 0 <= nrows <= DDS_RAGGED_MAX_ROWS: where the payload starts. */
+#define DDS_RAGGED_MAX_ROWS (INT64_MAX / 8 - 16)
+static inline uint64_t dds_ragged_index_bytes(int64_t nrows)
+{
+    return ((uint64_t)(nrows + 1) * 8u + 63u) & ~(uint64_t)63u;
+}
+
 enum {
     DDS_READER_THREAD = 0,   /* a reader for one thread of this process      */
     DDS_READER_FORKED = 1    /* a reader for a process forked after create   */
@@ -59,6 +70,13 @@ typedef struct dds_region_desc {
      * layout of the variable, known when region_create is called). */
     const int64_t *offsets;
     int nranks;
+    /* Ragged variables (else 0 and NULL): the shard is [index | payload]
+     * (dds_ragged_index_bytes), nrows and offsets count samples, and
+     * elem_offsets (nranks + 1) are the element-row prefix sums over ranks:
+     * rank r's shard is dds_ragged_index_bytes(offsets[r+1] - offsets[r])
+     * + (elem_offsets[r+1] - elem_offsets[r]) x row_bytes bytes. */
+    int ragged;
+    const int64_t *elem_offsets;
 } dds_region_desc_t;
 
 /* What region_join found: a variable published by another job. */
@@ -68,6 +86,11 @@ typedef struct dds_region_layout {
                                 transport; the store takes ownership)      */
     size_t row_bytes, disp, itemsize;
     dds_dtype_t dtype;
+    /* Ragged variables (else 0 and NULL): offsets count samples and
+     * elem_offsets (nowners + 1, malloc'ed by the transport; the store takes
+     * ownership) the element rows, as in dds_region_desc_t. */
+    int ragged;
+    int64_t *elem_offsets;
 } dds_region_layout_t;
 
 typedef struct dds_transport_ops {

@@ -8,10 +8,10 @@
  * the reader imports them), so the parser can be fuzzed alone.
  *
  * File: {handshake_dir}/{escaped name}.ddshs, binary, little-endian, fixed
- * sizes (format version 1):
+ * sizes (format version 2; version 1 had no ragged variables):
  *
  *   header, DDOFI_HS_HEADER_BYTES:
- *     0  magic "DDSHAKE\0"           8   u32 version (1)
+ *     0  magic "DDSHAKE\0"           8   u32 version (2)
  *     12 u32 header bytes (512)      16  u64 file bytes
  *     24 u32 CRC-32 of the file with these 4 bytes zero
  *     28 u32 nranks                  32  u64 run id (random, one per core store)
@@ -32,16 +32,26 @@
  *     160 u8 address blob[DDOFI_HS_ADDR_MAX] (first `length` bytes used,
  *        rest zero)
  *
+ * Ragged variables (flags has DDOFI_HS_FLAG_RAGGED; store.h): rows and
+ * total rows count samples, and a rank's shard is [index | payload]
+ * (transport.h, dds_ragged_index_bytes), so its bytes are
+ * dds_ragged_index_bytes(rows) + element rows x row bytes: the reader
+ * derives each rank's element rows from its entry (nothing per sample, and
+ * no field more per rank than a fixed variable's).
+ *
  * Validation on parse (each failure is -DDS_ECORRUPT, or -DDS_ESTALE for a
  * foreign format version, with a detail naming the field): magic, version,
  * header/entry sizes, file size == header + nranks x entry, CRC, nranks in
  * [1, DDOFI_HS_MAX_RANKS], every string NUL-terminated, name non-empty,
  * dtype known, itemsize > 0, row bytes == disp x itemsize (no overflow),
- * rows >= 0, bytes == rows x row bytes, total rows == sum of rows (no
- * overflow), address length in range, pid > 0, creation time > 0; and
+ * rows >= 0, bytes == rows x row bytes (ragged: index bytes + a whole
+ * number of rows, rows <= DDS_RAGGED_MAX_ROWS, the element rows' sum and
+ * byte offsets within int64), total rows == sum of rows (no overflow),
+ * address length in range, pid > 0, creation time > 0; and
  * what the encoder never writes: non-zero bytes after a string's NUL or after the address blob, disp == 0, an itemsize
  * other than a typed dtype's size.  So a record that parses re-encodes to
- * the same bytes.  Flags are not checked (unknown bits are kept).
+ * the same bytes.  Flags other than DDOFI_HS_FLAG_RAGGED are not checked
+ * (unknown bits are kept).
  *
  * Thread-safety: every function is reentrant.
  */
@@ -58,7 +68,7 @@ extern "C" {
 #endif
 
 #define DDOFI_HS_MAGIC "DDSHAKE"   /* 7 chars + NUL = 8 bytes on disk */
-#define DDOFI_HS_VERSION 1u
+#define DDOFI_HS_VERSION 2u
 #define DDOFI_HS_HEADER_BYTES 512u
 #define DDOFI_HS_RANK_BYTES 480u
 #define DDOFI_HS_NAME_MAX 255      /* == DDS_NAME_MAX */
@@ -72,7 +82,8 @@ extern "C" {
 #define DDOFI_HS_SUFFIX ".ddshs"
 
 enum {
-    DDOFI_HS_FLAG_LOCAL_ONLY = 1u << 0  /* core served on 127.0.0.1 only */
+    DDOFI_HS_FLAG_LOCAL_ONLY = 1u << 0, /* core served on 127.0.0.1 only */
+    DDOFI_HS_FLAG_RAGGED = 1u << 1      /* a ragged variable (version 2)  */
 };
 
 typedef struct ddofi_hs_rank {

@@ -5,9 +5,10 @@
  *
  * The torch extension imports this table instead of linking the C libraries
  * a second time, so that there is one copy of the library state and a store
- * created by either module is the same object.  One version, every member
- * present (nothing was released with an older table); a later change that
- * grows it appends at the end and bumps PYDDSTORE_API_VERSION.
+ * created by either module is the same object.  A change that grows the
+ * table appends at the end and bumps PYDDSTORE_API_VERSION; the import
+ * below accepts exactly its own version (both extensions are built
+ * together).  Version 2 appended ragged_sizes and ragged_get_batch.
  *
  *   const pyddstore_api_t *api = pyddstore_api_import();   // NULL + exception
  */
@@ -25,7 +26,7 @@ extern "C" {
 #endif
 
 #define PYDDSTORE_API_CAPSULE "pyddstore._core._C_API"
-#define PYDDSTORE_API_VERSION 1
+#define PYDDSTORE_API_VERSION 2
 
 typedef struct pyddstore_api {
     size_t size;        /* sizeof(pyddstore_api_t) in _core */
@@ -88,6 +89,17 @@ typedef struct pyddstore_api {
      * out of memory, with an exception set), which are copied there.  GIL
      * held.  0, or -1 + exception (TypeError / ValueError / IndexError). */
     int (*indices)(PyObject *obj, int64_t *(*alloc)(void *ctx, size_t n), void *ctx);
+
+    /* Version 2: ragged variables (store.h dds_store_ragged_sizes and
+     * dds_store_ragged_get_batch; -DDS_ENOSPC from get_batch when dst is
+     * smaller than the samples' total, with the lengths and the total
+     * filled and nothing read).  Local; call them between acquire and
+     * release with the GIL released, like get_batch. */
+    int (*ragged_sizes)(dds_store_t *, dds_reader_t *, const char *,
+                        const int64_t *, size_t, int64_t *);
+    int (*ragged_get_batch)(dds_store_t *, dds_reader_t *, const char *,
+                            const dds_buf_t *, const int64_t *, size_t,
+                            int64_t *, int64_t *);
 } pyddstore_api_t;
 
 /* Communicators implemented outside _core (pyddstore.FileComm, a

@@ -138,6 +138,12 @@ PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
                        PyObject *args, PyObject *kw);
 PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
                              PyObject *args, PyObject *kw);
+/* Ragged variables: sizes(name, indices), get_ragged(name, indices,
+ * out=None). */
+PyObject *pydds_do_sizes(pydds_store_obj *s, pydds_reader_obj *r,
+                         PyObject *args, PyObject *kw);
+PyObject *pydds_do_get_ragged(pydds_store_obj *s, pydds_reader_obj *r,
+                              PyObject *args, PyObject *kw);
 PyObject *pydds_do_info(pydds_store_obj *s, PyObject *name);
 PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name);
 PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name);
@@ -203,6 +209,9 @@ typedef struct pydds_indices {
 /* Global row indices from any integer buffer (no Python loop) or a Python
  * sequence of integers.  Returns 0 or -1 with an exception. */
 int pydds_indices_get(PyObject *obj, pydds_indices_t *ix);
+/* The same converter for a ragged variable's per-sample lengths: strictly
+ * 1-D (a scalar or an N-D array is a ValueError), messages name "lengths". */
+int pydds_lengths_get(PyObject *obj, pydds_indices_t *ix);
 void pydds_indices_release(pydds_indices_t *ix);
 
 /* ---- communicators (pydds_comm.c) --------------------------------------- */

@@ -458,7 +458,8 @@ static int index_kind(const char *fmt)
     }
 }
 
-static int indices_from_buffer(PyObject *obj, pydds_indices_t *ix)
+static int indices_from_buffer(PyObject *obj, const char *what, int strict,
+                               pydds_indices_t *ix)
 {
     Py_buffer *v = &ix->view;
     int kind;
@@ -472,14 +473,19 @@ static int indices_from_buffer(PyObject *obj, pydds_indices_t *ix)
         char name[160];
         format_name(v->format ? v->format : "B", v->itemsize, name,
                     sizeof name);
-        PyErr_Format(PyExc_TypeError,
-                     "indices: expected integers, got %s", name);
+        PyErr_Format(PyExc_TypeError, "%s: expected integers, got %s", what,
+                     name);
         return -1;
     }
     if (v->itemsize != 1 && v->itemsize != 2 && v->itemsize != 4 &&
         v->itemsize != 8) {
-        PyErr_Format(PyExc_TypeError,
-                     "indices: unsupported integer size %zd", v->itemsize);
+        PyErr_Format(PyExc_TypeError, "%s: unsupported integer size %zd",
+                     what, v->itemsize);
+        return -1;
+    }
+    if (strict && v->ndim != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 1-D array, got %d-D",
+                     what, v->ndim);
         return -1;
     }
     if (v->ndim == 0) {
@@ -492,9 +498,10 @@ static int indices_from_buffer(PyObject *obj, pydds_indices_t *ix)
         n = v->len / v->itemsize;
         stride = v->itemsize;
     } else {
-        PyErr_SetString(PyExc_ValueError,
-                        "indices: expected a 1-D or C-contiguous buffer, got "
-                        "a non-contiguous multi-dimensional one");
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected a 1-D or C-contiguous buffer, got a "
+                     "non-contiguous multi-dimensional one",
+                     what);
         return -1;
     }
     ix->n = (size_t)n;
@@ -533,7 +540,7 @@ static int indices_from_buffer(PyObject *obj, pydds_indices_t *ix)
             }
             if (u > (uint64_t)INT64_MAX) {
                 PyErr_Format(PyExc_IndexError,
-                             "indices[%zd] = %llu is out of range", i,
+                             "%s[%zd] = %llu is out of range", what, i,
                              (unsigned long long)u);
                 return -1;
             }
@@ -545,18 +552,19 @@ static int indices_from_buffer(PyObject *obj, pydds_indices_t *ix)
     return 0;
 }
 
-static int indices_from_sequence(PyObject *obj, pydds_indices_t *ix)
+static int indices_from_sequence(PyObject *obj, const char *what,
+                                 pydds_indices_t *ix)
 {
     PyObject *seq, **items;
     Py_ssize_t n, i;
     if (PyUnicode_Check(obj) || PyDict_Check(obj) || !PySequence_Check(obj)) {
         PyErr_Format(PyExc_TypeError,
-                     "indices: expected a buffer of integers (numpy array) or "
-                     "a sequence of integers, got %s",
-                     Py_TYPE(obj)->tp_name);
+                     "%s: expected a buffer of integers (numpy array) or a "
+                     "sequence of integers, got %s",
+                     what, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    seq = PySequence_Fast(obj, "indices: expected a sequence of integers");
+    seq = PySequence_Fast(obj, "expected a sequence of integers");
     if (seq == NULL)
         return -1;
     n = PySequence_Fast_GET_SIZE(seq);
@@ -577,7 +585,7 @@ static int indices_from_sequence(PyObject *obj, pydds_indices_t *ix)
         long long v;
         if (PyFloat_Check(items[i])) {
             PyErr_Format(PyExc_TypeError,
-                         "indices[%zd]: expected an integer, got float", i);
+                         "%s[%zd]: expected an integer, got float", what, i);
             Py_DECREF(seq);
             return -1;
         }
@@ -586,13 +594,13 @@ static int indices_from_sequence(PyObject *obj, pydds_indices_t *ix)
             if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_IndexError,
-                             "indices[%zd] is out of range (does not fit in "
+                             "%s[%zd] is out of range (does not fit in "
                              "int64)",
-                             i);
+                             what, i);
             } else if (PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_TypeError,
-                             "indices[%zd]: expected an integer, got %s", i,
+                             "%s[%zd]: expected an integer, got %s", what, i,
                              Py_TYPE(items[i])->tp_name);
             }
             Py_DECREF(seq);
@@ -607,7 +615,8 @@ static int indices_from_sequence(PyObject *obj, pydds_indices_t *ix)
 
 /* A 1-D integer tensor in host memory through __dlpack__ (CPU torch
  * tensors).  1 = done, 0 = not such an object (nothing set), -1 = error. */
-static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
+static int indices_from_dlpack(PyObject *obj, const char *what, int strict,
+                               pydds_indices_t *ix)
 {
     PyObject *cap;
     const pydds_dl_managed_t *m;
@@ -622,7 +631,7 @@ static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
         return 0;
     cap = PyObject_CallMethod(obj, "__dlpack__", NULL);
     if (cap == NULL)
-        return dl_refused(obj, "indices");
+        return dl_refused(obj, what);
     m = PyCapsule_IsValid(cap, "dltensor")
             ? (const pydds_dl_managed_t *)PyCapsule_GetPointer(cap, "dltensor")
             : NULL;
@@ -636,9 +645,10 @@ static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
         t->device.device_type != DL_CUDA_HOST &&
         t->device.device_type != DL_ROCM_HOST) {
         Py_DECREF(cap);
-        PyErr_SetString(PyExc_TypeError,
-                        "indices: expected host memory (a CPU tensor), got a "
-                        "device tensor");
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected host memory (a CPU tensor), got a device "
+                     "tensor",
+                     what);
         return -1;
     }
     sign = t->dtype.code == DL_INT ? 1 : t->dtype.code == DL_UINT ? 0 : -1;
@@ -646,14 +656,15 @@ static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
         (t->dtype.bits != 8 && t->dtype.bits != 16 && t->dtype.bits != 32 &&
          t->dtype.bits != 64)) {
         Py_DECREF(cap);
-        PyErr_SetString(PyExc_TypeError, "indices: expected integers (DLPack "
-                                         "tensor of another dtype)");
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected integers (DLPack tensor of another dtype)",
+                     what);
         return -1;
     }
-    if (t->ndim > 1) {
+    if (t->ndim > 1 || (strict && t->ndim != 1)) {
         Py_DECREF(cap);
-        PyErr_Format(PyExc_ValueError,
-                     "indices: expected 1-D, got %d dimensions", (int)t->ndim);
+        PyErr_Format(PyExc_ValueError, "%s: expected 1-D, got %d dimensions",
+                     what, (int)t->ndim);
         return -1;
     }
     n = t->ndim == 0 ? 1 : t->shape[0];
@@ -704,9 +715,8 @@ static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
         }
         if (!sign && u > (uint64_t)INT64_MAX) {
             Py_DECREF(cap);
-            PyErr_Format(PyExc_IndexError,
-                         "indices[%lld] = %llu is out of range", (long long)i,
-                         (unsigned long long)u);
+            PyErr_Format(PyExc_IndexError, "%s[%lld] = %llu is out of range",
+                         what, (long long)i, (unsigned long long)u);
             return -1;
         }
         ix->owned[i] = v;
@@ -716,20 +726,33 @@ static int indices_from_dlpack(PyObject *obj, pydds_indices_t *ix)
     return 1;
 }
 
-int pydds_indices_get(PyObject *obj, pydds_indices_t *ix)
+/* The one converter: `what` names the argument in messages; `strict`
+ * refuses anything but one dimension (a 0-D scalar or an N-D array). */
+static int ints_get(PyObject *obj, const char *what, int strict,
+                    pydds_indices_t *ix)
 {
     int rc;
     memset(ix, 0, sizeof *ix);
     if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) &&
         !PyByteArray_Check(obj))
-        rc = indices_from_buffer(obj, ix);
-    else if ((rc = indices_from_dlpack(obj, ix)) != 0)
+        rc = indices_from_buffer(obj, what, strict, ix);
+    else if ((rc = indices_from_dlpack(obj, what, strict, ix)) != 0)
         rc = rc < 0 ? -1 : 0;
     else
-        rc = indices_from_sequence(obj, ix);
+        rc = indices_from_sequence(obj, what, ix);
     if (rc < 0)
         pydds_indices_release(ix);
     return rc;
+}
+
+int pydds_indices_get(PyObject *obj, pydds_indices_t *ix)
+{
+    return ints_get(obj, "indices", 0, ix);
+}
+
+int pydds_lengths_get(PyObject *obj, pydds_indices_t *ix)
+{
+    return ints_get(obj, "lengths", 1, ix);
 }
 
 void pydds_indices_release(pydds_indices_t *ix)

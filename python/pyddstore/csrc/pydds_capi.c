@@ -178,6 +178,8 @@ static const pyddstore_api_t capi_table = {
     .keep_alive = capi_keep_alive,
     .error = dds_error,
     .indices = capi_indices,
+    .ragged_sizes = dds_store_ragged_sizes,
+    .ragged_get_batch = dds_store_ragged_get_batch,
 };
 
 PyObject *pydds_capi_capsule(void)

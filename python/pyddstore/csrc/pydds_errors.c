@@ -19,6 +19,7 @@ PyObject *pydds_exc_class(int rc)
     case DDS_EINVAL:
     case DDS_EEXIST:
     case DDS_ECONFIG:
+    case DDS_ENOSPC:     /* a ragged read's destination is too small */
         return PyExc_ValueError;
     case DDS_ETYPE:
         return PyExc_TypeError;

@@ -4,7 +4,7 @@
  * has them) over a PyDDStore: fork_reader() for a process forked after the
  * store was created (DDS_READER_FORKED), open_reader() for one thread
  * (DDS_READER_THREAD).  It keeps its store object alive, reads like it
- * (get, get_batch) and answers the same queries; close() releases it
+ * (get, get_batch, sizes, get_ragged) and answers the same queries; close() releases it
  * (idempotent).  Readers are closed before their store is destroyed.
  */
 #include "pydds.h"
@@ -150,6 +150,20 @@ static PyObject *reader_get_batch(pydds_reader_obj *r, PyObject *args,
     return s ? pydds_do_get_batch(s, r, args, kw) : NULL;
 }
 
+static PyObject *reader_sizes(pydds_reader_obj *r, PyObject *args,
+                              PyObject *kw)
+{
+    pydds_store_obj *s = owner_of(r);
+    return s ? pydds_do_sizes(s, r, args, kw) : NULL;
+}
+
+static PyObject *reader_get_ragged(pydds_reader_obj *r, PyObject *args,
+                                   PyObject *kw)
+{
+    pydds_store_obj *s = owner_of(r);
+    return s ? pydds_do_get_ragged(s, r, args, kw) : NULL;
+}
+
 static PyObject *reader_info(pydds_reader_obj *r, PyObject *name)
 {
     pydds_store_obj *s = owner_of(r);
@@ -243,6 +257,13 @@ static PyMethodDef reader_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "get_batch(name, arr, indices): as PyDDStore.get_batch, through this "
      "reader."},
+    {"sizes", (PyCFunction)(void (*)(void))reader_sizes,
+     METH_VARARGS | METH_KEYWORDS,
+     "sizes(name, indices): as PyDDStore.sizes, through this reader."},
+    {"get_ragged", (PyCFunction)(void (*)(void))reader_get_ragged,
+     METH_VARARGS | METH_KEYWORDS,
+     "get_ragged(name, indices, out=None): as PyDDStore.get_ragged, through "
+     "this reader."},
     {"info", (PyCFunction)reader_info, METH_O,
      "info(name) -> (total_rows, disp, itemsize)"},
     {"info_full", (PyCFunction)reader_info_full, METH_O,
@@ -273,7 +294,8 @@ PyTypeObject pydds_ReaderType = {
     .tp_basicsize = sizeof(pydds_reader_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A read context over a PyDDStore (PyDDStore.fork_reader(), "
-              "PyDDStore.open_reader()): get, get_batch, info, info_full, "
+              "PyDDStore.open_reader()): get, get_batch, sizes, get_ragged, "
+              "info, info_full, "
               "offsets, get_profile, close.",
     .tp_dealloc = (destructor)reader_dealloc,
     .tp_traverse = (traverseproc)reader_traverse,

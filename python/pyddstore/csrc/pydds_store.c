@@ -1,8 +1,9 @@
 /* pyddstore._core: the PyDDStore type.
  *
- * Threading.  Reads (get, get_batch, update, recv_*) release the GIL and
- * hold the object's life lock for reading; collective calls (init, add,
- * epoch_*) too, unless the communicator calls back into Python
+ * Threading.  Reads (get, get_batch, sizes, get_ragged, update,
+ * update_ragged, recv_*) release the GIL and hold the object's life lock for
+ * reading; collective calls (init, add, init_ragged, add_ragged, epoch_*)
+ * too, unless the communicator calls back into Python
  * (comm_needs_gil), in which case they keep the GIL.  free() and the
  * destruction of the C store (deallocation, interpreter exit) hold the life
  * lock for writing, so they wait for reads in flight, and reads started
@@ -133,7 +134,8 @@ static int forked(pydds_store_obj *s, const char *what)
     dds_error(-DDS_ENOSYS,
               "PyDDStore.%s() in a forked child process (pid %d) of the "
               "process that created the store (pid %d): collective calls "
-              "(init, add, free, epoch_begin, epoch_end) belong to the parent "
+              "(init, add, init_ragged, add_ragged, free, epoch_begin, "
+              "epoch_end) belong to the parent "
               "and would hang it; a forked process may only read "
               "(fork_reader(), as DataLoader workers do)",
               what, (int)me, (int)s->pid);
@@ -527,13 +529,26 @@ static void store_dealloc(pydds_store_obj *s)
 
 /* ---- reads (shared with readers) --------------------------------------- */
 
+/* One read, run by read_nogil. */
+enum { READ_GET, READ_BATCH, READ_SIZES, READ_RAGGED };
+
+typedef struct read_req {
+    int kind;                    /* READ_*                                    */
+    const char *name;
+    const dds_buf_t *dst;        /* GET, BATCH, RAGGED                        */
+    int64_t start;               /* GET                                       */
+    const int64_t *rows;         /* BATCH, SIZES, RAGGED                      */
+    size_t n;
+    int64_t *lengths;            /* SIZES, RAGGED: n lengths out              */
+    int64_t total;               /* RAGGED: element rows of the samples (out) */
+} read_req_t;
+
 /* GIL released: read lock, pick the reader, run the read. */
-static int read_nogil(pydds_store_obj *s, pydds_reader_obj *r, const char *name,
-                      const dds_buf_t *dst, int64_t start, const int64_t *rows,
-                      size_t n, int batch)
+static int read_nogil(pydds_store_obj *s, pydds_reader_obj *r, read_req_t *q)
 {
     int rc = enter_nogil(s);
     dds_reader_t *rd = NULL;
+    dds_store_t *st;
     if (rc < 0)
         return rc;
     if (r != NULL) {
@@ -543,13 +558,37 @@ static int read_nogil(pydds_store_obj *s, pydds_reader_obj *r, const char *name,
             return dds_error(-DDS_EFREED, "this reader was closed");
         }
     }
+    st = PYDDS_STORE(s);
     t_read_t0 = mono_ns();
-    if (batch)
-        rc = dds_store_get_batch(PYDDS_STORE(s), rd, name, dst, rows, n);
-    else
-        rc = dds_store_get(PYDDS_STORE(s), rd, name, dst, start);
+    switch (q->kind) {
+    case READ_BATCH:
+        rc = dds_store_get_batch(st, rd, q->name, q->dst, q->rows, q->n);
+        break;
+    case READ_SIZES:
+        rc = dds_store_ragged_sizes(st, rd, q->name, q->rows, q->n,
+                                    q->lengths);
+        break;
+    case READ_RAGGED:
+        rc = dds_store_ragged_get_batch(st, rd, q->name, q->dst, q->rows, q->n,
+                                        q->lengths, &q->total);
+        break;
+    default:
+        rc = dds_store_get(st, rd, q->name, q->dst, q->start);
+        break;
+    }
     t_read_t1 = mono_ns();
     ddstore_pin_release(s->pin);
+    return rc;
+}
+
+/* Run `q` with the GIL released. */
+static int read_released(pydds_store_obj *s, pydds_reader_obj *r,
+                         read_req_t *q)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = read_nogil(s, r, q);
+    Py_END_ALLOW_THREADS
     return rc;
 }
 
@@ -561,6 +600,7 @@ PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
     const char *name;
     int64_t start = 0;
     pydds_buffer_t b;
+    read_req_t q = {0};
     int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:get", kwlist, &name_o,
                                      &arr, &start_o))
@@ -580,9 +620,11 @@ PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
     }
     if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
         return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = read_nogil(s, r, name, &b.buf, start, NULL, 0, 0);
-    Py_END_ALLOW_THREADS
+    q.kind = READ_GET;
+    q.name = name;
+    q.dst = &b.buf;
+    q.start = start;
+    rc = read_released(s, r, &q);
     pydds_buffer_release(&b);
     if (rc < 0)
         return pydds_raise(rc);
@@ -597,6 +639,7 @@ PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
     const char *name;
     pydds_buffer_t b;
     pydds_indices_t ix;
+    read_req_t q = {0};
     int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:get_batch", kwlist,
                                      &name_o, &arr, &idx_o))
@@ -618,9 +661,12 @@ PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
         pydds_buffer_release(&b);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    rc = read_nogil(s, r, name, &b.buf, 0, ix.rows, ix.n, 1);
-    Py_END_ALLOW_THREADS
+    q.kind = READ_BATCH;
+    q.name = name;
+    q.dst = &b.buf;
+    q.rows = ix.rows;
+    q.n = ix.n;
+    rc = read_released(s, r, &q);
     pydds_indices_release(&ix);
     pydds_buffer_release(&b);
     if (rc < 0)
@@ -667,12 +713,15 @@ PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name_o)
         return pydds_raise(rc);
     dt = dds_dtype_name(vi.dtype);
     return Py_BuildValue(
-        "{s:L,s:L,s:L,s:n,s:n,s:n,s:s,s:s,s:i,s:i}", "total_rows",
-        (long long)vi.total_rows, "local_rows", (long long)vi.local_rows,
-        "local_first", (long long)vi.local_first, "disp", (Py_ssize_t)vi.disp,
-        "itemsize", (Py_ssize_t)vi.itemsize, "row_bytes",
-        (Py_ssize_t)vi.row_bytes, "dtype", dt ? dt : "unknown", "mem",
-        ddstore_mem_kind_name(vi.mem.kind), "device", vi.mem.device, "nranks", vi.nranks);
+        "{s:L,s:L,s:L,s:n,s:n,s:n,s:s,s:s,s:i,s:i,s:O,s:L,s:L}",
+        "total_rows", (long long)vi.total_rows, "local_rows",
+        (long long)vi.local_rows, "local_first", (long long)vi.local_first,
+        "disp", (Py_ssize_t)vi.disp, "itemsize", (Py_ssize_t)vi.itemsize,
+        "row_bytes", (Py_ssize_t)vi.row_bytes, "dtype", dt ? dt : "unknown",
+        "mem", ddstore_mem_kind_name(vi.mem.kind), "device", vi.mem.device,
+        "nranks", vi.nranks, "ragged", vi.ragged ? Py_True : Py_False,
+        "total_elems", (long long)vi.total_elems, "local_elems",
+        (long long)vi.local_elems);
 }
 
 PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name_o)
@@ -707,6 +756,193 @@ PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name_o)
     }
     free(off);
     return t;
+}
+
+/* ---- ragged reads (shared with readers) -------------------------------- */
+
+/* numpy.empty(shape, dtype) for the arrays sizes() and get_ragged() return
+ * (numpy is a dependency of the package; imported at the first call, so
+ * importing pyddstore does not import it).  *ptr_p = its data. */
+static PyObject *np_empty(PyObject *shape, const char *dtype, void **ptr_p)
+{
+    static PyObject *empty = NULL;     /* numpy.empty, kept once found */
+    PyObject *arr;
+    Py_buffer v;
+    if (shape == NULL)
+        return NULL;
+    if (empty == NULL) {
+        PyObject *np = PyImport_ImportModule("numpy");
+        if (np == NULL)
+            return NULL;
+        empty = PyObject_GetAttrString(np, "empty");
+        Py_DECREF(np);
+        if (empty == NULL)
+            return NULL;
+    }
+    arr = PyObject_CallFunction(empty, "Os", shape, dtype);
+    if (arr == NULL)
+        return NULL;
+    /* numpy keeps the data while the array lives (ours: no resize) */
+    if (PyObject_GetBuffer(arr, &v, PyBUF_WRITABLE) < 0) {
+        Py_DECREF(arr);
+        return NULL;
+    }
+    *ptr_p = v.buf;
+    PyBuffer_Release(&v);
+    return arr;
+}
+
+/* A new int64 array of n lengths. */
+static PyObject *np_lengths(size_t n, int64_t **ptr_p)
+{
+    PyObject *shape = Py_BuildValue("(n)", (Py_ssize_t)n);
+    PyObject *arr = np_empty(shape, "int64", (void **)ptr_p);
+    Py_XDECREF(shape);
+    return arr;
+}
+
+/* sizes() and get_ragged(): the variable, the indices, and a new array for
+ * their lengths (returned; NULL + exception, nothing held). */
+static PyObject *ragged_req(PyObject *name_o, PyObject *idx_o, int kind,
+                            pydds_indices_t *ix, read_req_t *q)
+{
+    PyObject *lens;
+    memset(q, 0, sizeof *q);
+    if ((q->name = var_name(name_o)) == NULL ||
+        pydds_indices_get(idx_o, ix) < 0)
+        return NULL;
+    lens = np_lengths(ix->n, &q->lengths);
+    if (lens == NULL) {
+        pydds_indices_release(ix);
+        return NULL;
+    }
+    q->kind = kind;
+    q->rows = ix->rows;
+    q->n = ix->n;
+    return lens;
+}
+
+PyObject *pydds_do_sizes(pydds_store_obj *s, pydds_reader_obj *r,
+                         PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "indices", NULL};
+    PyObject *name_o, *idx_o, *lens;
+    pydds_indices_t ix;
+    read_req_t q;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:sizes", kwlist, &name_o,
+                                     &idx_o))
+        return NULL;
+    if ((lens = ragged_req(name_o, idx_o, READ_SIZES, &ix, &q)) == NULL)
+        return NULL;
+    rc = read_released(s, r, &q);
+    pydds_indices_release(&ix);
+    if (rc < 0) {
+        Py_DECREF(lens);
+        return pydds_raise(rc);
+    }
+    return lens;
+}
+
+/* get_ragged without out=: a new array of the variable's element rows,
+ * sized by a first read of the index entries (the "sizes first" step:
+ * -DDS_ENOSPC with the lengths and the total, nothing read), then read. */
+static PyObject *ragged_new_values(pydds_store_obj *s, pydds_reader_obj *r,
+                                   read_req_t *q)
+{
+    dds_var_info_t vi;
+    dds_buf_t dst;
+    dds_store_t *st;
+    PyObject *shape, *arr;
+    const char *dt;
+    int64_t cols;
+    void *ptr = NULL;
+    int rc;
+    if ((st = alive(s)) == NULL)
+        return NULL;
+    rc = dds_store_var_info(st, q->name, &vi);
+    if (rc < 0)
+        return pydds_raise(rc);
+    memset(&dst, 0, sizeof dst);
+    dst.ptr = &dst;                  /* no row is written into it */
+    dst.row_bytes = vi.row_bytes;
+    dst.dtype = vi.dtype;
+    dst.itemsize = vi.itemsize;
+    dst.mem.kind = DDS_MEM_HOST;
+    q->dst = &dst;
+    rc = read_released(s, r, q);     /* a fixed variable: its error here */
+    if (rc < 0 && rc != -DDS_ENOSPC)
+        return pydds_raise(rc);
+    dds_error_clear();
+    if (vi.dtype == DDS_DTYPE_RAW) {
+        dt = "uint8";
+        cols = (int64_t)vi.row_bytes;
+    } else if (vi.dtype == DDS_DTYPE_BFLOAT16) {
+        return pydds_raise_fmt(-DDS_ETYPE,
+                               "get_ragged('%s'): numpy has no bfloat16 to "
+                               "return; pass out= (e.g. a torch.bfloat16 "
+                               "tensor of at least %lld x %zu elements)",
+                               q->name, (long long)q->total, vi.disp);
+    } else {
+        dt = dds_dtype_name(vi.dtype);
+        cols = (int64_t)vi.disp;
+    }
+    shape = Py_BuildValue("(LL)", (long long)q->total, (long long)cols);
+    arr = np_empty(shape, dt, &ptr);
+    Py_XDECREF(shape);
+    if (arr == NULL)
+        return NULL;
+    if (q->total == 0)
+        return arr;
+    dst.ptr = ptr;
+    dst.nrows = q->total;
+    rc = read_released(s, r, q);
+    if (rc < 0) {
+        Py_DECREF(arr);
+        return pydds_raise(rc);
+    }
+    return arr;
+}
+
+PyObject *pydds_do_get_ragged(pydds_store_obj *s, pydds_reader_obj *r,
+                              PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"name", "indices", "out", NULL};
+    PyObject *name_o, *idx_o, *out = Py_None, *lens, *values;
+    pydds_indices_t ix;
+    pydds_buffer_t b;
+    read_req_t q;
+    int rc;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:get_ragged", kwlist,
+                                     &name_o, &idx_o, &out))
+        return NULL;
+    if ((lens = ragged_req(name_o, idx_o, READ_RAGGED, &ix, &q)) == NULL)
+        return NULL;
+    if (out == Py_None) {
+        values = ragged_new_values(s, r, &q);
+    } else if (pydds_buffer_get(out, "out", 1, &b) < 0) {
+        values = NULL;
+    } else {
+        q.dst = &b.buf;
+        rc = read_released(s, r, &q);
+        pydds_buffer_release(&b);
+        if (rc == -DDS_ENOSPC)
+            values = pydds_raise_fmt(
+                rc,
+                "get_ragged('%s'): out has %lld rows, the %zu samples need "
+                "%lld rows (nothing was read; sizes() gives the lengths)",
+                q.name, (long long)b.buf.nrows, ix.n, (long long)q.total);
+        else if (rc < 0)
+            values = pydds_raise(rc);
+        else
+            values = PySequence_GetSlice(out, 0, (Py_ssize_t)q.total);
+    }
+    pydds_indices_release(&ix);
+    if (values == NULL) {
+        Py_DECREF(lens);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", values, lens);
 }
 
 /* The original DDStore's counter names, next to ours (same values; times in
@@ -835,6 +1071,58 @@ static PyObject *store_names(pydds_store_obj *s, PyObject *unused)
     return list;
 }
 
+/* init's and init_ragged's element type: dtype_o (None/NULL = raw; a name,
+ * numpy dtype or type, torch dtype) and itemsize_o (None/NULL = the
+ * dtype's size, else 1 for raw) -> *dt_p, *itemsize_p.  -1 + exception. */
+static int parse_elem_type(const char *call, PyObject *dtype_o,
+                           PyObject *itemsize_o, dds_dtype_t *dt_p,
+                           int64_t *itemsize_p)
+{
+    int have_isz = itemsize_o != NULL && itemsize_o != Py_None;
+    *dt_p = DDS_DTYPE_RAW;
+    *itemsize_p = 1;
+    if (have_isz && as_i64(itemsize_o, "itemsize", itemsize_p) < 0)
+        return -1;
+    if (dtype_o != NULL && dtype_o != Py_None) {
+        /* 'float32', numpy.dtype('float32') (str), numpy.float32 (__name__) */
+        PyObject *str = PyType_Check(dtype_o)
+                            ? PyObject_GetAttrString(dtype_o, "__name__")
+                            : PyObject_Str(dtype_o);
+        const char *dn = str && PyUnicode_Check(str) ? PyUnicode_AsUTF8(str)
+                                                     : NULL;
+        if (dn == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_TypeError, "%s: dtype has no name", call);
+            Py_XDECREF(str);
+            return -1;
+        }
+        if (ddstore_dtype_from_name(dn, dt_p) < 0) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: unsupported dtype '%s'; expected raw, bool, "
+                         "uint8, int32, int64, float16, bfloat16, float32 or "
+                         "float64",
+                         call, dn);
+            Py_DECREF(str);
+            return -1;
+        }
+        Py_DECREF(str);
+        if (*dt_p != DDS_DTYPE_RAW) {
+            size_t es = dds_dtype_size(*dt_p);
+            if (!have_isz)
+                *itemsize_p = (int64_t)es;
+            else if ((size_t)*itemsize_p != es) {
+                PyErr_Format(PyExc_ValueError,
+                             "%s: itemsize %lld does not match dtype %s "
+                             "(%zu bytes)",
+                             call, (long long)*itemsize_p,
+                             dds_dtype_name(*dt_p), es);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"name", "nrows", "disp", "itemsize", "dtype",
@@ -854,45 +1142,8 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
     if ((name = var_name(name_o)) == NULL ||
         as_i64(nrows_o, "nrows", &nrows) < 0 ||
         as_i64(disp_o, "disp", &disp) < 0 ||
-        (itemsize_o != NULL && itemsize_o != Py_None &&
-         as_i64(itemsize_o, "itemsize", &itemsize) < 0))
+        parse_elem_type("init", dtype_o, itemsize_o, &dt, &itemsize) < 0)
         return collective_fail(s, DDS_COLL_INIT);
-    if (dtype_o != NULL && dtype_o != Py_None) {
-        /* 'float32', numpy.dtype('float32') (str), numpy.float32 (__name__) */
-        PyObject *str = PyType_Check(dtype_o)
-                            ? PyObject_GetAttrString(dtype_o, "__name__")
-                            : PyObject_Str(dtype_o);
-        const char *dn = str && PyUnicode_Check(str) ? PyUnicode_AsUTF8(str)
-                                                     : NULL;
-        if (dn == NULL) {
-            if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_TypeError, "init: dtype has no name");
-            Py_XDECREF(str);
-            return collective_fail(s, DDS_COLL_INIT);
-        }
-        if (ddstore_dtype_from_name(dn, &dt) < 0) {
-            PyErr_Format(PyExc_TypeError,
-                         "init: unsupported dtype '%s'; expected raw, bool, "
-                         "uint8, int32, int64, float16, bfloat16, float32 or "
-                         "float64",
-                         dn);
-            Py_DECREF(str);
-            return collective_fail(s, DDS_COLL_INIT);
-        }
-        Py_DECREF(str);
-        if (dt != DDS_DTYPE_RAW) {
-            size_t es = dds_dtype_size(dt);
-            if (itemsize_o == NULL || itemsize_o == Py_None)
-                itemsize = (int64_t)es;
-            else if ((size_t)itemsize != es) {
-                PyErr_Format(PyExc_ValueError,
-                             "init: itemsize %lld does not match dtype %s "
-                             "(%zu bytes)",
-                             (long long)itemsize, dds_dtype_name(dt), es);
-                return collective_fail(s, DDS_COLL_INIT);
-            }
-        }
-    }
     if (nrows < 0 || disp < 1 || itemsize < 1) {
         PyErr_Format(PyExc_ValueError,
                      "init('%s'): expected nrows >= 0, disp >= 1, itemsize "
@@ -911,58 +1162,187 @@ static PyObject *store_init(pydds_store_obj *s, PyObject *args, PyObject *kw)
     Py_RETURN_NONE;
 }
 
+static PyObject *store_init_ragged(pydds_store_obj *s, PyObject *args,
+                                   PyObject *kw)
+{
+    static char *kwlist[] = {"name", "lengths", "disp", "itemsize", "dtype",
+                             NULL};
+    PyObject *name_o, *lens_o, *disp_o, *itemsize_o = NULL, *dtype_o = NULL;
+    const char *name;
+    int64_t disp, itemsize = 1;
+    dds_dtype_t dt = DDS_DTYPE_RAW;
+    pydds_indices_t lx;
+    PyThreadState *ts;
+    int rc;
+    if (forked(s, "init_ragged") < 0)
+        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OO:init_ragged", kwlist,
+                                     &name_o, &lens_o, &disp_o, &itemsize_o,
+                                     &dtype_o))
+        return collective_fail(s, DDS_COLL_INIT);
+    if ((name = var_name(name_o)) == NULL ||
+        as_i64(disp_o, "disp", &disp) < 0 ||
+        parse_elem_type("init_ragged", dtype_o, itemsize_o, &dt, &itemsize) <
+            0)
+        return collective_fail(s, DDS_COLL_INIT);
+    if (disp < 1 || itemsize < 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "init_ragged('%s'): expected disp >= 1, itemsize >= 1; "
+                     "got disp %lld, itemsize %lld",
+                     name, (long long)disp, (long long)itemsize);
+        return collective_fail(s, DDS_COLL_INIT);
+    }
+    if (pydds_lengths_get(lens_o, &lx) < 0)
+        return collective_fail(s, DDS_COLL_INIT);
+    if ((rc = coll_enter(s, 0, &ts)) < 0) {
+        pydds_indices_release(&lx);
+        return pydds_raise(rc);
+    }
+    rc = dds_store_ragged_init(PYDDS_STORE(s), name, lx.rows, (int64_t)lx.n,
+                               (size_t)disp, (size_t)itemsize, dt);
+    coll_leave(s, ts);
+    pydds_indices_release(&lx);
+    if (rc < 0)
+        return pydds_raise(rc);
+    Py_RETURN_NONE;
+}
+
+/* GPU memory is registered in place: the store keeps `arr` alive until the
+ * variable is released (free(), destruction).  Kept before the collective
+ * call (add_keep: the name's keep list, a new reference, or NULL when
+ * nothing is kept; -1 + exception), dropped again if it fails
+ * (add_keep_done). */
+static int add_keep(pydds_store_obj *s, const char *name, PyObject *arr,
+                    const pydds_buffer_t *b, PyObject **list_p)
+{
+    *list_p = NULL;
+    if (!b->gpu)
+        return 0;
+    if (pydds_store_keep(s, name, arr) < 0)
+        return -1;
+    *list_p = PyDict_GetItemString(s->keep, name);   /* borrowed */
+    Py_XINCREF(*list_p);
+    return 0;
+}
+
+static void add_keep_done(PyObject *list, PyObject *arr, int failed)
+{
+    if (list == NULL)
+        return;
+    if (failed && PyList_GET_SIZE(list) > 0 &&
+        PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1) == arr) {
+        PyObject *t, *v, *tb;
+        PyErr_Fetch(&t, &v, &tb);
+        (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
+        PyErr_Clear();
+        PyErr_Restore(t, v, tb);
+    }
+    Py_DECREF(list);
+}
+
+/* add (lengths NULL) and add_ragged: this rank's rows `arr`. */
+static PyObject *add_common(pydds_store_obj *s, PyObject *name_o,
+                            PyObject *arr, PyObject *lens_o)
+{
+    PyObject *list = NULL;
+    const char *name;
+    pydds_buffer_t b;
+    pydds_indices_t lx;
+    PyThreadState *ts;
+    int rc;
+    memset(&lx, 0, sizeof lx);
+    if ((name = var_name(name_o)) == NULL)
+        return collective_fail(s, DDS_COLL_ADD);
+    if (pydds_buffer_get(arr, lens_o ? "values" : "arr", 0, &b) < 0)
+        return collective_fail(s, DDS_COLL_ADD);
+    if (lens_o != NULL && pydds_lengths_get(lens_o, &lx) < 0) {
+        pydds_buffer_release(&b);
+        return collective_fail(s, DDS_COLL_ADD);
+    }
+    if (add_keep(s, name, arr, &b, &list) < 0) {
+        pydds_indices_release(&lx);
+        pydds_buffer_release(&b);
+        return collective_fail(s, DDS_COLL_ADD);
+    }
+    if ((rc = coll_enter(s, 0, &ts)) == 0) {
+        const dds_mem_t *mem = b.gpu ? &b.buf.mem : NULL;
+        int flags = b.gpu ? DDS_ADD_IN_PLACE : DDS_ADD_COPY;
+        size_t disp = b.buf.row_bytes / b.buf.itemsize;
+        if (lens_o != NULL)
+            rc = dds_store_ragged_add(PYDDS_STORE(s), name, b.buf.ptr,
+                                      b.buf.nrows, lx.rows, (int64_t)lx.n,
+                                      disp, b.buf.itemsize, b.buf.dtype, mem,
+                                      flags);
+        else
+            rc = dds_store_var_add(PYDDS_STORE(s), name, b.buf.ptr,
+                                   b.buf.nrows, disp, b.buf.itemsize,
+                                   b.buf.dtype, mem, flags);
+        coll_leave(s, ts);
+    }
+    pydds_indices_release(&lx);
+    pydds_buffer_release(&b);
+    if (rc < 0)
+        pydds_raise(rc);
+    add_keep_done(list, arr, rc < 0);
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *store_add(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"name", "arr", NULL};
-    PyObject *name_o, *arr, *list = NULL;
-    const char *name;
-    pydds_buffer_t b;
-    PyThreadState *ts;
-    int rc;
+    PyObject *name_o, *arr;
     if (forked(s, "add") < 0)
         return NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO:add", kwlist, &name_o,
                                      &arr))
         return collective_fail(s, DDS_COLL_ADD);
+    return add_common(s, name_o, arr, NULL);
+}
+
+static PyObject *store_add_ragged(pydds_store_obj *s, PyObject *args,
+                                  PyObject *kw)
+{
+    static char *kwlist[] = {"name", "values", "lengths", NULL};
+    PyObject *name_o, *arr, *lens_o;
+    if (forked(s, "add_ragged") < 0)
+        return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:add_ragged", kwlist,
+                                     &name_o, &arr, &lens_o))
+        return collective_fail(s, DDS_COLL_ADD);
+    return add_common(s, name_o, arr, lens_o);
+}
+
+/* update (count NULL: fixed rows) and update_ragged (samples). */
+static PyObject *update_common(pydds_store_obj *s, PyObject *name_o,
+                               PyObject *arr, PyObject *off_o,
+                               PyObject *count_o)
+{
+    const char *name;
+    int64_t offset = 0, count = 0;
+    pydds_buffer_t b;
+    int rc;
     if ((name = var_name(name_o)) == NULL)
-        return collective_fail(s, DDS_COLL_ADD);
-    if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
-        return collective_fail(s, DDS_COLL_ADD);
-    if (b.gpu) {
-        /* GPU memory is registered in place: the store keeps `arr` alive
-         * until the variable is released (free(), destruction).  Kept
-         * before the collective call, dropped again if it fails. */
-        if (pydds_store_keep(s, name, arr) < 0)
-            return collective_fail(s, DDS_COLL_ADD);
-        list = PyDict_GetItemString(s->keep, name);   /* borrowed */
-        Py_XINCREF(list);
+        return NULL;
+    if (off_o != NULL && as_i64(off_o, "offset", &offset) < 0)
+        return NULL;
+    if (count_o != NULL && as_i64(count_o, "count", &count) < 0)
+        return NULL;
+    if (pydds_buffer_get(arr, count_o ? "values" : "arr", 0, &b) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = enter_nogil(s);
+    if (rc == 0) {
+        if (count_o != NULL)
+            rc = dds_store_ragged_update(PYDDS_STORE(s), name, &b.buf, offset,
+                                         count);
+        else
+            rc = dds_store_var_update(PYDDS_STORE(s), name, &b.buf, offset);
+        ddstore_pin_release(s->pin);
     }
-    if ((rc = coll_enter(s, 0, &ts)) < 0) {
-        pydds_buffer_release(&b);
-        if (list != NULL) {
-            (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
-            PyErr_Clear();
-            Py_DECREF(list);
-        }
-        return pydds_raise(rc);
-    }
-    rc = dds_store_var_add(PYDDS_STORE(s), name, b.buf.ptr, b.buf.nrows,
-                           b.buf.row_bytes / b.buf.itemsize, b.buf.itemsize,
-                           b.buf.dtype, b.gpu ? &b.buf.mem : NULL,
-                           b.gpu ? DDS_ADD_IN_PLACE : DDS_ADD_COPY);
-    coll_leave(s, ts);
+    Py_END_ALLOW_THREADS
     pydds_buffer_release(&b);
-    if (list != NULL) {
-        if (rc < 0 && PyList_GET_SIZE(list) > 0 &&
-            PyList_GET_ITEM(list, PyList_GET_SIZE(list) - 1) == arr) {
-            PyObject *t, *v, *tb;
-            PyErr_Fetch(&t, &v, &tb);
-            (void)PySequence_DelItem(list, PyList_GET_SIZE(list) - 1);
-            PyErr_Clear();
-            PyErr_Restore(t, v, tb);
-        }
-        Py_DECREF(list);
-    }
     if (rc < 0)
         return pydds_raise(rc);
     Py_RETURN_NONE;
@@ -972,30 +1352,32 @@ static PyObject *store_update(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"name", "arr", "offset", NULL};
     PyObject *name_o, *arr, *off_o = NULL;
-    const char *name;
-    int64_t offset = 0;
-    pydds_buffer_t b;
-    int rc;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|O:update", kwlist, &name_o,
                                      &arr, &off_o))
         return NULL;
-    if ((name = var_name(name_o)) == NULL)
+    return update_common(s, name_o, arr, off_o, NULL);
+}
+
+static PyObject *store_update_ragged(pydds_store_obj *s, PyObject *args,
+                                     PyObject *kw)
+{
+    static char *kwlist[] = {"name", "values", "offset", "count", NULL};
+    PyObject *name_o, *arr, *off_o, *count_o;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOOO:update_ragged", kwlist,
+                                     &name_o, &arr, &off_o, &count_o))
         return NULL;
-    if (off_o != NULL && as_i64(off_o, "offset", &offset) < 0)
-        return NULL;
-    if (pydds_buffer_get(arr, "arr", 0, &b) < 0)
-        return NULL;
-    Py_BEGIN_ALLOW_THREADS
-    rc = enter_nogil(s);
-    if (rc == 0) {
-        rc = dds_store_var_update(PYDDS_STORE(s), name, &b.buf, offset);
-        ddstore_pin_release(s->pin);
-    }
-    Py_END_ALLOW_THREADS
-    pydds_buffer_release(&b);
-    if (rc < 0)
-        return pydds_raise(rc);
-    Py_RETURN_NONE;
+    return update_common(s, name_o, arr, off_o, count_o);
+}
+
+static PyObject *store_sizes(pydds_store_obj *s, PyObject *args, PyObject *kw)
+{
+    return pydds_do_sizes(s, NULL, args, kw);
+}
+
+static PyObject *store_get_ragged(pydds_store_obj *s, PyObject *args,
+                                  PyObject *kw)
+{
+    return pydds_do_get_ragged(s, NULL, args, kw);
 }
 
 static PyObject *store_free(pydds_store_obj *s, PyObject *unused)
@@ -1248,6 +1630,44 @@ static PyMethodDef store_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "update(name, arr, offset)\n\n"
      "Local.  Overwrite rows [offset, offset+len(arr)) of this rank's shard."},
+    {"add_ragged", (PyCFunction)(void (*)(void))store_add_ragged,
+     METH_VARARGS | METH_KEYWORDS,
+     "add_ragged(name, values, lengths)\n\n"
+     "Collective.  A ragged variable: this rank's samples are `lengths` (a "
+     "1-D integer array or list, each >= 0; may be empty) and their "
+     "element rows `values` (C-contiguous, shape (sum(lengths), *trailing); "
+     "1-D = rows of one element), sample after sample.  Global samples are "
+     "the ranks' samples in rank order; dtype and trailing dims must be "
+     "equal on every rank.  Read with sizes() and get_ragged()."},
+    {"init_ragged", (PyCFunction)(void (*)(void))store_init_ragged,
+     METH_VARARGS | METH_KEYWORDS,
+     "init_ragged(name, lengths, disp, itemsize=1, dtype=None)\n\n"
+     "Collective.  A ragged variable of samples of the given lengths, "
+     "payload zeroed (fill it with update_ragged); disp, itemsize, dtype as "
+     "for init."},
+    {"update_ragged", (PyCFunction)(void (*)(void))store_update_ragged,
+     METH_VARARGS | METH_KEYWORDS,
+     "update_ragged(name, values, offset, count)\n\n"
+     "Local.  Overwrite the payload of this rank's samples [offset, "
+     "offset+count) (local sample numbers); len(values) must equal the sum "
+     "of their lengths (lengths never change)."},
+    {"sizes", (PyCFunction)(void (*)(void))store_sizes,
+     METH_VARARGS | METH_KEYWORDS,
+     "sizes(name, indices) -> numpy int64 array\n\n"
+     "The lengths (element rows) of the ragged variable's samples "
+     "`indices`; reads index entries only, never payload.  Releases the "
+     "GIL."},
+    {"get_ragged", (PyCFunction)(void (*)(void))store_get_ragged,
+     METH_VARARGS | METH_KEYWORDS,
+     "get_ragged(name, indices, out=None) -> (values, lengths)\n\n"
+     "The samples `indices` (any order, repeats allowed) of a ragged "
+     "variable packed in request order, and their lengths (numpy int64).  "
+     "Without `out`: values is a new numpy array (total, disp) of the "
+     "variable's dtype (uint8 rows for raw variables).  With `out` (a "
+     "C-contiguous array or tensor of the variable's rows, at least the "
+     "total): its first `total` rows are written and values = out[:total]; "
+     "`out` too small is a ValueError naming the rows needed (nothing "
+     "read).  Releases the GIL."},
     {"get", (PyCFunction)(void (*)(void))store_get,
      METH_VARARGS | METH_KEYWORDS,
      "get(name, arr, start=0)\n\n"
@@ -1277,15 +1697,18 @@ static PyMethodDef store_methods[] = {
     {"reset_profile", (PyCFunction)store_reset_profile, METH_O,
      "reset_profile(name): zero the counters of `name` (beyond)."},
     {"info", (PyCFunction)store_info, METH_O,
-     "info(name) -> (total_rows, disp, itemsize)"},
+     "info(name) -> (total_rows, disp, itemsize); a ragged variable's "
+     "total_rows counts samples."},
     {"info_full", (PyCFunction)store_info_full, METH_O,
      "info_full(name) -> dict (beyond): total_rows, local_rows, local_first, "
      "disp, itemsize, row_bytes, dtype ('raw', 'bool', 'uint8', 'int32', "
      "'int64', 'float32', 'float64', 'float16', 'bfloat16'), mem ('host', "
-     "'cuda', 'rocm'), device, nranks."},
+     "'cuda', 'rocm'), device, nranks, ragged (bool), total_elems and "
+     "local_elems (element rows of a ragged variable; = the rows of a fixed "
+     "one)."},
     {"offsets", (PyCFunction)store_offsets, METH_O,
      "offsets(name) -> tuple of nranks+1 ints (beyond): rank r owns global "
-     "rows [offsets[r], offsets[r+1])."},
+     "rows [offsets[r], offsets[r+1]) (samples of a ragged variable)."},
     {"names", (PyCFunction)store_names, METH_NOARGS,
      "names() -> list of live variable names (beyond)."},
     {"epoch_begin", (PyCFunction)store_epoch_begin, METH_NOARGS,
