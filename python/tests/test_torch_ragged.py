@@ -540,3 +540,32 @@ def test_meta_version3_round_trip_and_damage():
     with pytest.raises(ValueError, match="version"):
         _parse_meta("m.meta.json", json.dumps(m).encode(), "m")
     assert_all(comm, True)
+
+
+def test_ragged_collate_guesses():
+    """The extension's packed read: sizes first (guess -1), a short guess
+    (DDS_ENOSPC, reallocated, read again), a generous one (a view of the
+    first rows): the same values, lengths, offsets and batch vector."""
+    from pyddstore.torch._ext import ext
+    comm = world()
+    ds = _make(graph, comm)
+    try:
+        f = ds.schema.field("x")
+        idx = torch.tensor([4, 0, 9, 9, len(ds) - 1, 1], dtype=torch.int64)
+        want = _expected_field([graph(i)["x"] for i in idx.tolist()], 0, "packed")
+        bad = ""
+        for guess in (-1, 0, 1, 10_000):
+            got = Packed(*ext.ragged_collate(ds.ddstore, f.var, list(f.row_shape), f.dtype,
+                                             idx, guess))
+            bad = bad or _same_batch(got, want, f"guess {guess}")
+        got = Packed(*ext.ragged_collate(ds.ddstore, f.var, [5], "float32",
+                                         torch.zeros(0, dtype=torch.int64), -1))
+        if got.values.shape != (0, 5) or got.offsets.tolist() != [0]:
+            bad = bad or f"empty batch: {got}"
+        with pytest.raises(ValueError):        # core checks the row width against the variable
+            ext.ragged_collate(ds.ddstore, f.var, [4], "float32", idx, -1)
+        with pytest.raises(IndexError):
+            ext.ragged_collate(ds.ddstore, f.var, [5], "float32", [len(ds)], -1)
+        assert_all(comm, not bad, bad)
+    finally:
+        ds.free()
