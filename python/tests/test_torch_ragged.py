@@ -252,7 +252,7 @@ def test_method2_reader(form):
         ds.free()
 
 
-@pytest.mark.parametrize("loader", ["thread", "thread-slow", "torch"])
+@pytest.mark.parametrize("loader", ["thread", "thread-slow", "torch", "torch-fork"])
 @pytest.mark.parametrize("form", ["packed", "padded"])
 def test_loaders(loader, form, monkeypatch):
     """ThreadDataLoader (direct collate, and DDSTORE_FAST_COLLATE=0) and
@@ -264,9 +264,11 @@ def test_loaders(loader, form, monkeypatch):
     ds = _make(graph, comm, ragged_batch=form)
     try:
         sampler = torch.utils.data.BatchSampler(range(len(ds)), 6, drop_last=False)
-        if loader == "torch":
+        if loader.startswith("torch"):
+            # torch-fork: forked workers (method 0: this node's shared memory)
             dl = torch.utils.data.DataLoader(ds, batch_sampler=sampler,
-                                             collate_fn=ds.collate_fn)
+                                             collate_fn=ds.collate_fn,
+                                             num_workers=2 if loader == "torch-fork" else 0)
         else:
             dl = ThreadDataLoader(ds, batch_sampler=sampler, num_workers=2)
         bad = ""
@@ -274,7 +276,7 @@ def test_loaders(loader, form, monkeypatch):
             bad = _same_batch(batch, _expected_batch(graph, idx, ds.ragged_fields, form))
             if bad:
                 break
-        if loader != "torch":
+        if not loader.startswith("torch"):
             dl.close()
         assert_all(comm, not bad, bad)
     finally:
