@@ -83,7 +83,6 @@ static int has_shard_alloc(const dds_store_t *s)
     return o->shard_alloc != NULL && o->shard_free != NULL;
 }
 
-/* Local checks of init/add arguments. */
 /* Ragged samples: lengths >= 0 summing to nelems (add) or setting it
  * (init); GPU and in-place payloads are not supported. */
 static int check_ragged_args(const dds_store_t *s, const char *name,
@@ -140,6 +139,7 @@ static int check_ragged_args(const dds_store_t *s, const char *name,
     return 0;
 }
 
+/* Local checks of init/add arguments (rg: a ragged variable's samples). */
 static int check_var_args(dds_store_t *s, const char *name, const void *data,
                           int64_t nrows, size_t disp, size_t itemsize,
                           dds_dtype_t dtype, const dds_mem_t *mem, int mode,

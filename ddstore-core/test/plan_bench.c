@@ -5,7 +5,8 @@
  * Prints ns per planned batch for random batches of 128 and 1024 rows of
  * 3136 B (MNIST-sized float32 rows) over 4 owners of 15000 rows each, plus
  * a few other shapes for context.  Batches are drawn in advance (256
- * different ones, cycled) so that the branch predictor cannot learn one. */
+ * different ones, cycled) so that the branch predictor cannot learn one.
+ * Last, a ragged variable's batched read against memcpy of its payload. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
 #endif
@@ -128,37 +129,56 @@ static void bench_range(const dds_plan_params_t *p, int64_t n, long iters)
 /* The whole read path of one rank reading its own shard (validation, plan,
  * local memcpy, profile), next to a plain per-row memcpy of the same rows:
  * the difference is the store's overhead per call. */
+/* A one-rank store over the fake transport (own rows by memcpy). */
+static dds_store_t *bench_store_create(fake_world_t *w)
+{
+    dds_store_params_t sp;
+    dds_store_t *s = NULL;
+    fw_init(w, 1);
+    memset(&sp, 0, sizeof(sp));
+    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
+    dds_comm_self(&sp.comm);
+    sp.transport = fw_transport(w, 0);
+    if (dds_store_create(&sp, &s) != 0) {
+        fprintf(stderr, "store setup failed: %s\n", dds_last_error());
+        exit(1);
+    }
+    return s;
+}
+
+/* A float32 destination of nrows rows of rb bytes. */
+static dds_buf_t f32_buf(void *p, int64_t nrows, size_t rb)
+{
+    dds_buf_t b;
+    memset(&b, 0, sizeof(b));
+    b.ptr = p;
+    b.nrows = nrows;
+    b.row_bytes = rb;
+    b.dtype = DDS_DTYPE_FLOAT32;
+    b.itemsize = 4;
+    return b;
+}
+
 static void bench_store(size_t n, long iters)
 {
     const size_t rb = 3136, nrows = 60000;
     fake_world_t w;
-    dds_store_params_t sp;
-    dds_store_t *s = NULL;
+    dds_store_t *s;
     unsigned char *shard = calloc(nrows, rb), *dst = malloc(n * rb);
     int64_t *rows = malloc(NBATCH * n * sizeof(int64_t));
     dds_buf_t b;
     double t0, t1, best = 1e30, best_ref = 1e30;
 
     memset(shard, 1, nrows * rb); /* real pages, not the shared zero page */
-    fw_init(&w, 1);
-    memset(&sp, 0, sizeof(sp));
-    sp.field_mask = DDS_STORE_PARAM_COMM | DDS_STORE_PARAM_TRANSPORT;
-    dds_comm_self(&sp.comm);
-    sp.transport = fw_transport(&w, 0);
-    if (dds_store_create(&sp, &s) != 0 ||
-        dds_store_var_add(s, "x", shard, (int64_t)nrows, 784, 4,
+    s = bench_store_create(&w);
+    if (dds_store_var_add(s, "x", shard, (int64_t)nrows, 784, 4,
                           DDS_DTYPE_FLOAT32, NULL, DDS_ADD_COPY) != 0) {
         fprintf(stderr, "store setup failed: %s\n", dds_last_error());
         exit(1);
     }
     for (size_t i = 0; i < NBATCH * n; i++)
         rows[i] = (int64_t)(rnd() % nrows);
-    memset(&b, 0, sizeof(b));
-    b.ptr = dst;
-    b.nrows = (int64_t)n;
-    b.row_bytes = rb;
-    b.dtype = DDS_DTYPE_FLOAT32;
-    b.itemsize = 4;
+    b = f32_buf(dst, (int64_t)n, rb);
     for (int rep = 0; rep < 5; rep++) {
         t0 = now_ns();
         for (long it = 0; it < iters; it++)
@@ -188,6 +208,91 @@ static void bench_store(size_t n, long iters)
     free(rows);
 }
 
+/* A ragged variable on one rank (every read is local: index and payload
+ * by memcpy): ragged_get_batch of n random samples (5..500 element rows of
+ * 64 float32, long-tailed) against one memcpy per sample of the same
+ * payload, and ragged_sizes alone.  What the two-step read costs on top of
+ * the copies. */
+static void bench_ragged_store(size_t n, long iters)
+{
+    const size_t rb = 256, ns = 1000;
+    int64_t *len = malloc(ns * sizeof(int64_t)), *start = malloc(ns * sizeof(int64_t));
+    int64_t *rows = malloc(NBATCH * n * sizeof(int64_t)), *lens = malloc(n * sizeof(int64_t));
+    int64_t nel = 0, got;
+    fake_world_t w;
+    dds_store_t *s;
+    unsigned char *data, *dst;
+    double t0, t1, best = 1e30, best_ref = 1e30, best_sizes = 1e30, bytes = 0;
+    dds_buf_t b;
+
+    for (size_t i = 0; i < ns; i++) {
+        double u = (double)(rnd() % 1000000) / 1e6;
+        len[i] = 5 + (int64_t)(495.0 * u * u * u);
+        start[i] = nel;
+        nel += len[i];
+    }
+    data = malloc((size_t)nel * rb);
+    dst = malloc(n * 500 * rb);
+    memset(data, 1, (size_t)nel * rb);
+    s = bench_store_create(&w);
+    if (dds_store_ragged_add(s, "g", data, nel, len, (int64_t)ns, 64, 4,
+                             DDS_DTYPE_FLOAT32, NULL, DDS_ADD_COPY) != 0) {
+        fprintf(stderr, "store setup failed: %s\n", dds_last_error());
+        exit(1);
+    }
+    for (size_t i = 0; i < NBATCH * n; i++)
+        rows[i] = (int64_t)(rnd() % ns);
+    for (size_t i = 0; i < NBATCH * n; i++)
+        bytes += (double)len[rows[i]] * (double)rb;
+    bytes /= NBATCH;
+    b = f32_buf(dst, (int64_t)(n * 500), rb);
+    for (int rep = 0; rep < 5; rep++) {
+        t0 = now_ns();
+        for (long it = 0; it < iters; it++)
+            if (dds_store_ragged_get_batch(s, NULL, "g", &b,
+                                           rows + (size_t)(it % NBATCH) * n,
+                                           n, lens, &got) != 0)
+                exit(1);
+        t1 = now_ns();
+        if ((t1 - t0) / (double)iters < best)
+            best = (t1 - t0) / (double)iters;
+        t0 = now_ns();
+        for (long it = 0; it < iters; it++) {
+            const int64_t *r = rows + (size_t)(it % NBATCH) * n;
+            size_t o = 0;
+            for (size_t i = 0; i < n; i++) {
+                memcpy(dst + o, data + (size_t)start[r[i]] * rb,
+                       (size_t)len[r[i]] * rb);
+                o += (size_t)len[r[i]] * rb;
+            }
+        }
+        t1 = now_ns();
+        if ((t1 - t0) / (double)iters < best_ref)
+            best_ref = (t1 - t0) / (double)iters;
+        t0 = now_ns();
+        for (long it = 0; it < iters; it++)
+            if (dds_store_ragged_sizes(s, NULL, "g",
+                                       rows + (size_t)(it % NBATCH) * n, n,
+                                       lens) != 0)
+                exit(1);
+        t1 = now_ns();
+        if ((t1 - t0) / (double)iters < best_sizes)
+            best_sizes = (t1 - t0) / (double)iters;
+    }
+    printf("store ragged_get_batch, %4zu local samples (%.0f KB): %8.0f "
+           "ns/call; per-sample memcpy of the same payload %8.0f ns; "
+           "ragged_sizes %6.0f ns\n",
+           n, bytes / 1e3, best, best_ref, best_sizes);
+    dds_store_destroy(s);
+    fw_fini(&w);
+    free(len);
+    free(start);
+    free(rows);
+    free(lens);
+    free(data);
+    free(dst);
+}
+
 int main(int argc, char **argv)
 {
     static const int64_t off[] = {0, 15000, 30000, 45000, 60000};
@@ -213,5 +318,6 @@ int main(int argc, char **argv)
     bench(&p, 1024, CROWDED, iters / 8);
     bench_store(128, iters / 10);
     bench_store(1024, iters / 80);
+    bench_ragged_store(128, iters / 200);
     return 0;
 }

@@ -2,8 +2,9 @@
  *
  * Two fake ranks; on each, 8 threads read the same variables concurrently
  * (batches with repeats, ranges, own readers or the default one, receive
- * registrations, profile snapshots) and check every value, while the rank's
- * main thread keeps making collective calls (add/free of other variables). */
+ * registrations, profile snapshots, ragged batches of a ragged variable)
+ * and check every value, while the rank's main thread keeps making
+ * collective calls (add/free of other variables). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */
 #endif
@@ -32,6 +33,13 @@ typedef struct reader_arg {
     long calls;
     _Atomic int *stop;
 } reader_arg_t;
+
+/* The ragged variable "r": sample g has g % 4 element rows of DISP
+ * doubles; element row e of sample g holds value(g * 10 + e, j). */
+static int64_t rlen(int64_t g)
+{
+    return g % 4;
+}
 
 static uint64_t rng(uint64_t *x)
 {
@@ -95,6 +103,27 @@ static void *reader_main(void *p)
             break;
         }
         a->calls++;
+        if (it % 4 == 3) { /* a ragged batch into the same buffer */
+            int64_t lens[40], got = -1, k = 0;
+            b.nrows = 128;
+            for (size_t i = 0; i < 40; i++)
+                rows[i] = (int64_t)(rng(&seed) % (uint64_t)total);
+            CHECK_OK(dds_store_ragged_get_batch(a->s, rd, "r", &b, rows, 40,
+                                                lens, &got));
+            for (size_t i = 0; i < 40 && !bad; i++) {
+                bad |= lens[i] != rlen(rows[i]);
+                for (int64_t e = 0; e < rlen(rows[i]); e++, k++)
+                    for (size_t j = 0; j < DISP; j++)
+                        if (dst[(size_t)k * DISP + j] !=
+                            value(rows[i] * 10 + e, j))
+                            bad = 1;
+            }
+            if (bad || got != k) {
+                CHECK_FAIL_("rank %d thread %d iteration %d: wrong ragged "
+                            "values", a->rank, a->tid, it);
+                break;
+            }
+        }
         if (it % 50 == 0) {
             dds_profile_t prof;
             CHECK_OK(dds_store_profile(a->s, "t", &prof));
@@ -130,6 +159,22 @@ static void rank_main(fake_world_t *w, int rank, void *arg)
     CHECK_OK(dds_store_var_add(s, "t", shard, ROWS_PER_RANK, DISP, 8,
                                DDS_DTYPE_FLOAT64, NULL, DDS_ADD_COPY));
     free(shard);
+    {
+        const int64_t first = (int64_t)rank * ROWS_PER_RANK;
+        int64_t lens[ROWS_PER_RANK], nel = 0, k = 0;
+        double *pay;
+        for (int64_t i = 0; i < ROWS_PER_RANK; i++)
+            nel += lens[i] = rlen(first + i);
+        pay = malloc((size_t)nel * rb);
+        for (int64_t i = 0; i < ROWS_PER_RANK; i++)
+            for (int64_t e = 0; e < lens[i]; e++, k++)
+                for (size_t j = 0; j < DISP; j++)
+                    pay[(size_t)k * DISP + j] = value((first + i) * 10 + e, j);
+        CHECK_OK(dds_store_ragged_add(s, "r", pay, nel, lens, ROWS_PER_RANK,
+                                      DISP, 8, DDS_DTYPE_FLOAT64, NULL,
+                                      DDS_ADD_COPY));
+        free(pay);
+    }
     for (int t = 0; t < NTHREADS; t++) {
         ra[t].s = s;
         ra[t].rank = rank;

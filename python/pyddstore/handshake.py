@@ -36,9 +36,11 @@ def _files(paths):
 def _describe(rec, core):
     me = socket.gethostname()
     age = time.time() - rec["ctime_ns"] / 1e9
-    out = [f"name {rec['name']}: {rec['total_rows']} rows x {rec['disp']} {rec['dtype']} "
-           f"(itemsize {rec['itemsize']}, {rec['row_bytes']} B per row) on "
-           f"{rec['nranks']} ranks",
+    ragged = bool(rec["flags"] & 2)        # DDOFI_HS_FLAG_RAGGED
+    kind = "ragged samples of element rows" if ragged else "rows"
+    out = [f"name {rec['name']}: {rec['total_rows']} {'samples' if ragged else 'rows'} x "
+           f"{rec['disp']} {rec['dtype']} (itemsize {rec['itemsize']}, {rec['row_bytes']} B "
+           f"per {'element row' if ragged else 'row'}; {kind}) on {rec['nranks']} ranks",
            f"  core run {rec['run_id']:016x}, namespace '{rec['exchange_ns']}', written "
            f"{age:.0f} s ago, format version {rec['version']}",
            f"  provider {rec['provider']}, domain {rec['domain']}"
@@ -48,7 +50,8 @@ def _describe(rec, core):
         if r["host"] == me:
             alive = core._handshake_process_alive(r["pid"], r["start_ticks"])
             state = {1: ", running", 0: ", EXITED (stale record)", -1: ""}[alive]
-        out.append(f"  rank {i}: {r['rows']} rows, {r['bytes']} B at 0x{r['base']:x} "
+        out.append(f"  rank {i}: {r['rows']} {'samples' if ragged else 'rows'}, "
+                   f"{r['bytes']} B at 0x{r['base']:x} "
                    f"key 0x{r['key']:x}, pid {r['pid']} on {r['host']}{state}")
     return "\n".join(out)
 

@@ -60,6 +60,13 @@ def test_reader_joins_ragged_variables(top, tmp_path, n):
                 s.get_batch(name, np.zeros((1, cols), ref.dtype), [0])
         with pytest.raises(ValueError):
             s.update_ragged("r", np.zeros((1, 3), np.float32), 0, 1)
+        # the record inspector says ragged
+        recs = sorted(m2.glob.glob(os.path.join(hs, "**", "*.ddshs"), recursive=True))
+        r = m2.subprocess.run([sys.executable, os.path.join(m2.TOP, "tools", "ddstore-handshake")]
+                              + recs, capture_output=True, text=True, env=m2._env(top))
+        assert r.returncode == 0, r.stderr
+        assert "name r: %d samples" % total in r.stdout, r.stdout
+        assert "ragged samples" in r.stdout, r.stdout
         s.free()
         core.stop()
     finally:

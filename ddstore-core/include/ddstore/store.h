@@ -6,9 +6,10 @@
  * global array, and any rank reads any rows with one-sided reads through
  * the store's transport.
  *
- * Collective calls (create, var_init, var_add, free, epoch_*, destroy when
- * not yet freed) must be made by every rank in the same order from one
- * thread.  They agree on failure: one rank's bad input fails every rank
+ * Collective calls (create, var_init, var_add, ragged_init, ragged_add,
+ * free, epoch_*, destroy when not yet freed) must be made by every rank in
+ * the same order from one thread.  They agree on failure: one rank's bad
+ * input fails every rank
  * with the same code (dds_comm_agree), none hangs.  A collective that not
  * every rank enters fails on the ranks that did after the communicator's
  * timeout (DDSTORE_COLLECTIVE_TIMEOUT_S, comm.h) with -DDS_ETIMEDOUT
@@ -23,8 +24,9 @@
  * nothing: the communicator is the parent's.  Reads work there (a
  * DDS_READER_FORKED reader).
  *
- * Local calls (var_update, get, get_batch, recv_*, info, profile, readers)
- * are safe from any number of threads at once.  Reads take the variable
+ * Local calls (var_update, get, get_batch, ragged_update, ragged_sizes,
+ * ragged_get_batch, recv_*, info, profile, readers) are safe from any
+ * number of threads at once.  Reads take the variable
  * table's read lock only (shared); no store-wide mutex is held while data
  * moves.  They must not race with a collective call that frees the variable
  * being read.
@@ -239,7 +241,8 @@ DDS_API int dds_store_profile_reset(dds_store_t *store, const char *name);
 DDS_API int dds_store_epoch_begin(dds_store_t *store);
 DDS_API int dds_store_epoch_end(dds_store_t *store);
 
-/* The store's collective calls, as dds_store_coll_fail names them. */
+/* The store's collective calls, as dds_store_coll_fail names them
+ * (ragged_add is DDS_COLL_ADD, ragged_init DDS_COLL_INIT). */
 typedef enum {
     DDS_COLL_INIT = 1,
     DDS_COLL_ADD = 2,
