@@ -88,7 +88,6 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
 }
 
 
-#if PYDDSTORE_API_VERSION >= 2
 namespace {
 
 at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
@@ -187,6 +186,5 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
     }
     return {values, lengths, offsets, batch};
 }
-#endif
 
 }  // namespace ddstore_torch

@@ -114,12 +114,10 @@ void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t
 std::vector<at::Tensor> collate(py::handle obj, py::list specs,
                                 py::handle indices, py::object device,
                                 bool pin_memory, uintptr_t stream);
-#if PYDDSTORE_API_VERSION >= 2
 std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
                                        std::vector<int64_t> row_shape,
                                        const std::string &dtype, py::handle indices,
                                        int64_t guess, py::object device, bool pin_memory,
                                        uintptr_t stream);
-#endif
 
 }  // namespace ddstore_torch

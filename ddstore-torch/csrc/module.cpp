@@ -33,7 +33,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "Direct collate: allocate (len(indices), *shape) per spec "
           "(name, shape, dtype name, on_device) and read every field with one "
           "get_batch; returns the tensors in spec order.");
-#if PYDDSTORE_API_VERSION >= 2
     m.def("ragged_collate", &dt::ragged_collate, py::arg("store"), py::arg("name"),
           py::arg("row_shape"), py::arg("dtype"), py::arg("indices"), py::arg("guess") = -1,
           py::arg("device") = py::none(), py::arg("pin_memory") = false,
@@ -42,7 +41,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "offsets (n+1 prefix sums), batch (sample of every element row)); values "
           "allocated for `guess` element rows first (-1: sizes first) and reallocated "
           "on DDS_ENOSPC.  Releases the GIL for the reads.");
-#endif
     m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
           "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
           "Python object with rank, size, allgather_bytes(bytes) -> bytes and "

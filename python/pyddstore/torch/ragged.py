@@ -16,7 +16,7 @@ Batches of such a field come
 
 This module holds the loading side (which fields are ragged: detection and
 agreement across ranks), the reading side (packed reads, through the torch
-extension's ragged_collate when it has it) and the batch builders.
+extension's ragged_collate) and the batch builders.
 """
 
 import collections.abc
@@ -293,30 +293,14 @@ def ragged_values(f, col, n):
 # ---------------------------------------------------------------- reading --
 def read_packed(reader, f, idx, device=None, pin_memory=False, stream=0, guess=None):
     """(values (total, *row_shape), lengths, offsets, batch) of rows idx of
-    ragged field f: one ragged read, straight into the values tensor (the
-    torch extension's ragged_collate; without it, sizes() then
-    get_ragged(out=))."""
+    ragged field f: one ragged read straight into the values tensor (the
+    torch extension's ragged_collate: `guess` element rows allocated first,
+    reallocated on DDS_ENOSPC; None: sizes first)."""
     from ._ext import ext
-    n = int(idx.numel())
-    fn = getattr(ext, "ragged_collate", None)
-    if fn is not None:
-        g = -1 if guess is None else int(guess)
-        return tuple(fn(reader, f.var, list(f.row_shape), f.dtype, idx, g,
-                        None if device is None else str(device), bool(pin_memory), stream))
-    ia = idx.numpy()
-    lengths = torch.from_numpy(np.asarray(reader.sizes(f.var, ia), dtype=np.int64))
-    total = int(lengths.sum())
-    values = torch.empty((total,) + f.row_shape, dtype=f.torch_dtype)
-    if total:
-        reader.get_ragged(f.var, ia, out=values.view(total, -1).view(torch.uint8).numpy())
-    offsets = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(lengths, 0, out=offsets[1:])
-    batch = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), lengths)
-    if device is not None:
-        values = values.to(device)
-    elif pin_memory:
-        values = values.pin_memory()
-    return values, lengths, offsets, batch
+    return tuple(ext.ragged_collate(reader, f.var, list(f.row_shape), f.dtype, idx,
+                                    -1 if guess is None else int(guess),
+                                    None if device is None else str(device),
+                                    bool(pin_memory), stream))
 
 
 def _field_layout(f, values):
