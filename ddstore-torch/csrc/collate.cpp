@@ -6,6 +6,13 @@
 // one get_batch per field, no per-sample work, the GIL released for all the
 // reads.  Python (pyddstore.torch) arranges the tensors into the sample's
 // structure (value / list / dict), which is what default_collate returns.
+//
+// Ragged fields (ragged_collate): one api->ragged_get_batch per field
+// straight into the values tensor, sized from a guess (the DDS_ENOSPC
+// two-step: on a miss core returns the lengths and the total without
+// reading payload, the tensor is reallocated and the read made again) or,
+// without a guess, from api->ragged_sizes first; the offsets (prefix sums)
+// and the per-element batch vector are built here, with the GIL released.
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
@@ -213,6 +220,106 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
     }
     check(rc);
     return outs;
+}
+
+
+namespace {
+
+at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
+                         const at::TensorOptions &opts)
+{
+    std::vector<int64_t> shape{rows};
+    shape.insert(shape.end(), row_shape.begin(), row_shape.end());
+    return at::empty(shape, opts);
+}
+
+}  // namespace
+
+// Rows `indices` of ragged variable `name`, packed in request order:
+// (values (total, *row_shape), lengths (n,), offsets (n+1,), batch (total,)),
+// lengths/offsets/batch int64 on the values' device.  guess >= 0: element
+// rows to allocate first (a miss costs one more index read); < 0: sizes
+// first.
+std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
+                                       std::vector<int64_t> row_shape,
+                                       const std::string &dtype, py::handle indices,
+                                       int64_t guess, py::object device, bool pin_memory,
+                                       uintptr_t stream)
+{
+    const Target t(obj);
+    at::Tensor idx = as_indices(indices);
+    if (!idx.device().is_cpu() || idx.scalar_type() != at::kLong)
+        idx = idx.to(at::kCPU, at::kLong).contiguous();
+    const int64_t n = idx.numel();
+    c10::optional<at::Device> dev;
+    if (!device.is_none())
+        dev = at::Device(py::str(device).cast<std::string>());
+    auto opts = at::TensorOptions().dtype(scalar_type_of(dtype));
+    if (dev.has_value())
+        opts = opts.device(*dev);
+    else if (pin_memory)
+        opts = opts.pinned_memory(true);
+
+    at::Tensor lengths = at::empty({n}, at::kLong);
+    int64_t total = 0;
+    int rc = 0;
+    at::Tensor values;
+    dds_buf_t buf{};
+    const bool sized = guess < 0;
+    if (sized) {
+        {
+            py::gil_scoped_release nogil;
+            rc = api()->ragged_sizes(t.store, t.reader, name.c_str(), idx.data_ptr<int64_t>(),
+                                     static_cast<size_t>(n), lengths.data_ptr<int64_t>());
+        }
+        check(rc);
+        const int64_t *lp = lengths.data_ptr<int64_t>();
+        for (int64_t i = 0; i < n; i++)
+            total += lp[i];
+        guess = total;
+    }
+    values = ragged_values(row_shape, guess, opts);
+    // one packed read into `values` (lengths and total filled, also on ENOSPC)
+    auto read = [&](int64_t rows) {
+        buf = describe(name, values, rows, stream);
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        const int r = api()->ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
+                                              idx.data_ptr<int64_t>(), static_cast<size_t>(n),
+                                              lengths.data_ptr<int64_t>(), &total);
+        note_read(t0, now_ns());
+        return r;
+    };
+    if (n > 0 && !(sized && total == 0)) {
+        rc = read(guess);
+        if (rc == -DDS_ENOSPC) {   // the guess was short: lengths and total are filled
+            values = ragged_values(row_shape, total, opts);
+            rc = read(total);
+        }
+        check(rc);
+    }
+    if (values.size(0) != total)
+        values = values.narrow(0, 0, total);
+
+    at::Tensor offsets = at::empty({n + 1}, at::kLong);
+    at::Tensor batch = at::empty({total}, at::kLong);
+    {
+        py::gil_scoped_release nogil;
+        const int64_t *lp = lengths.data_ptr<int64_t>();
+        int64_t *op = offsets.data_ptr<int64_t>();
+        int64_t *bp = batch.data_ptr<int64_t>();
+        op[0] = 0;
+        for (int64_t i = 0; i < n; i++) {
+            op[i + 1] = op[i] + lp[i];
+            std::fill(bp + op[i], bp + op[i + 1], i);
+        }
+    }
+    if (dev.has_value()) {
+        lengths = lengths.to(*dev, /*non_blocking=*/false);
+        offsets = offsets.to(*dev, false);
+        batch = batch.to(*dev, false);
+    }
+    return {values, lengths, offsets, batch};
 }
 
 }  // namespace ddstore_torch

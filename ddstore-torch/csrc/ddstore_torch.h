@@ -122,6 +122,11 @@ void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t
 std::vector<at::Tensor> collate(py::handle obj, py::list specs,
                                 py::handle indices, py::object device,
                                 bool pin_memory, uintptr_t stream);
+std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
+                                       std::vector<int64_t> row_shape,
+                                       const std::string &dtype, py::handle indices,
+                                       int64_t guess, py::object device, bool pin_memory,
+                                       uintptr_t stream);
 
 // Sample indices with a Python sequence's meaning over `total` samples
 // (-total <= i < total, a negative one counts from the end): an int64 CPU

@@ -52,6 +52,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
         .def("take", &dt::Pipeline::take, py::arg("timeout"), py::arg("seq") = -1)
         .def("stop", &dt::Pipeline::stop)
         .def("ready", &dt::Pipeline::ready);
+    m.def("ragged_collate", &dt::ragged_collate, py::arg("store"), py::arg("name"),
+          py::arg("row_shape"), py::arg("dtype"), py::arg("indices"), py::arg("guess") = -1,
+          py::arg("device") = py::none(), py::arg("pin_memory") = false,
+          py::arg("stream") = 0,
+          "Packed read of ragged variable `name`: (values (total, *row_shape), lengths, "
+          "offsets (n+1 prefix sums), batch (sample of every element row)); values "
+          "allocated for `guess` element rows first (-1: sizes first) and reallocated "
+          "on DDS_ENOSPC.  Releases the GIL for the reads.");
     m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
           "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
           "Python object with rank, size, allgather_bytes(bytes) -> bytes and "

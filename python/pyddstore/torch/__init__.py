@@ -23,7 +23,9 @@ from ._ext import ext as _ext  # noqa: E402
 from .comm import Comm, TorchComm  # noqa: E402
 from .dataset import (DistDataset, DistDatasetReader, WindowedDataset, row_of,  # noqa: E402
                       sampler_kwargs)
+from .budget import BudgetBatchSampler  # noqa: E402
 from .loader import ThreadDataLoader  # noqa: E402
+from .ragged import Packed, Padded  # noqa: E402
 from .sampler import DistSampler  # noqa: E402
 
 try:
@@ -35,4 +37,5 @@ except OSError:
 __version__ = getattr(_ext, "__version__", None) or _src_version
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
-           "sampler_kwargs", "DistSampler", "ThreadDataLoader", "TorchComm", "Comm", "__version__"]
+           "sampler_kwargs", "DistSampler", "ThreadDataLoader", "BudgetBatchSampler",
+           "Packed", "Padded", "TorchComm", "Comm", "__version__"]

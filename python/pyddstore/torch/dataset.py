@@ -20,14 +20,18 @@ import pyddstore
 
 from . import env
 from . import comm as _comm
+from . import ragged as _rg
 from ._ext import as_index_tensor, ext, stream_of
-from .schema import Schema
+from .schema import RAGGED_KINDS, Schema, _is_pyg
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs"]
 
 _META_FORMAT = "pyddstore.torch.meta"
-_META_VERSION = 2          # 2: run-scoped (exchange_ns, run_id, generation)
+_META_VERSION = 3          # 2: run-scoped (exchange_ns, run_id, generation);
+                           # 3: ragged fields ("axis" in a field's description;
+                           #    written only when the dataset has ragged fields)
+_META_VERSION_FIXED = 2
 _META_MAX_BYTES = 16 << 20
 _RECORD_MAX_BYTES = 1 << 30
 
@@ -181,16 +185,18 @@ class _Stored(torch.utils.data.Dataset):
         self._forked = _ForkedProfile(self.ddstore, [f.var for f in self.schema.fields])
         self._allocs = {}            # id(bufs) -> list of registered tensors
         self._freed = False
+        self._guess = {}             # ragged var -> element rows per sample seen (max)
         self._update_specs()
 
     def _update_specs(self):
         dev = self.device
         self._names = [f.var for f in self.schema.fields]
         self._specs = [(f.var, f.row_shape, f.dtype, f.kind == "tensor" and dev is not None)
-                       for f in self.schema.fields]
-        # the host direct collate, its specs parsed once (C++)
+                       for f in self.schema.fields if f.axis is None]
+        # the host direct collate of fixed fields, its specs parsed once (C++);
+        # None with ragged fields (their batches are packed / padded in Python)
         st = self.schema
-        self._collator = ext.Collator(
+        self._collator = None if len(self._specs) != len(st.fields) else ext.Collator(
             self._specs, self.total, f"{type(self).__name__} '{self.name}'", st.structure,
             st.ntype if st.structure == "namedtuple" else
             tuple(st.keys) if st.structure == "dict" else None)
@@ -262,6 +268,58 @@ class _Stored(torch.utils.data.Dataset):
         """The keys of the stored fields, in order."""
         return list(self.schema.keys)
 
+    @property
+    def ragged_fields(self):
+        """{key: varying axis} of the ragged fields ({} when every field is
+        fixed)."""
+        return {f.key: f.axis for f in self.schema.fields if f.axis is not None}
+
+    def sizes(self, field=None, indices=None):
+        """The sizes of samples `indices` (default: all) along ragged field
+        `field`'s varying axis (default: the dataset's only ragged field), a
+        numpy int64 array.  Reads the store's index entries only, never
+        payload."""
+        f = self._ragged_field(field, "sizes")
+        idx = self._indices(range(self.total) if indices is None else indices)
+        return np.asarray(self._reader().sizes(f.var, idx.numpy()), dtype=np.int64)
+
+    def _ragged_field(self, field, who):
+        rg = self.schema.ragged
+        if field is None:
+            if len(rg) != 1:
+                raise ValueError(f"{type(self).__name__} '{self.name}': {who}() needs field= "
+                                 f"(ragged fields: {[f.key for f in rg]!r})")
+            return rg[0]
+        f = self.schema.field(field)
+        if f.axis is None:
+            raise ValueError(f"{type(self).__name__} '{self.name}': {who}(): field "
+                             f"{field!r} is fixed (shape {f.shape}), not ragged (ragged "
+                             f"fields: {[g.key for g in rg]!r})")
+        return f
+
+    @property
+    def ragged_batch(self):
+        """How batches hold ragged fields: "packed" (Packed) or "padded"
+        (Padded)."""
+        return self._ragged_batch
+
+    def collate_fn(self, samples):
+        """The collate_fn for torch's DataLoader over a dataset with ragged
+        fields: ragged fields packed or padded (ragged_batch), the others
+        stacked as default_collate does.  Samples straight from
+        __getitems__ are batched from the reads they came from (no
+        per-sample work)."""
+        raw = getattr(samples, "raw", None)
+        if raw is not None:
+            fields, ts = raw
+            return self.schema.build_batch(self._batch_values(fields, ts))
+        return _rg.pack_samples(self.schema, samples, self._ragged_batch)
+
+    def _batch_values(self, fields, ts):
+        mk = _rg.batch_of(self._ragged_batch)
+        return [f.batch_value(t) if f.axis is None else mk(f, *t)
+                for f, t in zip(fields, ts)]
+
     # -- reads --------------------------------------------------------------
     def _index(self, i):
         i = operator.index(i)
@@ -280,7 +338,18 @@ class _Stored(torch.utils.data.Dataset):
                 for f in fields]
 
     def _read(self, fields, idx, out=None):
-        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx."""
+        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx; a
+        ragged field's (values, lengths, offsets, batch) of a packed read."""
+        if any(f.axis is not None for f in fields):
+            if out is not None:
+                bad = [f.key for f in fields if f.axis is not None]
+                raise ValueError(f"out=: buffers (alloc()) hold fixed fields only; "
+                                 f"{bad!r} {'is' if len(bad) == 1 else 'are'} ragged (read "
+                                 "them without out=, or select fixed fields)")
+            fixed = [f for f in fields if f.axis is None]
+            got = iter(self._read(fixed, idx) if fixed else ())
+            return [next(got) if f.axis is None else self._read_ragged(f, idx)
+                    for f in fields]
         dev = self._read_device()
         n = int(idx.numel())
         if out is None:
@@ -304,11 +373,35 @@ class _Stored(torch.utils.data.Dataset):
             self._forked.flush(reader, [f.var for f in fields])
         return outs
 
+    def _read_ragged(self, f, idx, device=None, pin_memory=False):
+        """(values (total, *row_shape), lengths, offsets, batch): one packed
+        read of ragged field f (a guess of the total from the largest
+        element rows per sample read so far: one index read when it holds)."""
+        dev = self._read_device() if device is None else device
+        n = int(idx.numel())
+        ratio = self._guess.get(f.var)
+        guess = None if ratio is None else int(ratio * n * 1.25) + 16
+        reader = self._reader()
+        res = _rg.read_packed(reader, f, idx,
+                              dev if (dev is not None and f.kind == "tensor") else None,
+                              pin_memory, stream_of(dev) if dev is not None else 0, guess)
+        if n:
+            r = int(res[0].shape[0]) / n
+            if ratio is None or r > ratio:
+                self._guess[f.var] = r
+        if self._fork is not None and reader is self._fork[1]:
+            self._forked.flush(reader, [f.var])
+        return res
+
+    @staticmethod
+    def _single(f, t):
+        return f.single(t) if f.axis is None else _rg.sample_value(f, t[0])
+
     def __getitem__(self, i):
         i = self._index(i)
         fields = self.schema.fields
         ts = self._read(fields, torch.tensor([i], dtype=torch.int64))
-        sample = self.schema.build([f.single(t) for f, t in zip(fields, ts)])
+        sample = self.schema.build([self._single(f, t) for f, t in zip(fields, ts)])
         if self.decode is not None:
             sample = self.decode(sample, i)
         return sample
@@ -322,10 +415,15 @@ class _Stored(torch.utils.data.Dataset):
         idx = self._indices(indices)
         fields = self.schema.fields
         ts = self._read(fields, idx, out)
-        samples = self.schema.build_many([f.split(t) for f, t in zip(fields, ts)])
+        samples = self.schema.build_many([
+            f.split(t) if f.axis is None else _rg.split_values(f, t[0], t[1])
+            for f, t in zip(fields, ts)])
         if self.decode is not None:
             dec = self.decode
             samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]
+        elif self.schema.ragged:
+            samples = _rg.RaggedSamples(samples)
+            samples.raw = (fields, ts)
         return samples
 
     def read_rows(self, rows, fields=None, out=None):
@@ -335,7 +433,7 @@ class _Stored(torch.utils.data.Dataset):
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
         idx = as_index_tensor(rows)
         ts = self._read(sel, idx, out)
-        return {f.key: f.batch_value(t) for f, t in zip(sel, ts)}
+        return dict(zip([f.key for f in sel], self._batch_values(sel, ts)))
 
     def alloc(self, n, fields=None):
         """Per-field buffers for n rows, registered with the store once: pass as
@@ -348,6 +446,12 @@ class _Stored(torch.utils.data.Dataset):
             raise pyddstore.DDStoreError(f"{type(self).__name__} '{self.name}': alloc() "
                                          "after free()")
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        bad = [f.key for f in sel if f.axis is not None]
+        if bad:
+            raise ValueError(f"{type(self).__name__} '{self.name}': alloc(): {bad!r} "
+                             f"{'is' if len(bad) == 1 else 'are'} ragged (sizes vary per "
+                             "batch): alloc() buffers hold fixed fields only (fields=; "
+                             "ThreadDataLoader: reuse_buffers=False)")
         dev = self._read_device()
         ts = self._fresh(sel, n, dev)
         done = []
@@ -412,15 +516,16 @@ class _Stored(torch.utils.data.Dataset):
 
     def _pipeline(self):
         """ThreadDataLoader's native prefetch of host batches (None: not for
-        this dataset: a device, a forked process)."""
-        if self.device is not None or os.getpid() != self._pid:
+        this dataset: a device, a forked process, ragged fields)."""
+        if self.device is not None or os.getpid() != self._pid or self._collator is None:
             return None
         return ext.Pipeline(self._collator, self.ddstore)
 
     def _collate(self, indices, pin_memory=False, out=None):
         """default_collate(self.__getitems__(indices)), read straight into the
         batch tensors: one get_batch per field."""
-        if out is None and not pin_memory and self.device is None:
+        if out is None and not pin_memory and self.device is None and \
+                self._collator is not None:
             return self._collator(self._reader(), indices)    # the hot path, in C++
         idx = self._indices(indices)
         if out is None:
@@ -429,9 +534,15 @@ class _Stored(torch.utils.data.Dataset):
                 [(s[0], s[1], s[2], False) for s in self._specs]
             ts = ext.collate(self._reader(), specs, idx,
                              None if dev is None else str(dev), bool(pin_memory),
-                             stream_of(dev) if dev is not None else 0)
+                             stream_of(dev) if dev is not None else 0) if specs else []
+            if self.schema.ragged:
+                fixed = iter(ts)
+                mk = _rg.batch_of(self._ragged_batch)
+                ts = [next(fixed) if f.axis is None else
+                      mk(f, *self._read_ragged(f, idx, dev, pin_memory))
+                      for f in self.schema.fields]
         else:
-            ts = self._read(self.schema.fields, idx, out)
+            ts = self._batch_values(self.schema.fields, self._read(self.schema.fields, idx, out))
         return self.schema.build_batch(ts)
 
     def _store_datasets(self):
@@ -463,7 +574,7 @@ class DistDataset(_Stored):
 
     DistDataset(source, name, comm=None, ddstore_width=None, device=None,
     add_device=None, method=None, handshake_dir=None, chunk_size=None,
-    encode=None, decode=None, fields=None)
+    encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed")
 
     Collective over `comm`: every rank loads rows [lo, hi) of `source` (its
     balanced share, one pass) and every rank reads every sample.  Errors
@@ -473,7 +584,9 @@ class DistDataset(_Stored):
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None,
                  add_device=None, method=None, handshake_dir=None, chunk_size=None,
-                 encode=None, decode=None, fields=None):
+                 encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed"):
+        self._ragged_opt = ragged
+        self._ragged_batch = ragged_batch
         try:
             self._construct(source, name, comm, ddstore_width, device, add_device, method,
                             handshake_dir, chunk_size, encode, decode, fields)
@@ -517,6 +630,13 @@ class DistDataset(_Stored):
                 c = operator.index(chunk_size)
                 if c < 1:
                     raise ValueError(f"chunk_size must be >= 1, got {c}")
+            if self._ragged_batch not in _rg.RAGGED_BATCH:
+                raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
+                                 f"{self._ragged_batch!r}")
+            if _rg.ragged_mode(self._ragged_opt) is not None and chunk_size is not None:
+                raise ValueError("chunk_size cannot be combined with ragged= (ragged fields "
+                                 "are loaded in one pass: their sizes must all be known "
+                                 "before the store is sized); leave chunk_size unset")
             w = None
             if ddstore_width is not None:
                 w = operator.index(ddstore_width)
@@ -557,11 +677,32 @@ class DistDataset(_Stored):
         _comm.run_agreed(self.comm, check_share, "share")
 
         # 4. the first sample: schema (checked across ranks)
+        mode_box = [None]
+
         def first():
             s = source[self.lo]
             st = encode(s) if encode is not None else s
-            full = Schema.of(st, f"source[{self.lo}]" + (" (encoded)" if encode else ""),
-                             keys=fields)
+            may = _rg.ragged_mode(self._ragged_opt)
+            pyg = _is_pyg(st)
+            where = f"source[{self.lo}]" + (" (encoded)" if encode else "")
+            full = Schema.of(st, where, keys=fields,
+                             may_vary=(lambda k: True) if (pyg or may) else None)
+            if pyg and may is None:
+                mode_box[0] = _rg.pyg_mode(full)
+            else:
+                mode_box[0] = _rg.ragged_mode(self._ragged_opt, full.keys)
+            m = mode_box[0]
+            for f in full.fields:
+                if f.disp == 0 and (m is None or m(f.key) is None):
+                    raise ValueError(f"{where}[{f.key!r}]: a field with no elements (shape "
+                                     f"{f.shape}) cannot be stored (a fixed field)")
+            if pyg and self._ragged_batch != "packed":
+                raise ValueError("torch_geometric Data samples are batched as a "
+                                 "torch_geometric Batch (packed): ragged_batch='padded' "
+                                 "does not apply")
+            if pyg and self.chunk_size is not None:
+                raise ValueError("chunk_size cannot be used with torch_geometric Data samples "
+                                 "(their fields are ragged: loaded in one pass)")
             if self.chunk_size is not None and self.add_device is not None and \
                     any(f.kind == "tensor" for f in full.fields):
                 raise ValueError("chunk_size cannot be used with tensor fields on add_device "
@@ -569,7 +710,8 @@ class DistDataset(_Stored):
             return st, full
 
         first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
-        descs = self.comm.allgather(full.describe())
+        self._mode_of = mode_box[0]
+        descs = self.comm.allgather(_rg.comparable(full.describe(), self._mode_of))
         bad = [r for r, d in enumerate(descs) if d != descs[0]]
         if bad:   # every rank sees the same list: all raise
             raise ValueError(
@@ -620,7 +762,9 @@ class DistDataset(_Stored):
         fields = self.schema.fields
         bar = _progress(share, self.name, self.comm.rank)
         try:
-            if self.chunk_size is None:
+            if self._mode_of is not None:
+                self._load_ragged(source, encode, first_stored, fields, share, bar)
+            elif self.chunk_size is None:
                 self._load_whole(source, encode, first_stored, fields, share, bar)
             else:
                 self._load_chunked(source, encode, first_stored, fields, share, bar)
@@ -634,7 +778,7 @@ class DistDataset(_Stored):
             if bar is not None:
                 bar.close()
 
-    def _sample_values(self, source, encode, first_stored, j):
+    def _sample_values(self, source, encode, first_stored, j, check=True):
         if j == 0:
             s = first_stored
         else:
@@ -642,7 +786,7 @@ class DistDataset(_Stored):
             if encode is not None:
                 s = encode(s)
         where = f"source[{self.lo + j}]" + (" (encoded)" if encode is not None else "")
-        return self.schema.values(s, where)
+        return self.schema.values(s, where, check)
 
     def _fill(self, source, encode, first_stored, fields, arrays, j0, j1, bar):
         for j in range(j0, j1):
@@ -652,6 +796,14 @@ class DistDataset(_Stored):
                 f.store_into(a, r, v)
             if bar is not None and (j & 255) == 255:
                 bar.update(256)
+
+    def _add_fixed(self, f, flat):
+        """Collective: this rank's shard (share, disp) of fixed field f."""
+        if f.kind == "tensor" and self.add_device is not None:
+            t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
+            ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
+        else:
+            self.ddstore.add(f.var, f.for_store(flat))
 
     def _load_whole(self, source, encode, first_stored, fields, share, bar):
         def fill():
@@ -666,13 +818,49 @@ class DistDataset(_Stored):
 
         def add():
             for k, (f, a) in enumerate(zip(fields, arrays)):
-                flat = a.reshape(share, -1)
-                if f.kind == "tensor" and self.add_device is not None:
-                    t = torch.from_numpy(flat).view(f.torch_dtype).to(self.add_device)
-                    ext.add_tensor(self.ddstore, f.var, t, stream_of(self.add_device))
-                else:
-                    self.ddstore.add(f.var, f.for_store(flat))
+                self._add_fixed(f, a.reshape(share, -1))
                 arrays[k] = None   # the store has its copy: drop ours now
+        _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
+
+    def _load_ragged(self, source, encode, first_stored, fields, share, bar):
+        """ragged=: every local sample scanned into per-field columns; the
+        ranks agree which fields vary (and along which axis); fixed fields
+        are added as whole shards, ragged ones with add_ragged."""
+        mode_of = self._mode_of
+        suffix = " (encoded)" if encode is not None else ""
+
+        def fill():
+            cols = []
+            for f in fields:
+                m = mode_of(f.key)
+                if m == "auto" and f.kind not in RAGGED_KINDS:
+                    m = None
+                cols.append(_rg.Column(f, share, m, f"source[{self.lo}]{suffix}[{f.key!r}]"))
+            for j in range(share):
+                where = f"source[{self.lo + j}]{suffix}"
+                vals = self._sample_values(source, encode, first_stored, j, check=False)
+                for c, f, v in zip(cols, fields, vals):
+                    c.put(j, v, f"{where}[{f.key!r}]")
+                if bar is not None and (j & 255) == 255:
+                    bar.update(256)
+            return cols
+
+        cols = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
+        if bar is not None:
+            bar.n = share
+            bar.refresh()
+        reports = self.comm.allgather([c.report() for c in cols], "ragged fields")
+        _comm.run_agreed(self.comm, lambda: _rg.decide(self.schema, cols, reports, mode_of,
+                                                        self.name), "ragged fields")
+
+        def add():
+            for f, c in zip(self.schema.fields, cols):
+                if f.axis is None:
+                    self._add_fixed(f, c.arr.reshape(share, -1))
+                else:
+                    vals, lengths = _rg.ragged_values(f, c, share)
+                    self.ddstore.add_ragged(f.var, f.for_store(vals), lengths)
+                c.drop()   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
     def _load_chunked(self, source, encode, first_stored, fields, share, bar):
@@ -715,7 +903,9 @@ class DistDataset(_Stored):
                 "publishes the same names: give each job its own exchange_ns)")
         run_id = f"{recs[0]['run_id']:016x}"
         meta = {
-            "format": _META_FORMAT, "version": _META_VERSION, "name": self.name,
+            "format": _META_FORMAT,
+            "version": _META_VERSION if self.schema.ragged else _META_VERSION_FIXED,
+            "name": self.name,
             "n_core": self.store_comm.size, "total": self.total,
             "created": time.time(),
             "exchange_ns": self._ns, "run_id": run_id,
@@ -754,7 +944,7 @@ class DistDatasetReader(_Stored):
     """The same dataset, read from a separate (method 2) extra job.
 
     DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
-    decode=None, exchange_ns=None): fields come from the core job's
+    decode=None, exchange_ns=None, ragged_batch="packed"): fields come from the core job's
     ``{name}.meta.json`` in handshake_dir (written by its
     DistDataset(method=2)), which names the core run (namespace, run id, the
     generation of every record); the reader joins only records of that run
@@ -765,7 +955,11 @@ class DistDatasetReader(_Stored):
     """
 
     def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None,
-                 exchange_ns=None):
+                 exchange_ns=None, ragged_batch="packed"):
+        if ragged_batch not in _rg.RAGGED_BATCH:
+            raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
+                             f"{ragged_batch!r}")
+        self._ragged_batch = ragged_batch
         hs = env.handshake_dir(handshake_dir)
         if not hs:
             raise ValueError("DistDatasetReader needs handshake_dir= (or "
@@ -882,7 +1076,7 @@ def _parse_meta(path, data, name):
     if meta.get("format") != _META_FORMAT:
         raise _bad_meta(path, "format", f"must be {_META_FORMAT!r}")
     version = meta.get("version")
-    if type(version) is not int or version not in (1, _META_VERSION):
+    if type(version) is not int or version not in (1, _META_VERSION_FIXED, _META_VERSION):
         raise ValueError(f"{path}: not a pyddstore.torch meta file of version "
                          f"{_META_VERSION} (field 'version' is {version!r})"[:400])
     if meta.get("name") != name:
@@ -1070,6 +1264,10 @@ class WindowedDataset(torch.utils.data.Dataset):
         self.stride = operator.index(stride)
         self.dilation = operator.index(dilation)
         self.schema = ds.schema.select(fields) if fields is not None else ds.schema
+        if self.schema.ragged:
+            raise ValueError(f"WindowedDataset: field(s) {[f.key for f in self.schema.ragged]!r} "
+                             "are ragged; windows stack fixed-size rows (select fixed "
+                             "fields with fields=)")
         self._keys = self.schema.keys
         n = len(ds)
         span = (self.window - 1) * self.dilation + 1
@@ -1155,13 +1353,6 @@ class WindowedDataset(torch.utils.data.Dataset):
     # direct collate: one read_rows per batch, already in batch form
     def _fast_collate_ok(self):
         return not self.schema.has_records
-
-    def _pipeline(self):
-        """ThreadDataLoader's native prefetch of host batches (None: not for
-        this dataset: a device, a forked process)."""
-        if self.device is not None or os.getpid() != self._pid:
-            return None
-        return ext.Pipeline(self._collator, self.ddstore)
 
     def _collate(self, indices, pin_memory=False, out=None):
         vals = self._windows(indices)

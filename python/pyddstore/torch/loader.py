@@ -484,6 +484,11 @@ class _ThreadIter:
         self._auto_collation = loader._auto_collation
         self._index_sampler = loader._index_sampler
         self._collate_fn = loader.collate_fn
+        if loader._default_collate and getattr(getattr(self._dataset, "schema", None),
+                                               "ragged", None):
+            # ragged fields: default_collate cannot stack them; the dataset's
+            # collate_fn packs/pads them (the fast path does the same reading)
+            self._collate_fn = self._dataset.collate_fn
         self._drop_last = loader.drop_last
         self._timeout = loader.timeout
         self._num_workers = loader.num_workers
@@ -529,7 +534,8 @@ class _ThreadIter:
         # collate, read by the worker threads without the GIL
         if self._fast and self._num_workers > 0 and not self._pin and not self._reuse \
                 and not self._is_iterable:
-            self._state.pipe = self._dataset._pipeline()
+            mk = getattr(self._dataset, "_pipeline", None)
+            self._state.pipe = mk() if mk is not None else None
             self._state.reader = self._dataset._reader
         self._submit_errs = {}
         # GPU batches from worker threads are handed to the consumer's stream

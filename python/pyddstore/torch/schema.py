@@ -21,6 +21,12 @@ record   np.void / structured ndarray /   uint8, nbytes           same class and
 Dtypes: bool, uint8, int32, int64, float16, bfloat16 (tensors), float32,
 float64; float16 and bfloat16 are stored bit-exact.  Other integer widths,
 complex, objects, strings and nested containers raise TypeError.
+
+Ragged fields (DistDataset(ragged=...)): a tensor or ndarray field whose shape
+varies along exactly one axis (the same for every sample) is stored as a
+ragged variable: the varying axis moved to the front, one *element row* per
+index along it (Field.axis is that axis, Field.shape has -1 there, and
+row_shape / disp describe one element row).
 """
 
 import collections.abc
@@ -29,7 +35,11 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["Field", "Schema", "SUPPORTED", "classify", "UnknownFieldError"]
+__all__ = ["Field", "Schema", "SUPPORTED", "classify", "UnknownFieldError",
+           "RAGGED_KINDS"]
+
+# kinds whose shape may vary along one axis (ragged fields)
+RAGGED_KINDS = ("tensor", "ndarray")
 
 
 class UnknownFieldError(KeyError, ValueError):
@@ -107,9 +117,10 @@ class Field:
     """One field of a sample: one store variable."""
 
     __slots__ = ("key", "kind", "shape", "dtype", "rdtype", "rclass", "var",
-                 "np_dtype", "torch_dtype", "row_shape", "disp", "nbytes")
+                 "np_dtype", "torch_dtype", "row_shape", "disp", "nbytes", "axis")
 
-    def __init__(self, key, kind, shape, dtype, rdtype=None, rclass=None, var=None):
+    def __init__(self, key, kind, shape, dtype, rdtype=None, rclass=None, var=None,
+                 axis=None):
         self.key = key
         self.kind = kind
         self.shape = tuple(int(d) for d in shape)
@@ -117,8 +128,21 @@ class Field:
         self.rdtype = rdtype                    # record dtype (np.dtype) or None
         self.rclass = rclass                    # "void" | "ndarray" | "recarray"
         self.var = var
+        self.axis = axis                        # ragged: the varying axis; fixed: None
         self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
+        if axis is not None:
+            # ragged: shape has -1 at `axis`; one element row = the other dims
+            if kind not in RAGGED_KINDS:
+                raise ValueError(f"field {key!r}: a {kind} field cannot be ragged (only "
+                                 "tensor and ndarray fields vary in shape)")
+            if not 0 <= axis < len(self.shape) or self.shape[axis] != -1:
+                raise ValueError(f"field {key!r}: ragged axis {axis} does not fit shape "
+                                 f"{self.shape} (-1 marks the varying axis)")
+            self.row_shape = self.shape[:axis] + self.shape[axis + 1:]
+            self.disp = math.prod(self.row_shape)
+            self.nbytes = self.disp * self.np_dtype.itemsize
+            return
         n = math.prod(self.shape)
         if kind == "record":
             self.nbytes = n * rdtype.itemsize
@@ -136,6 +160,8 @@ class Field:
         if self.kind == "record":
             d["descr"] = np.lib.format.dtype_to_descr(self.rdtype)
             d["rclass"] = self.rclass
+        if self.axis is not None:
+            d["axis"] = self.axis
         return d
 
     @classmethod
@@ -144,8 +170,16 @@ class Field:
         if d["kind"] == "record":
             descr = d["descr"]
             rdtype = np.lib.format.descr_to_dtype(_tuplify(descr))
+        axis = d.get("axis")
+        if axis is not None and (type(axis) is not int or axis < 0):
+            raise ValueError(f"field {d['key']!r}: ragged axis must be an integer >= 0, "
+                             f"got {axis!r}")
         return cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype,
-                   d.get("rclass"), var)
+                   d.get("rclass"), var, axis)
+
+    @property
+    def ragged(self):
+        return self.axis is not None
 
     def dtype_name(self):
         """The field's element type as a string (ds.dtypes, as the original):
@@ -165,7 +199,8 @@ class Field:
             raise ValueError(
                 f"{where}: {_desc(kind, shape, dtype, rdtype, rclass)} differs from the "
                 f"first sample's {_desc(self.kind, self.shape, self.dtype, self.rdtype, self.rclass)}"
-                "; shapes and dtypes must be fixed across samples")
+                "; shapes and dtypes must be fixed across samples (DistDataset(ragged=True) "
+                "stores tensor/ndarray fields whose size varies along one axis)")
 
     def __repr__(self):
         return f"Field({self.key!r}, {_desc(self.kind, self.shape, self.dtype, self.rdtype, self.rclass)})"
@@ -233,6 +268,23 @@ class Field:
         return self.split(t)[0]
 
 
+def _is_pyg(sample):
+    """A torch_geometric Data sample (checked without importing torch_geometric)."""
+    for c in type(sample).__mro__:
+        if c.__name__ == "Data" and c.__module__.startswith("torch_geometric."):
+            return True
+    return False
+
+
+def _pyg_data():
+    try:
+        from torch_geometric.data import Data
+    except ImportError as e:
+        raise ImportError("this dataset was stored from torch_geometric Data samples; "
+                          f"reading them back needs torch_geometric ({e})") from e
+    return Data
+
+
 def _keys_msg(keys):
     return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
 
@@ -245,6 +297,7 @@ def _tuplify(x):
 
 
 def _desc(kind, shape, dtype, rdtype, rclass):
+    shape = tuple(shape)
     if kind == "record":
         return f"record {rclass} {rdtype} shape {tuple(shape)}"
     if kind in ("int", "float", "bool"):
@@ -264,10 +317,15 @@ class Schema:
         self._pos = {f.key: i for i, f in enumerate(self.fields)}
 
     @classmethod
-    def of(cls, sample, where="sample", keys=None):
+    def of(cls, sample, where="sample", keys=None, may_vary=None):
         """The schema of one sample; with `keys`, of only those fields (in that
-        order: the others are neither checked nor stored)."""
-        if isinstance(sample, collections.abc.Mapping):
+        order: the others are neither checked nor stored).  `may_vary(key)`:
+        True for a field that may turn out ragged (no-element shapes are then
+        checked once the loading knows)."""
+        if _is_pyg(sample):
+            structure, ntype = "pyg", None
+            items = list(sample.to_dict().items())
+        elif isinstance(sample, collections.abc.Mapping):
             structure, ntype = "dict", None
             items = list(sample.items())
         elif isinstance(sample, tuple) and hasattr(sample, "_fields"):
@@ -305,9 +363,12 @@ class Schema:
         for key, value in items:
             kind, shape, dtype, rdtype, rclass = classify(value, f"{where}[{key!r}]")
             f = Field(key, kind, shape, dtype, rdtype, rclass)
-            if f.disp == 0:
+            if f.disp == 0 and not (may_vary is not None and kind in RAGGED_KINDS and
+                                    may_vary(key)):
                 raise ValueError(f"{where}[{key!r}]: a field with no elements (shape "
-                                 f"{f.shape}) cannot be stored")
+                                 f"{f.shape}) cannot be stored"
+                                 + (" (a field whose size varies: DistDataset(ragged=True))"
+                                    if kind in RAGGED_KINDS else ""))
             fields.append(f)
         return cls(structure, fields, ntype, width)
 
@@ -354,17 +415,21 @@ class Schema:
                                     f"{self.keys!r}") from None
 
     # -- values ------------------------------------------------------------
-    def values(self, sample, where="sample"):
+    def values(self, sample, where="sample", check=True):
         """The field values of `sample` (checked against this schema), in order.
 
-        Works on samples with more fields than this schema (fields=)."""
+        Works on samples with more fields than this schema (fields=).  With
+        check=False only the structure is checked (the caller checks each
+        value: ragged loading)."""
         st = self.structure
         if st == "value":
             if isinstance(sample, (collections.abc.Mapping, list, tuple)):
                 raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
                                  "was a single value")
             vals = [sample]
-        elif st == "dict":
+        elif st in ("dict", "pyg"):
+            if st == "pyg" and _is_pyg(sample):
+                sample = sample.to_dict()
             if not isinstance(sample, collections.abc.Mapping):
                 raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
                                  "was a dict")
@@ -384,8 +449,9 @@ class Schema:
                 raise ValueError(f"{where}: {len(sample)} values, the first sample had "
                                  f"{self.width}")
             vals = [sample[k] for k in self.keys]
-        for f, v in zip(self.fields, vals):
-            f.matches(v, f"{where}[{f.key!r}]")
+        if check:
+            for f, v in zip(self.fields, vals):
+                f.matches(v, f"{where}[{f.key!r}]")
         return vals
 
     def build(self, vals):
@@ -399,6 +465,8 @@ class Schema:
             return list(vals)
         if st == "namedtuple":
             return self.ntype(*vals)
+        if st == "pyg":
+            return _pyg_data()(**dict(zip(self.keys, vals)))
         return dict(zip(self.keys, vals))
 
     def build_many(self, cols):
@@ -414,6 +482,9 @@ class Schema:
         if st == "namedtuple":
             return list(map(self.ntype._make, zip(*cols)))
         keys = self.keys
+        if st == "pyg":
+            data = _pyg_data()
+            return [data(**dict(zip(keys, v))) for v in zip(*cols)]
         return [dict(zip(keys, v)) for v in zip(*cols)]
 
     def build_batch(self, vals):
@@ -426,7 +497,15 @@ class Schema:
             return list(vals)
         if st == "namedtuple":
             return self.ntype(*vals)
+        if st == "pyg":
+            from .ragged import pyg_batch
+            return pyg_batch(self, vals)
         return dict(zip(self.keys, vals))
+
+    @property
+    def ragged(self):
+        """The ragged fields."""
+        return [f for f in self.fields if f.axis is not None]
 
     @property
     def has_records(self):
