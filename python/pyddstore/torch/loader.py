@@ -536,7 +536,8 @@ class _ThreadIter:
                 and not self._is_iterable:
             mk = getattr(self._dataset, "_pipeline", None)
             self._state.pipe = mk() if mk is not None else None
-            self._state.reader = self._dataset._reader
+            if self._state.pipe is not None:
+                self._state.reader = self._dataset._reader
         self._submit_errs = {}
         # GPU batches from worker threads are handed to the consumer's stream
         # with events (no synchronize): only where CUDA/HIP is usable
