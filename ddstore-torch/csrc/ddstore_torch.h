@@ -9,6 +9,7 @@
 
 #include <torch/extension.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -198,6 +199,8 @@ private:
     std::deque<Task> tasks_;
     std::map<int64_t, Result> results_;
     bool stop_ = false;
+    bool sleeping_ = false;                      // the consumer waits on cv_results_
+    std::atomic<uint64_t> published_{0};         // batches published so far
 };
 
 }  // namespace ddstore_torch

@@ -21,10 +21,28 @@
 //                         batch or exception, t_start, t_end, worker).
 //   stop()                wakes and ends run(); drops what was queued.
 #include <chrono>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
+
+namespace {
+// How long take() polls for a batch before it sleeps on the condition
+// variable: about one batch read of 128 x 3 KB rows.
+constexpr uint64_t kSpinNs = 50000;
+
+inline void cpu_relax()
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+}  // namespace
 
 Pipeline::Pipeline(py::object collator, py::object store)
     : collator_(std::move(collator)), store_(std::move(store))
@@ -93,19 +111,22 @@ void Pipeline::run(py::handle reader_obj, int worker)
         res.outs = std::move(t.outs);
         // one critical section per batch: publish it and take the next task
         Task next;
-        bool have;
+        bool have, wake;
         {
             std::unique_lock<std::mutex> g(mu_);
             if (stop_)
                 return;
             results_.emplace(t.seq, std::move(res));
+            published_.fetch_add(1, std::memory_order_release);
+            wake = sleeping_;
             have = !tasks_.empty();
             if (have) {
                 next = std::move(tasks_.front());
                 tasks_.pop_front();
             }
         }
-        cv_results_.notify_one();
+        if (wake)
+            cv_results_.notify_one();
         if (!have) {
             std::unique_lock<std::mutex> g(mu_);
             cv_tasks_.wait(g, [&] { return stop_ || !tasks_.empty(); });
@@ -124,12 +145,29 @@ py::object Pipeline::take(double timeout_s, int64_t seq)
     int64_t key;
     {
         py::gil_scoped_release nogil;
-        std::unique_lock<std::mutex> g(mu_);
         auto ready = [&] {
             return stop_ || (seq >= 0 ? results_.count(seq) > 0 : !results_.empty());
         };
-        if (!cv_results_.wait_for(g, std::chrono::duration<double>(timeout_s), ready) ||
-            stop_)
+        // A batch due within microseconds is waited for by polling the count
+        // of published batches (no lock, no system call: a worker notifies
+        // only a consumer that sleeps); after kSpinNs the consumer sleeps.
+        const uint64_t spin_end = now_ns() + kSpinNs;
+        uint64_t seen = published_.load(std::memory_order_acquire);
+        std::unique_lock<std::mutex> g(mu_);
+        while (!ready() && now_ns() < spin_end) {
+            g.unlock();
+            while (published_.load(std::memory_order_acquire) == seen && now_ns() < spin_end)
+                cpu_relax();
+            seen = published_.load(std::memory_order_acquire);
+            g.lock();
+        }
+        bool ok = ready();
+        if (!ok) {
+            sleeping_ = true;
+            ok = cv_results_.wait_for(g, std::chrono::duration<double>(timeout_s), ready);
+            sleeping_ = false;
+        }
+        if (!ok || stop_)
             key = -1;
         else {
             auto it = seq >= 0 ? results_.find(seq) : results_.begin();
