@@ -21,9 +21,7 @@
 //                         batch or exception, t_start, t_end, worker).
 //   stop()                wakes and ends run(); drops what was queued.
 #include <chrono>
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include <thread>
 
 #include "ddstore_torch.h"
 
@@ -34,14 +32,6 @@ namespace {
 // variable: about one batch read of 128 x 3 KB rows.
 constexpr uint64_t kSpinNs = 50000;
 
-inline void cpu_relax()
-{
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 }  // namespace
 
 Pipeline::Pipeline(py::object collator, py::object store)
@@ -149,15 +139,16 @@ py::object Pipeline::take(double timeout_s, int64_t seq)
             return stop_ || (seq >= 0 ? results_.count(seq) > 0 : !results_.empty());
         };
         // A batch due within microseconds is waited for by polling the count
-        // of published batches (no lock, no system call: a worker notifies
-        // only a consumer that sleeps); after kSpinNs the consumer sleeps.
+        // of published batches (no lock; a worker notifies only a consumer
+        // that sleeps), yielding the core between polls (to the worker when
+        // the threads outnumber the cores); after kSpinNs the consumer sleeps.
         const uint64_t spin_end = now_ns() + kSpinNs;
         uint64_t seen = published_.load(std::memory_order_acquire);
         std::unique_lock<std::mutex> g(mu_);
         while (!ready() && now_ns() < spin_end) {
             g.unlock();
             while (published_.load(std::memory_order_acquire) == seen && now_ns() < spin_end)
-                cpu_relax();
+                std::this_thread::yield();
             seen = published_.load(std::memory_order_acquire);
             g.lock();
         }
