@@ -128,11 +128,8 @@ void Collator::alloc(int64_t n, std::vector<at::Tensor> *outs,
 int Collator::read(dds_store_t *store, dds_reader_t *reader, const at::Tensor &idx,
                    std::vector<dds_buf_t> &bufs) const
 {
-    int rc = 0;
-    for (size_t k = 0; k < bufs.size() && rc == 0; k++)
-        rc = read_into(store, reader, names_[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
-                       static_cast<size_t>(idx.numel()), 0, true);
-    return rc;
+    return read_fields_into(store, reader, names_, bufs, idx.data_ptr<int64_t>(),
+                            static_cast<size_t>(idx.numel()));
 }
 
 py::object Collator::build(const std::vector<at::Tensor> &outs) const
@@ -209,13 +206,12 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
     for (size_t k = 0; k < outs.size(); k++)
         bufs.push_back(describe(names[k], outs[k], n, stream));
 
-    int rc = 0;
+    int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        for (size_t k = 0; k < bufs.size() && rc == 0; k++)
-            rc = read_into(t, names[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
-                           static_cast<size_t>(n), 0, true);
+        rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
+                              static_cast<size_t>(n));
         note_read(t0, now_ns());
     }
     check(rc);

@@ -95,6 +95,13 @@ int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *
 int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_buf_t *buf,
               const int64_t *rows, size_t n, int64_t start, bool batch);
 
+// get_batch of the same rows[0..n) for every field: bufs[k] <- names[k], in
+// order, stopping at the first error (its status returned).  GIL released by
+// the caller.
+int read_fields_into(dds_store_t *store, dds_reader_t *reader,
+                     const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
+                     const int64_t *rows, size_t n);
+
 // Global row indices as int64 (a 1-D int64/int32 CPU tensor, or a sequence).
 at::Tensor as_indices(py::handle obj);
 

@@ -135,6 +135,16 @@ dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows
     return buf;
 }
 
+int read_fields_into(dds_store_t *store, dds_reader_t *reader,
+                     const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
+                     const int64_t *rows, size_t n)
+{
+    int rc = 0;
+    for (size_t k = 0; k < bufs.size() && rc == 0; k++)
+        rc = read_into(store, reader, names[k].c_str(), &bufs[k], rows, n, 0, true);
+    return rc;
+}
+
 int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
               size_t n, int64_t start, bool batch)
 {

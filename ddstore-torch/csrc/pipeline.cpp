@@ -71,15 +71,19 @@ void Pipeline::run(py::handle reader_obj, int worker)
         throw py::error_already_set();
     py::object keep = py::reinterpret_borrow<py::object>(reader_obj);
     py::gil_scoped_release nogil;
-    Task t;
-    {
+    // the next task, waiting for one; false once stopped
+    auto next_task = [&](Task *out) {
         std::unique_lock<std::mutex> g(mu_);
         cv_tasks_.wait(g, [&] { return stop_ || !tasks_.empty(); });
         if (stop_)
-            return;
-        t = std::move(tasks_.front());
+            return false;
+        *out = std::move(tasks_.front());
         tasks_.pop_front();
-    }
+        return true;
+    };
+    Task t;
+    if (!next_task(&t))
+        return;
     for (;;) {
         Result res;
         res.worker = worker;
@@ -117,14 +121,8 @@ void Pipeline::run(py::handle reader_obj, int worker)
         }
         if (wake)
             cv_results_.notify_one();
-        if (!have) {
-            std::unique_lock<std::mutex> g(mu_);
-            cv_tasks_.wait(g, [&] { return stop_ || !tasks_.empty(); });
-            if (stop_)
-                return;
-            next = std::move(tasks_.front());
-            tasks_.pop_front();
-        }
+        if (!have && !next_task(&next))
+            return;
         t = std::move(next);
     }
 }

@@ -73,19 +73,14 @@ void read_fields(py::handle obj, const std::vector<std::string> &names,
                                            std::to_string(n) + " are read");
         bufs.push_back(describe(names[k], o, n, stream));
     }
-    int rc = 0;
-    size_t failed = 0;
+    int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        for (size_t k = 0; k < bufs.size() && rc == 0; k++) {
-            rc = read_into(t, names[k].c_str(), &bufs[k], idx.data_ptr<int64_t>(),
-                           static_cast<size_t>(n), 0, true);
-            failed = k;
-        }
+        rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
+                              static_cast<size_t>(n));
         note_read(t0, now_ns());
     }
-    (void)failed;
     check(rc);
 }
 
