@@ -143,14 +143,13 @@ static int check_params(const dds_plan_params_t *p, dds_plan_t *plan)
     return 0;
 }
 
-static int empty_plan(const dds_plan_params_t *p, dds_plan_t *plan)
+static int empty_plan(dds_plan_t *plan)
 {
     plan->nops = 0;
     plan->ncopies = 0;
     plan->staging_bytes = 0;
     plan->nrows = 0;
     plan->nrows_unique = 0;
-    (void)p;
     return 0;
 }
 
@@ -398,7 +397,7 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
     direct = (params->field_mask & DDS_PLAN_PARAM_FLAGS) &&
              (params->flags & DDS_PLAN_DIRECT);
     if (n == 0)
-        return empty_plan(params, plan);
+        return empty_plan(plan);
     if (rows == NULL)
         return dds_error(-DDS_EINVAL, "plan: NULL rows");
     rb = params->row_bytes;
@@ -530,7 +529,7 @@ int dds_plan_range(const dds_plan_params_t *params, int64_t start,
                          "range of %lld rows from %lld is outside [0, %lld)",
                          (long long)nrows, (long long)start, (long long)total);
     if (nrows == 0)
-        return empty_plan(params, plan);
+        return empty_plan(plan);
     rb = params->row_bytes;
     if ((uint64_t)nrows > SIZE_MAX / rb)
         return dds_error(-DDS_EINVAL, "plan: %lld rows of %zu bytes overflow "
