@@ -137,6 +137,71 @@ typedef struct cfg {
     int map;        /* DDSTORE_OFI_MAP_SHARDS in this run */
 } cfg_t;
 
+/* A ragged variable (the shard is [index | payload]): sample g has g % 5
+ * element rows of RDISP float32 (some empty), rank r holds 3 + 2r samples.
+ * Every sample read in reverse order, from every owner: right rows and
+ * lengths.  Same-node shards are mapped for ragged shards too: the index
+ * step (sizes) and the payload step both come from the mapped shards, the
+ * payload step's bytes exactly the other ranks' payload; none with
+ * DDSTORE_OFI_MAP_SHARDS=0. */
+enum { RDISP = 3 };
+static float rval(int64_t g, int64_t e, int64_t c) { return (float)(g * 1000 + e * 10 + c); }
+
+static void ragged_section(dds_store_t *s, const cfg_t *cfg, int me, int n)
+{
+    int64_t first = 0, total = 0, mine = 3 + 2 * me;
+    for (int r = 0; r < n; r++) {
+        if (r < me)
+            first += 3 + 2 * r;
+        total += 3 + 2 * r;
+    }
+    int64_t lens[3 + 2 * FORKCOMM_MAX], nel = 0;
+    for (int64_t i = 0; i < mine; i++)
+        nel += lens[i] = (first + i) % 5;
+    float *vals = malloc((size_t)(nel + 1) * RDISP * sizeof(float));
+    for (int64_t i = 0, e0 = 0; i < mine; e0 += lens[i], i++)
+        for (int64_t e = 0; e < lens[i]; e++)
+            for (int64_t c = 0; c < RDISP; c++)
+                vals[(e0 + e) * RDISP + c] = rval(first + i, e, c);
+    T_RC(dds_store_ragged_add(s, "rg", vals, nel, lens, mine, RDISP, 4, DDS_DTYPE_FLOAT32, NULL,
+                              DDS_ADD_COPY),
+         0);
+    int64_t rows[3 + 2 * FORKCOMM_MAX * FORKCOMM_MAX], got_len[3 + 2 * FORKCOMM_MAX * FORKCOMM_MAX];
+    int64_t want_total = 0, remote_bytes = 0, got_total = -1;
+    for (int64_t i = 0; i < total; i++) {
+        rows[i] = total - 1 - i;
+        want_total += rows[i] % 5;
+        if (rows[i] < first || rows[i] >= first + mine)
+            remote_bytes += (rows[i] % 5) * RDISP * (int64_t)sizeof(float);
+    }
+    uint64_t b0, b1, b2;
+    ddofi_tr_map_counts(NULL, &b0);
+    T_RC(dds_store_ragged_sizes(s, NULL, "rg", rows, (size_t)total, got_len), 0);
+    ddofi_tr_map_counts(NULL, &b1);
+    float *out = malloc((size_t)(want_total + 1) * RDISP * sizeof(float));
+    dds_buf_t ob = {out, want_total, RDISP * sizeof(float), DDS_DTYPE_FLOAT32, 4,
+                    {DDS_MEM_HOST, 0, NULL}};
+    T_RC(dds_store_ragged_get_batch(s, NULL, "rg", &ob, rows, (size_t)total, got_len,
+                                    &got_total),
+         0);
+    ddofi_tr_map_counts(NULL, &b2);
+    T(got_total == want_total);
+    size_t bad = 0;
+    for (int64_t i = 0, e0 = 0; i < total; e0 += rows[i] % 5, i++) {
+        bad += got_len[i] != rows[i] % 5;
+        for (int64_t e = 0; e < rows[i] % 5; e++)
+            for (int64_t c = 0; c < RDISP; c++)
+                bad += out[(e0 + e) * RDISP + c] != rval(rows[i], e, c);
+    }
+    T(bad == 0);
+    const uint64_t idx_bytes = b1 - b0, step_bytes = b2 - b1;
+    T(cfg->map && n > 1 ? idx_bytes > 0 : idx_bytes == 0);
+    T(step_bytes == (cfg->map ? (uint64_t)remote_bytes + idx_bytes : 0));
+    T_RC(dds_store_var_free(s, "rg"), 0);
+    free(vals);
+    free(out);
+}
+
 static int rank_main(dds_comm_t *comm, void *arg)
 {
     const cfg_t *cfg = arg;
@@ -285,6 +350,8 @@ static int rank_main(dds_comm_t *comm, void *arg)
         for (size_t j = 0; j < BIG; j++)
             bad += bb[(size_t)i * BIG + j] != bigval(ball[i], j);
     T(bad == 0);
+
+    ragged_section(s, cfg, me, n);
 
     /* errors: out of range, unknown name; the store stays usable */
     int64_t badrow = total;

@@ -250,6 +250,21 @@ void ddofi_tr_map_export(const ddofi_tr_t *t, const dds_region_desc_t *d, ddofi_
     rec->uid = (uint32_t)geteuid();
 }
 
+/* Rank i's shard size by the store's layout (a ragged shard is its index
+ * then its element rows); `rec_bytes` when the layout is not given. */
+static uint64_t shard_bytes_of(const dds_region_desc_t *d, int nranks, int i, uint64_t rec_bytes)
+{
+    if (!d->offsets || d->nranks != nranks)
+        return rec_bytes;
+    const int64_t rows = d->offsets[i + 1] - d->offsets[i];
+    if (!d->ragged)
+        return (uint64_t)rows * d->row_bytes;
+    if (!d->elem_offsets)
+        return rec_bytes;
+    return dds_ragged_index_bytes(rows) +
+           (uint64_t)(d->elem_offsets[i + 1] - d->elem_offsets[i]) * d->row_bytes;
+}
+
 int ddofi_tr_map_import(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
                         const void *recs, size_t stride)
 {
@@ -260,9 +275,7 @@ int ddofi_tr_map_import(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_de
     for (int i = 0; i < t->nranks; i++) {
         ddofi_tr_map_rec_t rec;
         memcpy(&rec, (const char *)recs + (size_t)i * stride, sizeof rec);
-        uint64_t want = d->offsets && d->nranks == t->nranks
-                            ? (uint64_t)(d->offsets[i + 1] - d->offsets[i]) * d->row_bytes
-                            : rec.bytes;
+        uint64_t want = shard_bytes_of(d, t->nranks, i, rec.bytes);
         if (i == t->rank || !t->same_host[i] || !rec.tag || rec.uid != (uint32_t)geteuid() ||
             rec.bytes != want || rec.pid <= 0 || rec.fd < 0)
             continue;
