@@ -55,6 +55,8 @@ ASSUME = {
     "read_one_us": 8.8,         # original ddstore on Slingshot, 3 KB single read (8.6-9.0)
     "read_row_us": 0.75,        # ... per row in batches of 128 (0.68-0.82)
     "av_insert_us": 1.0,        # fi_av_insert per peer (not measured here: no cxi)
+    "addr_blob_bytes": 64,      # an address blob: 48-byte header + a 16-byte address
+                                # (tcp's sockaddr_in; cxi's is smaller)
     "av_entry_bytes": 32,       # endpoint + provider memory per peer and reader
                                 # (beyond ddstore's 8): replaced by the figure
                                 # measured with --ofi when the run has it
@@ -94,7 +96,10 @@ def model(path_json):
     core, m2 = d["scale_core"], d.get("scale_method2", [])
     fc = d.get("scale_filecomm", [])
     a = dict(ASSUME)
-    ofi = sorted(d.get("scale_ofi", []), key=lambda r: r["nranks"])
+    # readers that inserted every peer at open (runs before DDSTORE_OFI_PEERS
+    # have no "peers" field: they were eager)
+    ofi = sorted((r for r in d.get("scale_ofi", []) if r.get("peers", "eager") == "eager"),
+                 key=lambda r: r["nranks"])
     if len(ofi) >= 2 and ofi[-1]["nranks"] > ofi[0]["nranks"]:
         # the provider's bytes per peer and reader, beyond ddstore's 8
         span = ofi[-1]["nranks"] - ofi[0]["nranks"]
@@ -109,20 +114,24 @@ def model(path_json):
 
         def allgather(b):
             return steps * a["alpha_us"] + (R - 1) * b / bw
-        # start-up: store create (method 1: 3 agreements, hosts and addresses
-        # gathered, the default reader's inserts) and each variable's add
-        create = (_at(core, "nranks", R, "create_us") + 3 * allreduce + allgather(64)
-                  + allgather(320) + R * a["av_insert_us"])
+        # start-up: store create (method 1: 4 agreements, hosts gathered,
+        # addresses gathered at the longest one's length) and each
+        # variable's add; readers insert a peer at their first read from it
+        # (DDSTORE_OFI_PEERS=lazy, the default) or all when they open (eager)
+        blob = a["addr_blob_bytes"]
+        create = (_at(core, "nranks", R, "create_us") + 4 * allreduce + allgather(64)
+                  + allgather(blob))
         # core: 4 agreements + 1 allgather; method 1's region: 2 + 1
         add = (_at(core, "nranks", R, "add_us") + 6 * allreduce + allgather(40)
                + allgather(48))
-        readers = (a["readers"] - 1) * R * a["av_insert_us"]
-        startup_ms = (create + a["variables"] * add + readers) / 1e3
-        # memory kept per rank (bytes)
+        inserts_ms = a["readers"] * R * a["av_insert_us"] / 1e3
+        startup_ms = (create + a["variables"] * add) / 1e3
+        # memory kept per rank (bytes): at start (lazy) and once every reader
+        # has read from every owner (= eager's at start)
         core_b = a["variables"] * _at(core, "nranks", R, "meta_bytes_per_var")
-        m1_b = (320 * R + a["readers"] * (8 + a["av_entry_bytes"]) * R
-                + a["variables"] * 40 * R)
-        peak_b = 384 * R                       # store create: hosts + addresses
+        m1_b = blob * R + a["readers"] * 8 * R + a["variables"] * 40 * R
+        m1_all_b = m1_b + a["readers"] * a["av_entry_bytes"] * R
+        peak_b = (64 + blob) * R               # store create: hosts + addresses
         # reads: Slingshot figures + the planner's growth measured here
         # (least disturbed rounds: the growth, not other processes' time)
         one = a["read_one_us"] + (_at(core, "nranks", R, "get_one_min_us")
@@ -130,7 +139,8 @@ def model(path_json):
         batch = 128 * a["read_row_us"] + (_at(core, "nranks", R, "get_batch_min_us")
                                           - _at(core, "nranks", 2, "get_batch_min_us"))
         # method 2: every reader rank reads and parses the whole record
-        rec = 512 + 480 * R
+        # the record as the harness encoded it (format 3), else format 2's size
+        rec = _at(m2, "n_core", R, "record_bytes") if m2 else 512 + 480 * R
         m2_parse_ms = _at(m2, "n_core", R, "parse_us") / 1e3 if m2 else None
         m2_read_s = job * rec / (a["pfs_file_gbps"] * 1e9)
         # FileComm on a parallel file system: per collective each rank
@@ -140,9 +150,12 @@ def model(path_json):
         out.append({
             "kind": "scale_model", "case": label, "store_ranks": R, "job_ranks": job,
             "memory_core_bytes": core_b, "memory_method1_bytes": m1_b,
+            "memory_method1_all_peers_bytes": m1_all_b,
             "memory_per_node_bytes": (core_b + m1_b) * a["ranks_per_node"],
+            "memory_per_node_all_peers_bytes": (core_b + m1_all_b) * a["ranks_per_node"],
             "startup_peak_bytes": peak_b, "startup_ms": startup_ms,
-            "startup_av_ms": (a["readers"] * R * a["av_insert_us"]) / 1e3,
+            "startup_eager_ms": startup_ms + inserts_ms,
+            "startup_av_ms": inserts_ms,
             "read_one_us": one, "read_batch_us": batch,
             "plan_share_one": (one - a["read_one_us"]) / one,
             "plan_share_batch": (batch - 128 * a["read_row_us"]) / batch,
@@ -164,18 +177,23 @@ def print_model(rows):
         ("store ranks R", lambda r: "{:,}".format(r["store_ranks"])),
         ("memory per rank, core (%d variables)" % ASSUME["variables"],
          lambda r: mb(r["memory_core_bytes"])),
-        ("memory per rank, method 1 (%d readers)" % ASSUME["readers"],
+        ("memory per rank, method 1 (%d readers), at start" % ASSUME["readers"],
          lambda r: mb(r["memory_method1_bytes"])),
-        ("memory per node (%d ranks)" % ASSUME["ranks_per_node"],
+        ("... once every reader read from every rank",
+         lambda r: mb(r["memory_method1_all_peers_bytes"])),
+        ("memory per node (%d ranks), at start" % ASSUME["ranks_per_node"],
          lambda r: mb(r["memory_per_node_bytes"])),
+        ("... once every reader read from every rank",
+         lambda r: mb(r["memory_per_node_all_peers_bytes"])),
         ("start-up per rank (create + variables + readers)", lambda r: "%.1f ms" % r["startup_ms"]),
-        ("... of which address-vector inserts", lambda r: "%.1f ms" % r["startup_av_ms"]),
+        ("address-vector inserts per rank (first reads; eager: at start)",
+         lambda r: "%.1f ms" % r["startup_av_ms"]),
         ("single-row read (3 KB)", lambda r: "%.1f µs (planner %.0f %%)" % (
             r["read_one_us"], 100 * r["plan_share_one"])),
         ("batch of 128 × 3 KB", lambda r: "%.0f µs (planner %.0f %%)" % (
             r["read_batch_us"], 100 * r["plan_share_batch"])),
         ("method-2 record per variable", lambda r: mb(r["method2_record_bytes"])),
-        ("... parse per reader rank", lambda r: "%.0f ms" % r["method2_parse_ms"]
+        ("... parse per reader rank", lambda r: "%.1f ms" % r["method2_parse_ms"]
          if r["method2_parse_ms"] is not None else "-"),
         ("... every job rank reads it once", lambda r: "%.1f s" % r["method2_record_reads_s"]),
         ("FileComm per collective (PFS)", lambda r: "%.1f s" % r["filecomm_s_per_collective"]),
@@ -197,9 +215,10 @@ PANELS = [
         ("scale_method1", "addr_table_bytes", "method 1: address table per store"),
         ("scale_method1", "peers_bytes_per_reader", "method 1: peers per reader")]),
     ("libfabric adapter: bytes beyond those at the smallest R", "nranks", [
-        ("scale_ofi", "store_growth", "per store (measured)"),
-        ("scale_ofi", "reader_growth", "per reader (measured)"),
-        ("scale_ofi", "var_growth", "per variable, with core's (measured)")]),
+        ("scale_ofi_lazy", "store_growth", "per store, lazy peers (measured)"),
+        ("scale_ofi_eager", "store_growth", "per store, eager peers (measured)"),
+        ("scale_ofi_lazy", "reader_growth", "per reader at open, lazy (measured)"),
+        ("scale_ofi_eager", "reader_growth", "per reader at open, eager (measured)")]),
     ("collective calls, local work (µs; network not included)", "nranks", [
         ("scale_core", "add_us", "var_add (1-row shard)"),
         ("scale_core", "init_us", "var_init (1-row shard)"),
@@ -209,7 +228,7 @@ PANELS = [
         ("scale_core", "get_batch_min_us", "get_batch (recording transport)"),
         ("scale_core", "get_one_min_us", "get, one row (dds_plan_range)")]),
     ("method 2 record vs n_core", "n_core", [
-        ("scale_method2", "record_bytes", "record bytes (format 1)"),
+        ("scale_method2", "record_bytes", "record bytes (format 3)"),
         ("scale_method2", "needed_bytes", "bytes a reader needs"),
         ("scale_method2", "parse_us", "parse (µs)"),
         ("scale_method2", "encode_us", "encode (µs)")]),
@@ -232,11 +251,15 @@ def plot(path_json, path_png):
     import matplotlib.pyplot as plt
 
     d = load(path_json)
-    # the adapter's bytes that grow with R (tcp's buffers do not)
-    ofi = sorted(d.get("scale_ofi", []), key=lambda r: r["nranks"])
-    for r in ofi[1:]:
-        for k in ("store", "reader", "var"):
-            r[k + "_growth"] = r[k + "_bytes"] - ofi[0][k + "_bytes"]
+    # the adapter's bytes that grow with R (tcp's buffers do not), per
+    # DDSTORE_OFI_PEERS mode (runs without the field were eager)
+    for mode in ("eager", "lazy"):
+        ofi = sorted((r for r in d.get("scale_ofi", []) if r.get("peers", "eager") == mode),
+                     key=lambda r: r["nranks"])
+        for r in ofi[1:]:
+            for k in ("store", "reader", "var"):
+                r[k + "_growth"] = r[k + "_bytes"] - ofi[0][k + "_bytes"]
+        d["scale_ofi_" + mode] = ofi[1:]
     fig, axes = plt.subplots(2, 4, figsize=(21, 8.5))
     for ax, (title, x, series) in zip(axes.flat, PANELS):
         for (kind, y, label), (colour, marker, style) in zip(series, _STYLES):

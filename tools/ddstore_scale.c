@@ -43,9 +43,12 @@
  *                       communicator with PROVIDER (e.g. "tcp;ofi_rxm",
  *                       "shm"; "" = not): its memory per store, variable and
  *                       reader (malloc accounting) and create / add /
- *                       reader-open time.  Every simulated peer has this
+ *                       reader-open time, with DDSTORE_OFI_PEERS=eager and
+ *                       lazy, and a thread reader's first and second read of
+ *                       one row of every owner.  Every simulated peer has this
  *                       process's address, so the provider's own per-peer
  *                       state is not what this measures.
+ *   --ofi-read-max R    largest R whose every owner is read (default 16384)
  *   --quick             ranks up to 4096, 50 batches, FileComm 2,4 x 10
  *   --check             also verify what is measured (the store's plan reaches
  *                       the transport whole, the record re-parses, FileComm
@@ -271,6 +274,7 @@ typedef struct opts {
     int fc[16], nfc, fc_rounds;
     const char *fc_dir;
     const char *ofi_provider;   /* NULL: no measured method-1 point */
+    int ofi_read_max;           /* R up to which every owner is read */
 } opts_t;
 
 static int parse_list(const char *s, int *out, int cap)
@@ -553,14 +557,38 @@ static void method2_point(const opts_t *o, int R)
     free(r.ranks);
 }
 
+/* One pass over every owner: rows 0..R-1 (one per simulated rank) through
+ * reader rd in batches of 1024; seconds. */
+static double read_every_owner(dds_store_t *s, dds_reader_t *rd, int R, char *buf,
+                               size_t row_bytes, int64_t *rows)
+{
+    double t0 = now_s();
+    for (int first = 0; first < R; first += 1024) {
+        const int n = R - first < 1024 ? R - first : 1024;
+        for (int i = 0; i < n; i++)
+            rows[i] = first + i;
+        dds_buf_t b = {buf, n, row_bytes, DDS_DTYPE_RAW, 1, {DDS_MEM_HOST, 0, NULL}};
+        int rc = dds_store_get_batch(s, rd, "x", &b, rows, (size_t)n);
+        if (rc != 0)
+            die("dds_store_get_batch (libfabric, every owner)", rc);
+    }
+    return now_s() - t0;
+}
+
 /* Method 1, measured: the real adapter (ddofi_transport_create) over the
- * simulated communicator.  Every simulated peer has this process's own
- * address and registration, so the store, the adapter and its arrays are
- * as at R ranks, but the provider sees one distinct address inserted R
- * times: its address vector may keep one entry (util AVs look addresses
- * up), so the provider's own per-peer memory and a real insert's cost are
- * not what this measures. */
-static void ofi_point(const opts_t *o, int R)
+ * simulated communicator, with DDSTORE_OFI_PEERS=`peers` (lazy: a reader
+ * inserts a rank's address at its first read from it; eager: every rank's
+ * when it opens).  Every simulated peer has this process's own address and
+ * registration, so the store, the adapter and its arrays are as at R
+ * ranks, but the provider sees one distinct address inserted R times: its
+ * address vector may keep one entry (util AVs look addresses up), so the
+ * provider's own per-peer memory and a real insert's cost are not what
+ * this measures.  Shards are not mapped (DDSTORE_OFI_MAP_SHARDS=0: the
+ * simulated ranks are no processes of this host).  Then a thread reader
+ * reads one row of every owner twice
+ * (R <= --ofi-read-max): the first pass inserts the peers a lazy reader
+ * had not, the second finds them all. */
+static void ofi_point(const opts_t *o, int R, const char *peers)
 {
     sim_comm_t sc = {.nranks = R};
     dds_store_params_t p;
@@ -568,8 +596,8 @@ static void ofi_point(const opts_t *o, int R)
     dds_reader_t *rd = NULL;
     ddofi_transport_params_t tp;
     char *row = calloc(1, o->row_bytes);
-    size_t h0, h1, h2, h3;
-    double t0, t_create, t_add, t_reader;
+    size_t h0, h1, h2, h3, h4 = 0;
+    double t0, t_create, t_add, t_reader, t_first = -1, t_second = -1;
     int rc;
 
     memset(&p, 0, sizeof p);
@@ -583,6 +611,10 @@ static void ofi_point(const opts_t *o, int R)
     p.comm.size = R;
     if (row == NULL)
         die("row", -DDS_ENOMEM);
+    setenv("DDSTORE_OFI_PEERS", peers, 1); /* read when the adapter starts */
+    /* the simulated ranks "share this host" but are no processes: every
+     * read goes through the provider, as between nodes */
+    setenv("DDSTORE_OFI_MAP_SHARDS", "0", 1);
     h0 = heap_bytes();
     t0 = now_s();
     rc = ddofi_transport_create(&p.comm, &tp, &p.transport);
@@ -609,38 +641,59 @@ static void ofi_point(const opts_t *o, int R)
     if (rc != 0)
         die("dds_store_reader_open (libfabric)", rc);
     h3 = heap_bytes();
+    if (R <= o->ofi_read_max) {
+        char *buf = malloc(1024 * o->row_bytes);
+        int64_t *rows = malloc(1024 * sizeof *rows);
+        if (buf == NULL || rows == NULL)
+            die("buffers", -DDS_ENOMEM);
+        size_t hb = heap_bytes();
+        t_first = read_every_owner(s, rd, R, buf, o->row_bytes, rows);
+        h4 = heap_bytes() - (hb - h3); /* the reader's, not the buffers' */
+        t_second = read_every_owner(s, rd, R, buf, o->row_bytes, rows);
+        free(buf);
+        free(rows);
+    }
     dds_store_reader_close(s, rd);
     rc = dds_store_var_free(s, "x");
     if (rc != 0)
         die("dds_store_var_free (libfabric)", rc);
     dds_store_destroy(s);
+    unsetenv("DDSTORE_OFI_PEERS");
+    unsetenv("DDSTORE_OFI_MAP_SHARDS");
     free(row);
     long long store_b = (long long)h1 - (long long)h0;
     long long var_b = (long long)h2 - (long long)h1 - (long long)o->row_bytes;
     long long reader_b = (long long)h3 - (long long)h2;
-    EXPECT(store_b >= (long long)R * DDOFI_ADDR_BLOB_MAX,
+    long long touched_b = h4 ? (long long)h4 - (long long)h2 : -1;
+    /* the address table: at least one 48-byte header + address per rank */
+    EXPECT(store_b >= (long long)R * 48,
            "R=%d: the adapter keeps %lld bytes, less than its address table",
            R, store_b);
-    printf("%8d %12lld %10lld %10lld %10.1f %10.1f %10.1f\n", R, store_b, var_b,
-           reader_b, t_create * 1e3, t_add * 1e3, t_reader * 1e3);
+    printf("%8d %6s %12lld %10lld %10lld %10lld %10.1f %10.1f %10.1f %10.1f %10.1f\n", R,
+           peers, store_b, var_b, reader_b, touched_b, t_create * 1e3, t_add * 1e3,
+           t_reader * 1e3, t_first * 1e3, t_second * 1e3);
     emit("{\"kind\": \"scale_ofi\", \"nranks\": %d, \"provider\": \"%s\", "
-         "\"store_bytes\": %lld, \"var_bytes\": %lld, \"reader_bytes\": %lld, "
+         "\"peers\": \"%s\", \"store_bytes\": %lld, \"var_bytes\": %lld, "
+         "\"reader_bytes\": %lld, \"reader_bytes_all_read\": %lld, "
          "\"create_ms\": %.3f, \"add_ms\": %.3f, \"reader_open_ms\": %.3f, "
+         "\"read_every_owner_first_ms\": %.3f, \"read_every_owner_again_ms\": %.3f, "
          "\"source\": \"measured; one distinct address in the provider\"}",
-         R, o->ofi_provider, store_b, var_b, reader_b, t_create * 1e3,
-         t_add * 1e3, t_reader * 1e3);
+         R, o->ofi_provider, peers, store_b, var_b, reader_b, touched_b, t_create * 1e3,
+         t_add * 1e3, t_reader * 1e3, t_first * 1e3, t_second * 1e3);
 }
 
 /* Method 1: the adapter's per-rank allocations (ddofi_tr_transport.c:
  * t->addrs, each reader's peers, each region's remotes and the transient
  * gather of export blobs; ddofi_tr_method2.c: a core job's hosts, pids and
  * start times).  Sizes, not a measurement. */
+enum { ADDR_BLOB = 48 + 16 }; /* blob header + a 16-byte address (tcp's sockaddr_in) */
 static void method1_point(int R)
 {
-    size_t addrs = (size_t)R * DDOFI_ADDR_BLOB_MAX;
+    /* the address table's slots are the longest blob's length */
+    size_t addrs = (size_t)R * ADDR_BLOB;
     size_t peers = (size_t)R * sizeof(ddofi_peer_t);
     size_t remotes = (size_t)R * sizeof(ddofi_remote_t);
-    size_t gather_create = (size_t)R * (DDOFI_ADDR_BLOB_MAX + 64);
+    size_t gather_create = (size_t)R * (ADDR_BLOB + 64);
     size_t gather_region = (size_t)R * DDOFI_MR_BLOB_SIZE;
     size_t m2core = (size_t)R * (64 + sizeof(int32_t) + sizeof(uint64_t));
     printf("%8d %12zu %10zu %10zu %12zu %10zu %10zu\n", R, addrs, peers,
@@ -649,7 +702,8 @@ static void method1_point(int R)
          "%zu, \"peers_bytes_per_reader\": %zu, \"av_inserts_per_reader\": %d, "
          "\"remotes_bytes_per_var\": %zu, \"gathered_bytes_create\": %zu, "
          "\"gathered_bytes_per_var\": %zu, \"method2_core_bytes\": %zu, "
-         "\"source\": \"sizes from the code, not measured\"}",
+         "\"source\": \"sizes from the code, not measured; 64-byte address blobs; "
+         "inserts at open with DDSTORE_OFI_PEERS=eager (lazy: 0)\"}",
          R, addrs, peers, R, remotes, gather_create, gather_region, m2core);
 }
 #endif
@@ -777,7 +831,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: ddstore_scale [--ranks a,b,..] [--max-ranks N] [--rows N]\n"
             "       [--row-bytes N] [--batch N] [--batches N] [--filecomm a,b,..]\n"
-            "       [--filecomm-rounds N] [--filecomm-dir DIR] [--ofi PROVIDER]\n"
+            "       [--filecomm-rounds N] [--filecomm-dir DIR] [--ofi PROVIDER] [--ofi-read-max R]\n"
             "       [--quick] [--check]\n"
             "       [--json PATH]\n");
     exit(2);
@@ -793,6 +847,7 @@ int main(int argc, char **argv)
     o.max_ranks = 100000;
     o.rows = 1024;
     o.row_bytes = 3136;
+    o.ofi_read_max = 16384;
     o.batch = 128;
     o.batches = 200;
     o.fc_rounds = 40;
@@ -826,6 +881,8 @@ int main(int argc, char **argv)
             o.fc_rounds = atoi(v), i++;
         } else if (!strcmp(a, "--ofi")) {
             o.ofi_provider = v[0] ? v : NULL, i++;
+        } else if (!strcmp(a, "--ofi-read-max")) {
+            o.ofi_read_max = atoi(v), i++;
         } else if (!strcmp(a, "--filecomm-dir")) {
             o.fc_dir = v, i++;
         } else if (!strcmp(a, "--json")) {
@@ -902,11 +959,14 @@ int main(int argc, char **argv)
     if (o.ofi_provider != NULL) {
         printf("\nmethod 1 measured: the adapter over '%s' (one distinct address; "
                "malloc accounting)\n", o.ofi_provider);
-        printf("%8s %12s %10s %10s %10s %10s %10s\n", "R", "store_B", "var_B",
-               "reader_B", "create_ms", "add_ms", "reader_ms");
+        printf("%8s %6s %12s %10s %10s %10s %10s %10s %10s %10s %10s\n", "R", "peers",
+               "store_B", "var_B", "reader_B", "rd_all_B", "create_ms", "add_ms",
+               "reader_ms", "read1_ms", "read2_ms");
         for (int i = 0; i < o.nranks_pts; i++)
-            if (o.ranks[i] <= o.max_ranks)
-                ofi_point(&o, o.ranks[i]);
+            if (o.ranks[i] <= o.max_ranks) {
+                ofi_point(&o, o.ranks[i], "eager");
+                ofi_point(&o, o.ranks[i], "lazy");
+            }
     }
 #else
     printf("\nmethod 1 / 2: not built with libfabric (SKIP)\n");

@@ -237,6 +237,13 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     return 0;
 }
 
+int ddofi_peer_check(const ddofi_ep_t *ep, const void *blob, size_t len)
+{
+    if (!ep || !blob)
+        return ddofi_error(-EINVAL, "ddofi_peer_check: NULL argument");
+    return blob_check(ep, blob, len);
+}
+
 int ddofi_peer_pid(ddofi_ep_t *ep, ddofi_peer_t peer)
 {
     if (ep->pid_by_addr && peer < DDOFI_PID_TABLE) {

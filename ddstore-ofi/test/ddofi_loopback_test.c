@@ -498,6 +498,10 @@ static void run_provider(const char *prov, const char *other_prov)
     ddofi_peer_t dummy;
     T_EQ_INT(ddofi_peer_insert(c.ep, ab, s.bl.alen, &dummy), -DDOFI_EBLOB);
     T_CONTAINS(ddofi_last_error(), "checksum");
+    T_EQ_INT(ddofi_peer_check(c.ep, ab, s.bl.alen), -DDOFI_EBLOB); /* no insert, same rules */
+    T_CONTAINS(ddofi_last_error(), "checksum");
+    T_EQ_INT(ddofi_peer_check(c.ep, s.bl.addr, s.bl.alen), 0);
+    T_EQ_INT(ddofi_peer_check(c.ep, s.bl.addr, s.bl.alen - 1), -DDOFI_EBLOB);
     T_EQ_INT(ddofi_peer_insert(c.ep, s.bl.addr, 20, &dummy), -DDOFI_EBLOB);
     T_EQ_INT(ddofi_peer_insert(c.ep, s.bl.addr, s.bl.alen - 1, &dummy), -DDOFI_EBLOB);
     memcpy(ab, s.bl.addr, s.bl.alen);
@@ -514,6 +518,8 @@ static void run_provider(const char *prov, const char *other_prov)
             size_t ol = sizeof ob;
             T_EQ_INT(ddofi_ep_address(oep, ob, &ol), 0);
             T_EQ_INT(ddofi_peer_insert(c.ep, ob, ol, &dummy), -DDOFI_EBLOB);
+            T_CONTAINS(ddofi_last_error(), "every process must select the same");
+            T_EQ_INT(ddofi_peer_check(c.ep, ob, ol), -DDOFI_EBLOB);
             T_CONTAINS(ddofi_last_error(), "every process must select the same");
             /* A region of this provider read through the other provider. */
             ddofi_read_op_t xop = {0, &c.ra, 0, dst, 16, NULL};

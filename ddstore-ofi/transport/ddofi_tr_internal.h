@@ -25,10 +25,15 @@ typedef struct ddofi_tr_reader {
     pid_t pid;                 /* process whose endpoint this is (0: none)   */
     ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
     ddofi_ep_t *ep;
-    ddofi_peer_t *peers;       /* nranks                                     */
+    /* nranks: each rank's peer on `ep`, DDOFI_TR_NO_PEER until the first
+     * read from it inserts it (DDSTORE_OFI_PEERS=lazy) or all at open
+     * (eager); read and set with __atomic builtins, set under peer_lock */
+    ddofi_peer_t *peers;
+    pthread_mutex_t peer_lock;
     pthread_mutex_t open_lock; /* lazy (re)open: forked readers, and method-2
                                   readers opened before the first join       */
 } ddofi_tr_reader_t;
+#define DDOFI_TR_NO_PEER UINT64_MAX /* never a fi_addr_t (FI_ADDR_NOTAVAIL) */
 
 typedef struct ddofi_tr_region {
     ddofi_mr_t *mr;            /* NULL when the shard is empty or joined     */
@@ -87,7 +92,9 @@ struct ddofi_tr {
     ddofi_fabric_t *fab;       /* method-2 reader: NULL until the first join */
     ddofi_fabric_attr_t attr;
     ddofi_ep_t *server;        /* NULL for a method-2 reader                 */
-    unsigned char *addrs;      /* nranks x DDOFI_ADDR_BLOB_MAX               */
+    unsigned char *addrs;      /* nranks x addr_stride: address blobs        */
+    size_t addr_stride;        /* the longest blob of any rank (<= DDOFI_ADDR_BLOB_MAX) */
+    int eager_peers;           /* DDSTORE_OFI_PEERS=eager                    */
     ddofi_tr_reader_t *dflt;
     int need_local_mr;         /* FI_MR_LOCAL                                */
     int thp;                   /* DDSTORE_OFI_THP                            */
@@ -102,12 +109,20 @@ struct ddofi_tr {
     unsigned char *same_host;  /* nranks: 1 where the rank shares this host  */
 };
 
+/* Rank i's address blob (addr_stride bytes). */
+static inline const unsigned char *ddofi_tr_addr(const ddofi_tr_t *t, int i)
+{
+    return t->addrs + (size_t)i * t->addr_stride;
+}
+
 /* ddofi_tr_transport.c */
 extern const dds_transport_ops_t ddofi_tr_ops;
 int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p);
 void ddofi_tr_reader_free(ddofi_tr_reader_t *r);
 /* ddofi_env_prepare with DDSTORE_FORK_WORKERS from core's registry: 0 or a dds error. */
 int ddofi_tr_env_prepare(void);
+/* DDSTORE_OFI_PEERS: *eager_p 1 for "eager"; 0 or a dds error (bad value). */
+int ddofi_tr_peers_setting(int *eager_p);
 int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                       ddofi_fabric_params_t *p);
 void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p);

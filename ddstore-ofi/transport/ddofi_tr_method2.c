@@ -153,12 +153,12 @@ out:
 
 /* An address blob's length (ddofi_ep_address; ddofi_ep.c): its 48-byte
  * header, whose bytes 6..7 are the provider address's length (u16, little-
- * endian), then that address.  The slot's whole DDOFI_ADDR_BLOB_MAX when the
+ * endian), then that address.  The whole slot (the store's address stride) when the
  * header is not one (the reader's ddofi_peer_insert then refuses it). */
-static uint32_t addr_blob_len(const unsigned char *b)
+static uint32_t addr_blob_len(const unsigned char *b, size_t slot)
 {
     const uint32_t n = 48u + ((uint32_t)b[6] | (uint32_t)b[7] << 8);
-    return n > 48u && n <= DDOFI_ADDR_BLOB_MAX ? n : DDOFI_ADDR_BLOB_MAX;
+    return n > 48u && n <= slot ? n : (uint32_t)slot;
 }
 
 int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
@@ -203,8 +203,8 @@ int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_
         r->start_ticks = t->hs.ticks[i];
         snprintf(r->host, sizeof r->host, "%s", t->hs.hosts + (size_t)i * HOST_MAX);
         memcpy(r->mr_blob, mr_blobs + (size_t)i * DDOFI_MR_BLOB_SIZE, DDOFI_HS_MR_BLOB);
-        r->addr_len = addr_blob_len(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX);
-        memcpy(r->addr, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, r->addr_len);
+        r->addr_len = addr_blob_len(ddofi_tr_addr(t, i), t->addr_stride);
+        memcpy(r->addr, ddofi_tr_addr(t, i), r->addr_len);
     }
     rc = ddofi_hs_write(t->hs.dir, &rec);
     if (rc == 0) {
@@ -535,13 +535,19 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
     t->need_local_mr = t->attr.mr_local;
     if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
         t->thp = 0;
-    t->addrs = calloc((size_t)n, DDOFI_ADDR_BLOB_MAX);
+    if ((rc = ddofi_tr_peers_setting(&t->eager_peers)) != 0)
+        goto fail;
+    t->addr_stride = 1;
+    for (int i = 0; i < n; i++)
+        if (rec->ranks[i].addr_len > t->addr_stride)
+            t->addr_stride = rec->ranks[i].addr_len;
+    t->addrs = calloc((size_t)n, t->addr_stride);
     if (!t->addrs) {
         rc = dds_error(-DDS_ENOMEM, "method 2: out of memory");
         goto fail;
     }
     for (int i = 0; i < n; i++)
-        memcpy(t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX, rec->ranks[i].addr,
+        memcpy((unsigned char *)ddofi_tr_addr(t, i), rec->ranks[i].addr,
                rec->ranks[i].addr_len);
     t->nranks = n;
     t->hs.run_id = rec->run_id;

@@ -59,6 +59,10 @@ static const dds_config_entry_t ddofi_tr_config_table[] = {
      "method 1: host shards live in shared memory (memfd) that the ranks of the same "
      "host and their forked readers map and read with memcpy, as method 0 does; 0 "
      "reads them through libfabric (shm: process_vm_readv)"},
+    {"DDSTORE_OFI_PEERS", DDS_CONFIG_ENUM, "lazy", "lazy|eager", "ofi",
+     "methods 1/2: when a reader puts a rank's address into its endpoint: lazy = "
+     "at its first read from that rank (a reader holds only the peers it reads "
+     "from), eager = every rank when the reader opens"},
     {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
      "forked DataLoader workers read with methods 1/2: sets "
      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
@@ -240,8 +244,43 @@ static ddofi_read_op_t *scratch_ops(size_t n)
 
 /* ---------------- readers ---------------- */
 
+/* Put rank `owner`'s server address into the reader's endpoint (once). */
+static int reader_insert(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p)
+{
+    ddofi_tr_t *t = r->tr;
+    int rc = 0;
+    pthread_mutex_lock(&r->peer_lock);
+    ddofi_peer_t pe = r->peers[owner];
+    if (pe == DDOFI_TR_NO_PEER) {
+        rc = ddofi_peer_insert(r->ep, ddofi_tr_addr(t, owner), t->addr_stride, &pe);
+        if (rc) {
+            char what[64];
+            snprintf(what, sizeof what, "reader: address of rank %d", owner);
+            rc = ddofi_transport_error(rc, what);
+        } else {
+            __atomic_store_n(&r->peers[owner], pe, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&r->peer_lock);
+    *peer_p = pe;
+    return rc;
+}
+
+/* Rank `owner`'s peer on the reader's endpoint, inserted on first use. */
+static inline int reader_peer(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p)
+{
+    ddofi_peer_t pe = __atomic_load_n(&r->peers[owner], __ATOMIC_ACQUIRE);
+    if (pe != DDOFI_TR_NO_PEER) {
+        *peer_p = pe;
+        return 0;
+    }
+    return reader_insert(r, owner, peer_p);
+}
+
 /* Open the reader's endpoint (and, for forked readers, its fabric) in this
- * process, inserting every rank's server address. */
+ * process.  Every rank's address blob is checked now (a rank of another
+ * provider fails here, not at a read); the peers are inserted at their first
+ * read (DDSTORE_OFI_PEERS=lazy, docs/scale.md) or all now (eager). */
 static int reader_connect(ddofi_tr_reader_t *r)
 {
     ddofi_tr_t *t = r->tr;
@@ -268,11 +307,13 @@ static int reader_connect(ddofi_tr_reader_t *r)
     }
     /* One peer per rank of the store (a method-2 reader opened before the
      * first join knew no ranks yet). */
-    ddofi_peer_t *np = calloc((size_t)(t->nranks > 0 ? t->nranks : 1), sizeof *np);
+    ddofi_peer_t *np = malloc((size_t)(t->nranks > 0 ? t->nranks : 1) * sizeof *np);
     if (!np) {
         rc = dds_error(-DDS_ENOMEM, "reader: out of memory");
         goto fail;
     }
+    for (int i = 0; i < t->nranks; i++)
+        np[i] = DDOFI_TR_NO_PEER;
     free(r->peers);
     r->peers = np;
     rc = ddofi_ep_open(r->fab, NULL, &r->ep);
@@ -281,12 +322,13 @@ static int reader_connect(ddofi_tr_reader_t *r)
         goto fail;
     }
     for (int i = 0; i < t->nranks; i++) {
-        rc = ddofi_peer_insert(r->ep, t->addrs + (size_t)i * DDOFI_ADDR_BLOB_MAX,
-                               DDOFI_ADDR_BLOB_MAX, &r->peers[i]);
+        ddofi_peer_t pe;
+        rc = t->eager_peers ? reader_insert(r, i, &pe)
+                            : ddofi_peer_check(r->ep, ddofi_tr_addr(t, i), t->addr_stride);
         if (rc) {
             char what[64];
             snprintf(what, sizeof what, "reader: address of rank %d", i);
-            rc = ddofi_transport_error(rc, what);
+            rc = t->eager_peers ? rc : ddofi_transport_error(rc, what);
             goto fail;
         }
     }
@@ -326,9 +368,11 @@ int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_read
     r->tr = t;
     r->flags = flags;
     pthread_mutex_init(&r->open_lock, NULL);
+    pthread_mutex_init(&r->peer_lock, NULL);
     if (connect_now) {
         int rc = reader_connect(r);
         if (rc) {
+            pthread_mutex_destroy(&r->peer_lock);
             pthread_mutex_destroy(&r->open_lock);
             free(r->peers);
             free(r);
@@ -344,6 +388,7 @@ void ddofi_tr_reader_free(ddofi_tr_reader_t *r)
     if (!r)
         return;
     reader_disconnect(r);
+    pthread_mutex_destroy(&r->peer_lock);
     pthread_mutex_destroy(&r->open_lock);
     free(r->peers);
     free(r);
@@ -643,7 +688,8 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
             smax = end > smax ? end : smax;
         else
             dmax = end > dmax ? end : dmax;
-        o[k].peer = r->peers[p->owner];
+        if ((rc = reader_peer(r, p->owner, &o[k].peer)) != 0)
+            return rc;
         o[k].remote = &g->remotes[p->owner];
         o[k].offset = (uint64_t)p->src_offset;
         o[k].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
@@ -861,6 +907,14 @@ int ddofi_tr_env_prepare(void)
 }
 
 /* Settings from core's registry (validated there) into the library's params. */
+int ddofi_tr_peers_setting(int *eager_p)
+{
+    const char *s = NULL;
+    int rc = dds_config_get_string("DDSTORE_OFI_PEERS", &s);
+    *eager_p = rc == 0 && s && !strcmp(s, "eager");
+    return rc;
+}
+
 int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                          ddofi_fabric_params_t *p)
 {
@@ -965,6 +1019,8 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
 
     ddofi_tr_t *t = calloc(1, sizeof *t);
     char *hosts = NULL;
+    unsigned char mine[DDOFI_ADDR_BLOB_MAX] = {0};
+    size_t mine_len = sizeof mine;
     int rc = 0;
     if (!t)
         rc = dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
@@ -974,9 +1030,8 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         t->nranks = comm->size;
         t->pid = getpid();
         pthread_mutex_init(&t->lock, NULL);
-        t->addrs = calloc((size_t)comm->size, DDOFI_ADDR_BLOB_MAX);
         hosts = calloc((size_t)comm->size, HOST_MAX);
-        if (!t->addrs || !hosts)
+        if (!hosts)
             rc = dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
     }
     /* Validate the environment on every rank before any collective. */
@@ -1026,21 +1081,31 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         t->map_on = t->map_on && t->same_host != NULL;
         int r = ddofi_ep_open(t->fab, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
                               &t->server);
-        size_t len = DDOFI_ADDR_BLOB_MAX;
         if (!r)
-            r = ddofi_ep_address(t->server, t->addrs + (size_t)t->rank * DDOFI_ADDR_BLOB_MAX,
-                                 &len);
+            r = ddofi_ep_address(t->server, mine, &mine_len);
         if (r)
             rc = ddofi_transport_error(r, "method 1: server endpoint");
     }
+    if (!rc)
+        rc = ddofi_tr_peers_setting(&t->eager_peers);
     rc = dds_comm_agree(comm, rc);
     if (rc)
         goto fail;
 
-    /* Every rank's server address. */
-    unsigned char mine[DDOFI_ADDR_BLOB_MAX];
-    memcpy(mine, t->addrs + (size_t)t->rank * DDOFI_ADDR_BLOB_MAX, sizeof mine);
-    rc = comm->ops->allgather(comm->ctx, mine, sizeof mine, t->addrs);
+    /* Every rank's server address, in slots of the longest one's length. */
+    int64_t stride = (int64_t)mine_len;
+    rc = comm->ops->allreduce_i64(comm->ctx, &stride, 1, DDS_REDUCE_MAX);
+    if (!rc && (stride <= 0 || stride > DDOFI_ADDR_BLOB_MAX))
+        rc = dds_error(-DDS_EIO, "exchanging endpoint addresses: a rank's address is %lld "
+                       "bytes (at most %d)", (long long)stride, DDOFI_ADDR_BLOB_MAX);
+    if (!rc) {
+        t->addr_stride = (size_t)stride;
+        t->addrs = calloc((size_t)comm->size, t->addr_stride);
+        rc = t->addrs ? 0 : dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
+    }
+    rc = dds_comm_agree(comm, rc);
+    if (!rc)
+        rc = comm->ops->allgather(comm->ctx, mine, t->addr_stride, t->addrs);
     if (rc) {
         rc = dds_error(rc < 0 ? rc : -rc, "exchanging endpoint addresses: %s",
                        dds_last_error());

@@ -380,6 +380,12 @@ typedef uint64_t ddofi_peer_t;
 DDOFI_API int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len,
                       ddofi_peer_t *peer_p);
 
+/* Check a peer's address blob as ddofi_peer_insert would (magic, version,
+ * checksum, provider, address format) without inserting it: for callers
+ * that insert peers when they first read from them and want a wrong blob
+ * refused up front.  0 or -DDOFI_EBLOB naming what does not match. */
+DDOFI_API int ddofi_peer_check(const ddofi_ep_t *ep, const void *blob, size_t len);
+
 /* Remove a peer from the endpoint (no read to it may be in flight). */
 DDOFI_API int ddofi_peer_remove(ddofi_ep_t *ep, ddofi_peer_t peer);
 
