@@ -248,9 +248,12 @@ def part_overhead(a):
             for f, o in zip(fields, outs):
                 ext.get_batch(store, f.var, o, tb[k])
 
-        def loader_epoch():
+        def loader_epoch(help_="1"):
+            # DDSTORE_LOADER_HELP is read when the epoch starts
+            os.environ["DDSTORE_LOADER_HELP"] = help_
             ld = ThreadDataLoader(ds, batch_size=a.batch, sampler=Batches(10), num_workers=1)
             it = iter(ld)
+            os.environ.pop("DDSTORE_LOADER_HELP")
             next(it)                      # start-up (thread, first batch) not timed
             t0 = time.perf_counter()
             m = 1
@@ -273,11 +276,13 @@ def part_overhead(a):
             cases["default_collate_getitems"] = \
                 lambda k: default_collate(ds.__getitems__(lists[k]))
         r = {name: timed(fn) for name, fn in cases.items()}
-        loads = []
-        for rep in range(a.reps):
-            comm.Barrier()
-            loads.append(loader_epoch())
+        loads, loads0 = [], []
+        for rep in range(a.reps):           # alternating: the consumer reads or not
+            for h in (("1", "0") if rep % 2 == 0 else ("0", "1")):
+                comm.Barrier()
+                (loads if h == "1" else loads0).append(loader_epoch(h))
         r["thread_loader"] = {"median": statistics.median(loads), "min": min(loads)}
+        r["thread_loader_nohelp"] = {"median": statistics.median(loads0), "min": min(loads0)}
         res[str(nf)] = r
         ds.free()
     allres = comm.gather(res, root=0)
@@ -290,6 +295,7 @@ _OVH_LABELS = {
     "bare": "bare tensor get_batch, one per field (preallocated)",
     "collate": "direct collate ds._collate(list) (ThreadDataLoader)",
     "thread_loader": "ThreadDataLoader, 1 worker, per batch delivered (640/epoch)",
+    "thread_loader_nohelp": "  the same, DDSTORE_LOADER_HELP=0 (only the worker reads)",
     "read_rows": "ds.read_rows (allocates)",
     "numpy_get_batch": "PyDDStore.get_batch (numpy out, preallocated)",
     "getitems": "ds.__getitems__ (list of 128 samples)",

@@ -179,7 +179,7 @@ public:
     Pipeline &operator=(const Pipeline &) = delete;
     void submit(int64_t seq, py::handle indices);
     void run(py::handle reader, int worker);
-    py::object take(double timeout_s, int64_t seq);
+    py::object take(double timeout_s, int64_t seq, py::handle reader);
     void stop();
     size_t ready();
 
@@ -197,6 +197,8 @@ private:
         uint64_t t0 = 0, t1 = 0;
         int worker = 0;
     };
+    // Task t read through (store, reader) by `worker` (-1: the consumer).
+    Result execute(Task &t, dds_store_t *store, dds_reader_t *reader, int worker);
     py::object collator_, store_;
     const Collator *col_ = nullptr;
     void *pin_ = nullptr;   // the store's life lock (api->pin_of)

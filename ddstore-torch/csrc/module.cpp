@@ -49,7 +49,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
         .def(py::init<py::object, py::object>(), py::arg("collator"), py::arg("store"))
         .def("submit", &dt::Pipeline::submit, py::arg("seq"), py::arg("indices"))
         .def("run", &dt::Pipeline::run, py::arg("reader"), py::arg("worker") = 0)
-        .def("take", &dt::Pipeline::take, py::arg("timeout"), py::arg("seq") = -1)
+        .def("take", &dt::Pipeline::take, py::arg("timeout"), py::arg("seq") = -1,
+             py::arg("reader") = py::none(),
+             "The next batch (seq, or any when seq < 0) within timeout seconds, else None; "
+             "with a reader, the consumer reads queued batches itself while it waits")
         .def("stop", &dt::Pipeline::stop)
         .def("ready", &dt::Pipeline::ready);
     m.def("ragged_collate", &dt::ragged_collate, py::arg("store"), py::arg("name"),

@@ -16,9 +16,15 @@
 //                         released until stop(), each inside the store's
 //                         life lock (api->pin_enter / pin_leave: never the
 //                         GIL, unlike acquire / release).
-//   take(timeout, seq)    consumer: waits (GIL released) for batch `seq`
+//   take(timeout, seq, reader)
+//                         consumer: waits (GIL released) for batch `seq`
 //                         (or any, seq < 0); None on timeout, else (seq, ok,
-//                         batch or exception, t_start, t_end, worker).
+//                         batch or exception, t_start, t_end, worker).  With
+//                         a reader, a consumer that would wait for a batch
+//                         no worker has started reads it itself (worker -1):
+//                         it costs the loop one read, not a wait for a
+//                         worker to be scheduled (workers with no core of
+//                         their own, or still in worker_init_fn).
 //   stop()                wakes and ends run(); drops what was queued.
 #include <chrono>
 #include <thread>
@@ -63,6 +69,30 @@ void Pipeline::submit(int64_t seq, py::handle indices)
     cv_tasks_.notify_one();
 }
 
+Pipeline::Result Pipeline::execute(Task &t, dds_store_t *store, dds_reader_t *reader,
+                                   int worker)
+{
+    Result res;
+    res.worker = worker;
+    res.t0 = now_ns();
+    dds_store_t *live = nullptr;
+    res.rc = api()->pin_enter(pin_, &live);
+    if (res.rc == 0 && live != store)
+        res.rc = api()->error(-DDS_EFREED, "the store was replaced");
+    if (res.rc == 0) {
+        res.rc = col_->read(store, reader, t.idx, t.bufs);
+        api()->pin_leave(pin_);
+    }
+    res.t1 = now_ns();
+    if (res.rc < 0) {
+        const char *m = api()->last_error();
+        res.msg = m != nullptr ? m : "";
+        t.outs.clear();
+    }
+    res.outs = std::move(t.outs);
+    return res;
+}
+
 void Pipeline::run(py::handle reader_obj, int worker)
 {
     dds_store_t *store = nullptr;
@@ -85,24 +115,7 @@ void Pipeline::run(py::handle reader_obj, int worker)
     if (!next_task(&t))
         return;
     for (;;) {
-        Result res;
-        res.worker = worker;
-        res.t0 = now_ns();
-        dds_store_t *live = nullptr;
-        res.rc = api()->pin_enter(pin_, &live);
-        if (res.rc == 0 && live != store)
-            res.rc = api()->error(-DDS_EFREED, "the store was replaced");
-        if (res.rc == 0) {
-            res.rc = col_->read(store, reader, t.idx, t.bufs);
-            api()->pin_leave(pin_);
-        }
-        res.t1 = now_ns();
-        if (res.rc < 0) {
-            const char *m = api()->last_error();
-            res.msg = m != nullptr ? m : "";
-            t.outs.clear();
-        }
-        res.outs = std::move(t.outs);
+        Result res = execute(t, store, reader, worker);
         // one critical section per batch: publish it and take the next task
         Task next;
         bool have, wake;
@@ -127,22 +140,43 @@ void Pipeline::run(py::handle reader_obj, int worker)
     }
 }
 
-py::object Pipeline::take(double timeout_s, int64_t seq)
+py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
 {
     Result res;
     int64_t key;
+    dds_store_t *store = nullptr;
+    dds_reader_t *reader = nullptr;
+    const bool help = !reader_obj.is_none();
+    if (help && api()->unwrap(reader_obj.ptr(), &store, &reader) < 0)
+        throw py::error_already_set();
     {
         py::gil_scoped_release nogil;
         auto ready = [&] {
             return stop_ || (seq >= 0 ? results_.count(seq) > 0 : !results_.empty());
         };
+        std::unique_lock<std::mutex> g(mu_);
+        // The batch wanted is still queued (no worker has started it): read
+        // it here rather than wait for a worker to be scheduled.  Only that
+        // one: reading a later batch would leave the workers without tasks
+        // (the consumer submits them) and delay this one by a read.
+        while (help && !ready() && !tasks_.empty() &&
+               (seq < 0 || tasks_.front().seq == seq)) {
+            Task t = std::move(tasks_.front());
+            tasks_.pop_front();
+            g.unlock();
+            Result r = execute(t, store, reader, -1);
+            g.lock();
+            if (stop_)
+                break;
+            results_.emplace(t.seq, std::move(r));
+            published_.fetch_add(1, std::memory_order_release);
+        }
         // A batch due within microseconds is waited for by polling the count
         // of published batches (no lock; a worker notifies only a consumer
         // that sleeps), yielding the core between polls (to the worker when
         // the threads outnumber the cores); after kSpinNs the consumer sleeps.
         const uint64_t spin_end = now_ns() + kSpinNs;
         uint64_t seen = published_.load(std::memory_order_acquire);
-        std::unique_lock<std::mutex> g(mu_);
         while (!ready() && now_ns() < spin_end) {
             g.unlock();
             while (published_.load(std::memory_order_acquire) == seen && now_ns() < spin_end)

@@ -348,6 +348,74 @@ def test_prefetch_depth_native_pipeline(datasets):
     assert_all(comm, ok, f"{got} batches read ahead after the first next(), {len(rest)} after")
 
 
+@pytest.mark.parametrize("help_", [1, 0])
+def test_consumer_reads_batches_no_worker_started(datasets, help_, monkeypatch):
+    """DDSTORE_LOADER_HELP=1 (the default): a training loop that asks for a
+    batch no worker has started reads it itself (worker -1 in the loader's
+    figures), in order, the same batches; with 0 only the workers read.  The
+    worker here starts reading only after the epoch (its worker_init_fn
+    waits), so with help every batch is the consumer's."""
+    comm, dss = datasets
+    env_set(monkeypatch, DDSTORE_LOADER_HELP=help_)
+    ds = dss["tuple"]
+    go = threading.Event()
+    init = (lambda w: go.wait(60)) if help_ else None
+    for kind in ("tuple", "dict"):
+        ds = dss[kind]
+        ref = _epoch(DataLoader(Source(kind), batch_size=4, shuffle=True,
+                                generator=torch.Generator().manual_seed(5)))
+        loader = ThreadDataLoader(ds, batch_size=4, num_workers=1, shuffle=True,
+                                  worker_init_fn=init,
+                                  generator=torch.Generator().manual_seed(5))
+        got = []
+        for b in loader:
+            got.append(b)
+            if len(got) == len(loader):
+                go.set()                          # the worker starts now
+        who = {w for w, *_ in loader._stats.fetch_times}
+        loader.close()
+        go.clear()
+        _cmp_epochs(comm, ref, got, f"{kind}, DDSTORE_LOADER_HELP={help_}")
+        want = {-1} if help_ else {0}
+        assert_all(comm, who == want, f"{kind}: batches read by {who}, expected {want}")
+
+
+def test_consumer_read_error_is_raised(datasets):
+    """A batch the consumer reads itself fails as a worker's would: the
+    error (naming the index) is raised by next() for that batch, and the
+    dataset is usable after."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    go = threading.Event()
+
+    class Bad(torch.utils.data.Sampler):
+        def __len__(self):
+            return 3
+
+        def __iter__(self):
+            yield [0, 1]
+            yield [0, len(ds) + 7]              # outside the dataset
+            yield [2, 3]
+    loader = ThreadDataLoader(ds, batch_sampler=Bad(), num_workers=1,
+                              worker_init_fn=lambda w: go.wait(60))
+    it = iter(loader)
+    try:
+        first = next(it)
+        with pytest.raises(IndexError, match=str(len(ds) + 7)):
+            next(it)
+    finally:
+        go.set()
+    who = {w for w, *_ in loader._stats.fetch_times}
+    del it
+    loader.close()
+    src = Source("tuple")
+    w = same(first, torch.utils.data.default_collate([src[0], src[1]]), "first batch")
+    # the store and the dataset are usable after the error
+    again = list(ThreadDataLoader(ds, batch_size=2, num_workers=1))
+    w = w or same(again[1], torch.utils.data.default_collate([src[2], src[3]]), "next epoch")
+    assert_all(comm, not w and who == {-1}, w or f"batches read by {who}")
+
+
 def test_worker_exception_is_raised(datasets):
     comm, dss = datasets
 

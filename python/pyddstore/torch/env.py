@@ -27,6 +27,10 @@ ENTRIES = (
     ("DDSTORE_THREAD_READERS", "bool", "1",
      "ThreadDataLoader opens one reader (endpoint) per worker thread for methods "
      "1/2 (0: threads share the store's reader)"),
+    ("DDSTORE_LOADER_HELP", "bool", "1",
+     "ThreadDataLoader: when the training loop asks for a batch that no worker has "
+     "started, it reads that batch (or the next queued one) itself instead of waiting "
+     "(0: only the workers read)"),
     ("DDSTORE_COMM", "enum", "",
      "force the communicator kind for comm=None: mpi | torch | file"),
     ("DDSTORE_AFFINITY_WIDTH", "int", "0",
@@ -94,6 +98,10 @@ def method_is_set():
 
 def batch_get():
     return _bool("DDSTORE_BATCH_GET", True)
+
+
+def loader_help():
+    return _bool("DDSTORE_LOADER_HELP", True)
 
 
 def fast_collate():

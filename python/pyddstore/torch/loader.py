@@ -523,6 +523,7 @@ class _ThreadIter:
             loader._epochs - 1, loader.dataset, self._num_workers,
             self._num_workers * (loader.prefetch_factor or 0), t0)
         loader._stats = self._stats
+        self._help = False
         self._fast = (self._auto_collation and loader._default_collate and
                       env.fast_collate() and hasattr(self._dataset, "_collate") and
                       self._dataset._fast_collate_ok())
@@ -538,6 +539,8 @@ class _ThreadIter:
             self._state.pipe = mk() if mk is not None else None
             if self._state.pipe is not None:
                 self._state.reader = self._dataset._reader
+                # the consumer reads batches nobody has started (pipeline.cpp)
+                self._help = env.loader_help()
         self._submit_errs = {}
         # GPU batches from worker threads are handed to the consumer's stream
         # with events (no synchronize): only where CUDA/HIP is usable
@@ -672,7 +675,8 @@ class _ThreadIter:
             if st.err is not None:
                 raise st.err
             wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-            r = st.pipe.take(wait, self._rcvd_idx if self._in_order else -1)
+            r = st.pipe.take(wait, self._rcvd_idx if self._in_order else -1,
+                             st.reader() if self._help else None)
             if r is not None:
                 break
             if not any(t.is_alive() for t in self._threads):

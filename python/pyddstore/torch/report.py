@@ -378,7 +378,7 @@ def plot_timeline(src, path, epoch=None):
             ax.broken_barh([(b - c, c) for _, a, b, c in fs if c > 0], (y - 0.4, 0.8),
                            color=colors["collate"], label="collate + pin" if i == 0 else None)
         ax.set_yticks([1] + [2 + i for i in range(len(workers))])
-        ax.set_yticklabels(["consumer"] + [f"fetch {'main' if f['workers'] == 0 else f'w{w}'}"
+        ax.set_yticklabels(["consumer"] + [f"fetch {'main' if f['workers'] == 0 or w < 0 else f'w{w}'}"
                                            for w in workers])
         ax.set_xlabel("seconds since iter(loader)")
         kept = len(tl["batches"])
