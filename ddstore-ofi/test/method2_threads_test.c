@@ -199,8 +199,15 @@ static void ragged_join_read(dds_store_t *s)
     for (int64_t i = 0; i < 2 * total; i++)
         rows[i] = (i * 7 + 3) % total;
     dds_buf_t b = ibuf(buf, 4 * 2 * 23);
+    uint64_t mapped0 = 0, mapped1 = 0;
+    ddofi_tr_map_counts(NULL, &mapped0);
     T_RC(dds_store_ragged_get_batch(s, NULL, "g", &b, rows, (size_t)(2 * total), lens,
                                     &got), 0);
+    ddofi_tr_map_counts(NULL, &mapped1);
+    /* the core ranks share this host: index entries and payload both come
+     * from their mapped shards (none with DDSTORE_OFI_MAP_SHARDS=0) */
+    T(g_map ? mapped1 - mapped0 > (uint64_t)got * DISP * sizeof(int64_t)
+            : mapped1 == mapped0);
     for (int64_t i = 0; i < 2 * total; i++) {
         bad += lens[i] != ragged_len(rows[i]);
         for (int64_t j = 0; j < ragged_len(rows[i]); j++, k++)
