@@ -906,7 +906,6 @@ int ddofi_tr_env_prepare(void)
     return rc < 0 ? ddofi_transport_error(rc, NULL) : 0;
 }
 
-/* Settings from core's registry (validated there) into the library's params. */
 int ddofi_tr_peers_setting(int *eager_p)
 {
     const char *s = NULL;
@@ -915,6 +914,7 @@ int ddofi_tr_peers_setting(int *eager_p)
     return rc;
 }
 
+/* Settings from core's registry (validated there) into the library's params. */
 int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
                          ddofi_fabric_params_t *p)
 {
