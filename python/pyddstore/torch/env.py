@@ -29,8 +29,8 @@ ENTRIES = (
      "1/2 (0: threads share the store's reader)"),
     ("DDSTORE_LOADER_HELP", "bool", "1",
      "ThreadDataLoader: when the training loop asks for a batch that no worker has "
-     "started, it reads that batch (or the next queued one) itself instead of waiting "
-     "(0: only the workers read)"),
+     "started, it reads that batch itself instead of waiting for a worker (0: only the "
+     "workers read)"),
     ("DDSTORE_COMM", "enum", "",
      "force the communicator kind for comm=None: mpi | torch | file"),
     ("DDSTORE_AFFINITY_WIDTH", "int", "0",
