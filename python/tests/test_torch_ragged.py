@@ -98,32 +98,6 @@ def _expected_batch(fn, idx, axes, form):
     return out if isinstance(first, dict) else [out[k] for k in keys]
 
 
-def _same_batch(got, want, path="batch"):
-    if isinstance(want, (Packed, Padded)):
-        if type(got) is not type(want):
-            return f"{path}: {type(got).__name__} vs {type(want).__name__}"
-        for name, a, b in zip(want._fields, got, want):
-            w = same(a.cpu(), b, f"{path}.{name}")
-            if w:
-                return w
-        return ""
-    if isinstance(want, dict):
-        if list(got) != list(want):
-            return f"{path}: keys {list(got)} vs {list(want)}"
-        for k in want:
-            w = _same_batch(got[k], want[k], f"{path}[{k!r}]")
-            if w:
-                return w
-        return ""
-    if isinstance(want, list):
-        for k, (a, b) in enumerate(zip(got, want)):
-            w = _same_batch(a, b, f"{path}[{k}]")
-            if w:
-                return w
-        return "" if len(got) == len(want) else f"{path}: {len(got)} vs {len(want)} values"
-    return same(got, want, path)
-
-
 def _check(comm, ds, fn, axes, form):
     """Every item, a batch with repeats (__getitems__, collate_fn, read_rows
     and the direct collate) equal the source."""
@@ -142,14 +116,14 @@ def _check(comm, ds, fn, axes, form):
             if bad:
                 break
     if not bad:
-        bad = _same_batch(ds.collate_fn(ds.__getitems__(idx)), want, "collate_fn")
+        bad = same(ds.collate_fn(ds.__getitems__(idx)), want, "collate_fn")
     if not bad:
-        bad = _same_batch(ds.collate_fn([ds[i] for i in idx]), want, "collate_fn(samples)")
+        bad = same(ds.collate_fn([ds[i] for i in idx]), want, "collate_fn(samples)")
     if not bad:
-        bad = _same_batch(ds._collate(idx), want, "_collate")
+        bad = same(ds._collate(idx), want, "_collate")
     if not bad and isinstance(want, dict):
         rows = ds.read_rows(idx)
-        bad = _same_batch(rows, want, "read_rows")
+        bad = same(rows, want, "read_rows")
     assert_all(comm, not bad, bad)
 
 
@@ -273,7 +247,7 @@ def test_loaders(loader, form, monkeypatch):
             dl = ThreadDataLoader(ds, batch_sampler=sampler, num_workers=2)
         bad = ""
         for idx, batch in zip(list(sampler), dl):
-            bad = _same_batch(batch, _expected_batch(graph, idx, ds.ragged_fields, form))
+            bad = same(batch, _expected_batch(graph, idx, ds.ragged_fields, form))
             if bad:
                 break
         if not loader.startswith("torch"):
@@ -454,7 +428,7 @@ def test_budget_sampler_with_loaders(loader):
         n = 0
         for idx, batch in zip(list(s), dl):
             n += 1
-            bad = _same_batch(batch, _expected_batch(graph, idx, ds.ragged_fields, "packed"))
+            bad = same(batch, _expected_batch(graph, idx, ds.ragged_fields, "packed"))
             if not bad and int(batch["x"].lengths.sum()) > 20 and len(idx) > 1:
                 bad = "over budget"
             if bad:
@@ -559,7 +533,7 @@ def test_ragged_collate_guesses():
         for guess in (-1, 0, 1, 10_000):
             got = Packed(*ext.ragged_collate(ds.ddstore, f.var, list(f.row_shape), f.dtype,
                                              idx, guess))
-            bad = bad or _same_batch(got, want, f"guess {guess}")
+            bad = bad or same(got, want, f"guess {guess}")
         got = Packed(*ext.ragged_collate(ds.ddstore, f.var, [5], "float32",
                                          torch.zeros(0, dtype=torch.int64), -1))
         if got.values.shape != (0, 5) or got.offsets.tolist() != [0]:
