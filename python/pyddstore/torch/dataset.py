@@ -1246,9 +1246,10 @@ class WindowedDataset(torch.utils.data.Dataset):
     sample i is rows s, s+dilation, ..., s+(window-1)*dilation with
     s = i*stride or starts[i]; every field stacked (window, *shape), keeping
     its kind: tensor fields are tensors, numpy array and numpy scalar fields
-    numpy arrays, records numpy structured arrays, Python numbers tensors
-    (int64 / float64 / bool).  ``fields`` selects as DistDataset's does.  A
-    batch is one read_rows().
+    numpy arrays, records numpy structured arrays, Python numbers numpy
+    arrays (int64 / float64 / bool), as the original.  ``fields`` selects as
+    DistDataset's does; with ``fields`` a window is a dict keyed by field (as
+    the original).  A batch is one read_rows().
     """
 
     def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
@@ -1263,7 +1264,10 @@ class WindowedDataset(torch.utils.data.Dataset):
         self.window = operator.index(window)
         self.stride = operator.index(stride)
         self.dilation = operator.index(dilation)
-        self.schema = ds.schema.select(fields) if fields is not None else ds.schema
+        self.schema = ds.schema
+        if fields is not None:       # a dict keyed by field, as the original
+            sel = ds.schema.select(fields)
+            self.schema = Schema("dict", sel.fields, None, len(sel.fields))
         if self.schema.ragged:
             raise ValueError(f"WindowedDataset: field(s) {[f.key for f in self.schema.ragged]!r} "
                              "are ragged; windows stack fixed-size rows (select fixed "
@@ -1328,7 +1332,7 @@ class WindowedDataset(torch.utils.data.Dataset):
         """Per field, the list of per-sample windows, of the field's kind."""
         cols = []
         for f, v in zip(self.schema.fields, vals):
-            if f.kind in ("ndarray", "npscalar"):
+            if f.kind in ("ndarray", "npscalar", "int", "float", "bool"):
                 a = v.numpy() if v.device.type == "cpu" else v.cpu().numpy()
                 cols.append(list(a))
             elif isinstance(v, torch.Tensor):
