@@ -477,14 +477,17 @@ class _Stored(torch.utils.data.Dataset):
         self.free()
 
     def release(self, bufs):
-        """Unregister buffers from alloc().  Idempotent while the dataset
-        lives; after free() (which released them all) a ValueError."""
+        """Unregister buffers from alloc().  ValueError for buffers that are
+        not registered (released already, as the original says, or not from
+        this dataset's alloc()) and after free() (which released them all)."""
         if self._freed:
             raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
                              "free()/close(): it already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
         if ts is None:
-            return
+            raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
+                             "buffers are not registered (released already, or not from "
+                             "this dataset's alloc())")
         err = None
         for t in ts:
             try:
@@ -630,6 +633,10 @@ class DistDataset(_Stored):
                 c = operator.index(chunk_size)
                 if c < 1:
                     raise ValueError(f"chunk_size must be >= 1, got {c}")
+            if chunk_size is not None and add_device is not None:
+                raise ValueError(f"chunk_size cannot be combined with add_device="
+                                 f"{add_device!r} (chunked loading fills host storage "
+                                 "only); leave one of them unset")
             if self._ragged_batch not in _rg.RAGGED_BATCH:
                 raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
                                  f"{self._ragged_batch!r}")
@@ -703,10 +710,6 @@ class DistDataset(_Stored):
             if pyg and self.chunk_size is not None:
                 raise ValueError("chunk_size cannot be used with torch_geometric Data samples "
                                  "(their fields are ragged: loaded in one pass)")
-            if self.chunk_size is not None and self.add_device is not None and \
-                    any(f.kind == "tensor" for f in full.fields):
-                raise ValueError("chunk_size cannot be used with tensor fields on add_device "
-                                 "(chunked loading fills host storage only)")
             return st, full
 
         first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
