@@ -456,6 +456,20 @@ def test_len_differs_across_ranks():
     _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("l"), comm), "len")
 
 
+def test_first_samples_differ_across_ranks_names_ragged():
+    """Variable-size samples without ragged=True, the ranks' first samples
+    differing (each rank's own samples alike): the error on every rank names
+    ragged=True, as the error table says (within one rank it did already)."""
+    comm = world()
+    size = comm.Get_size()
+    if size == 1:
+        pytest.skip("needs 2 ranks")
+    n = 2 * size
+    src = [torch.zeros(2 + i * size // n) for i in range(n)]     # rank r's share: 2 + r
+    _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("vr"), comm),
+                "ragged=True")
+
+
 # ----------------------------------------------------------- devices / comms --
 def test_device_cpu_and_add_device_cpu():
     comm = world()

@@ -719,7 +719,9 @@ class DistDataset(_Stored):
         if bad:   # every rank sees the same list: all raise
             raise ValueError(
                 f"DistDataset '{name}': the samples of rank {bad[0]} differ from rank 0's: "
-                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed")
+                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed across "
+                "samples (DistDataset(ragged=True) stores tensor/ndarray fields whose size "
+                "varies along one axis)")
         # variable names: one per stored field, by position
         for i, f in enumerate(full.fields):
             f.var = f"{name}/{i}"
