@@ -85,6 +85,17 @@ static int check_dir(const char *path, const char *shown, const char *what,
 {
     struct stat st;
     int e;
+    /* A link as the last component is followed only when this user or root
+     * owns it: another user's link could be re-pointed later. */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) &&
+        st.st_uid != geteuid() && st.st_uid != 0)
+        return dds_error(-DDS_EINVAL,
+                         "%s %s is a symbolic link owned by uid %u, not by "
+                         "this user (uid %u) or root: its owner could "
+                         "re-point it; give the directory it points to, or "
+                         "a link of your own",
+                         what, shown, (unsigned)st.st_uid,
+                         (unsigned)geteuid());
     if (stat(path, &st) < 0) {
         e = errno;
         if (e == ENOENT)
@@ -325,8 +336,8 @@ int dds_file_open_read(const char *path, const char *what, int *fd_p,
         e = errno;
         if (e == ENOENT)
             return dds_error(-DDS_ENOENT, "%s %s does not exist", what, path);
-        if (e == ELOOP)
-            return dds_error(-DDS_EINVAL,
+        if (e == ELOOP) /* a planted file, like a FIFO: DDS_EIO */
+            return dds_error(-DDS_EIO,
                              "%s %s is a symbolic link: refused (links are "
                              "never followed in a shared directory)",
                              what, path);

@@ -326,6 +326,91 @@ def test_planted_links_are_never_written_through(top, tmp_path):
     assert victim.read_text() == "precious"
 
 
+def test_link_at_a_step_path_is_a_ddstore_error(tmp_path):
+    """A symbolic link planted at a peer's step file is refused as a FIFO is:
+    DDStoreError naming it (docs/security.md), not a ValueError."""
+    fc = pyddstore.FileComm(str(tmp_path / "fc"), rank=0, size=2, ns="lk", timeout=20)
+    (tmp_path / "elsewhere").write_bytes(b"x")
+    os.symlink(tmp_path / "elsewhere", os.path.join(fc.path, "c0.0.1"))
+    with pytest.raises(pyddstore.DDStoreError, match="c0.0.1.*symbolic link") as e:
+        fc.barrier()
+    assert not isinstance(e.value, ValueError)
+
+
+def test_directory_link_of_another_user_is_refused(tmp_path):
+    """A FileComm directory given as another user's symbolic link (to a
+    private directory of ours): its owner could re-point it later, so it is
+    refused (ValueError naming it); our own link is followed."""
+    if os.geteuid() != 0:
+        pytest.skip("SKIP: a link owned by another user needs root (chown -h)")
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    theirs = tmp_path / "theirs"
+    os.symlink(real, theirs)
+    os.lchown(theirs, 12345, 12345)
+    with pytest.raises(ValueError, match="symbolic link owned by uid 12345") as e:
+        pyddstore.FileComm(str(theirs), rank=0, size=1, ns="x")
+    assert str(theirs) in str(e.value)
+    with pytest.raises(ValueError, match="uid 12345"):
+        pyddstore.FileComm(str(theirs) + "/", rank=0, size=1, ns="x")
+    mine = tmp_path / "mine"
+    os.symlink(real, mine)
+    fc = pyddstore.FileComm(str(mine), rank=0, size=1, ns="x")
+    fc.barrier()
+
+
+_FORK_GET = """
+    import os, numpy as np, pyddstore
+    fc = pyddstore.FileComm(%r, ns="fk", timeout=60)
+    s = pyddstore.PyDDStore(fc, method=1)
+    s.add("x", np.arange(8.0).reshape(4, 2) + 100 * fc.rank)
+    s.add_ragged("r", np.arange(6, dtype=np.int32).reshape(3, 2) + 100 * fc.rank,
+                 np.array([1, 2]))
+    fc.barrier()
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:     # a forked DataLoader worker of a client that holds the store
+        os.close(rd)
+        try:
+            o = np.zeros((1, 2)); s.get("x", o, 4 * (1 - fc.rank))   # the other rank's row
+            b = np.zeros((2, 2)); s.get_batch("x", b, np.array([0, 7]))
+            v, l = s.get_ragged("r", np.array([3, 0]))
+            s.get("x", o, 4 * (1 - fc.rank))                           # the same reader again
+            want = ([[100.0 * (1 - fc.rank), 100.0 * (1 - fc.rank) + 1]], [[0, 1], [106, 107]],
+                    [[102, 103], [104, 105], [0, 1]], [2, 1])
+            got = (o.tolist(), b.tolist(), v.tolist(), l.tolist())
+            msg = "child-ok" if got == want else "child-wrong %%r != %%r" %% (got, want)
+        except BaseException as e:  # noqa: BLE001
+            msg = "child-error %%s: %%s" %% (type(e).__name__, e)
+        os.write(wr, msg.encode())
+        os._exit(0)
+    os.close(wr)
+    with os.fdopen(rd) as f:
+        print(f.read())
+    os.waitpid(pid, 0)
+    o = np.zeros((4, 2)); s.get("x", o, 4 * (1 - fc.rank))          # the parent still reads
+    assert o[0, 0] == 100.0 * (1 - fc.rank), o
+    fc.barrier()
+    s.free()
+"""
+
+
+@pytest.mark.parametrize("fork_workers", ["1", "0"])
+def test_store_reads_in_forked_workers(top, tmp_path, fork_workers):
+    """A client that calls PyDDStore.get/get_batch/get_ragged from forked
+    DataLoader workers (HydraGNN's dataset holds the store): with
+    DDSTORE_FORK_WORKERS=1 the store opens a reader of the child's own at its
+    first read (method 1); without the setting the error names the fork."""
+    res = _spawn(top, 2, _FORK_GET % str(tmp_path / "fc"),
+                 extra={"DDSTORE_FORK_WORKERS": fork_workers})
+    _all_ok(res)
+    for rc, out, err in res:
+        if fork_workers == "1":
+            assert "child-ok" in out, out + err
+        else:
+            assert "child-error" in out and "after fork" in out, out + err
+
+
 _FIFO_STEP = """
     import os, time, pyddstore
     fc = pyddstore.FileComm(%r, rank=0, size=2, ns="ff", timeout=20)

@@ -287,7 +287,7 @@ def _check_usable(s):
 
 @pytest.mark.parametrize("case", [
     "sum_short", "sum_long", "negative", "overflow", "two_d_lengths", "scalar_lengths",
-    "float_lengths", "dtype_differs", "trailing_differs"])
+    "float_lengths", "dtype_differs", "trailing_differs", "uint64_huge", "list_huge"])
 def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
     s = rstore
     last = s.size - 1
@@ -299,6 +299,10 @@ def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
         "two_d_lengths": dict(rank=last, lens=lambda l: l.reshape(1, -1)),
         "scalar_lengths": dict(rank=0, lens=lambda l: np.int64(len(l))),
         "float_lengths": dict(rank=0, lens=lambda l: [float(x) for x in l] or [0.5]),
+        # above INT64_MAX: a bad length (ValueError), not an IndexError
+        "uint64_huge": dict(rank=last, lens=lambda l: np.append(l.astype(np.uint64),
+                                                                np.uint64(2**63))),
+        "list_huge": dict(rank=0, lens=lambda l: [int(x) for x in l] + [2**64 - 1]),
         "dtype_differs": dict(rank=last, dtype=np.float64 if s.rank == last else np.float32),
         "trailing_differs": dict(rank=last, vals=lambda v: np.ascontiguousarray(
             np.concatenate([v, v], axis=1))),
@@ -315,6 +319,7 @@ def test_bad_add_fails_every_rank_and_store_stays_usable(rstore, case):
              "two_d_lengths": "lengths.*1-D",
              "scalar_lengths": "lengths.*1-D", "float_lengths": "lengths",
              "dtype_differs": "dtype|itemsize|float",
+             "uint64_huge": "lengths.*out of range", "list_huge": "lengths.*out of range",
              "trailing_differs": "disp|trailing|row"}[case]
     import re
     assert re.search(words, str(e)), (case, str(e))

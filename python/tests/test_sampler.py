@@ -182,6 +182,11 @@ def test_bad_arguments():
         DistSampler(-1, 1, 0)
     with pytest.raises(TypeError, match="len"):
         DistSampler(object(), 1, 0)
+    s = DistSampler(10, 1, 0)
+    with pytest.raises(ValueError, match="epoch=-3"):     # its state would be refused
+        s.set_epoch(-3)
+    assert s.epoch == 0
+    s.load_state_dict(s.state_dict())
 
 
 def test_defaults_from_the_dataset_comm():

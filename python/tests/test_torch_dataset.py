@@ -109,14 +109,17 @@ def _expected_dtype_shape(v):
     if isinstance(v, torch.Tensor):
         return str(v.dtype).replace("torch.", ""), tuple(v.shape)
     if isinstance(v, (np.ndarray, np.generic)):
+        if v.dtype.names is not None:         # a record: its structured dtype
+            return v.dtype, tuple(np.shape(v))
         return v.dtype.name, tuple(np.shape(v))
     return {bool: "bool", int: "int64", float: "float64"}[type(v)], ()
 
 
 @pytest.mark.parametrize("kind", KINDS + RECORD_KINDS)
 def test_dtypes_are_names_and_shapes_plain_tuples(kind):
-    """ds.dtypes: {key: 'float32' | 'int64' | ...} strings; ds.shapes: {key:
-    tuple of ints} (not torch.Size, no numpy integers)."""
+    """ds.dtypes: {key: 'float32' | 'int64' | ...} strings, a record field
+    its structured np.dtype (as the original); ds.shapes: {key: tuple of
+    ints} (not torch.Size, no numpy integers)."""
     comm = world()
     ds = DistDataset(Source(kind), fresh_name("dt"), comm)
     try:
@@ -130,8 +133,10 @@ def test_dtypes_are_names_and_shapes_plain_tuples(kind):
             bad = f"dtypes {dtypes} != {want}"
         elif shapes != {k: sh for k, (_, sh) in want.items()}:
             bad = f"shapes {shapes} != {want}"
-        elif not all(type(d) is str for d in dtypes.values()):
-            bad = f"dtypes not str: {dtypes!r}"
+        elif not all(type(d) is str if want[k][0].__class__ is str else
+                     isinstance(d, np.dtype) and d.names is not None
+                     for k, d in dtypes.items()):
+            bad = f"dtypes not str (records: structured np.dtype): {dtypes!r}"
         elif not all(type(sh) is tuple and all(type(x) is int for x in sh)
                      for sh in shapes.values()):
             bad = f"shapes not tuples of int: {shapes!r}"
@@ -275,7 +280,8 @@ def test_read_rows_and_alloc_reuse():
         with pytest.raises(ValueError):
             ds.read_rows([1], fields=[0], out=sub)       # no buffer for field 0
         ds.release(bufs)
-        ds.release(bufs)                                  # idempotent
+        with pytest.raises(ValueError, match="not registered"):   # as the original
+            ds.release(bufs)
         ds.release(sub)
     finally:
         ds.free()
@@ -310,7 +316,10 @@ def test_release_after_free(method):
     ds = _make(Source("tuple"), fresh_name("rf"), comm, method)
     bufs = ds.alloc(3)
     ds.release(bufs)
-    ds.release(bufs)                                  # idempotent while alive
+    with pytest.raises(ValueError, match="not registered"):   # twice: as the original
+        ds.release(bufs)
+    with pytest.raises(ValueError, match="not registered"):   # not from alloc()
+        ds.release({0: torch.zeros(3)})
     bufs2 = ds.alloc(3)
     ds.free()
     with pytest.raises(ValueError, match="free"):
@@ -447,16 +456,34 @@ def test_len_differs_across_ranks():
     _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("l"), comm), "len")
 
 
+def test_first_samples_differ_across_ranks_names_ragged():
+    """Variable-size samples without ragged=True, the ranks' first samples
+    differing (each rank's own samples alike): the error on every rank names
+    ragged=True, as the error table says (within one rank it did already)."""
+    comm = world()
+    size = comm.Get_size()
+    if size == 1:
+        pytest.skip("needs 2 ranks")
+    n = 2 * size
+    src = [torch.zeros(2 + i * size // n) for i in range(n)]     # rank r's share: 2 + r
+    _expect_all(comm, ValueError, lambda: DistDataset(src, fresh_name("vr"), comm),
+                "ragged=True")
+
+
 # ----------------------------------------------------------- devices / comms --
 def test_device_cpu_and_add_device_cpu():
     comm = world()
     for kw in (dict(device="cpu"), dict(add_device="cpu"),
-               dict(device=torch.device("cpu"), add_device="cpu", chunk_size=3)):
+               dict(device=torch.device("cpu"), chunk_size=3)):
         ds = DistDataset(Source("tuple"), fresh_name("d"), comm, **kw)
         try:
             _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
         finally:
             ds.free()
+    # chunk_size with any add_device (also "cpu"): ValueError on every rank, as the original
+    _expect_all(comm, ValueError,
+                lambda: DistDataset(Source("tuple"), fresh_name("d"), comm, add_device="cpu",
+                                    chunk_size=4), "add_device")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (CUDA/ROCm)")

@@ -11,7 +11,9 @@ with a launch environment set by hand:
   reads) while the communicator resolved from None has one:
   ``DistDataset(comm=None)`` and ``PyDDStore(None)`` raise RuntimeError
   saying so and how to fix it; ``comm=MPI.COMM_SELF`` stays a deliberate
-  one-rank store; ``SLURM_NTASKS`` alone (a whole allocation) is no launch.
+  one-rank store; ``SLURM_NTASKS`` alone (a whole allocation) is no launch;
+  an explicit ``MPI.COMM_WORLD`` of one rank (the README's call under
+  torchrun) is checked the same way.
 
 They spawn their own processes, so they run on rank 0 only.
 """
@@ -159,6 +161,14 @@ def test_several_ranks_but_a_one_rank_comm_is_an_error(top, var, value):
             assert isinstance(e, RuntimeError), repr(e)
             assert "{var}={value}" in str(e) and "COMM_SELF" in str(e), str(e)
             print("STORE:", e)
+            # the README's explicit MPI.COMM_WORLD (under torchrun: a singleton)
+            for call in (lambda: DistDataset(src, "w", MPI.COMM_WORLD),
+                         lambda: pyddstore.PyDDStore(MPI.COMM_WORLD)):
+                _, e = outcome(call)
+                assert isinstance(e, RuntimeError), repr(e)
+                assert "comm_or_none=MPI.COMM_WORLD" in str(e) or \
+                    "comm=MPI.COMM_WORLD" in str(e), str(e)
+                assert "{var}={value}" in str(e) and "COMM_SELF" in str(e), str(e)
             s = pyddstore.PyDDStore(MPI.COMM_SELF)          # deliberate: fine
             s.add("v", np.arange(6.0).reshape(3, 2))
             s.free()
@@ -185,7 +195,10 @@ def test_one_process_launches_are_fine(top, extra):
     """SLURM_NTASKS alone is the allocation, not this launch (a one-task
     python in a batch script); a launch of one says one."""
     (out,) = _ok(_run(top, """
+        from mpi4py import MPI
         s = pyddstore.PyDDStore(None)
+        s.free()
+        s = pyddstore.PyDDStore(MPI.COMM_WORLD)
         s.free()
         ds = DistDataset(src, "one")
         assert ds.comm.kind == "mpi" and ds.ddstore.size == 1 and len(ds) == 10

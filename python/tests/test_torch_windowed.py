@@ -24,12 +24,12 @@ def base():
 def _stack(vals):
     """Values of one field over a window, stacked keeping the field's kind:
     tensors stay tensors, numpy arrays / scalars become a numpy array,
-    Python numbers a tensor (int64 / float64 / bool)."""
+    Python numbers a numpy array (int64 / float64 / bool), as the original."""
     if isinstance(vals[0], torch.Tensor):
         return torch.stack(vals)
     if isinstance(vals[0], (np.ndarray, np.generic)):
         return np.stack(vals)
-    return torch.as_tensor(np.asarray(vals))
+    return np.asarray(vals)
 
 
 def _window(kind, s, window, dilation, keys=None):
@@ -87,7 +87,8 @@ def test_out_of_range_starts(base, starts):
 @pytest.mark.parametrize("kind", ["list", "namedtuple", "half", "tuple", "structured"])
 def test_windows_keep_field_kinds(kind):
     """A window's fields keep their kind, as DistDataset's samples do: numpy
-    fields are numpy arrays, tensors tensors (Python numbers: tensors)."""
+    fields are numpy arrays, tensors tensors (Python numbers: numpy arrays,
+    as the original's)."""
     comm = world()
     ds = DistDataset(Source(kind), fresh_name("WK"), comm)
     try:
@@ -109,6 +110,24 @@ def test_windows_keep_field_kinds(kind):
         for i, got in zip([4, 0, 4], w.__getitems__([4, 0, 4])):
             bad = bad or same(got, want(i), f"items[{i}]")
         assert_all(comm, not bad, bad)
+    finally:
+        ds.free()
+
+
+def test_fields_give_a_dict_keyed_by_field():
+    """With fields= a window is a dict keyed by field, whatever the source's
+    structure (the original's), also in a batch of windows."""
+    comm = world()
+    ds = DistDataset(Source("list"), fresh_name("WD"), comm)
+    try:
+        w = WindowedDataset(ds, 2, starts=[0, 3], fields=[0, 2])
+        rows = [make_sample("list", 3 + k) for k in range(2)]
+        want = {0: _stack([r[0] for r in rows]), 2: _stack([r[2] for r in rows])}
+        bad = same(w[1], want, "w[1]")
+        got = w.__getitems__([1])
+        bad = bad or same(got, [want], "items")
+        assert_all(comm, not bad, bad)
+        assert isinstance(w[0][2], np.ndarray) and w[0][2].dtype == np.bool_
     finally:
         ds.free()
 
@@ -190,7 +209,7 @@ def test_row_of():
                     for k in [next(k for k in range(3) if s < cat.cumulative_sizes[k])]
                     for j in range(3)]
             got = pairs[i]
-            exp = (torch.stack([w[0] for w in want]), torch.tensor([w[1] for w in want]))
+            exp = (torch.stack([w[0] for w in want]), np.array([w[1] for w in want]))
             bad = bad or same(got, exp, f"pair {i}")
             k = next(k for k in range(3) if s < cat.cumulative_sizes[k])
             bad = bad or ("" if s + 2 * dt < cat.cumulative_sizes[k] else f"crosses file {k}")

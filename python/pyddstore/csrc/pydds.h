@@ -94,6 +94,8 @@ typedef struct pydds_store_obj {
     int comm_needs_gil;          /* collectives call back into Python        */
     pid_t pid;                   /* process that created the store           */
     pydds_reader_obj *readers;   /* open readers (list changed under the GIL)*/
+    pydds_reader_obj *fork_reader; /* store-level reads of a forked child
+                                    (its pid in ->pid; a reference held)    */
     PyObject *recv_bufs;         /* {(ptr, nbytes): exporter} registered     */
     PyObject *keep;              /* {name: [objects kept alive]} (C API)     */
     PyObject *weakreflist;

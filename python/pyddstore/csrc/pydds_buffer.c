@@ -441,6 +441,13 @@ void pydds_buffer_release(pydds_buffer_t *b)
 
 static const int64_t empty_rows[1] = {0};
 
+/* The class for a value that does not fit in int64: an index out of range is
+ * an IndexError, a bad length a ValueError (as the reference says). */
+static PyObject *range_exc(const char *what)
+{
+    return strcmp(what, "lengths") == 0 ? PyExc_ValueError : PyExc_IndexError;
+}
+
 enum { IX_BAD = 0, IX_SIGNED = 1, IX_UNSIGNED = 2 };
 
 static int index_kind(const char *fmt)
@@ -539,7 +546,7 @@ static int indices_from_buffer(PyObject *obj, const char *what, int strict,
             default: { uint64_t x; memcpy(&x, p, 8); u = x; break; }
             }
             if (u > (uint64_t)INT64_MAX) {
-                PyErr_Format(PyExc_IndexError,
+                PyErr_Format(range_exc(what),
                              "%s[%zd] = %llu is out of range", what, i,
                              (unsigned long long)u);
                 return -1;
@@ -593,7 +600,7 @@ static int indices_from_sequence(PyObject *obj, const char *what,
         if (v == -1 && PyErr_Occurred()) {
             if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 PyErr_Clear();
-                PyErr_Format(PyExc_IndexError,
+                PyErr_Format(range_exc(what),
                              "%s[%zd] is out of range (does not fit in "
                              "int64)",
                              what, i);
@@ -715,7 +722,7 @@ static int indices_from_dlpack(PyObject *obj, const char *what, int strict,
         }
         if (!sign && u > (uint64_t)INT64_MAX) {
             Py_DECREF(cap);
-            PyErr_Format(PyExc_IndexError, "%s[%lld] = %llu is out of range",
+            PyErr_Format(range_exc(what), "%s[%lld] = %llu is out of range",
                          what, (long long)i, (unsigned long long)u);
             return -1;
         }

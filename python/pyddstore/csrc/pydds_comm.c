@@ -48,10 +48,11 @@ long pydds_launch_env_size(const char *var)
 }
 
 #ifdef HAVE_MPI
-/* comm_or_none=None gave MPI_COMM_WORLD of one rank: an error when the
- * launcher says the job has several (the MPI library is not the launcher's,
- * every process would hold a one-rank store).  0, or -1 with RuntimeError. */
-static int check_launch(const pydds_comm_res_t *res)
+/* comm_or_none=None or MPI.COMM_WORLD (`given`) gave MPI_COMM_WORLD of one
+ * rank: an error when the launcher says the job has several (the MPI library
+ * is not the launcher's, every process would hold a one-rank store).  0, or
+ * -1 with RuntimeError. */
+static int check_launch(const pydds_comm_res_t *res, const char *given)
 {
     const pydds_launch_var_t *lv, *most = NULL;
     long n = 1;
@@ -73,14 +74,14 @@ static int check_launch(const pydds_comm_res_t *res)
     lib[strcspn(lib, "\n,")] = '\0';
     PyErr_Format(
         PyExc_RuntimeError,
-        "PyDDStore(comm_or_none=None): MPI_COMM_WORLD has 1 rank, but "
+        "PyDDStore(comm_or_none=%s): MPI_COMM_WORLD has 1 rank, but "
         "%s=%ld says %s started %ld processes: this pyddstore's MPI (%s) "
         "did not see that launch, so every process would hold a store of "
         "its own.  Launch with the launcher of the MPI pyddstore and "
         "mpi4py were built with (e.g. not MPICH's mpiexec for an Open MPI "
         "build; srun with the PMI plugin the MPI needs)%s, or pass "
         "comm_or_none=MPI.COMM_SELF for a deliberate one-rank store",
-        most->var, n, most->launcher, n, lib,
+        given, most->var, n, most->launcher, n, lib,
         strcmp(most->var, "WORLD_SIZE") == 0
             ? "; under torchrun pass a torch.distributed group "
               "(pyddstore.torch.TorchComm(), methods 1 and 2)"
@@ -203,6 +204,11 @@ static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
         goto out;
     }
     rc = resolve_mpi(*(MPI_Comm *)p, res);
+    if (rc == 0 && *(MPI_Comm *)p == MPI_COMM_WORLD &&
+        check_launch(res, "MPI.COMM_WORLD") < 0) {
+        pydds_comm_res_cleanup(res);
+        rc = -1;
+    }
 out:
     Py_XDECREF(MPI);
     Py_XDECREF(cls);
@@ -292,7 +298,7 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 #ifdef HAVE_MPI
         (void)rank;
         rc = resolve_mpi(MPI_COMM_WORLD, res);
-        if (rc == 0 && check_launch(res) < 0) {
+        if (rc == 0 && check_launch(res, "None") < 0) {
             pydds_comm_res_cleanup(res);
             return -1;
         }

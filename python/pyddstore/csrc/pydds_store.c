@@ -1007,15 +1007,49 @@ PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
 
 /* ---- PyDDStore methods -------------------------------------------------- */
 
+/* The reader of a store-level read (get, get_batch, sizes, get_ragged):
+ * NULL (the store's own) in the process that created the store.  In a
+ * process forked from it (DataLoader workers of a client that holds the
+ * store) with methods 1/2 and DDSTORE_FORK_WORKERS=1: a forked reader of
+ * this process's, opened at its first read and kept (closed when the store
+ * is destroyed here).  Method 0, or the setting off: NULL, and core's error
+ * after fork.  0, or -1 with an exception. */
+static int read_reader(pydds_store_obj *s, pydds_reader_obj **r_p)
+{
+    pid_t me = getpid();
+    int on = 0;
+    PyObject *r;
+    *r_p = NULL;
+    if (s->pid == me || s->method == 0)
+        return 0;
+    if (s->fork_reader != NULL && s->fork_reader->pid == me) {
+        *r_p = s->fork_reader;
+        return 0;
+    }
+    if (dds_config_get_bool("DDSTORE_FORK_WORKERS", &on) < 0)
+        on = 0; /* not declared (no libfabric): no forked readers */
+    if (!on)
+        return 0;
+    if ((r = pydds_reader_new(s, DDS_READER_FORKED)) == NULL)
+        return -1;
+    /* an inherited one is the parent's object: not ours to release */
+    s->fork_reader = (pydds_reader_obj *)r;
+    *r_p = s->fork_reader;
+    return 0;
+}
+
 static PyObject *store_get(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
-    return pydds_do_get(s, NULL, args, kw);
+    pydds_reader_obj *r;
+    return read_reader(s, &r) < 0 ? NULL : pydds_do_get(s, r, args, kw);
 }
 
 static PyObject *store_get_batch(pydds_store_obj *s, PyObject *args,
                                  PyObject *kw)
 {
-    return pydds_do_get_batch(s, NULL, args, kw);
+    pydds_reader_obj *r;
+    return read_reader(s, &r) < 0 ? NULL
+                                  : pydds_do_get_batch(s, r, args, kw);
 }
 
 static PyObject *store_info(pydds_store_obj *s, PyObject *name)
@@ -1378,13 +1412,16 @@ static PyObject *store_update_ragged(pydds_store_obj *s, PyObject *args,
 
 static PyObject *store_sizes(pydds_store_obj *s, PyObject *args, PyObject *kw)
 {
-    return pydds_do_sizes(s, NULL, args, kw);
+    pydds_reader_obj *r;
+    return read_reader(s, &r) < 0 ? NULL : pydds_do_sizes(s, r, args, kw);
 }
 
 static PyObject *store_get_ragged(pydds_store_obj *s, PyObject *args,
                                   PyObject *kw)
 {
-    return pydds_do_get_ragged(s, NULL, args, kw);
+    pydds_reader_obj *r;
+    return read_reader(s, &r) < 0 ? NULL
+                                  : pydds_do_get_ragged(s, r, args, kw);
 }
 
 static PyObject *store_free(pydds_store_obj *s, PyObject *unused)

@@ -485,7 +485,10 @@ def resolve(comm=None, handshake_dir=None, name=""):
         return comm
     if comm is not None:
         if _is_mpi4py(comm):
-            return _mpi_comm(comm)
+            c = _mpi_comm(comm)
+            if _is_comm_world(comm):     # the README's call under torchrun
+                _check_launch(c, "comm=MPI.COMM_WORLD")
+            return c
         if _is_torch_group(comm):
             return _torch_comm(comm)
         if isinstance(comm, TorchComm):
@@ -556,10 +559,19 @@ def _mpi_library():
         return "this MPI"
 
 
-def _check_launch(c):
-    """comm=None resolved to a one-rank communicator while the launcher says
-    it started several processes: each would build a one-rank store holding
-    the whole dataset.  RuntimeError saying so and how to fix it."""
+def _is_comm_world(comm):
+    from mpi4py import MPI
+    try:
+        return bool(comm == MPI.COMM_WORLD)
+    except Exception:  # noqa: BLE001 - not comparable: not COMM_WORLD
+        return False
+
+
+def _check_launch(c, given="comm=None"):
+    """comm=None (or an explicit MPI.COMM_WORLD: `given`) resolved to a
+    one-rank communicator while the launcher says it started several
+    processes: each would build a one-rank store holding the whole dataset.
+    RuntimeError saying so and how to fix it."""
     if c.size != 1:
         return
     several = [(v, n, who) for v, n, who in env.launch_sizes() if n > 1]
@@ -585,7 +597,7 @@ def _check_launch(c):
                "RANK/WORLD_SIZE, ...)"
         fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)"
     raise RuntimeError(
-        f"comm=None: {what}, but {var}={n} says {who} started {n} processes; each "
+        f"{given}: {what}, but {var}={n} says {who} started {n} processes; each "
         f"would hold a one-rank store with the whole dataset.  Fix: {fix}; or pass "
         "comm=MPI.COMM_SELF for a deliberate one-rank store per process")
 

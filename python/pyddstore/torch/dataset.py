@@ -477,14 +477,17 @@ class _Stored(torch.utils.data.Dataset):
         self.free()
 
     def release(self, bufs):
-        """Unregister buffers from alloc().  Idempotent while the dataset
-        lives; after free() (which released them all) a ValueError."""
+        """Unregister buffers from alloc().  ValueError for buffers that are
+        not registered (released already, as the original says, or not from
+        this dataset's alloc()) and after free() (which released them all)."""
         if self._freed:
             raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
                              "free()/close(): it already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
         if ts is None:
-            return
+            raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
+                             "buffers are not registered (released already, or not from "
+                             "this dataset's alloc())")
         err = None
         for t in ts:
             try:
@@ -630,6 +633,10 @@ class DistDataset(_Stored):
                 c = operator.index(chunk_size)
                 if c < 1:
                     raise ValueError(f"chunk_size must be >= 1, got {c}")
+            if chunk_size is not None and add_device is not None:
+                raise ValueError(f"chunk_size cannot be combined with add_device="
+                                 f"{add_device!r} (chunked loading fills host storage "
+                                 "only); leave one of them unset")
             if self._ragged_batch not in _rg.RAGGED_BATCH:
                 raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
                                  f"{self._ragged_batch!r}")
@@ -703,10 +710,6 @@ class DistDataset(_Stored):
             if pyg and self.chunk_size is not None:
                 raise ValueError("chunk_size cannot be used with torch_geometric Data samples "
                                  "(their fields are ragged: loaded in one pass)")
-            if self.chunk_size is not None and self.add_device is not None and \
-                    any(f.kind == "tensor" for f in full.fields):
-                raise ValueError("chunk_size cannot be used with tensor fields on add_device "
-                                 "(chunked loading fills host storage only)")
             return st, full
 
         first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
@@ -716,7 +719,9 @@ class DistDataset(_Stored):
         if bad:   # every rank sees the same list: all raise
             raise ValueError(
                 f"DistDataset '{name}': the samples of rank {bad[0]} differ from rank 0's: "
-                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed")
+                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed across "
+                "samples (DistDataset(ragged=True) stores tensor/ndarray fields whose size "
+                "varies along one axis)")
         # variable names: one per stored field, by position
         for i, f in enumerate(full.fields):
             f.var = f"{name}/{i}"
@@ -1246,9 +1251,10 @@ class WindowedDataset(torch.utils.data.Dataset):
     sample i is rows s, s+dilation, ..., s+(window-1)*dilation with
     s = i*stride or starts[i]; every field stacked (window, *shape), keeping
     its kind: tensor fields are tensors, numpy array and numpy scalar fields
-    numpy arrays, records numpy structured arrays, Python numbers tensors
-    (int64 / float64 / bool).  ``fields`` selects as DistDataset's does.  A
-    batch is one read_rows().
+    numpy arrays, records numpy structured arrays, Python numbers numpy
+    arrays (int64 / float64 / bool), as the original.  ``fields`` selects as
+    DistDataset's does; with ``fields`` a window is a dict keyed by field (as
+    the original).  A batch is one read_rows().
     """
 
     def __init__(self, ds, window, stride=1, dilation=1, starts=None, fields=None):
@@ -1263,7 +1269,10 @@ class WindowedDataset(torch.utils.data.Dataset):
         self.window = operator.index(window)
         self.stride = operator.index(stride)
         self.dilation = operator.index(dilation)
-        self.schema = ds.schema.select(fields) if fields is not None else ds.schema
+        self.schema = ds.schema
+        if fields is not None:       # a dict keyed by field, as the original
+            sel = ds.schema.select(fields)
+            self.schema = Schema("dict", sel.fields, None, len(sel.fields))
         if self.schema.ragged:
             raise ValueError(f"WindowedDataset: field(s) {[f.key for f in self.schema.ragged]!r} "
                              "are ragged; windows stack fixed-size rows (select fixed "
@@ -1328,7 +1337,7 @@ class WindowedDataset(torch.utils.data.Dataset):
         """Per field, the list of per-sample windows, of the field's kind."""
         cols = []
         for f, v in zip(self.schema.fields, vals):
-            if f.kind in ("ndarray", "npscalar"):
+            if f.kind in ("ndarray", "npscalar", "int", "float", "bool"):
                 a = v.numpy() if v.device.type == "cpu" else v.cpu().numpy()
                 cols.append(list(a))
             elif isinstance(v, torch.Tensor):

@@ -256,8 +256,12 @@ class DistSampler(Sampler):
     def set_epoch(self, epoch):
         """Use epoch `epoch`'s order (call before each epoch, as with
         DistributedSampler).  Another epoch than the current one starts at
-        position 0; the same epoch keeps a loaded state's position."""
+        position 0; the same epoch keeps a loaded state's position.
+        ValueError for a negative epoch (load_state_dict refuses its state)."""
         epoch = operator.index(epoch)
+        if epoch < 0:
+            raise ValueError(f"DistSampler.set_epoch: epoch={epoch} is negative "
+                             f"(epochs are >= 0)")
         if epoch != self.epoch:
             self.epoch = epoch
             self._start = 0

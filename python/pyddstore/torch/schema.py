@@ -185,10 +185,9 @@ class Field:
         """The field's element type as a string (ds.dtypes, as the original):
         the stored dtype's name ('float32', 'int64', 'bfloat16', ...; Python
         int / float / bool are stored as 'int64' / 'float64' / 'bool'); a
-        record's numpy name ('void<bits>': one record of rdtype.itemsize
-        bytes per element of the shape)."""
+        record's structured np.dtype (the samples' .dtype), as the original."""
         if self.kind == "record":
-            return self.rdtype.name
+            return self.rdtype
         return self.dtype
 
     def matches(self, value, where):
