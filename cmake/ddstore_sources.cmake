@@ -119,6 +119,7 @@ endfunction()
 # version macro.  The package's BUILD defines DDSTORE_HAVE_<NAME> for the
 # hub (CMakeLists.txt does the same).
 set(DDS_TRANSPORT_PACKAGES
+  ddstore-loop loop loop_version.h DDLOOP_VERSION
 )
 
 # //<package>:<name>  (BUILD: srcs glob(["src/*.c", "src/*.h"]), hdrs

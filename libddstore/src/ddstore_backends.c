@@ -26,6 +26,9 @@
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
 #endif
+#ifdef DDSTORE_HAVE_LOOP
+#include "ddstore/loop.h"
+#endif
 
 static const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
 {
@@ -119,6 +122,12 @@ static const ddstore_backend_t g_rows[] = {
     {2, "ofi-split", "ddstore-ofi",
      "libfabric with a file handshake (split jobs)",
      OFI_FLAGS | DDSTORE_BACKEND_NEEDS_HANDSHAKE, OFI_ROW},
+#ifdef DDSTORE_HAVE_LOOP
+    {3, "loop", "ddstore-loop", "in-process loopback, for tests",
+     DDSTORE_BACKEND_THREAD_READERS | DDSTORE_BACKEND_ONE_PROCESS |
+         DDSTORE_BACKEND_TEST_ONLY,
+     1, NULL, NULL, ddloop_transport_create, NULL, ddloop_version, NULL, NULL},
+#endif
 };
 
 #define NROWS (sizeof g_rows / sizeof g_rows[0])
