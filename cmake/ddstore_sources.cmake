@@ -112,6 +112,27 @@ function(dds_sources_ofi_transport prefix)
   set(${prefix}_HDRS "${hdrs}" PARENT_SCOPE)
 endfunction()
 
+# Transport packages of the standard layout that need nothing but core
+# (Bazel: the package's :lib target, a bool flag in //bazel/config, default
+# on, and one dep line of //libddstore:ddstore; the hub's backend table has
+# their row).  Four entries each: package, library name, version header,
+# version macro.  The package's BUILD defines DDSTORE_HAVE_<NAME> for the
+# hub (CMakeLists.txt does the same).
+set(DDS_TRANSPORT_PACKAGES
+  ddstore-loop loop loop_version.h DDLOOP_VERSION
+)
+
+# //<package>:<name>  (BUILD: srcs glob(["src/*.c", "src/*.h"]), hdrs
+# glob(["include/ddstore/*.h"], exclude the version header))
+function(dds_sources_transport prefix pkg header)
+  _dds_glob(srcs ${pkg} "src/*.c" "src/*.h")
+  _dds_glob(hdrs ${pkg} "include/ddstore/*.h")
+  list(REMOVE_ITEM hdrs "${DDS_SOURCE_ROOT}/${pkg}/include/ddstore/${header}")
+  set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
+  set(${prefix}_HDRS "${hdrs}" PARENT_SCOPE)
+  set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/${pkg}/VERSION" PARENT_SCOPE)
+endfunction()
+
 # //python:pyddstore/_core.so  (BUILD: srcs glob(["pyddstore/csrc/*.c",
 # "pyddstore/csrc/*.h"]))
 function(dds_sources_pycore prefix)
@@ -163,6 +184,14 @@ function(dds_module_sources out target backend mpi ofi)
       dds_sources_ofi_transport(t)
       list(APPEND files ${o_SRCS} ${o_HDRS} ${o_VERSION_FILE} ${t_SRCS} ${t_HDRS})
     endif()
+    set(tp ${DDS_TRANSPORT_PACKAGES})
+    while(tp)
+      list(GET tp 0 pkg)
+      list(GET tp 2 header)
+      list(REMOVE_AT tp 0 1 2 3)
+      dds_sources_transport(x ${pkg} ${header})
+      list(APPEND files ${x_SRCS} ${x_HDRS} ${x_VERSION_FILE})
+    endwhile()
   elseif(target STREQUAL "torch")
     # Headers only from core, gpu and the hub (:core_headers, :gpu_headers,
     # //libddstore:api: the C API table); the code runs from _core through

@@ -488,9 +488,10 @@ static const dds_config_entry_t core_table[] = {
      "seconds a collective call (add, init, free, epoch_begin/end, "
      "DistDataset creation, FileComm steps) waits for every rank before "
      "the ranks that arrived fail with a timeout; > 0, or inf for no limit"},
-    {"DDSTORE_METHOD", DDS_CONFIG_ENUM, "0", "0|1|2", "core",
-     "backend: 0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file "
-     "handshake"},
+    {"DDSTORE_METHOD", DDS_CONFIG_INT, "0", NULL, "core",
+     "backend, a method of libddstore's backend table, which checks it: "
+     "0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file handshake "
+     "(`ddstore-info` lists every one)"},
     {"DDSTORE_GPU_STAGING", DDS_CONFIG_BOOL, "1", NULL, "core",
      "GPU memory that the transport cannot reach (no FI_HMEM: MPI RMA, tcp, "
      "Debian's libfabric) goes through pinned host staging buffers and host "

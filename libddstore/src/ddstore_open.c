@@ -1,9 +1,5 @@
-/* libddstore: opening a store by method (open.h), the one place that knows
- * every backend.
- *
- *   method 0  MPI RMA (ddstore-mpi), needs an MPI communicator
- *   method 1  libfabric RDMA (ddstore-ofi's transport adapter)
- *   method 2  libfabric with a file handshake in handshake_dir (split jobs)
+/* libddstore: opening a store by method (open.h): the method's row of the
+ * backend table (ddstore_backends.c) makes the transport.
  *
  * No Python calls (pyddstore._core calls ddstore_open with the GIL
  * released).  Collective over the store's communicator (the transports
@@ -11,9 +7,11 @@
  */
 #include "ddstore/open.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ddstore/backends.h"
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 
@@ -28,78 +26,9 @@
 #define DDSTORE_HUB_VERSION "0.0.0-unknown"
 #endif
 
-#ifdef HAVE_MPI
-#include "ddstore/mpi.h"
-#endif
-#ifdef DDSTORE_HAVE_OFI
-#include "ddstore/ofi.h"
-#include "ddstore/ofi_transport.h"
-#endif
-
 const char *ddstore_version(void)
 {
     return DDSTORE_HUB_VERSION;
-}
-
-int ddstore_env_prepare(void)
-{
-#ifdef DDSTORE_HAVE_OFI
-    /* ddstore's prefix and DDSTORE_FORK_WORKERS (core's registry), not the
-     * standalone library's DDOFI_ names */
-    return ddofi_transport_env_prepare();
-#else
-    /* No libfabric of ours, but the MPI may sit on one (Cray MPICH on
-     * Slingshot): the one setting ddofi_env_prepare makes for every build,
-     * as pyddstore did before the hub (the user's value wins). */
-    (void)setenv("FI_CXI_DISABLE_HOST_REGISTER", "1", 0);
-    return 0;
-#endif
-}
-
-static const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
-{
-    return (mask & bit) && s != NULL ? s : "";
-}
-
-static int make_ofi(int method, const ddstore_open_params_t *args,
-                    dds_transport_t *transport_p)
-{
-#ifdef DDSTORE_HAVE_OFI
-    /* methods 1 and 2: ddstore-ofi's adapter, addresses exchanged over
-     * args->comm (DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP from the
-     * environment; nic_map wins over DDSTORE_NIC_MAP).  Method 2 adds the
-     * handshake records: a core job (n_core 0) publishes one per variable,
-     * a reader job (n_core > 0) joins them. */
-    uint64_t m = args->field_mask;
-    const char *nic = str_or_empty(m, DDSTORE_OPEN_FIELD_NIC_MAP, args->nic_map);
-    ddofi_transport_params_t p;
-    memset(&p, 0, sizeof p);
-    if (nic[0] != '\0') {
-        p.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
-        p.nic_map = nic;
-    }
-    if ((m & DDSTORE_OPEN_FIELD_PROVIDER) && args->provider != NULL &&
-        args->provider[0] != '\0') {
-        p.field_mask |= DDOFI_TRANSPORT_FIELD_PROVIDER;
-        p.provider = args->provider;
-    }
-    if (method == DDSTORE_METHOD_OFI_SPLIT) {
-        p.field_mask |= DDOFI_TRANSPORT_FIELD_HANDSHAKE;
-        p.handshake_dir = str_or_empty(m, DDSTORE_OPEN_FIELD_HANDSHAKE,
-                                       args->handshake_dir);
-        p.exchange_ns = str_or_empty(m, DDSTORE_OPEN_FIELD_HANDSHAKE,
-                                     args->exchange_ns);
-        p.n_core = (m & DDSTORE_OPEN_FIELD_HANDSHAKE) ? args->n_core : 0;
-    }
-    return ddofi_transport_create(&args->comm, &p, transport_p);
-#endif
-    (void)args;
-    (void)transport_p;
-    return dds_error(-DDS_ENOSYS,
-                     "method %d needs libfabric, and this build of ddstore "
-                     "has none (built without libfabric or with "
-                     "--config=noofi); use method 0",
-                     method);
 }
 
 static int open_method(const ddstore_open_params_t *p, int *method_p)
@@ -113,65 +42,51 @@ static int open_method(const ddstore_open_params_t *p, int *method_p)
 int ddstore_transport_create(const ddstore_open_params_t *params,
                              dds_transport_t *transport_p)
 {
+    const ddstore_backend_t *row;
     int method = 0, rc;
     if (params == NULL || transport_p == NULL)
         return dds_error(-DDS_EINVAL, "ddstore_transport_create: NULL argument");
     rc = open_method(params, &method);
     if (rc < 0)
         return rc;
-    switch (method) {
-    case DDSTORE_METHOD_MPI:
-#ifdef HAVE_MPI
-        if (!(params->field_mask & DDSTORE_OPEN_FIELD_MPI_COMM) ||
-            params->mpi_comm == NULL)
-            return dds_error(-DDS_EINVAL,
-                             "method 0 (MPI RMA) needs an MPI communicator, "
-                             "got a '%s' communicator; use method 1 or 2",
-                             str_or_empty(params->field_mask,
-                                          DDSTORE_OPEN_FIELD_COMM_KIND,
-                                          params->comm_kind)[0]
-                                 ? params->comm_kind
-                                 : "non-MPI");
-        return ddmpi_transport_create(*(const MPI_Comm *)params->mpi_comm,
-                                      transport_p);
-#else
-        return dds_error(-DDS_ENOSYS,
-                         "method 0 (MPI RMA) needs MPI, and this build of "
-                         "ddstore has none (pyddstore.HAVE_MPI is False); "
-                         "use method 1 or 2");
-#endif
-    case DDSTORE_METHOD_OFI:
-    case DDSTORE_METHOD_OFI_SPLIT:
-        return make_ofi(method, params, transport_p);
-    default:
-        return dds_error(-DDS_EINVAL,
-                         "method: expected 0 (MPI RMA), 1 (libfabric) or 2 "
-                         "(libfabric, split jobs), got %d",
-                         method);
+    rc = ddstore_backend_check(method, "method");
+    if (rc < 0)
+        return rc;
+    row = ddstore_backend_find(method);
+    if (row->create != NULL)
+        return row->create(row, params, transport_p);
+    rc = row->create_comm(&params->comm, transport_p);
+    if (rc < 0 && (row->flags & DDSTORE_BACKEND_ONE_PROCESS) &&
+        params->comm.size > 1) {
+        char detail[512];
+        snprintf(detail, sizeof detail, "%s", dds_last_error());
+        return dds_error(rc,
+                         "method %d (%s) serves only ranks in one process, "
+                         "and this communicator has %d ranks: %s",
+                         method, row->help, params->comm.size, detail);
     }
+    return rc;
 }
 
 int ddstore_method_from_env(int *method_p)
 {
-    /* core's registry: DDSTORE_METHOD, enum 0|1|2, default 0 */
-    const char *v = NULL;
-    char *end = NULL;
-    long long m;
+    /* core's registry declares DDSTORE_METHOD (an int, default 0); its
+     * values are the rows of the backend table */
+    int64_t m = 0;
     int rc;
     if (method_p == NULL)
         return dds_error(-DDS_EINVAL, "ddstore_method_from_env: NULL argument");
     dds_config_register_core();
-    rc = dds_config_get_string("DDSTORE_METHOD", &v);
-    if (rc == -DDS_ENOENT)
-        v = getenv("DDSTORE_METHOD");
-    else if (rc < 0)
+    rc = dds_config_get_int("DDSTORE_METHOD", &m);
+    if (rc < 0)
         return rc;
-    if (v == NULL || *v == '\0')
-        v = "0";
-    m = strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || m < 0 || m > 2)
-        return dds_error(-DDS_EINVAL,
-                         "DDSTORE_METHOD='%s': expected 0, 1 or 2", v);
+    if (m < 0 || m > 1 << 20 || ddstore_backend_find((int)m) == NULL) {
+        char list[512];
+        ddstore_backend_list(list, sizeof list);
+        return dds_error(-DDS_ECONFIG,
+                         "DDSTORE_METHOD='%s': expected one of %s",
+                         getenv("DDSTORE_METHOD"), list);
+    }
     *method_p = (int)m;
     return 0;
 }
@@ -196,15 +111,9 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
         sp.comm = params->comm;
     } else if ((params->field_mask & DDSTORE_OPEN_FIELD_MPI_COMM) &&
                params->mpi_comm != NULL) {
-#ifdef HAVE_MPI
-        rc = ddmpi_comm_create(*(const MPI_Comm *)params->mpi_comm, &sp.comm);
+        rc = ddstore_comm_from_mpi(params->mpi_comm, &sp.comm);
         if (rc < 0)
             return rc;
-#else
-        return dds_error(-DDS_ENOSYS,
-                         "ddstore_open: an MPI communicator, and this build "
-                         "of ddstore has no MPI");
-#endif
     } else {
         return dds_error(-DDS_EINVAL,
                          "ddstore_open: no communicator (set comm or "

@@ -11,6 +11,8 @@
 #include <time.h>
 
 #include "check.h"
+#include "ddstore/backends.h"
+#include "ddstore/config.h"
 #include "ddstore/gpu.h"
 #include "ddstore/open.h"
 #include "ddstore/pin.h"
@@ -41,6 +43,81 @@ static void test_method_default(void)
     CHECK_OK(ddstore_method_from_env(&m));
     CHECK_EQ(m, 0);
     CHECK_RC(ddstore_method_from_env(NULL), -DDS_EINVAL);
+}
+
+/* The backend table: rows in method order, lookups, DDSTORE_METHOD and
+ * method= checked against it, versions and settings of every row. */
+static void test_backend_table(void)
+{
+    size_t n = ddstore_backend_count();
+    int m = -1;
+    char list[512];
+    CHECK(n >= 3);
+    CHECK(ddstore_backend_at(n) == NULL);
+    for (size_t i = 0; i < n; i++) {
+        const ddstore_backend_t *r = ddstore_backend_at(i);
+        CHECK(r != NULL && r->name != NULL && r->library != NULL);
+        if (i > 0)
+            CHECK(r->method > ddstore_backend_at(i - 1)->method);
+        CHECK(ddstore_backend_find(r->method) == r);
+        CHECK(ddstore_backend_by_name(r->name) == r);
+        if (r->built) {
+            CHECK(r->create != NULL || r->create_comm != NULL);
+            CHECK_OK(ddstore_backend_check(r->method, "method"));
+        } else {
+            CHECK(r->why_not_built != NULL);
+            CHECK_RC(ddstore_backend_check(r->method, "method"),
+                     -DDS_ENOSYS);
+            CHECK_CONTAINS(dds_last_error(), r->library);
+        }
+    }
+    CHECK_EQ(ddstore_backend_find(0)->flags & DDSTORE_BACKEND_NEEDS_MPI_COMM,
+             DDSTORE_BACKEND_NEEDS_MPI_COMM);
+    CHECK(ddstore_backend_find(2)->flags & DDSTORE_BACKEND_NEEDS_HANDSHAKE);
+    CHECK(ddstore_backend_find(-1) == NULL);
+    CHECK(ddstore_backend_by_name("nope") == NULL);
+    CHECK_EQ(ddstore_backend_default(1), 0);
+    CHECK_EQ(ddstore_backend_default(0), 1);
+    CHECK_RC(ddstore_backend_check(9999, "method"), -DDS_EINVAL);
+    CHECK_CONTAINS(dds_last_error(), "expected one of 0 (MPI RMA), 1");
+    CHECK_CONTAINS(dds_last_error(), "got 9999");
+    ddstore_backend_list(list, sizeof list);
+    CHECK_CONTAINS(list, "2 (libfabric with a file handshake");
+
+    /* DDSTORE_METHOD: a row's number, else an error naming it */
+    setenv("DDSTORE_METHOD", "2", 1);
+    CHECK_OK(ddstore_method_from_env(&m));
+    CHECK_EQ(m, 2);
+    setenv("DDSTORE_METHOD", "9999", 1);
+    CHECK_RC(ddstore_method_from_env(&m), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_METHOD='9999'");
+    CHECK_CONTAINS(dds_last_error(), "0 (MPI RMA)");
+    setenv("DDSTORE_METHOD", "-1", 1);
+    CHECK_RC(ddstore_method_from_env(&m), -DDS_ECONFIG);
+    setenv("DDSTORE_METHOD", "x", 1);
+    CHECK_RC(ddstore_method_from_env(&m), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_METHOD");
+    unsetenv("DDSTORE_METHOD");
+
+    /* versions: the hub, core, gpu, then every row's library once */
+    ddstore_version_entry_t v[32];
+    size_t nv = ddstore_versions(v, 32);
+    CHECK(nv >= 5 && nv <= 32);
+    CHECK_STREQ(v[0].name, "libddstore");
+    CHECK_STREQ(v[0].version, ddstore_version());
+    for (size_t i = 0; i < n; i++) {
+        const ddstore_backend_t *r = ddstore_backend_at(i);
+        int found = 0;
+        for (size_t j = 0; j < nv; j++)
+            found += strcmp(v[j].name, r->library) == 0;
+        CHECK_EQ(found, 1);
+    }
+    CHECK_EQ(ddstore_versions(v, 1), nv);   /* the count, whatever the room */
+
+    /* settings: every built row's table */
+    ddstore_config_register_all();
+    CHECK(dds_config_find("DDSTORE_METHOD") != NULL);
+    CHECK(dds_config_find("DDSTORE_HANDSHAKE_DIR") != NULL);   /* FileComm */
 }
 
 static void test_open_arguments(void)
@@ -143,6 +220,7 @@ int main(void)
 {
     RUN_TEST(test_names);
     RUN_TEST(test_method_default);
+    RUN_TEST(test_backend_table);
     RUN_TEST(test_open_arguments);
     RUN_TEST(test_pins);
     RUN_TEST(test_gpu_memsys);

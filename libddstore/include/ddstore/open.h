@@ -108,8 +108,9 @@ typedef struct ddstore_open_params {
  * communicators). */
 int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p);
 
-/* The method DDSTORE_METHOD names (core's registry; unset or empty: 0).
- * 0, or -DDS_EINVAL naming the value, or the registry's error. */
+/* The method DDSTORE_METHOD names (core's registry, an int; unset or
+ * empty: 0), checked against the backend table (backends.h).  0, or
+ * -DDS_ECONFIG naming the value and listing the methods. */
 int ddstore_method_from_env(int *method_p);
 
 /* Only the transport of ddstore_open (for callers that build the store

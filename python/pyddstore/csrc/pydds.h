@@ -38,8 +38,12 @@
 #include "ddstore/open.h"
 #include "ddstore/pin.h"
 
+#include "ddstore/backends.h"
+
+/* The MPI of the process (communicators from mpi4py, MPI_COMM_WORLD); the
+ * MPI RMA transport is the hub's (ddstore/backends.h). */
 #ifdef HAVE_MPI
-#include "ddstore/mpi.h"
+#include <mpi.h>
 #endif
 
 #if PY_VERSION_HEX < 0x030A0000
@@ -160,7 +164,7 @@ void pydds_live_remove(pydds_store_obj *s);
  * Idempotent. */
 void pydds_store_destroy(pydds_store_obj *s);
 
-/* MPI lifetime: set when ddmpi_init started MPI for us (pydds_comm.c), in
+/* MPI lifetime: set when ddstore_mpi_init started MPI for us (pydds_comm.c), in
  * process pydds_mpi_pid (a forked child never finalises it). */
 extern int pydds_mpi_started_by_us;
 extern pid_t pydds_mpi_pid;

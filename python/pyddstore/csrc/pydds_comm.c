@@ -101,7 +101,7 @@ static int resolve_mpi(MPI_Comm comm, pydds_comm_res_t *res)
 {
     int rc, ours = 0, provided = 0;
     Py_BEGIN_ALLOW_THREADS
-    rc = ddmpi_init(&provided, &ours);
+    rc = ddstore_mpi_init(&provided, &ours);
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return raise_rc(rc);
@@ -110,7 +110,7 @@ static int resolve_mpi(MPI_Comm comm, pydds_comm_res_t *res)
         pydds_mpi_pid = getpid();
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = ddmpi_comm_create(comm, &res->comm);   /* collective: dup */
+    rc = ddstore_comm_from_mpi(&comm, &res->comm);   /* collective: dup */
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return raise_rc(rc);

@@ -4,26 +4,7 @@
  * declaration and the one parser (pyddstore/torch/env.py). */
 #include "pydds.h"
 
-#include "ddstore/comm_file.h"
 #include "ddstore/config.h"
-#ifdef HAVE_MPI
-#include "ddstore/mpi.h"
-#endif
-#ifdef DDSTORE_HAVE_OFI
-#include "ddstore/ofi_transport.h"
-#endif
-
-/* Each library built in registers its table (idempotent). */
-static void (*const registrars[])(void) = {
-    dds_config_register_core,
-    dds_comm_file_register_config,
-#ifdef HAVE_MPI
-    ddmpi_config_register,
-#endif
-#ifdef DDSTORE_HAVE_OFI
-    ddofi_transport_register_config,
-#endif
-};
 
 /* The entry named by `arg`, every table registered first; NULL with an
  * exception set when it is not a registered name. */
@@ -32,8 +13,7 @@ static const dds_config_entry_t *entry_of(PyObject *arg, const char **name_p)
     const char *name = PyUnicode_AsUTF8(arg);
     if (name == NULL)
         return NULL;
-    for (size_t i = 0; i < sizeof registrars / sizeof registrars[0]; i++)
-        registrars[i]();
+    ddstore_config_register_all();   /* the hub: every library built in */
     const dds_config_entry_t *e = dds_config_find(name);
     if (e == NULL)
         pydds_raise_fmt(-DDS_ENOENT, "%s is not a registered variable", name);

@@ -3,26 +3,6 @@
 #include "pydds.h"
 
 #include "ddstore/config.h"
-#include "ddstore/gpu.h"
-#ifdef HAVE_MPI
-#include "ddstore/mpi.h"
-#endif
-#ifdef DDSTORE_HAVE_OFI
-#include "ddstore/ofi.h"
-#include "ddstore/ofi_transport.h"
-#endif
-
-/* Every library's table, registered once. */
-static void register_all(void)
-{
-    dds_config_register_core();
-#ifdef HAVE_MPI
-    ddmpi_config_register();
-#endif
-#ifdef DDSTORE_HAVE_OFI
-    ddofi_transport_register_config();
-#endif
-}
 
 static const char *type_name(dds_config_type_t t)
 {
@@ -47,7 +27,7 @@ static PyObject *mod_config_entries(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    register_all();
+    ddstore_config_register_all();
     size_t n = dds_config_count();
     PyObject *list = PyList_New(0);
     if (list == NULL)
@@ -87,30 +67,75 @@ static PyObject *mod_build_info(PyObject *m, PyObject *unused)
         }                                                                      \
         Py_DECREF(o_);                                                         \
     } while (0)
-    PUT("ddstore-core", PyUnicode_FromString(dds_core_version()));
-    PUT("ddstore-gpu", PyUnicode_FromFormat("%s (backend %s)", ddgpu_version(),
-                                            ddgpu_backend_name()));
-#ifdef HAVE_MPI
-    PUT("ddstore-mpi", PyUnicode_FromString(ddmpi_version()));
-    {
-        char lib[MPI_MAX_LIBRARY_VERSION_STRING];
-        int len = 0;
-        MPI_Get_library_version(lib, &len);
-        char *nl = strchr(lib, '\n');
-        if (nl)
-            *nl = '\0';
-        PUT("mpi library", PyUnicode_FromString(lib));
-    }
-#else
-    PUT("ddstore-mpi", PyUnicode_FromString("not built (HAVE_MPI is False)"));
-#endif
-#ifdef DDSTORE_HAVE_OFI
-    PUT("ddstore-ofi", PyUnicode_FromString(ddofi_version()));
-#else
-    PUT("ddstore-ofi", PyUnicode_FromString("not built (no libfabric)"));
-#endif
+    ddstore_version_entry_t v[32];
+    size_t n = ddstore_versions(v, sizeof v / sizeof v[0]);
+    for (size_t i = 0; i < n && i < sizeof v / sizeof v[0]; i++)
+        PUT(v[i].name, PyUnicode_FromString(v[i].version));
 #undef PUT
     return d;
+}
+
+/* One row of the hub's backend table as a dict. */
+static PyObject *backend_dict(const ddstore_backend_t *r)
+{
+#define FLAG(bit) ((r->flags & (bit)) ? Py_True : Py_False)
+    return Py_BuildValue(
+        "{s:i,s:s,s:s,s:s,s:O,s:z,s:O,s:O,s:O,s:O,s:O,s:O}", "method",
+        r->method, "name", r->name, "library", r->library, "help", r->help,
+        "built", r->built ? Py_True : Py_False, "why_not_built",
+        r->built ? NULL : r->why_not_built, "needs_mpi_comm",
+        FLAG(DDSTORE_BACKEND_NEEDS_MPI_COMM), "needs_handshake",
+        FLAG(DDSTORE_BACKEND_NEEDS_HANDSHAKE), "thread_readers",
+        FLAG(DDSTORE_BACKEND_THREAD_READERS), "fork_needs_env",
+        FLAG(DDSTORE_BACKEND_FORK_NEEDS_ENV), "one_process",
+        FLAG(DDSTORE_BACKEND_ONE_PROCESS), "test_only",
+        FLAG(DDSTORE_BACKEND_TEST_ONLY));
+#undef FLAG
+}
+
+static PyObject *mod_backends(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    size_t n = ddstore_backend_count();
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        PyObject *d = backend_dict(ddstore_backend_at(i));
+        if (d == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, d);
+    }
+    return list;
+}
+
+static PyObject *mod_default_method(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    int mpi = PyObject_IsTrue(arg);
+    if (mpi < 0)
+        return NULL;
+    return PyLong_FromLong(ddstore_backend_default(mpi));
+}
+
+static PyObject *mod_method_from_env(PyObject *m, PyObject *unused)
+{
+    (void)m;
+    (void)unused;
+    int method = 0;
+    int rc = ddstore_method_from_env(&method);
+    return rc < 0 ? pydds_raise(rc) : PyLong_FromLong(method);
+}
+
+static PyObject *mod_check_method(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    long method = PyLong_AsLong(arg);
+    if (method == -1 && PyErr_Occurred())
+        return NULL;
+    int rc = ddstore_backend_check((int)method, "method");
+    return rc < 0 ? pydds_raise(rc) : PyLong_FromLong(method);
 }
 
 PyMethodDef pydds_info_methods[] = {
@@ -119,5 +144,18 @@ PyMethodDef pydds_info_methods[] = {
      "help): every registered DDSTORE_* variable of every library built in."},
     {"build_info", mod_build_info, METH_NOARGS,
      "build_info() -> dict: versions of the libraries built into _core and the "
-     "MPI library."},
+     "run-time libraries under them (the hub's list)."},
+    {"backends", mod_backends, METH_NOARGS,
+     "backends() -> list of dict(method, name, library, help, built, "
+     "why_not_built, needs_mpi_comm, needs_handshake, thread_readers, "
+     "fork_needs_env, one_process, test_only): the hub's backend table."},
+    {"default_method", mod_default_method, METH_O,
+     "default_method(have_mpi_comm) -> int: the method a store uses when "
+     "neither method= nor DDSTORE_METHOD says one."},
+    {"method_from_env", mod_method_from_env, METH_NOARGS,
+     "method_from_env() -> int: DDSTORE_METHOD checked against the backend "
+     "table (ValueError naming it otherwise; unset: 0)."},
+    {"check_method", mod_check_method, METH_O,
+     "check_method(method) -> method: ValueError when no row has it, "
+     "DDStoreError when its row is not built."},
     {NULL, NULL, 0, NULL}};

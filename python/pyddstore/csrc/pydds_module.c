@@ -64,7 +64,7 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
 #ifdef HAVE_MPI
         int rc;
         Py_BEGIN_ALLOW_THREADS
-        rc = ddmpi_finalize_if_ours();
+        rc = ddstore_mpi_finalize_if_ours();
         Py_END_ALLOW_THREADS
         if (rc < 0)
             DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_PY, "MPI_Finalize at exit: %s",
@@ -359,13 +359,15 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddObject(m, "HAVE_MPI", Py_NewRef(Py_False)) < 0)
         goto fail;
 #endif
-#ifdef DDSTORE_HAVE_OFI
-    if (PyModule_AddObject(m, "HAVE_OFI", Py_NewRef(Py_True)) < 0)
-        goto fail;
-#else
-    if (PyModule_AddObject(m, "HAVE_OFI", Py_NewRef(Py_False)) < 0)
-        goto fail;
-#endif
+    {
+        /* the public flag: libfabric's rows (methods 1 and 2) are built */
+        const ddstore_backend_t *ofi = ddstore_backend_by_name("ofi");
+        if (PyModule_AddObject(m, "HAVE_OFI", Py_NewRef(ofi != NULL &&
+                                                         ofi->built
+                                                     ? Py_True
+                                                     : Py_False)) < 0)
+            goto fail;
+    }
     if (PyModule_AddStringConstant(m, "__version__", PYDDSTORE_VERSION) < 0)
         goto fail;
     /* ddstore-gpu's backend compiled in: "cuda", "hip" or "none" (no GPU

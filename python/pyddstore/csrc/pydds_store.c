@@ -278,10 +278,11 @@ static int resolve_method(PyObject *o, int *method_p)
     } else {
         if (as_i64(o, "method", &m) < 0)
             return -1;
-        if (m < 0 || m > 2) {
+        if (m < 0 || m > INT32_MAX || ddstore_backend_find((int)m) == NULL) {
+            char list[512];
+            ddstore_backend_list(list, sizeof list);
             PyErr_Format(PyExc_ValueError,
-                         "method: expected 0 (MPI RMA), 1 (libfabric) or 2 "
-                         "(libfabric, split jobs), got %lld",
+                         "method: expected one of %s, got %lld", list,
                          (long long)m);
             return -1;
         }
@@ -334,7 +335,9 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (hs == NULL || ns == NULL || nic == NULL)
         goto fail;
 
-    if (method == 2 && n_core > 0 && comm_o == Py_None) {
+    if ((ddstore_backend_find(method)->flags &
+         DDSTORE_BACKEND_NEEDS_HANDSHAKE) &&
+        n_core > 0 && comm_o == Py_None) {
         /* A method-2 reader needs no communicator: every process joins and
          * reads on its own (no MPI initialised for it). */
         rc = dds_comm_self(&cres.comm);
@@ -1585,7 +1588,8 @@ static PyObject *store_join(pydds_store_obj *s, PyObject *name_o)
     if ((name = var_name(name_o)) == NULL || alive(s) == NULL)
         return NULL;
     int rc;
-    if (s->method != 2)
+    if (!(ddstore_backend_find(s->method)->flags &
+          DDSTORE_BACKEND_NEEDS_HANDSHAKE))
         return pydds_raise_fmt(-DDS_EINVAL,
                                "join('%s'): only method=2 readers join a "
                                "core job's variables; this store uses "

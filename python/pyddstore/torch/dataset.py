@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import pyddstore
+from pyddstore import _backends
 
 from . import env
 from . import comm as _comm
@@ -220,7 +221,7 @@ class _Stored(torch.utils.data.Dataset):
         # ranks from the shared memory it inherited (no libfabric, so
         # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
         # error at the first read naming ThreadDataLoader and method 1.
-        if self.method != 0 and not env.fork_workers():
+        if _backends.row(self.method)["fork_needs_env"] and not env.fork_workers():
             raise RuntimeError(
                 f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
                 "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
@@ -618,14 +619,14 @@ class DistDataset(_Stored):
         def check_args():
             m = method
             if m is None:
-                m = env.method(0) if env.method_is_set() else (0 if self.comm.kind == "mpi" else 1)
-            if m not in (0, 1, 2):
-                raise ValueError(f"method must be 0, 1 or 2, got {m!r}")
-            if m == 0 and self.comm.kind != "mpi":
-                raise ValueError(f"method=0 (MPI RMA) needs an MPI communicator; comm is "
+                m = env.method(0) if env.method_is_set() else \
+                    _backends.default_method(self.comm.kind == "mpi")
+            b = _backends.row(m)
+            if b["needs_mpi_comm"] and self.comm.kind != "mpi":
+                raise ValueError(f"method={m} ({b['help']}) needs an MPI communicator; comm is "
                                  f"{self.comm.kind} (use method=1 or 2)")
-            if m == 2 and not hs:
-                raise ValueError("method=2 needs handshake_dir= (or DDSTORE_HANDSHAKE_DIR)")
+            if b["needs_handshake"] and not hs:
+                raise ValueError(f"method={m} needs handshake_dir= (or DDSTORE_HANDSHAKE_DIR)")
             if fields is not None and encode is not None:
                 raise ValueError("fields= cannot be combined with encode= (select the "
                                  "fields in encode instead)")
@@ -650,8 +651,8 @@ class DistDataset(_Stored):
                 if w < 1:
                     raise ValueError(f"ddstore_width must be >= 1, got {w}")
                 w = min(w, self.comm.size)
-                if m == 2 and w < self.comm.size:
-                    raise ValueError("method=2 needs one group: ddstore_width must be at "
+                if b["needs_handshake"] and w < self.comm.size:
+                    raise ValueError(f"method={m} needs one group: ddstore_width must be at "
                                      "least the number of ranks")
             for d in (device, add_device):
                 if d is not None:
@@ -744,9 +745,10 @@ class DistDataset(_Stored):
         except BaseException:
             self.ddstore = None
             raise
-        if self.method == 2 and self.store_comm.rank == 0:
+        split = _backends.row(self.method)["needs_handshake"]
+        if split and self.store_comm.rank == 0:
             _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
-        elif self.method == 2:
+        elif split:
             _comm.run_agreed(self.comm, lambda: None, "writing meta.json")
         self._init_reading()
 

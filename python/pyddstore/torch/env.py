@@ -87,8 +87,10 @@ def _c(name, seconds=False):
 
 
 def method(default=0):
-    """DDSTORE_METHOD (core's enum 0|1|2) when set, else `default`."""
-    return int(_c("DDSTORE_METHOD")) if method_is_set() else default
+    """DDSTORE_METHOD when set (a method of the hub's backend table, checked
+    there: a ValueError naming it otherwise), else `default`."""
+    from pyddstore import _core
+    return _core.method_from_env() if method_is_set() else default
 
 
 def method_is_set():

@@ -20,6 +20,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 from torch.utils.data import _utils as _tud_utils
 
+from pyddstore import _backends
+
 from . import env
 from . import report as _report
 from .sampler import DistSampler
@@ -261,7 +263,8 @@ class ThreadDataLoader(DataLoader):
         if not env.thread_readers():
             return []
         return [d for d in self._stores
-                if getattr(d, "ddstore", None) is not None and getattr(d, "method", 0) in (1, 2)
+                if getattr(d, "ddstore", None) is not None
+                and _backends.row(getattr(d, "method", 0))["thread_readers"]
                 and hasattr(d.ddstore, "open_reader")]
 
     def _give_slot(self, slot):
