@@ -9,7 +9,9 @@
 #   1. venv     a fresh virtualenv at $WORK/venv (base interpreter of
 #               $DDSTORE_PYTHON / .venv) with the MPI wheel, mpi4py (its
 #               binary wheel, which loads the venv's libmpi), numpy, pytest,
-#               scikit-build-core.  No torch: the store is what is tested.
+#               scikit-build-core, cmake, ninja (as docs/installation.md
+#               says: a machine without a system CMake needs them).  No
+#               torch: the store is what is tested.
 #   2. hide     the system's MPI and libfabric are not offered to the build:
 #               PATH starts with the venv's bin (as an activated venv does),
 #               MPICC / DDSTORE_MPI_IMPL unset (the wrapper's kind is
@@ -17,7 +19,8 @@
 #   3. wheel    pip wheel --no-build-isolation (DDSTORE_MPI=1,
 #               DDSTORE_LIBFABRIC=1: both required, DDSTORE_TORCH=0); the
 #               configure lines must name the wheel's mpicc and the wheel's
-#               libfabric.so.1 with the vendored headers.
+#               libfabric.so.1 with the vendored headers; CMake and ninja
+#               must be the venv's (CMakeCache.txt), not the system's.
 #   4. headers  ninja's dependency log of the build: every MPI and libfabric
 #               header compiled came from the venv and third_party/; none
 #               from the system's (/usr/include/rdma, Open MPI's, MPICH's).
@@ -66,7 +69,7 @@ else
     rm -rf "$VENV"
     "$BASE" -m venv "$VENV"
     "$VENV/bin/python" -m pip install -q "$SPEC" mpi4py numpy pytest \
-        scikit-build-core >"$WORK/pip.log" 2>&1 ||
+        scikit-build-core cmake ninja >"$WORK/pip.log" 2>&1 ||
         { tail -20 "$WORK/pip.log"; die "pip install failed (log $WORK/pip.log)"; }
 fi
 [ -x "$VENV/bin/mpicc" ] || die "$SPEC did not install bin/mpicc into $VENV"
@@ -90,6 +93,14 @@ grep -qF "ddstore: MPI: $MPI via $VENV/bin/mpicc" "$WORK/wheel.log" ||
     die "the build did not take MPI from $VENV/bin/mpicc (see above)"
 grep -qE "ddstore: libfabric: the MPI wheel's $VENV/lib/$MPI/libfabric.so.1 \(headers $TOP/third_party/libfabric/include/rdma\)" "$WORK/wheel.log" ||
     die "the build did not take libfabric from the $MPI wheel with the vendored headers (see above)"
+# the documented route brings its own build tools: the system's CMake/ninja
+# (this machine has both) must not be what built it
+CACHE="$WORK/build/CMakeCache.txt"
+grep -E "^CMAKE_(COMMAND|MAKE_PROGRAM):" "$CACHE" | sed 's/^/pip-mpi:   /'
+grep -qE "^CMAKE_COMMAND:INTERNAL=$VENV/" "$CACHE" ||
+    die "the build did not run the venv's cmake (the pip package; see $CACHE)"
+grep -qE "^CMAKE_MAKE_PROGRAM:[A-Z]+=$VENV/" "$CACHE" ||
+    die "the build did not run the venv's ninja (the pip package; see $CACHE)"
 WHL="$(ls "$WORK"/dist/pyddstore-*.whl)"
 lap "wheel: $(basename "$WHL")"
 

@@ -112,7 +112,7 @@ class _State:
 
 class ThreadDataLoader(DataLoader):
     """ThreadDataLoader(dataset, reuse_buffers=False, collate_copies=False,
-    **DataLoader args)
+    report=None, **DataLoader args)
 
     A DataLoader with worker threads instead of processes (safe with MPI and
     GPU buffers).  ``num_workers`` threads fetch, collate and pin;
@@ -128,6 +128,11 @@ class ThreadDataLoader(DataLoader):
       worker, registered once; requires ``batch_size`` with the default
       collate_fn (which copies), or ``collate_copies=True`` for a custom
       collate_fn that copies.
+    - ``report=True`` logs a summary of each epoch (where the time went,
+      gathered over the ranks) on rank 0 at the epoch's end; a path also
+      appends the figures there as one JSON line per epoch; ``None`` (the
+      default) follows ``DDSTORE_LOADER_REPORT``, ``False`` turns it off.
+      Collective at the epoch's end: set it on every rank.
     - ``close()`` waits for fetches in flight and unregisters buffers.
     - ``DDSTORE_AFFINITY_WIDTH`` / ``DDSTORE_AFFINITY_OFFSET`` pin workers.
     """
