@@ -22,6 +22,7 @@ fault: see test_nodes.py (cases loss, rate, down, kill).
 """
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -31,6 +32,11 @@ import numpy as np
 
 DISP = 3136          # bytes of a row (a 56 x 56 uint8 image)
 ROWS = [5, 3, 6, 4]  # rows of rank r: ROWS[r % 4]
+
+
+def say(line):
+    """One line on stdout in one write: the ranks share the pipe."""
+    os.write(1, (line + "\n").encode())
 
 
 def rank_size():
@@ -79,6 +85,30 @@ def link_bytes():
     return res
 
 
+def nodes_env():
+    return int(os.environ.get("DDRUN_NODES", "1"))
+
+
+def forked(fn):
+    """Run fn() in a forked child; its exception's text, or "ok"."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fn()
+            msg = "ok"
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            msg = repr(e)
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        msg = f.read()
+    os.waitpid(pid, 0)
+    return msg
+
+
 def comm_for(args, rank, size):
     import pyddstore
     if args and args[0] == "--comm" and args[1] == "file":
@@ -120,16 +150,22 @@ def store_job(method, args):
     assert list(lens) == [len(w) for w in want], "rank %d: ragged lengths wrong" % rank
     assert np.array_equal(vals, np.concatenate(want)), "rank %d: a ragged sample wrong" % rank
     prof = s.get_profile("v")
+    if method == 0:
+        # a forked process cannot use MPI: rows of another node's ranks are
+        # a clear error there (same-node rows are read from shared memory)
+        other = [r for r in range(size) if node_of(r, size, nodes_env()) != node_of(rank, size, nodes_env())]
+        msg = forked(lambda: s.fork_reader().get("v", np.zeros((1, DISP), np.uint8), first[other[0]]))
+        assert "not in shared memory on this node" in msg and "rank %d" % other[0] in msg, msg
     barrier()
     after = link_bytes() if rank == 0 else {}
     remote_rows = sum(counts[r] for r in range(size)
                       if node_of(r, size, int(os.environ.get("DDRUN_NODES", "1")))
                       != node_of(rank, size, int(os.environ.get("DDRUN_NODES", "1"))))
-    print("RANK %d %s ok remote_rows %d bytes %d local_bytes %d" % (
-        rank, socket.gethostname(), remote_rows, prof["bytes"], prof["local_bytes"]), flush=True)
+    say("RANK %d %s ok remote_rows %d bytes %d local_bytes %d" % (
+        rank, socket.gethostname(), remote_rows, prof["bytes"], prof["local_bytes"]))
     if rank == 0:
-        print("RESULT " + json.dumps({"link": {k: after[k] - before.get(k, 0) for k in after},
-                                      "profile": prof, "size": size, "total": total}), flush=True)
+        say("RESULT " + json.dumps({"link": {k: after[k] - before.get(k, 0) for k in after},
+                                      "profile": prof, "size": size, "total": total}))
     barrier()
     s.free()
     return 0
@@ -157,7 +193,7 @@ def m2_job(hs):
             time.sleep(0.05)
         fc.barrier()
         s.free()
-        print("RANK %d %s core ok" % (rank, socket.gethostname()), flush=True)
+        say("RANK %d %s core ok" % (rank, socket.gethostname()))
         return 0
     s = pyddstore.PyDDStore(None, method=2, handshake_dir=hs, n_core=len(core))
     s.join("v")
@@ -175,9 +211,9 @@ def m2_job(hs):
     prof = s.get_profile("v")
     after = link_bytes()
     s.free()
-    print("RANK %d %s reader ok" % (rank, socket.gethostname()), flush=True)
-    print("RESULT " + json.dumps({"rank": rank, "link": {k: after[k] - before.get(k, 0) for k in after},
-                                  "profile": prof, "total": total}), flush=True)
+    say("RANK %d %s reader ok" % (rank, socket.gethostname()))
+    say("RESULT " + json.dumps({"rank": rank, "link": {k: after[k] - before.get(k, 0) for k in after},
+                                  "profile": prof, "total": total}))
     # the last reader to finish stops the core job
     done = os.path.join(hs, "reader-done-%d" % rank)
     open(done, "w").close()
@@ -187,11 +223,146 @@ def m2_job(hs):
     return 0
 
 
+def node_tool(tool, *args):
+    d = os.environ["DDRUN_NODES_DIR"]
+    return subprocess.run([os.path.join(d, tool)] + [str(a) for a in args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+# faults on node1's link, made in node1's namespace (nftables, tc) or on the
+# hub's end of it (ip link set n1 down/up); cleared by clear_faults()
+FAULTS = {
+    "loss1": [["nft", "add table inet ddfault"],
+              ["nft", "add chain inet ddfault out { type filter hook output priority 0 ; }"],
+              ["nft", "add chain inet ddfault in { type filter hook input priority 0 ; }"],
+              ["nft", "add rule inet ddfault out oifname eth0 numgen random mod 100 < 1 counter drop"],
+              ["nft", "add rule inet ddfault in iifname eth0 numgen random mod 100 < 1 counter drop"]],
+    "rate": [["tc", "qdisc add dev eth0 root tbf rate 20mbit burst 32kb latency 50ms"]],
+}
+FAULTS["loss10"] = [[c, a.replace("< 1 counter", "< 10 counter")] for c, a in FAULTS["loss1"]]
+
+
+def dropped():
+    """Packets the loss rules dropped so far (0 without them)."""
+    try:
+        out = node_tool("on", 1, "nft", "list", "table", "inet", "ddfault")
+    except subprocess.CalledProcessError:
+        return 0
+    return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
+
+
+def apply_fault(case):
+    for cmd, args in FAULTS[case]:
+        node_tool("on", 1, cmd, *args.split())
+    if case == "rate":   # the other direction: the hub's end towards node1
+        node_tool("hub", "tc", "qdisc", "add", "dev", "n1", "root", "tbf", "rate", "20mbit",
+                  "burst", "32kb", "latency", "50ms")
+
+
+def clear_faults():
+    d = os.environ["DDRUN_NODES_DIR"]
+    for cmd in (["on", "1", "nft", "delete", "table", "inet", "ddfault"],
+                ["on", "1", "tc", "qdisc", "del", "dev", "eth0", "root"],
+                ["hub", "tc", "qdisc", "del", "dev", "n1", "root"],
+                ["hub", "ip", "link", "set", "n1", "up"]):
+        subprocess.run([os.path.join(d, cmd[0])] + cmd[1:], capture_output=True)
+
+
+def read_all(s, total, rng):
+    """One batch of every row in a shuffled order; checks every byte."""
+    order = rng.permutation(total)
+    got = np.zeros((total, DISP), np.uint8)
+    s.get_batch("v", got, order)
+    assert np.array_equal(got, values(order)), "a wrong row"
+
+
+def fault_job(case, d):
+    """Method 1 over tcp on a FileComm (plain processes: the comm does not
+    cross the links, the reads do) with a fault on node1's link."""
+    import threading
+    import pyddstore
+    rank, size = rank_size()
+    nodes = nodes_env()
+    node = node_of(rank, size, nodes)
+    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="fault", timeout=180)
+    counts, first, total = rows(size)
+    s = pyddstore.PyDDStore(fc, method=1)
+    s.add("v", values(np.arange(first[rank], first[rank] + counts[rank])))
+    rng = np.random.default_rng(rank)
+    read_all(s, total, rng)           # every peer connected before the fault
+    fc.barrier()
+    if case == "kill":
+        node1 = [r for r in range(size) if node_of(r, size, nodes) == 1]
+        killed = os.path.join(d, "killed")
+        if node == 1:
+            time.sleep(300)           # until node 1 is killed
+            return 1
+        if rank == 0:
+            say("KILLED %s" % node_tool("kill-node", 1).split())
+            open(killed, "w").close()
+        while not os.path.exists(killed):
+            time.sleep(0.05)
+        errs = []
+        for o in node1:               # a row of each killed rank
+            try:
+                s.get("v", np.zeros((1, DISP), np.uint8), first[o])
+                errs.append("rank %d: read returned" % o)
+            except pyddstore.DDStoreError as e:
+                errs.append(str(e))
+        say("FAULT " + json.dumps({"rank": rank, "errors": errs, "node1": node1}))
+        os._exit(0)                   # free() is collective: the killed ranks cannot join
+    ok, errs, drops = 0, [], 0
+    if case in FAULTS:
+        if rank == 0:
+            apply_fault(case)
+        fc.barrier()
+        for _ in range(4):
+            read_all(s, total, rng)
+            ok += 1
+        fc.barrier()
+        if rank == 0:
+            drops = dropped()
+            clear_faults()
+    else:                             # down-short, down-long: n1 down for a while, mid-epoch
+        down_s = {"down-short": 1.0, "down-long": 3 * float(os.environ["DDSTORE_READ_TIMEOUT_S"])}[case]
+        up = os.path.join(d, "up")
+
+        def toggle():
+            time.sleep(0.3)
+            node_tool("hub", "ip", "link", "set", "n1", "down")
+            time.sleep(down_s)
+            node_tool("hub", "ip", "link", "set", "n1", "up")
+            open(up, "w").close()
+        th = None
+        if rank == 0:
+            th = threading.Thread(target=toggle)
+            th.start()
+        while not os.path.exists(up):
+            t0 = time.monotonic()
+            try:
+                read_all(s, total, rng)
+                ok += 1
+            except pyddstore.DDStoreError as e:
+                errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+        if th:
+            th.join()
+        fc.barrier()
+    # the link is back: the store reads again
+    read_all(s, total, rng)
+    say("FAULT " + json.dumps({"rank": rank, "ok": ok, "errors": errs, "recovered": True,
+                               "dropped": drops}))
+    fc.barrier()
+    s.free()
+    return 0
+
+
 def main(argv):
     if argv[0] == "store":
         return store_job(int(argv[1]), argv[2:])
     if argv[0] == "m2":
         return m2_job(argv[1])
+    if argv[0] == "fault":
+        return fault_job(argv[1], argv[2])
     raise SystemExit("nodes_job.py: unknown job %r" % argv[0])
 
 
