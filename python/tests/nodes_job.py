@@ -357,11 +357,52 @@ def fault_job(case, d):
     return 0
 
 
+def bench_job(d):
+    """2 ranks on 2 nodes (--plain): rank 0 times batches of rank 1's rows
+    (128 x 3,136 B; 8 x 1 MiB) while node1's link is limited by tbf to each
+    rate in turn (both ways); prints "BENCH {json}" (median ms per batch)."""
+    import pyddstore
+    rank, size = rank_size()
+    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
+    s = pyddstore.PyDDStore(fc, method=1)
+    shapes = {"small": (128, DISP), "big": (8, 1 << 20)}
+    for name, (n, b) in shapes.items():
+        s.add(name, np.full((n if rank == 1 else 0, b), 7, np.uint8))
+    fc.barrier()
+    res = {}
+    if rank == 0:
+        for rate in (None, "1gbit", "200mbit", "50mbit"):
+            clear_faults()
+            if rate:
+                node_tool("on", 1, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                          "burst", "256kb", "latency", "400ms")
+                node_tool("hub", "tc", "qdisc", "add", "dev", "n1", "root", "tbf", "rate", rate,
+                          "burst", "256kb", "latency", "400ms")
+            for name, (n, b) in shapes.items():
+                got = np.zeros((n, b), np.uint8)
+                idx = np.arange(n)
+                s.get_batch(name, got, idx)          # connected, warm
+                ts = []
+                for _ in range(7 if name == "big" else 30):
+                    t0 = time.perf_counter()
+                    s.get_batch(name, got, idx)
+                    ts.append(time.perf_counter() - t0)
+                assert (got == 7).all()
+                res["%s@%s" % (name, rate or "none")] = 1e3 * float(np.median(ts))
+        clear_faults()
+        say("BENCH " + json.dumps(res))
+    fc.barrier()
+    s.free()
+    return 0
+
+
 def main(argv):
     if argv[0] == "store":
         return store_job(int(argv[1]), argv[2:])
     if argv[0] == "m2":
         return m2_job(argv[1])
+    if argv[0] == "bench":
+        return bench_job(argv[1])
     if argv[0] == "fault":
         return fault_job(argv[1], argv[2])
     raise SystemExit("nodes_job.py: unknown job %r" % argv[0])
