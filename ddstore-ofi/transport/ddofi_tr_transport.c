@@ -655,6 +655,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     uint64_t tm0 = g->maps ? dds_prof_now() : 0, mops = 0, mbytes = 0;
     int cur = -1, cur_copied = 0;
     const char *mb = NULL;
+    int owners[8], nowners = 0, more_owners = 0; /* of o[], named by an error */
     for (size_t i = 0; i < nops; i++) {
         const dds_read_op_t *p = &ops[i];
         if ((unsigned)p->owner >= (unsigned)t->nranks)
@@ -690,6 +691,12 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
             dmax = end > dmax ? end : dmax;
         if ((rc = reader_peer(r, p->owner, &o[k].peer)) != 0)
             return rc;
+        if (!nowners || owners[nowners - 1] != p->owner) { /* ops come grouped by owner */
+            if (nowners < (int)(sizeof owners / sizeof owners[0]))
+                owners[nowners++] = p->owner;
+            else
+                more_owners = 1;
+        }
         o[k].remote = &g->remotes[p->owner];
         o[k].offset = (uint64_t)p->src_offset;
         o[k].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
@@ -735,8 +742,14 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     dds_prof_add(prof, DDS_PROF_NS_POST, st.ns_post);
     dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
     if (rc) {
-        char what[96];
-        snprintf(what, sizeof what, "variable '%s'", g->name);
+        /* the library names its peers by address index: name the ranks */
+        char what[192];
+        int n = snprintf(what, sizeof what, "variable '%s', reading from rank%s", g->name,
+                         nowners > 1 ? "s" : "");
+        for (int i = 0; i < nowners && n > 0 && (size_t)n < sizeof what; i++)
+            n += snprintf(what + n, sizeof what - (size_t)n, "%s%d", i ? ", " : " ", owners[i]);
+        if (more_owners && n > 0 && (size_t)n < sizeof what)
+            snprintf(what + n, sizeof what - (size_t)n, ", ...");
         rc = ddofi_transport_error(rc, what);
     } else {
         rc = ddofi_tr_live_check(g); /* method 2: freed by the core job meanwhile? */

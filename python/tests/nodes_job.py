@@ -1,0 +1,412 @@
+"""The jobs of the cross-node tests (test_nodes.py), run on simulated nodes
+by tools/ddrun --nodes K (see docs/testing.md):
+
+    tools/ddrun --nodes 2 -n 4 [--plain] -- python nodes_job.py store METHOD [--comm mpi|file DIR]
+    tools/ddrun --nodes 2 -n 4 --plain -- python nodes_job.py m2 HANDSHAKE_DIR
+    tools/ddrun --nodes 2 -n 4 [--plain] -- python nodes_job.py fault CASE DIR
+
+store: every rank adds a shard of "v" (uint8 rows of 3,136 B, values from
+the row index) and of a ragged "rg", reads every row of every owner (get,
+get_batch in a shuffled order) and checks each byte.  Rank 0 prints the
+bytes that crossed the nodes' links during the reads ($DDRUN_NODES_DIR/hub
+ip -s link) and the profile as one "RESULT {json}" line; each rank prints
+"RANK r HOST ok".  Method 1 maps same-node owners' shards
+(DDSTORE_OFI_MAP_SHARDS, the default): with DDSTORE_LOG_LEVEL=debug the
+driver checks from the "is mapped" lines that only same-node owners were.
+
+m2: ranks on node0 are a method-2 core job over a FileComm (2 ranks),
+ranks on node1 readers (plain processes joining from the handshake
+directory); the readers check every value and print the link bytes.
+
+fault: see test_nodes.py (cases loss, rate, down, kill).
+"""
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+DISP = 3136          # bytes of a row (a 56 x 56 uint8 image)
+ROWS = [5, 3, 6, 4]  # rows of rank r: ROWS[r % 4]
+
+
+def say(line):
+    """One line on stdout in one write: the ranks share the pipe."""
+    os.write(1, (line + "\n").encode())
+
+
+def rank_size():
+    for r, s in (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if r in os.environ:
+            return int(os.environ[r]), int(os.environ[s])
+    return 0, 1
+
+
+def node_of(rank, size, nodes):
+    """The node of a rank under ddrun's block placement."""
+    r = 0
+    for i in range(nodes):
+        c = size // nodes + (1 if i < size % nodes else 0)
+        if rank < r + c:
+            return i
+        r += c
+    raise ValueError(rank)
+
+
+def rows(n):
+    counts = [ROWS[r % 4] for r in range(n)]
+    return counts, [sum(counts[:r]) for r in range(n)], sum(counts)
+
+
+def values(g):
+    """Row g: DISP bytes that differ from every other row's."""
+    g = np.asarray(g, np.int64).reshape(-1, 1)
+    j = np.arange(DISP, dtype=np.int64).reshape(1, -1)
+    return ((g * 131 + j * 7 + (g * j) % 13) % 251).astype(np.uint8)
+
+
+def link_bytes():
+    """Bytes sent + received on every node's link (the hub's ends), {node: n}."""
+    d = os.environ.get("DDRUN_NODES_DIR")
+    if not d:
+        return {}
+    out = subprocess.run([os.path.join(d, "hub"), "ip", "-s", "-j", "link"], check=True,
+                         capture_output=True, text=True).stdout
+    res = {}
+    for link in json.loads(out):
+        name = link.get("ifname", "")
+        if name.startswith("n") and name[1:].isdigit():
+            st = link["stats64"]
+            res[int(name[1:])] = st["rx"]["bytes"] + st["tx"]["bytes"]
+    return res
+
+
+def nodes_env():
+    return int(os.environ.get("DDRUN_NODES", "1"))
+
+
+def forked(fn):
+    """Run fn() in a forked child; its exception's text, or "ok"."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            fn()
+            msg = "ok"
+        except BaseException as e:  # noqa: BLE001 - reported to the parent
+            msg = repr(e)
+        os.write(w, msg.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        msg = f.read()
+    os.waitpid(pid, 0)
+    return msg
+
+
+def comm_for(args, rank, size):
+    import pyddstore
+    if args and args[0] == "--comm" and args[1] == "file":
+        return pyddstore.FileComm(args[2], rank=rank, size=size, ns="store", timeout=120)
+    return None     # MPI_COMM_WORLD
+
+
+def store_job(method, args):
+    import pyddstore
+    rank, size = rank_size()
+    comm = comm_for(args, rank, size)
+    barrier = comm.barrier if comm is not None else __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier
+    counts, first, total = rows(size)
+    s = pyddstore.PyDDStore(comm, method=method)
+    lo, hi = first[rank], first[rank] + counts[rank]
+    s.add("v", values(np.arange(lo, hi)))
+    # ragged: sample g has g % 5 element rows of 4 int32, element k = g * 100 + k
+    lens = np.array([g % 5 for g in range(lo, hi)], np.int64)
+    elems = np.concatenate([np.arange(g * 100, g * 100 + (g % 5) * 4, dtype=np.int32)
+                            for g in range(lo, hi)] or [np.zeros(0, np.int32)]).reshape(-1, 4)
+    s.add_ragged("rg", elems, lens)
+    barrier()
+    before = link_bytes() if rank == 0 else {}
+    barrier()
+    s.reset_profile("v")
+    rng = np.random.default_rng(rank)
+    for _ in range(3):
+        read_all(s, total, rng)
+    for g in range(total):
+        one = np.zeros((1, DISP), np.uint8)
+        s.get("v", one, g)
+        assert np.array_equal(one, values([g])), "rank %d: row %d wrong" % (rank, g)
+    idx = rng.permutation(total)
+    vals, lens = s.get_ragged("rg", idx)
+    want = [np.arange(g * 100, g * 100 + (g % 5) * 4, dtype=np.int32).reshape(-1, 4) for g in idx]
+    assert list(lens) == [len(w) for w in want], "rank %d: ragged lengths wrong" % rank
+    assert np.array_equal(vals, np.concatenate(want)), "rank %d: a ragged sample wrong" % rank
+    prof = s.get_profile("v")
+    if method == 0:
+        # a forked process cannot use MPI: rows of another node's ranks are
+        # a clear error there (same-node rows are read from shared memory)
+        other = [r for r in range(size) if node_of(r, size, nodes_env()) != node_of(rank, size, nodes_env())]
+        msg = forked(lambda: s.fork_reader().get("v", np.zeros((1, DISP), np.uint8), first[other[0]]))
+        assert "not in shared memory on this node" in msg and "rank %d" % other[0] in msg, msg
+    barrier()
+    after = link_bytes() if rank == 0 else {}
+    remote_rows = sum(counts[r] for r in range(size)
+                      if node_of(r, size, int(os.environ.get("DDRUN_NODES", "1")))
+                      != node_of(rank, size, int(os.environ.get("DDRUN_NODES", "1"))))
+    say("RANK %d %s ok remote_rows %d bytes %d local_bytes %d" % (
+        rank, socket.gethostname(), remote_rows, prof["bytes"], prof["local_bytes"]))
+    if rank == 0:
+        say("RESULT " + json.dumps({"link": {k: after[k] - before.get(k, 0) for k in after},
+                                      "profile": prof, "size": size, "total": total}))
+    barrier()
+    s.free()
+    return 0
+
+
+def m2_job(hs):
+    import pyddstore
+    rank, size = rank_size()
+    nodes = int(os.environ["DDRUN_NODES"])
+    node = node_of(rank, size, nodes)
+    core = [r for r in range(size) if node_of(r, size, nodes) == 0]
+    counts, first, total = rows(len(core))
+    ready = os.path.join(hs, "core-ready")
+    stop = os.path.join(hs, "core-stop")
+    if node == 0:
+        fc = pyddstore.FileComm(hs + "-comm", rank=rank, size=len(core), ns="core", timeout=120)
+        s = pyddstore.PyDDStore(fc, method=2, handshake_dir=hs)
+        lo, hi = first[rank], first[rank] + counts[rank]
+        s.add("v", values(np.arange(lo, hi)))
+        fc.barrier()
+        if rank == 0:
+            open(ready, "w").close()
+        t0 = time.monotonic()
+        while not os.path.exists(stop) and time.monotonic() - t0 < 240:
+            time.sleep(0.05)
+        fc.barrier()
+        s.free()
+        say("RANK %d %s core ok" % (rank, socket.gethostname()))
+        return 0
+    s = pyddstore.PyDDStore(None, method=2, handshake_dir=hs, n_core=len(core))
+    s.join("v")
+    t0 = time.monotonic()
+    while not os.path.exists(ready):
+        assert time.monotonic() - t0 < 120, "core job not ready"
+        time.sleep(0.05)
+    before = link_bytes()
+    rng = np.random.default_rng(rank)
+    for _ in range(3):
+        read_all(s, total, rng)
+    prof = s.get_profile("v")
+    after = link_bytes()
+    s.free()
+    say("RANK %d %s reader ok" % (rank, socket.gethostname()))
+    say("RESULT " + json.dumps({"rank": rank, "link": {k: after[k] - before.get(k, 0) for k in after},
+                                  "profile": prof, "total": total}))
+    # the last reader to finish stops the core job
+    done = os.path.join(hs, "reader-done-%d" % rank)
+    open(done, "w").close()
+    readers = [r for r in range(size) if node_of(r, size, nodes) != 0]
+    if all(os.path.exists(os.path.join(hs, "reader-done-%d" % r)) for r in readers):
+        open(stop, "w").close()
+    return 0
+
+
+def node_tool(tool, *args):
+    d = os.environ["DDRUN_NODES_DIR"]
+    return subprocess.run([os.path.join(d, tool)] + [str(a) for a in args], check=True,
+                          capture_output=True, text=True).stdout
+
+
+# faults on node1's link, made in node1's namespace (nftables, tc) or on the
+# hub's end of it (ip link set n1 down/up); cleared by clear_faults()
+FAULTS = {
+    "loss1": [["nft", "add table inet ddfault"],
+              ["nft", "add chain inet ddfault out { type filter hook output priority 0 ; }"],
+              ["nft", "add chain inet ddfault in { type filter hook input priority 0 ; }"],
+              ["nft", "add rule inet ddfault out oifname eth0 numgen random mod 100 < 1 counter drop"],
+              ["nft", "add rule inet ddfault in iifname eth0 numgen random mod 100 < 1 counter drop"]],
+    "rate": [["tc", "qdisc add dev eth0 root tbf rate 20mbit burst 32kb latency 50ms"]],
+}
+FAULTS["loss10"] = [[c, a.replace("< 1 counter", "< 10 counter")] for c, a in FAULTS["loss1"]]
+
+
+def dropped():
+    """Packets the loss rules dropped so far (0 without them)."""
+    try:
+        out = node_tool("on", 1, "nft", "list", "table", "inet", "ddfault")
+    except subprocess.CalledProcessError:
+        return 0
+    return sum(int(n) for n in re.findall(r"counter packets (\d+)", out))
+
+
+def apply_fault(case):
+    for cmd, args in FAULTS[case]:
+        node_tool("on", 1, cmd, *args.split())
+    if case == "rate":   # the other direction: the hub's end towards node1
+        node_tool("hub", "tc", "qdisc", "add", "dev", "n1", "root", "tbf", "rate", "20mbit",
+                  "burst", "32kb", "latency", "50ms")
+
+
+def clear_faults():
+    d = os.environ["DDRUN_NODES_DIR"]
+    for cmd in (["on", "1", "nft", "delete", "table", "inet", "ddfault"],
+                ["on", "1", "tc", "qdisc", "del", "dev", "eth0", "root"],
+                ["hub", "tc", "qdisc", "del", "dev", "n1", "root"],
+                ["hub", "ip", "link", "set", "n1", "up"]):
+        subprocess.run([os.path.join(d, cmd[0])] + cmd[1:], capture_output=True)
+
+
+def read_all(s, total, rng):
+    """One batch of every row in a shuffled order; checks every byte."""
+    order = rng.permutation(total)
+    got = np.zeros((total, DISP), np.uint8)
+    s.get_batch("v", got, order)
+    assert np.array_equal(got, values(order)), "a wrong row"
+
+
+def fault_job(case, d):
+    """Method 1 over tcp on a FileComm (plain processes: the comm does not
+    cross the links, the reads do) with a fault on node1's link."""
+    import threading
+    import pyddstore
+    rank, size = rank_size()
+    nodes = nodes_env()
+    node = node_of(rank, size, nodes)
+    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="fault", timeout=180)
+    counts, first, total = rows(size)
+    s = pyddstore.PyDDStore(fc, method=1)
+    s.add("v", values(np.arange(first[rank], first[rank] + counts[rank])))
+    rng = np.random.default_rng(rank)
+    read_all(s, total, rng)           # every peer connected before the fault
+    fc.barrier()
+    if case == "kill":
+        node1 = [r for r in range(size) if node_of(r, size, nodes) == 1]
+        killed = os.path.join(d, "killed")
+        if node == 1:
+            time.sleep(300)           # until node 1 is killed
+            return 1
+        if rank == 0:
+            say("KILLED %s" % node_tool("kill-node", 1).split())
+            open(killed, "w").close()
+        while not os.path.exists(killed):
+            time.sleep(0.05)
+        errs = []
+        for o in node1:               # a row of each killed rank
+            try:
+                s.get("v", np.zeros((1, DISP), np.uint8), first[o])
+                errs.append("rank %d: read returned" % o)
+            except pyddstore.DDStoreError as e:
+                errs.append(str(e))
+        say("FAULT " + json.dumps({"rank": rank, "errors": errs, "node1": node1}))
+        os._exit(0)                   # free() is collective: the killed ranks cannot join
+    ok, errs, drops = 0, [], 0
+    if case in FAULTS:
+        if rank == 0:
+            apply_fault(case)
+        fc.barrier()
+        for _ in range(4):
+            read_all(s, total, rng)
+            ok += 1
+        # 1 % of a few hundred packets may be none: rank 0 reads on (every
+        # row checked) until the rule has dropped one, so that the reads
+        # above and these ran over a link that loses packets
+        for _ in range(2000 if rank == 0 and case.startswith("loss") else 0):
+            if dropped():
+                break
+            read_all(s, total, rng)
+        fc.barrier()
+        if rank == 0:
+            drops = dropped()
+            clear_faults()
+    else:                             # down-short, down-long: n1 down for a while, mid-epoch
+        down_s = {"down-short": 1.0, "down-long": 3 * float(os.environ["DDSTORE_READ_TIMEOUT_S"])}[case]
+        up = os.path.join(d, "up")
+
+        def toggle():
+            time.sleep(0.3)
+            node_tool("hub", "ip", "link", "set", "n1", "down")
+            time.sleep(down_s)
+            node_tool("hub", "ip", "link", "set", "n1", "up")
+            open(up, "w").close()
+        th = None
+        if rank == 0:
+            th = threading.Thread(target=toggle)
+            th.start()
+        while not os.path.exists(up):
+            t0 = time.monotonic()
+            try:
+                read_all(s, total, rng)
+                ok += 1
+            except pyddstore.DDStoreError as e:
+                errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+        if th:
+            th.join()
+        fc.barrier()
+    # the link is back: the store reads again
+    read_all(s, total, rng)
+    say("FAULT " + json.dumps({"rank": rank, "ok": ok, "errors": errs, "recovered": True,
+                               "dropped": drops}))
+    fc.barrier()
+    s.free()
+    return 0
+
+
+def bench_job(d):
+    """2 ranks on 2 nodes (--plain): rank 0 times batches of rank 1's rows
+    (128 x 3,136 B; 8 x 1 MiB) while node1's link is limited by tbf to each
+    rate in turn (both ways); prints "BENCH {json}" (median ms per batch)."""
+    import pyddstore
+    rank, size = rank_size()
+    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
+    s = pyddstore.PyDDStore(fc, method=1)
+    shapes = {"small": (128, DISP), "big": (8, 1 << 20)}
+    for name, (n, b) in shapes.items():
+        s.add(name, np.full((n if rank == 1 else 0, b), 7, np.uint8))
+    fc.barrier()
+    res = {}
+    if rank == 0:
+        for rate in (None, "1gbit", "200mbit", "50mbit"):
+            clear_faults()
+            if rate:
+                node_tool("on", 1, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
+                          "burst", "256kb", "latency", "400ms")
+                node_tool("hub", "tc", "qdisc", "add", "dev", "n1", "root", "tbf", "rate", rate,
+                          "burst", "256kb", "latency", "400ms")
+            for name, (n, b) in shapes.items():
+                got = np.zeros((n, b), np.uint8)
+                idx = np.arange(n)
+                s.get_batch(name, got, idx)          # connected, warm
+                ts = []
+                for _ in range(7 if name == "big" else 30):
+                    t0 = time.perf_counter()
+                    s.get_batch(name, got, idx)
+                    ts.append(time.perf_counter() - t0)
+                assert (got == 7).all()
+                res["%s@%s" % (name, rate or "none")] = 1e3 * float(np.median(ts))
+        clear_faults()
+        say("BENCH " + json.dumps(res))
+    fc.barrier()
+    s.free()
+    return 0
+
+
+def main(argv):
+    if argv[0] == "store":
+        return store_job(int(argv[1]), argv[2:])
+    if argv[0] == "m2":
+        return m2_job(argv[1])
+    if argv[0] == "bench":
+        return bench_job(argv[1])
+    if argv[0] == "fault":
+        return fault_job(argv[1], argv[2])
+    raise SystemExit("nodes_job.py: unknown job %r" % argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
