@@ -267,8 +267,8 @@ int ddstore_handle_enter(uint64_t handle, ddstore_pin_t **pin_p, dds_store_t **s
         pthread_rwlock_unlock(&pin->lock);
         ddstore_pin_unref(pin);
         return dds_error(-DDS_EFREED, closed ? "this reader was closed"
-                                          : "this store was destroyed (interpreter exit, "
-                                            "deallocation or free of its owner); create a "
+                                          : "this store was destroyed (its owner released "
+                                            "it: interpreter exit or deallocation); create a "
                                             "new store");
     }
     *pin_p = pin;
