@@ -3,14 +3,15 @@ declared through these, so copts, tags and link rules live in one place.
 
   dds_version_header  VERSION -> include/ddstore/<lib>_version.h
   dds_c_library       a C11 library (alwayslink: it ends up in a shared object)
-  dds_c_headers       the same headers without the code (for the torch
-                      extension, which calls the code through _core's capsule)
+  dds_c_headers       the same headers without the code (for the extension
+                      modules, which link the code as //libddstore:lib/libddstore.so)
   dds_c_tests         one cc_test per test/*_test.c
   dds_mpi_tests       per test/*_mpitest.c: a binary + one test per rank count
                       (1, 2, 4), launched through tools/ddrun
   dds_c_binaries      one cc_binary per file (tools, examples)
   dds_python_extension / dds_torch_extension
-                      CPython / torch extension modules (cc_binary linkshared)
+                      CPython / torch extension modules (cc_binary linkshared,
+                      RUNPATH $ORIGIN for libddstore.so)
 
 Tags: every C test is "unit"; a test whose file name contains "thread" is
 also "threads" (the tsan stage runs --test_tag_filters=threads); multi-rank
@@ -98,13 +99,17 @@ def dds_version_header(name, out, macro, version_file = "VERSION", visibility = 
         visibility = visibility,
     )
 
-def dds_c_library(name, srcs = [], hdrs = [], deps = [], copts = [], linkopts = [], includes = ["include"], **kwargs):
+def dds_c_library(name, srcs = [], hdrs = [], deps = [], copts = [], linkopts = [], includes = ["include"], local_defines = [], **kwargs):
+    """DDSTORE_BUILD_SHARED: the public API (DDS_API & co.) has default
+    visibility, so //libddstore:lib/libddstore.so, which links every library,
+    exports exactly it (include/ddstore/visibility.h); the rest stays hidden."""
     native.cc_library(
         name = name,
         srcs = srcs,
         hdrs = hdrs,
         deps = deps,
         includes = includes,
+        local_defines = ["DDSTORE_BUILD_SHARED"] + local_defines,
         copts = DDS_C_COPTS + DDS_VISIBILITY_COPTS + copts,
         linkopts = DDS_LINKOPTS + linkopts,
         alwayslink = True,
@@ -217,16 +222,21 @@ def dds_c_binaries(srcs, deps = [], copts = [], linkopts = [], tags = [], **kwar
             **kwargs
         )
 
+# Extension modules find libddstore.so next to themselves (python/pyddstore/,
+# ci/build-exts.sh; the wheel's pyddstore/).
+DDS_EXT_LINKOPTS = DDS_LINKOPTS + ["-Wl,-rpath,$$ORIGIN"]
+
 def dds_python_extension(name, srcs, deps = [], copts = [], local_defines = [], target_compatible_with = [], **kwargs):
-    """A CPython extension module: a shared object with the libraries linked
-    in statically (alwayslink), Python's headers, no libpython (the
-    interpreter provides the symbols at import)."""
+    """A CPython extension module: a shared object linking the C libraries
+    through //libddstore:lib/libddstore.so (pass //libddstore:shared in deps),
+    Python's headers, no libpython (the interpreter provides the symbols at
+    import)."""
     native.cc_binary(
         name = name,
         srcs = srcs,
         deps = deps + ["@local_config_python//:python_headers"],
         copts = DDS_C_COPTS + DDS_VISIBILITY_COPTS + copts,
-        linkopts = DDS_LINKOPTS,
+        linkopts = DDS_EXT_LINKOPTS,
         local_defines = local_defines,
         linkshared = True,
         target_compatible_with = requires_python() + target_compatible_with,
@@ -242,7 +252,7 @@ def dds_torch_extension(name, module, srcs, deps = [], copts = [], local_defines
         srcs = srcs,
         deps = deps + ["@local_config_torch//:torch"],
         copts = DDS_CXX_COPTS + DDS_VISIBILITY_COPTS + ["-fvisibility-inlines-hidden"] + copts,
-        linkopts = DDS_LINKOPTS,
+        linkopts = DDS_EXT_LINKOPTS,
         local_defines = [
             "TORCH_EXTENSION_NAME=" + module,
             "TORCH_API_INCLUDE_EXTENSION_H",

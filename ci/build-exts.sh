@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# build-exts.sh: build pyddstore's two extension modules with Bazel and put
-# them where `import pyddstore` finds them.
+# build-exts.sh: build libddstore.so and pyddstore's two extension modules
+# with Bazel and put them where `import pyddstore` finds them.
 #
 #   ci/build-exts.sh [BAZEL FLAGS...]     e.g. --config=nompi, --config=cuda, -c dbg
 #
 # 1. bazel build -c opt FLAGS //:pyddstore_exts   (FLAGS come last and win)
-# 2. copies bazel-bin/python/pyddstore/_core.so      -> python/pyddstore/_core<EXT_SUFFIX>
+# 2. copies bazel-bin/libddstore/lib/libddstore.so   -> python/pyddstore/libddstore.so
+#           bazel-bin/python/pyddstore/_core.so      -> python/pyddstore/_core<EXT_SUFFIX>
 #           bazel-bin/ddstore-torch/_ddstore_torch.so -> python/pyddstore/_ddstore_torch<EXT_SUFFIX>
-#    (the torch one only when torch was found; a stale copy is removed)
+#    (the torch one only when torch was found; a stale copy is removed).
+#    Both modules load libddstore.so from their own directory (RUNPATH
+#    $ORIGIN): one copy of the C libraries per process.
 # 3. writes <venv>/lib/python3.X/site-packages/pyddstore.pth = <repo>/python,
 #    so the virtualenv imports pyddstore from this tree.
 #
@@ -44,6 +47,10 @@ install_ext() {
     mv -f "$dst.tmp.$$" "$dst"
     say "installed ${dst#$TOP/}"
 }
+
+LIB="$BIN/libddstore/lib/libddstore.so"
+[ -f "$LIB" ] || die "$LIB was not built"
+install_ext "$LIB" "$DEST/libddstore.so"
 
 CORE="$BIN/python/pyddstore/_core.so"
 [ -f "$CORE" ] || die "$CORE was not built"

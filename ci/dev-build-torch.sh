@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Dev build of the torch extension (until Bazel builds it): compiles
 # ddstore-torch/csrc/*.cpp into python/pyddstore/_ddstore_torch<EXT_SUFFIX>
-# against the venv's torch.  Like the Bazel rule, it does NOT link the C
-# libraries: the extension calls the store through pyddstore._core's capsule.
+# against the venv's torch.  Like the Bazel rule, it links libddstore.so
+# (python/pyddstore/libddstore.so: run ci/dev-build.sh first), RUNPATH
+# $ORIGIN.
 #
 #   ci/dev-build-torch.sh            # build (skips when up to date)
 #   FORCE=1 ci/dev-build-torch.sh    # rebuild
@@ -33,13 +34,14 @@ cmp -s "$OBJ/include/ddstore/torch_version.h.new" "$OBJ/include/ddstore/torch_ve
     && rm "$OBJ/include/ddstore/torch_version.h.new" \
     || mv "$OBJ/include/ddstore/torch_version.h.new" "$OBJ/include/ddstore/torch_version.h"
 SRCS=(ddstore-torch/csrc/*.cpp)
-HDRS=(ddstore-torch/csrc/*.h libddstore/include/ddstore/api.h ddstore-core/include/ddstore/*.h
+HDRS=(ddstore-torch/csrc/*.h libddstore/include/ddstore/*.h ddstore-core/include/ddstore/*.h
       "$OBJ/include/ddstore/torch_version.h")
 
 CXXFLAGS=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wextra -Wno-unused-parameter
           -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
           "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -I"$OBJ/include"
           -Iddstore-torch/csrc -Ilibddstore/include -Iddstore-core/include
+          -Iddstore-gpu/include
           "-I$PYINC" "${TINC[@]}")
 
 newest_hdr=0
@@ -64,7 +66,7 @@ if [ -f "$OUT" ]; then
 fi
 if [ "$relink" = 1 ] || [ -n "${FORCE:-}" ]; then
     echo "dev-build-torch: link $OUT"
-    "$CXX" -shared -o "$OUT" "${objs[@]}" "-L$TLIB" "-Wl,-rpath,$TLIB" \
-        -lc10 -ltorch -ltorch_cpu -ltorch_python
+    "$CXX" -shared -o "$OUT" "${objs[@]}" -Lpython/pyddstore -lddstore "-Wl,-rpath,\$ORIGIN" \
+        "-L$TLIB" "-Wl,-rpath,$TLIB" -lc10 -ltorch -ltorch_cpu -ltorch_python
 fi
 echo "dev-build-torch: $OUT"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Development build of pyddstore._core with gcc, into python/pyddstore/.
-# Stop-gap until the Bazel build works (`./ddstore build` replaces it).
+# Development build of libddstore.so and pyddstore._core (which links it,
+# RUNPATH $ORIGIN) with gcc, into python/pyddstore/.  Stop-gap until the
+# Bazel build works (`./ddstore build` replaces it).  Without libfabric.
 #
 #   ci/dev-build.sh            MPI build when mpicc and ddstore-mpi exist
 #   DDSTORE_MPI=0 ci/dev-build.sh   build without MPI (HAVE_MPI False)
@@ -8,7 +9,8 @@
 #                                  (default none: no GPU support; CUDA_HOME,
 #                                  default /usr/local/cuda; ROCM_PATH)
 #   PYTHON=... CC=... CFLAGS=...  override the interpreter / compiler / flags
-#   OUT=path/_core.so             write the module elsewhere
+#   OUT=path/_core.so             write the module elsewhere (libddstore.so
+#                                 goes next to it)
 #   DDSTORE_TEST_HOOKS=0          without the test hooks (as a release build)
 set -euo pipefail
 TOP=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,7 +22,8 @@ EXT=$("$PY" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))'
 OUT=${OUT:-python/pyddstore/_core$EXT}
 
 shopt -s nullglob
-srcs=(python/pyddstore/csrc/*.c libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
+pysrcs=(python/pyddstore/csrc/*.c)
+srcs=(libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
 incs=(-Ipython/pyddstore/csrc -Ilibddstore/include -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
 defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\""
       -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\""
@@ -57,10 +60,17 @@ fi
 [ -n "$(echo ddstore-core/src/*.c)" ] || { echo "dev-build: ddstore-core/src has no sources yet" >&2; exit 1; }
 # Build next to the destination, then rename: a process that has the old
 # module mapped keeps a valid file.
+LIB="$(dirname "$OUT")/libddstore.so"
 TMP="$OUT.tmp.$$"
-trap 'rm -f "$TMP"' EXIT
+trap 'rm -f "$TMP" "$LIB.tmp.$$"' EXIT
 set -x
+$CC -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -DDDSTORE_BUILD_SHARED -Wall -Wextra \
+    -Wno-unused-parameter -Wno-missing-field-initializers ${CFLAGS:-} \
+    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" "${gpu[@]}" -lpthread \
+    -Wl,-soname,libddstore.so -o "$LIB.tmp.$$"
+mv -f "$LIB.tmp.$$" "$LIB"
 $CC -std=gnu11 -O2 -g -fPIC -shared -fvisibility=hidden -Wall -Wextra \
     -Wno-unused-parameter -Wno-missing-field-initializers ${CFLAGS:-} \
-    "${defs[@]}" "${incs[@]}" "${srcs[@]}" "${mpi[@]}" "${gpu[@]}" -lpthread -o "$TMP"
+    "${defs[@]}" "${incs[@]}" "${pysrcs[@]}" "${mpi[@]}" -L"$(dirname "$LIB")" -lddstore \
+    -Wl,-rpath,'$ORIGIN' -lpthread -o "$TMP"
 mv -f "$TMP" "$OUT"

@@ -253,7 +253,8 @@ def nompi_stage(timeout=900):
         c.skipped += 1
         return c
     rc, _ = run(["bazel", "build"] + BAZEL_CI + ["-c", "opt", "--config=nompi",
-                                                 "//python:pyddstore/_core.so"])
+                                                 "//python:pyddstore/_core.so",
+                                                 "//libddstore:lib/libddstore.so"])
     if rc != 0:
         c.failed += 1
         c.failures.append(f"nompi: bazel build --config=nompi exited {rc}")
@@ -273,6 +274,9 @@ def nompi_stage(timeout=900):
         return c
     ext = sysconfig.get_config_var("EXT_SUFFIX")
     shutil.copy(so[0], os.path.join(pkg, "_core" + ext))
+    # _core loads the libddstore.so next to it (RUNPATH $ORIGIN)
+    shutil.copy(os.path.join(lines[-1], "libddstore", "lib", "libddstore.so"),
+                os.path.join(pkg, "libddstore.so"))
     env = {"PYTHONPATH": os.path.join(d, "site"), "PYTHONNOUSERSITE": "1",
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     rc, _ = run([PY, "-c", "import pyddstore as p; assert not p.HAVE_MPI and p.HAVE_OFI, "

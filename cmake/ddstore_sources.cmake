@@ -10,10 +10,11 @@
 # Script mode (prints one repo-relative path per line, sorted):
 #   cmake -DTARGET=core|torch [-DGPU=none|cuda|rocm|all] [-DMPI=ON|OFF]
 #         [-DOFI=ON|OFF] -P cmake/ddstore_sources.cmake
-# TARGET=core is pyddstore._core (//python:pyddstore/_core.so) with every C
-# library linked into it, TARGET=torch is pyddstore._ddstore_torch
-# (//ddstore-torch:_ddstore_torch.so); GPU=all is the union of the three
-# backends (what `bazel query` reports for a select()).
+# TARGET=core is pyddstore._core (//python:pyddstore/_core.so), TARGET=torch
+# is pyddstore._ddstore_torch (//ddstore-torch:_ddstore_torch.so), each with
+# libddstore.so (//libddstore:lib/libddstore.so: every C library) that it
+# links; GPU=all is the union of the three backends (what `bazel query`
+# reports for a select()).
 
 if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   cmake_minimum_required(VERSION 3.18)
@@ -141,16 +142,14 @@ function(dds_sources_pycore prefix)
 endfunction()
 
 # //libddstore:ddstore  (BUILD: srcs glob(["src/*.c", "src/*.h"]), hdrs
-# glob(["include/ddstore/*.h"], exclude api.h and hub_version.h)) and
-# //libddstore:api (those headers + api.h, for the torch extension).
+# glob(["include/ddstore/*.h"], exclude hub_version.h)); libddstore.so is
+# it with every library below it (//libddstore:lib/libddstore.so).
 function(dds_sources_hub prefix)
   _dds_glob(srcs libddstore "src/*.c" "src/*.h")
   _dds_glob(hdrs libddstore "include/ddstore/*.h")
-  list(REMOVE_ITEM hdrs "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/hub_version.h"
-                        "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h")
+  list(REMOVE_ITEM hdrs "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/hub_version.h")
   set(${prefix}_SRCS "${srcs}" PARENT_SCOPE)
   set(${prefix}_HDRS "${hdrs}" PARENT_SCOPE)
-  set(${prefix}_API_HDRS ${hdrs} "${DDS_SOURCE_ROOT}/libddstore/include/ddstore/api.h" PARENT_SCOPE)
   set(${prefix}_VERSION_FILE "${DDS_SOURCE_ROOT}/libddstore/VERSION" PARENT_SCOPE)
 endfunction()
 
@@ -166,40 +165,37 @@ endfunction()
 # every source file (compiled files, headers, VERSION files) that goes into
 # one module, as Bazel's deps() of that module would list them.
 function(dds_module_sources out target backend mpi ofi)
+  # libddstore.so, which both modules link (and the public headers of every
+  # library in it, which both compile against).
   set(files "")
   dds_sources_core(c)
   dds_sources_gpu(g "${backend}")
+  dds_sources_hub(h)
+  list(APPEND files ${c_SRCS} ${c_HDRS} ${c_VERSION_FILE} ${g_SRCS} ${g_HDRS} ${g_VERSION_FILE}
+       ${h_SRCS} ${h_HDRS} ${h_VERSION_FILE})
+  if(mpi)
+    dds_sources_mpi(m)
+    list(APPEND files ${m_SRCS} ${m_HDRS} ${m_VERSION_FILE})
+  endif()
+  if(ofi)
+    dds_sources_ofi(o)
+    dds_sources_ofi_transport(ot)
+    list(APPEND files ${o_SRCS} ${o_HDRS} ${o_VERSION_FILE} ${ot_SRCS} ${ot_HDRS})
+  endif()
+  set(tp ${DDS_TRANSPORT_PACKAGES})
+  while(tp)
+    list(GET tp 0 pkg)
+    list(GET tp 2 header)
+    list(REMOVE_AT tp 0 1 2 3)
+    dds_sources_transport(x ${pkg} ${header})
+    list(APPEND files ${x_SRCS} ${x_HDRS} ${x_VERSION_FILE})
+  endwhile()
   if(target STREQUAL "core")
-    list(APPEND files ${c_SRCS} ${c_HDRS} ${c_VERSION_FILE} ${g_SRCS} ${g_HDRS} ${g_VERSION_FILE})
     dds_sources_pycore(p)
-    dds_sources_hub(h)
-    list(APPEND files ${p_SRCS} ${h_SRCS} ${h_API_HDRS} ${h_VERSION_FILE}
-         "${DDS_SOURCE_ROOT}/python/VERSION")
-    if(mpi)
-      dds_sources_mpi(m)
-      list(APPEND files ${m_SRCS} ${m_HDRS} ${m_VERSION_FILE})
-    endif()
-    if(ofi)
-      dds_sources_ofi(o)
-      dds_sources_ofi_transport(t)
-      list(APPEND files ${o_SRCS} ${o_HDRS} ${o_VERSION_FILE} ${t_SRCS} ${t_HDRS})
-    endif()
-    set(tp ${DDS_TRANSPORT_PACKAGES})
-    while(tp)
-      list(GET tp 0 pkg)
-      list(GET tp 2 header)
-      list(REMOVE_AT tp 0 1 2 3)
-      dds_sources_transport(x ${pkg} ${header})
-      list(APPEND files ${x_SRCS} ${x_HDRS} ${x_VERSION_FILE})
-    endwhile()
+    list(APPEND files ${p_SRCS} "${DDS_SOURCE_ROOT}/python/VERSION")
   elseif(target STREQUAL "torch")
-    # Headers only from core, gpu and the hub (:core_headers, :gpu_headers,
-    # //libddstore:api: the C API table); the code runs from _core through
-    # its capsule.
-    dds_sources_hub(a)
     dds_sources_torch(t)
-    list(APPEND files ${c_HDRS} ${c_VERSION_FILE} ${g_HDRS} ${g_VERSION_FILE} ${a_API_HDRS}
-         ${a_VERSION_FILE} ${t_SRCS} ${t_VERSION_FILE})
+    list(APPEND files ${t_SRCS} ${t_VERSION_FILE})
   else()
     message(FATAL_ERROR "ddstore: TARGET=${target}: expected core or torch")
   endif()

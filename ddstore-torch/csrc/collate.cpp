@@ -7,11 +7,11 @@
 // reads.  Python (pyddstore.torch) arranges the tensors into the sample's
 // structure (value / list / dict), which is what default_collate returns.
 //
-// Ragged fields (ragged_collate): one api->ragged_get_batch per field
+// Ragged fields (ragged_collate): one dds_store_ragged_get_batch per field
 // straight into the values tensor, sized from a guess (the DDS_ENOSPC
 // two-step: on a miss core returns the lengths and the total without
 // reading payload, the tensor is reallocated and the read made again) or,
-// without a guess, from api->ragged_sizes first; the offsets (prefix sums)
+// without a guess, from dds_store_ragged_sizes first; the offsets (prefix sums)
 // and the per-element batch vector are built here, with the GIL released.
 #include "ddstore_torch.h"
 
@@ -265,7 +265,7 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
     if (sized) {
         {
             py::gil_scoped_release nogil;
-            rc = api()->ragged_sizes(t.store, t.reader, name.c_str(), idx.data_ptr<int64_t>(),
+            rc = dds_store_ragged_sizes(t.store, t.reader, name.c_str(), idx.data_ptr<int64_t>(),
                                      static_cast<size_t>(n), lengths.data_ptr<int64_t>());
         }
         check(rc);
@@ -280,7 +280,7 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
         buf = describe(name, values, rows, stream);
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        const int r = api()->ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
+        const int r = dds_store_ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
                                               idx.data_ptr<int64_t>(), static_cast<size_t>(n),
                                               lengths.data_ptr<int64_t>(), &total);
         note_read(t0, now_ns());

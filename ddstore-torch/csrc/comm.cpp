@@ -1,7 +1,7 @@
 // ddstore-torch: a communicator over torch.distributed, for PyDDStore.
 //
 // PyDDStore(comm) accepts any object with a `_dds_comm` capsule holding a
-// pyddstore_comm_provider_t (pyddstore_api.h).  pyddstore.torch.comm's
+// pyddstore_comm_provider_t (ddstore/comm_provider.h).  pyddstore.torch.comm's
 // TorchComm wraps a torch.distributed group and gets its capsule from
 // comm_capsule(self): the ops below call back into that Python object
 // (allgather_bytes / barrier), which runs the group's collectives.  They
@@ -21,7 +21,7 @@ struct CommCtx {
 // A Python exception raised by a callback: cleared, and turned into an
 // error code with its message as the detail (-DDS_ETIMEDOUT when the
 // collective timed out: TorchComm raises "... timed out after ..."; else
-// -DDS_EIO).  Logged too when _core is too old to take the detail.
+// -DDS_EIO).
 int callback_failed(const char *what)
 {
     std::string msg = "unknown error";
@@ -44,14 +44,7 @@ int callback_failed(const char *what)
                            msg.find(" refused: an earlier collective") != std::string::npos
                        ? -DDS_ETIMEDOUT
                        : -DDS_EIO;
-    const pyddstore_api_t *a = api();
-    if (a != nullptr && a->error != nullptr)
-        return a->error(rc, "torch.distributed %s: %s", what, msg.c_str());
-    if (a != nullptr)
-        a->log_write(DDS_LOG_ERROR, DDS_SUBSYS_TORCH,
-                     "torch.distributed communicator: %s failed: %s", what,
-                     msg.c_str());
-    return rc;
+    return dds_error(rc, "torch.distributed %s: %s", what, msg.c_str());
 }
 
 int comm_allgather(void *vctx, const void *send, size_t bytes, void *recv)

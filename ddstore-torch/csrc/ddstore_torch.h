@@ -1,10 +1,11 @@
 // ddstore-torch: internal declarations shared by the extension's sources.
 //
-// The extension does not link the C libraries: every store call goes through
-// the function table that pyddstore._core exports as a capsule
-// (libddstore/include/ddstore/api.h), so a store created by either
-// module is the same object.  Errors become Python exceptions in one place:
-// throw_rc() (errors.cpp).
+// The extension links the C libraries as libddstore.so, the shared object
+// pyddstore._core links too (one copy of the library state per process), and
+// calls the store directly.  A PyDDStore or reader is found by its integer
+// handle (`_handle`, ddstore/pin.h) and pinned through libddstore for the
+// call; no capsule between the two modules.  Errors become Python
+// exceptions in one place: throw_rc() (errors.cpp).
 #pragma once
 
 #include <torch/extension.h>
@@ -18,19 +19,24 @@
 #include <string>
 #include <vector>
 
-#include "ddstore/api.h"
+#include "ddstore/comm_provider.h"
+#include "ddstore/errors.h"
+#include "ddstore/exc.h"
+#include "ddstore/log.h"
+#include "ddstore/pin.h"
+#include "ddstore/store.h"
 
 namespace ddstore_torch {
 
 namespace py = pybind11;
 
-// The capsule table; set once by load_api() at module import.
-const pyddstore_api_t *api();
-void load_api();
+// pyddstore._core's exception classes (DDStoreError, DDStoreKeyError),
+// imported by name once at module import.
+void load_errors();
 
 // The ONE error helper: set the documented Python exception for a negative
-// DDS_E* code (pyddstore._core's mapping, message from dds_last_error()) and
-// throw py::error_already_set.  Needs the GIL; call it on the thread that
+// DDS_E* code (libddstore's mapping, ddstore/exc.h, the one _core uses;
+// message from dds_last_error()) and throw py::error_already_set.  Needs the GIL; call it on the thread that
 // made the failing call (the detail is thread-local).
 [[noreturn]] void throw_rc(int rc);
 inline void check(int rc)
@@ -41,10 +47,15 @@ inline void check(int rc)
 // A Python exception of `type` (PyExc_ValueError, ...) with `msg`.
 [[noreturn]] void throw_py(PyObject *type, const std::string &msg);
 
-// A store (or reader) object from pyddstore._core, unwrapped and pinned
-// against destruction (api->acquire, when _core has it) until the Target
-// goes out of scope, so a read with the GIL released never races with the
-// store being freed at exit or deallocated.
+// The libddstore handle of a PyDDStore or reader (its `_handle`);
+// TypeError for another object, DDStoreError for a closed reader.  GIL held.
+uint64_t handle_of(py::handle obj);
+
+// A store (or reader) object from pyddstore._core, found by its handle and
+// pinned against destruction (ddstore_handle_enter) until the Target goes
+// out of scope, so a read with the GIL released never races with the store
+// being freed at exit or deallocated.  Constructed with the GIL held (it
+// releases the GIL while it waits for the pin, as _core does).
 class Target {
 public:
     explicit Target(py::handle obj);
@@ -53,10 +64,10 @@ public:
     Target &operator=(const Target &) = delete;
     dds_store_t *store = nullptr;
     dds_reader_t *reader = nullptr;
+    ddstore_pin_t *pin() const { return pin_; }
 
 private:
-    PyObject *obj_ = nullptr;
-    bool pinned_ = false;
+    ddstore_pin_t *pin_ = nullptr;
 };
 
 // A capsule for a Python communicator object (comm.cpp): the value of its
@@ -102,7 +113,10 @@ int read_fields_into(dds_store_t *store, dds_reader_t *reader,
                      const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
                      const int64_t *rows, size_t n);
 
-// Global row indices as int64 (a 1-D int64/int32 CPU tensor, or a sequence).
+// Global row indices as int64: an integer tensor (any device), or with the
+// rules of _core's converter (pydds_indices_get) a buffer of integers of any
+// width (numpy), a host DLPack tensor or a sequence of integers (floats are
+// a TypeError, an unsigned value above INT64_MAX an IndexError).
 at::Tensor as_indices(py::handle obj);
 
 // Time stamps (CLOCK_MONOTONIC ns) of the calling thread's last read, taken
@@ -201,7 +215,7 @@ private:
     Result execute(Task &t, dds_store_t *store, dds_reader_t *reader, int worker);
     py::object collator_, store_;
     const Collator *col_ = nullptr;
-    void *pin_ = nullptr;   // the store's life lock (api->pin_of)
+    ddstore_pin_t *pin_ = nullptr;   // the store's life lock (ddstore_handle_ref)
     std::mutex mu_;
     std::condition_variable cv_tasks_;     // workers wait for tasks
     std::condition_variable cv_results_;   // the consumer waits for batches

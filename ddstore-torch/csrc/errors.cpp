@@ -1,4 +1,4 @@
-// ddstore-torch: the capsule table, object unwrapping and error translation.
+// ddstore-torch: store handles, error translation and index conversion.
 #include "ddstore_torch.h"
 
 #include <cstring>
@@ -7,32 +7,38 @@
 namespace ddstore_torch {
 
 namespace {
-const pyddstore_api_t *g_api = nullptr;
+PyObject *g_error = nullptr;      // pyddstore._core.DDStoreError (kept for good)
+PyObject *g_key_error = nullptr;  // pyddstore._core.DDStoreKeyError
 int g_gpu_kind = DDS_MEM_CUDA;
 thread_local uint64_t t_read_begin = 0;
 thread_local uint64_t t_read_end = 0;
 }  // namespace
 
-const pyddstore_api_t *api() { return g_api; }
-
-void load_api()
+void load_errors()
 {
-    const pyddstore_api_t *a = pyddstore_api_import();
-    if (a == nullptr)  // also a table of another version or size
-        throw py::error_already_set();
-    g_api = a;
+    py::module_ core = py::module_::import("pyddstore._core");
+    g_error = py::object(core.attr("DDStoreError")).release().ptr();
+    g_key_error = py::object(core.attr("DDStoreKeyError")).release().ptr();
 }
 
-// The one place where C status codes become Python exceptions: _core's
-// raise_error() sets the documented exception (KeyError subclass, IndexError,
-// ValueError, TypeError, MemoryError, DDStoreError) with dds_last_error().
+// The one place where C status codes become Python exceptions: the class
+// is libddstore's mapping (ddstore_exc_of, the one _core uses), the message
+// dds_last_error() (or the code's name when no detail was recorded).
 void throw_rc(int rc)
 {
-    if (g_api == nullptr)
-        throw_py(PyExc_RuntimeError, "pyddstore._ddstore_torch: C API not loaded");
-    g_api->raise_error(rc);
-    if (!PyErr_Occurred())
-        PyErr_Format(PyExc_RuntimeError, "ddstore error %d", rc);
+    PyObject *type;
+    switch (ddstore_exc_of(rc)) {
+    case DDSTORE_EXC_KEY: type = g_key_error; break;
+    case DDSTORE_EXC_INDEX: type = PyExc_IndexError; break;
+    case DDSTORE_EXC_VALUE: type = PyExc_ValueError; break;
+    case DDSTORE_EXC_TYPE: type = PyExc_TypeError; break;
+    case DDSTORE_EXC_MEMORY: type = PyExc_MemoryError; break;
+    default: type = g_error; break;
+    }
+    const char *msg = dds_last_error();
+    if (msg == nullptr || msg[0] == '\0')
+        msg = dds_strerror(rc);
+    PyErr_SetString(type != nullptr ? type : PyExc_RuntimeError, msg);
     throw py::error_already_set();
 }
 
@@ -42,29 +48,39 @@ void throw_py(PyObject *type, const std::string &msg)
     throw py::error_already_set();
 }
 
-namespace {
-bool have_acquire()
+uint64_t handle_of(py::handle obj)
 {
-    return g_api->acquire != nullptr && g_api->release != nullptr;
-}
-}  // namespace
-
-Target::Target(py::handle obj) : obj_(obj.ptr())
-{
-    if (have_acquire()) {
-        if (g_api->acquire(obj_, &store, &reader) < 0)
-            throw py::error_already_set();
-        pinned_ = true;  // acquire holds a reference until release
-    } else if (g_api->unwrap(obj_, &store, &reader) < 0) {
-        throw py::error_already_set();
+    PyObject *h = PyObject_GetAttrString(obj.ptr(), "_handle");
+    if (h == nullptr) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            throw py::error_already_set();  // a closed reader: DDStoreError
+        PyErr_Clear();
+        throw_py(PyExc_TypeError, std::string("expected a pyddstore.PyDDStore or "
+                                              "pyddstore.Reader, got ") +
+                                      Py_TYPE(obj.ptr())->tp_name);
     }
+    const unsigned long long v = PyLong_AsUnsignedLongLong(h);
+    Py_DECREF(h);
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred())
+        throw py::error_already_set();
+    return static_cast<uint64_t>(v);
 }
 
-Target::~Target()
+Target::Target(py::handle obj)
 {
-    if (pinned_)
-        g_api->release(obj_);
+    const uint64_t h = handle_of(obj);
+    int rc;
+    {
+        // The pin waits while a destroy / free / close holds it exclusively,
+        // and those may need the GIL: never wait for it holding the GIL.
+        py::gil_scoped_release nogil;
+        rc = ddstore_handle_enter(h, &pin_, &store, &reader);
+    }
+    if (rc < 0)
+        throw_rc(rc);
 }
+
+Target::~Target() { ddstore_handle_leave(pin_); }
 
 void set_gpu_kind(int kind)
 {
@@ -155,8 +171,8 @@ int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_bu
               const int64_t *rows, size_t n, int64_t start, bool batch)
 {
     for (;;) {
-        const int rc = batch ? g_api->get_batch(store, reader, name, buf, rows, n)
-                             : g_api->get(store, reader, name, buf, start);
+        const int rc = batch ? dds_store_get_batch(store, reader, name, buf, rows, n)
+                             : dds_store_get(store, reader, name, buf, start);
         if (rc != -DDS_ETYPE || buf->dtype == DDS_DTYPE_RAW)
             return rc;
         // Core refused the tensor's element type before reading anything.  A
@@ -164,7 +180,7 @@ int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_bu
         // describe the tensor as raw rows of the variable's itemsize and let
         // core check the row width.  Any other variable: core's error stands.
         dds_var_info_t info;
-        const int irc = g_api->var_info(store, name, &info);
+        const int irc = dds_store_var_info(store, name, &info);
         if (irc != 0)
             return irc;
         if (info.dtype != DDS_DTYPE_RAW)
@@ -175,21 +191,128 @@ int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_bu
 }
 
 namespace {
-int64_t *alloc_indices(void *ctx, size_t n)
+// The integer kind of a buffer format ('b'... signed, 'B'... unsigned, 0
+// for anything else); native or little-endian byte order only.
+int index_kind(const char *fmt)
 {
-    auto *t = static_cast<at::Tensor *>(ctx);
-    *t = at::empty({static_cast<int64_t>(n)}, at::kLong);
-    return t->data_ptr<int64_t>();
+    const char *f = fmt != nullptr ? fmt : "B";
+    if (*f == '@' || *f == '=' || *f == '<')
+        f++;
+    if (f[0] == '\0' || f[1] != '\0')
+        return 0;
+    return std::strchr("bhilqn", f[0]) ? 1 : std::strchr("BHILQN", f[0]) ? 2 : 0;
+}
+
+[[noreturn]] void index_range(size_t i, uint64_t u)
+{
+    throw_py(PyExc_IndexError, "indices[" + std::to_string(i) + "] = " + std::to_string(u) +
+                                   " is out of range");
+}
+
+// Any buffer of integers (numpy arrays of every integer width,
+// array.array, memoryview): 0-D = one index, 1-D strided, N-D C-contiguous.
+at::Tensor indices_from_buffer(PyObject *obj)
+{
+    Py_buffer v;
+    if (PyObject_GetBuffer(obj, &v, PyBUF_RECORDS_RO) < 0)
+        throw py::error_already_set();
+    struct Release {
+        Py_buffer *v;
+        ~Release() { PyBuffer_Release(v); }
+    } release{&v};
+    const int kind = index_kind(v.format);
+    if (kind == 0)
+        throw_py(PyExc_TypeError, std::string("indices: expected integers, got format '") +
+                                      (v.format != nullptr ? v.format : "B") + "'");
+    if (v.itemsize != 1 && v.itemsize != 2 && v.itemsize != 4 && v.itemsize != 8)
+        throw_py(PyExc_TypeError,
+                 "indices: unsupported integer size " + std::to_string(v.itemsize));
+    Py_ssize_t n, stride;
+    if (v.ndim == 0) {
+        n = 1;
+        stride = v.itemsize;
+    } else if (v.ndim == 1) {
+        n = v.shape[0];
+        stride = v.strides != nullptr ? v.strides[0] : v.itemsize;
+    } else if (PyBuffer_IsContiguous(&v, 'C')) {
+        n = v.len / v.itemsize;
+        stride = v.itemsize;
+    } else {
+        throw_py(PyExc_ValueError, "indices: expected a 1-D or C-contiguous buffer, got a "
+                                   "non-contiguous multi-dimensional one");
+    }
+    at::Tensor out = at::empty({static_cast<int64_t>(n)}, at::kLong);
+    int64_t *dst = out.data_ptr<int64_t>();
+    const char *p = static_cast<const char *>(v.buf);
+    for (Py_ssize_t i = 0; i < n; i++, p += stride) {
+        uint64_t u = 0;
+        std::memcpy(&u, p, static_cast<size_t>(v.itemsize));  // little-endian host
+        if (kind == 1) {
+            const int bits = static_cast<int>(v.itemsize) * 8;
+            dst[i] = bits == 64 ? static_cast<int64_t>(u)
+                                : static_cast<int64_t>(u << (64 - bits)) >> (64 - bits);
+        } else {
+            if (u > static_cast<uint64_t>(INT64_MAX))
+                index_range(static_cast<size_t>(i), u);
+            dst[i] = static_cast<int64_t>(u);
+        }
+    }
+    return out;
+}
+
+at::Tensor indices_from_sequence(PyObject *obj)
+{
+    if (PyUnicode_Check(obj) || PyDict_Check(obj) || !PySequence_Check(obj))
+        throw_py(PyExc_TypeError, std::string("indices: expected a buffer of integers (numpy "
+                                              "array) or a sequence of integers, got ") +
+                                      Py_TYPE(obj)->tp_name);
+    py::object seq = py::reinterpret_steal<py::object>(
+        PySequence_Fast(obj, "expected a sequence of integers"));
+    if (!seq)
+        throw py::error_already_set();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject **items = PySequence_Fast_ITEMS(seq.ptr());
+    at::Tensor out = at::empty({static_cast<int64_t>(n)}, at::kLong);
+    int64_t *dst = out.data_ptr<int64_t>();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const std::string at_i = "indices[" + std::to_string(i) + "]";
+        if (PyFloat_Check(items[i]))
+            throw_py(PyExc_TypeError, at_i + ": expected an integer, got float");
+        const long long x = PyLong_AsLongLong(items[i]);
+        if (x == -1 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+                PyErr_Clear();
+                throw_py(PyExc_IndexError, at_i + " is out of range (does not fit in int64)");
+            }
+            if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+                PyErr_Clear();
+                throw_py(PyExc_TypeError, at_i + ": expected an integer, got " +
+                                              Py_TYPE(items[i])->tp_name);
+            }
+            throw py::error_already_set();
+        }
+        dst[i] = static_cast<int64_t>(x);
+    }
+    return out;
 }
 }  // namespace
 
 at::Tensor as_indices(py::handle obj)
 {
     // A tensor (any device: indices may live on the GPU) is torch's to
-    // convert; anything else goes through _core's converter, the one
-    // get_batch uses (every integer width, DLPack, sequences).
-    if (THPVariable_Check(obj.ptr())) {
-        at::Tensor t = THPVariable_Unpack(obj.ptr());
+    // convert; so is another host DLPack tensor.  Anything else with the
+    // rules of _core's converter (get_batch's): every integer width of a
+    // buffer, sequences of integers.
+    PyObject *o = obj.ptr();
+    py::object from_dlpack;
+    if (!THPVariable_Check(o) && !PyObject_CheckBuffer(o) && !PySequence_Check(o) &&
+        PyObject_HasAttrString(o, "__dlpack__") &&
+        !PyObject_HasAttrString(o, "__cuda_array_interface__")) {
+        from_dlpack = py::module_::import("torch").attr("from_dlpack")(obj);
+        o = from_dlpack.ptr();
+    }
+    if (THPVariable_Check(o)) {
+        at::Tensor t = THPVariable_Unpack(o);
         if (!at::isIntegralType(t.scalar_type(), /*includeBool=*/false))
             throw_py(PyExc_TypeError, "indices must be an integer tensor, got " +
                                           std::string(c10::toString(t.scalar_type())));
@@ -198,10 +321,9 @@ at::Tensor as_indices(py::handle obj)
                                            std::to_string(t.dim()) + " dimensions");
         return t.to(at::kCPU, at::kLong).contiguous();
     }
-    at::Tensor idx;
-    if (api()->indices(obj.ptr(), alloc_indices, &idx) != 0)
-        throw py::error_already_set();
-    return idx;
+    if (PyObject_CheckBuffer(o) && !PyBytes_Check(o) && !PyByteArray_Check(o))
+        return indices_from_buffer(o);
+    return indices_from_sequence(o);
 }
 
 uint64_t now_ns()

@@ -11,7 +11,7 @@ namespace dt = ddstore_torch;
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 {
     m.doc() = "ddstore reads into tensor storage (the torch side of pyddstore)";
-    dt::load_api();
+    dt::load_errors();
     m.attr("__version__") = DDSTORE_TORCH_VERSION;
 
     m.def("get", &dt::get, py::arg("store"), py::arg("name"), py::arg("out"),

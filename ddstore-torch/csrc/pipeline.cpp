@@ -14,8 +14,9 @@
 //                         batch tensors allocated and described; queued.
 //   run(reader)           worker thread: reads queued batches with the GIL
 //                         released until stop(), each inside the store's
-//                         life lock (api->pin_enter / pin_leave: never the
-//                         GIL, unlike acquire / release).
+//                         life lock (ddstore_pin_acquire / release through
+//                         a reference taken once, ddstore_handle_ref: never
+//                         the GIL).
 //   take(timeout, seq, reader)
 //                         consumer: waits (GIL released) for batch `seq`
 //                         (or any, seq < 0); None on timeout, else (seq, ok,
@@ -44,12 +45,14 @@ Pipeline::Pipeline(py::object collator, py::object store)
     : collator_(std::move(collator)), store_(std::move(store))
 {
     col_ = collator_.cast<Collator *>();
-    pin_ = api()->pin_of(store_.ptr());   // valid while store_ lives
-    if (pin_ == nullptr)
-        throw py::error_already_set();
+    check(ddstore_handle_ref(handle_of(store_), &pin_));   // until ~Pipeline
 }
 
-Pipeline::~Pipeline() { stop(); }
+Pipeline::~Pipeline()
+{
+    stop();
+    ddstore_pin_unref(pin_);
+}
 
 void Pipeline::submit(int64_t seq, py::handle indices)
 {
@@ -76,16 +79,17 @@ Pipeline::Result Pipeline::execute(Task &t, dds_store_t *store, dds_reader_t *re
     res.worker = worker;
     res.t0 = now_ns();
     dds_store_t *live = nullptr;
-    res.rc = api()->pin_enter(pin_, &live);
-    if (res.rc == 0 && live != store)
-        res.rc = api()->error(-DDS_EFREED, "the store was replaced");
-    if (res.rc == 0) {
+    res.rc = ddstore_pin_acquire(pin_, &live);
+    if (res.rc == 0 && live != store) {
+        ddstore_pin_release(pin_);
+        res.rc = dds_error(-DDS_EFREED, "the store was replaced");
+    } else if (res.rc == 0) {
         res.rc = col_->read(store, reader, t.idx, t.bufs);
-        api()->pin_leave(pin_);
+        ddstore_pin_release(pin_);
     }
     res.t1 = now_ns();
     if (res.rc < 0) {
-        const char *m = api()->last_error();
+        const char *m = dds_last_error();
         res.msg = m != nullptr ? m : "";
         t.outs.clear();
     }
@@ -97,8 +101,11 @@ void Pipeline::run(py::handle reader_obj, int worker)
 {
     dds_store_t *store = nullptr;
     dds_reader_t *reader = nullptr;
-    if (api()->unwrap(reader_obj.ptr(), &store, &reader) < 0)
-        throw py::error_already_set();
+    {
+        const Target t(reader_obj);   // the pointers; each read pins again
+        store = t.store;
+        reader = t.reader;
+    }
     py::object keep = py::reinterpret_borrow<py::object>(reader_obj);
     py::gil_scoped_release nogil;
     // the next task, waiting for one; false once stopped
@@ -147,8 +154,11 @@ py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
     dds_store_t *store = nullptr;
     dds_reader_t *reader = nullptr;
     const bool help = !reader_obj.is_none();
-    if (help && api()->unwrap(reader_obj.ptr(), &store, &reader) < 0)
-        throw py::error_already_set();
+    if (help) {
+        const Target t(reader_obj);
+        store = t.store;
+        reader = t.reader;
+    }
     {
         py::gil_scoped_release nogil;
         auto ready = [&] {
@@ -203,7 +213,7 @@ py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
         return py::none();
     const double t0 = static_cast<double>(res.t0) * 1e-9, t1 = static_cast<double>(res.t1) * 1e-9;
     if (res.rc < 0) {
-        api()->error(res.rc, "%s", res.msg.c_str());
+        dds_error(res.rc, "%s", res.msg.c_str());
         try {
             throw_rc(res.rc);
         } catch (py::error_already_set &e) {

@@ -112,7 +112,7 @@ void register_recv(py::handle obj, at::Tensor buf, uintptr_t stream)
     int rc;
     {
         py::gil_scoped_release nogil;
-        rc = api()->recv_register(t.store, buf.data_ptr(), bytes, &mem);
+        rc = dds_store_recv_register(t.store, buf.data_ptr(), bytes, &mem);
     }
     check(rc);
 }
@@ -124,7 +124,7 @@ void unregister_recv(py::handle obj, at::Tensor buf)
     int rc;
     {
         py::gil_scoped_release nogil;
-        rc = api()->recv_unregister(t.store, buf.data_ptr(), bytes);
+        rc = dds_store_recv_unregister(t.store, buf.data_ptr(), bytes);
     }
     if (rc == -DDS_ENOENT)   // as PyDDStore.unregister_recv: a ValueError
         throw_py(PyExc_ValueError,

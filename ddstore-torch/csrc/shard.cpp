@@ -3,15 +3,27 @@
 // Host tensors are copied into a store-owned shard.  GPU tensors are
 // registered in place (DDS_ADD_IN_PLACE, GPUDirect: peers read GPU memory
 // through the NIC) and kept alive by the store until the variable is freed
-// (api->keep_alive).  Collective, like PyDDStore.add.
+// (ddstore_pin_keep: the store's pin calls drop_ref when the variables are
+// released, free() or destroy).  Collective, like PyDDStore.add.
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
 
+namespace {
+// Drop the reference a GPU shard was kept alive by (any thread; nothing
+// once the interpreter is gone).
+void drop_ref(void *arg)
+{
+    if (!Py_IsInitialized())
+        return;
+    PyGILState_STATE g = PyGILState_Ensure();
+    Py_DECREF(static_cast<PyObject *>(arg));
+    PyGILState_Release(g);
+}
+}  // namespace
+
 void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t stream)
 {
-    const pyddstore_api_t *a = api();
-    const bool have_keep = a->keep_alive != nullptr;
     // Argument errors are raised before the collective: callers (DistDataset)
     // validate on every rank and agree first, so a bad tensor here is a
     // programming error on all ranks alike.
@@ -27,9 +39,6 @@ void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t
     dds_mem_t mem{};
     int flags = DDS_ADD_COPY;
     if (t.device().is_cuda()) {
-        if (!have_keep)
-            throw_py(PyExc_RuntimeError, "add_tensor: pyddstore._core is too old to keep GPU "
-                                         "shards alive (C API without keep_alive)");
         mem.kind = static_cast<dds_mem_kind_t>(gpu_kind());
         mem.device = t.device().index();
         mem.stream = reinterpret_cast<void *>(stream);
@@ -45,14 +54,17 @@ void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t
     const Target tg(obj);
     // The GIL stays held: the store's communicator may call into Python
     // (torch.distributed, FileComm).
-    const int rc = a->var_add(tg.store, name.c_str(), t.data_ptr(), nrows,
+    const int rc = dds_store_var_add(tg.store, name.c_str(), t.data_ptr(), nrows,
                               static_cast<size_t>(disp), t.element_size(), dt,
                               flags == DDS_ADD_IN_PLACE ? &mem : nullptr, flags);
     check(rc);
     if (flags == DDS_ADD_IN_PLACE) {
-        py::object ref = py::cast(t);
-        if (a->keep_alive(obj.ptr(), name.c_str(), ref.ptr()) < 0)
-            throw py::error_already_set();
+        PyObject *ref = py::cast(t).release().ptr();
+        const int krc = ddstore_pin_keep(tg.pin(), name.c_str(), drop_ref, ref);
+        if (krc < 0) {
+            Py_DECREF(ref);
+            throw_rc(krc);
+        }
     }
 }
 

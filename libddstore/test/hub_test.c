@@ -1,5 +1,6 @@
 /* libddstore (the hub) without a peer: names, the method from the
- * environment, ddstore_open's argument checks, pin handles, the GPU memsys
+ * environment, ddstore_open's argument checks, pin handles and the handle
+ * registry, the GPU memsys
  * of a build without GPU support. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -200,6 +201,78 @@ static void test_pins(void)
     ddstore_pin_destroy(NULL);
 }
 
+/* Handles: what the torch extension finds a store or reader by. */
+static int released[4];
+static int n_released;
+static void note_release(void *arg) { released[n_released++] = *(int *)arg; }
+
+static void test_handles(void)
+{
+    int a = 1, b = 2, r1 = 0;
+    dds_store_t *fake = (dds_store_t *)&a;
+    dds_reader_t *rd = (dds_reader_t *)&r1, *got_rd = NULL;
+    dds_store_t *got = NULL;
+    ddstore_pin_t *pin = NULL, *p = NULL, *ref = NULL, *other = NULL;
+    uint64_t h, hr = 0, ho;
+    CHECK_OK(ddstore_pin_create(fake, &pin));
+    CHECK_OK(ddstore_pin_create(fake, &other));
+    h = ddstore_pin_handle(pin);
+    ho = ddstore_pin_handle(other);
+    CHECK(h != 0 && ho != 0 && h != ho);
+    CHECK_EQ_U(ddstore_pin_handle(NULL), 0);
+
+    /* a store's handle: the store, no reader */
+    CHECK_OK(ddstore_handle_enter(h, &p, &got, &got_rd));
+    CHECK(p == pin && got == fake && got_rd == NULL);
+    ddstore_handle_leave(p);
+    /* a reader's handle: the same pin and store, and the reader */
+    CHECK_OK(ddstore_pin_reader_handle(pin, rd, &hr));
+    CHECK(hr != h && hr != ho);
+    CHECK_OK(ddstore_handle_enter(hr, &p, &got, &got_rd));
+    CHECK(p == pin && got == fake && got_rd == rd);
+    ddstore_handle_leave(p);
+    /* closed reader: EFREED naming it; the store's handle still works */
+    ddstore_pin_lock(pin);
+    ddstore_handle_drop(hr);
+    ddstore_pin_unlock(pin);
+    CHECK_RC(ddstore_handle_enter(hr, &p, &got, &got_rd), -DDS_EFREED);
+    CHECK_CONTAINS(dds_last_error(), "destroyed or closed");
+    CHECK_OK(ddstore_handle_enter(h, &p, NULL, NULL));
+    ddstore_handle_leave(p);
+    /* never a handle: EINVAL */
+    CHECK_RC(ddstore_handle_enter(0, &p, &got, &got_rd), -DDS_EINVAL);
+    CHECK_RC(ddstore_handle_enter(ho + 1000000, &p, &got, &got_rd), -DDS_EINVAL);
+
+    /* keeps: released in order, once, on demand and at destroy */
+    CHECK_OK(ddstore_pin_keep(pin, "x", note_release, &a));
+    CHECK_OK(ddstore_pin_keep(pin, "y", note_release, &b));
+    ddstore_pin_release_keeps(pin);
+    CHECK_EQ(n_released, 2);
+    CHECK(released[0] == 1 && released[1] == 2);
+    ddstore_pin_release_keeps(pin);
+    CHECK_EQ(n_released, 2);
+    CHECK_OK(ddstore_pin_keep(pin, "z", note_release, &b));
+
+    /* a reference outlives the pin's destruction; the store is gone */
+    CHECK_OK(ddstore_handle_ref(h, &ref));
+    CHECK(ref == pin);
+    ddstore_pin_lock(pin);
+    CHECK(ddstore_pin_take(pin) == fake);
+    ddstore_pin_unlock(pin);
+    CHECK_RC(ddstore_handle_enter(h, &p, &got, &got_rd), -DDS_EFREED);
+    CHECK_CONTAINS(dds_last_error(), "destroyed");
+    ddstore_pin_destroy(pin);
+    CHECK_EQ(n_released, 3);
+    CHECK_RC(ddstore_pin_acquire(ref, &got), -DDS_EFREED);
+    ddstore_pin_unref(ref);
+    /* a stale handle: EFREED, never the freed pin */
+    CHECK_RC(ddstore_handle_enter(h, &p, &got, &got_rd), -DDS_EFREED);
+    CHECK_RC(ddstore_handle_ref(h, &ref), -DDS_EFREED);
+    CHECK_OK(ddstore_handle_enter(ho, &p, &got, NULL));
+    ddstore_handle_leave(p);
+    ddstore_pin_destroy(other);
+}
+
 static void test_gpu_memsys(void)
 {
     dds_memsys_t ms;
@@ -223,6 +296,7 @@ int main(void)
     RUN_TEST(test_backend_table);
     RUN_TEST(test_open_arguments);
     RUN_TEST(test_pins);
+    RUN_TEST(test_handles);
     RUN_TEST(test_gpu_memsys);
     return CHECK_SUMMARY();
 }

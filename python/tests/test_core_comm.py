@@ -1,4 +1,4 @@
-"""Communicators, methods, readers and the C API capsule."""
+"""Communicators, methods, readers and store handles."""
 import ctypes
 import os
 
@@ -341,82 +341,46 @@ def test_join_needs_method2(store):
         store.join("v")
 
 
-class _Api(ctypes.Structure):
-    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_int)] + [
-        (n, ctypes.c_void_p) for n in (
-            "unwrap", "raise_error", "var_info", "var_offsets", "var_add",
-            "get", "get_batch", "recv_register", "recv_unregister", "profile",
-            "last_error", "strerror", "log_write", "log_enabled",
-            "var_update", "acquire", "release", "keep_alive", "error", "indices",
-            "ragged_sizes", "ragged_get_batch", "pin_of", "pin_enter", "pin_leave")]
+def _libddstore():
+    """libddstore.so as _core loaded it (the one next to the modules)."""
+    import glob
+    here = os.path.dirname(_core.__file__)
+    paths = glob.glob(os.path.join(here, "libddstore.so"))
+    if not paths:
+        pytest.skip("libddstore.so is not next to _core (not a shared build)")
+    lib = ctypes.CDLL(paths[0])
+    lib.ddstore_handle_enter.argtypes = [ctypes.c_uint64] + [ctypes.POINTER(ctypes.c_void_p)] * 3
+    lib.ddstore_handle_enter.restype = ctypes.c_int
+    lib.ddstore_handle_leave.argtypes = [ctypes.c_void_p]
+    lib.dds_last_error.restype = ctypes.c_char_p
+    return lib
 
 
-def test_c_api_capsule(store):
-    cap = _core._C_API
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    p = get(cap, b"pyddstore._core._C_API")
-    api = _Api.from_address(p)
-    assert api.size == ctypes.sizeof(_Api)
-    assert api.version == 3
-    for name, _ in _Api._fields_[2:]:
-        assert getattr(api, name), name
-    # unwrap accepts a store and a reader, and refuses anything else
-    UNWRAP = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object,
-                               ctypes.POINTER(ctypes.c_void_p),
-                               ctypes.POINTER(ctypes.c_void_p))
-    unwrap = UNWRAP(api.unwrap)
-    st, rd = ctypes.c_void_p(), ctypes.c_void_p()
-    assert unwrap(store, ctypes.byref(st), ctypes.byref(rd)) == 0
+def test_handles_no_capsule(store):
+    """No C API capsule: the torch extension finds a store or reader by its
+    libddstore handle (ddstore/pin.h) in the same libddstore.so."""
+    assert not hasattr(_core, "_C_API")
+    lib = _libddstore()
+    pin, st, rd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    h = store._handle
+    assert isinstance(h, int) and h > 0
+    assert lib.ddstore_handle_enter(h, ctypes.byref(pin), ctypes.byref(st), ctypes.byref(rd)) == 0
     assert st.value and not rd.value
+    lib.ddstore_handle_leave(pin)
     reader = store.open_reader()
+    hr = reader._handle
+    assert hr not in (0, h)
     st2 = ctypes.c_void_p()
-    assert unwrap(reader, ctypes.byref(st2), ctypes.byref(rd)) == 0
+    assert lib.ddstore_handle_enter(hr, ctypes.byref(pin), ctypes.byref(st2), ctypes.byref(rd)) == 0
     assert st2.value == st.value and rd.value
+    lib.ddstore_handle_leave(pin)
     reader.close()
     with pytest.raises(DDStoreError, match="closed"):
-        unwrap(reader, ctypes.byref(st2), ctypes.byref(rd))
-    with pytest.raises(TypeError, match="PyDDStore"):
-        unwrap(object(), ctypes.byref(st2), ctypes.byref(rd))
-    # the pin of a store or reader: entered without the GIL, gives the store
-    PIN_OF = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)
-    PIN_ENTER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p,
-                                 ctypes.POINTER(ctypes.c_void_p))
-    PIN_LEAVE = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-    pin = PIN_OF(api.pin_of)(store)
-    reader = store.open_reader()
-    assert pin and PIN_OF(api.pin_of)(reader) == pin
-    reader.close()
-    st3 = ctypes.c_void_p()
-    assert PIN_ENTER(api.pin_enter)(pin, ctypes.byref(st3)) == 0
-    assert st3.value == st.value
-    PIN_LEAVE(api.pin_leave)(pin)
-    with pytest.raises(TypeError, match="PyDDStore"):
-        PIN_OF(api.pin_of)(object())
-    # indices: _core's converter, into the room alloc(ctx, n) gives
-    ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-    INDICES = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ALLOC, ctypes.c_void_p)
-    room = (ctypes.c_int64 * 8)()
-    asked = []
-
-    def alloc(ctx, n):
-        asked.append(n)
-        return ctypes.addressof(room)
-    cb = ALLOC(alloc)
-    for idx in ([5, 2, 7], np.array([5, 2, 7], np.int16), np.array([5, 2, 7], np.uint32)):
-        assert INDICES(api.indices)(idx, cb, None) == 0
-        assert list(room[:3]) == [5, 2, 7] and asked[-1] == 3
-    with pytest.raises(TypeError, match="float"):
-        INDICES(api.indices)([1.5], cb, None)
-    with pytest.raises(IndexError, match="out of range"):
-        INDICES(api.indices)(np.array([2**64 - 1], np.uint64), cb, None)
-    # raise_error sets the documented exception
-    RAISE = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_int)
-    with pytest.raises(IndexError):
-        RAISE(api.raise_error)(-34)
-    STRERR = ctypes.CFUNCTYPE(ctypes.c_char_p, ctypes.c_int)
-    assert STRERR(api.strerror)(-2)
+        reader._handle
+    # the stale handle of the closed reader: -DDS_EFREED, nothing pinned
+    assert lib.ddstore_handle_enter(hr, ctypes.byref(pin), ctypes.byref(st2),
+                                    ctypes.byref(rd)) < 0
+    assert b"closed" in lib.dds_last_error()
 
 
 def test_version_and_flags():

@@ -474,26 +474,25 @@ def test_python_runs_while_a_ragged_read_is_in_flight(rstore):
 
 
 # ------------------------------------------------------------- C API ----
-def test_c_api_ragged_members(rstore):
+def test_c_ragged_sizes_through_the_handle(rstore):
+    """libddstore.so's dds_store_ragged_sizes on the store behind a
+    PyDDStore's handle: the functions the torch extension calls directly."""
     import ctypes
-    from pyddstore import _core
-    from test_core_comm import _Api
+    from test_core_comm import _libddstore
     s = rstore
     add_ragged(s, "r", np.int32, (1,))
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype = ctypes.c_void_p
-    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    api = _Api.from_address(get(_core._C_API, b"pyddstore._core._C_API"))
-    unwrap = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object,
-                               ctypes.POINTER(ctypes.c_void_p),
-                               ctypes.POINTER(ctypes.c_void_p))(api.unwrap)
-    st, rd = ctypes.c_void_p(), ctypes.c_void_p()
-    assert unwrap(s, ctypes.byref(st), ctypes.byref(rd)) == 0
-    SIZES = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                             ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64))
-    total = sample_offsets(s.size)[-1]
-    rows = (ctypes.c_int64 * total)(*range(total))
-    lens = (ctypes.c_int64 * total)()
-    assert SIZES(api.ragged_sizes)(st, None, b"r", rows, total, lens) == 0
+    lib = _libddstore()
+    pin, st, rd = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.ddstore_handle_enter(s._handle, ctypes.byref(pin), ctypes.byref(st),
+                                    ctypes.byref(rd)) == 0
+    try:
+        lib.dds_store_ragged_sizes.argtypes = [
+            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p,
+            ctypes.POINTER(ctypes.c_int64), ctypes.c_size_t, ctypes.POINTER(ctypes.c_int64)]
+        total = sample_offsets(s.size)[-1]
+        rows = (ctypes.c_int64 * total)(*range(total))
+        lens = (ctypes.c_int64 * total)()
+        assert lib.dds_store_ragged_sizes(st, None, b"r", rows, total, lens) == 0
+    finally:
+        lib.ddstore_handle_leave(pin)
     assert list(lens) == [length(g) for g in range(total)]

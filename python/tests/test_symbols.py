@@ -35,6 +35,23 @@ def _module(name):
     return found[0]
 
 
+def test_libddstore_exports_only_the_public_api():
+    """libddstore.so (every C library, linked by both modules) exports the
+    functions the public headers mark (DDS_API & co.): our prefixes only, and
+    none of the adapter's internals (ofi_* is libfabric's own prefix)."""
+    lib = os.path.join(PKG, "libddstore.so")
+    if not os.path.isfile(lib):
+        pytest.skip(f"libddstore.so is not built in {PKG}")
+    syms = set(_exports(lib)) - LINKER
+    for need in ("dds_store_get_batch", "dds_last_error", "ddstore_open",
+                 "ddstore_handle_enter", "ddgpu_pointer_kind"):
+        assert need in syms, need
+    stray = sorted(s for s in syms
+                   if not re.match(r"(dds|ddstore|ddgpu|ddmpi|ddofi)_", s))
+    assert not stray, stray
+    assert not [s for s in syms if s.startswith("ofi_")]
+
+
 def test_core_exports_only_its_init():
     syms = set(_exports(_module("_core"))) - LINKER
     assert syms == {"PyInit__core"}, sorted(syms)

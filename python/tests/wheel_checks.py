@@ -133,8 +133,8 @@ def test_package_files():
             assert a.read() == b.read(), f"{f} differs from the tree"
     ext = sysconfig.get_config_var("EXT_SUFFIX")
     mods = {f for f in installed if f.endswith(".so")}
-    assert mods <= {"_core" + ext, "_ddstore_torch" + ext}, mods
-    assert "_core" + ext in mods
+    assert mods <= {"_core" + ext, "_ddstore_torch" + ext, "libddstore.so"}, mods
+    assert "_core" + ext in mods and "libddstore.so" in mods
     assert not any(f.startswith("csrc") for f in installed)
 
 
@@ -149,12 +149,14 @@ def _runpath(so):
 def test_modules_have_no_build_tree_paths():
     ext = sysconfig.get_config_var("EXT_SUFFIX")
     build_dir = os.path.dirname(SUMMARY)
-    for name in ("_core", "_ddstore_torch"):
-        so = os.path.join(_pkg(), name + ext)
+    for name in ("_core" + ext, "_ddstore_torch" + ext, "libddstore.so"):
+        so = os.path.join(_pkg(), name)
         if not os.path.exists(so):
             continue
         for p in _runpath(so):
             assert not _under(p, TOP) and not _under(p, build_dir), f"{name}: RUNPATH {p}"
+        if name != "libddstore.so":   # the modules load the libddstore.so next to them
+            assert "$ORIGIN" in _runpath(so), name
     so = os.path.join(_pkg(), "_ddstore_torch" + ext)
     if os.path.exists(so):
         assert "$ORIGIN/../torch/lib" in _runpath(so)
@@ -241,8 +243,8 @@ GPU_LIBS = {"cuda": "libcudart.so", "rocm": "libamdhip64.so"}
 
 @pytest.mark.parametrize("backend", ["cuda", "rocm"])
 def test_gpu_backend_build(backend, tmp_path):
-    """DDSTORE_GPU=cuda|rocm: _core links the GPU runtime and imports (no GPU
-    needed: the runtime reports "no GPU" when asked)."""
+    """DDSTORE_GPU=cuda|rocm: libddstore.so links the GPU runtime and _core
+    imports (no GPU needed: the runtime reports "no GPU" when asked)."""
     spec = dict(kv.split("=", 1) for kv in os.environ.get("DDSTORE_WHEEL_GPU", "").split(";") if kv)
     if backend not in spec:
         pytest.skip("ci/test_wheel.sh --no-gpu-builds")
@@ -250,7 +252,7 @@ def test_gpu_backend_build(backend, tmp_path):
         pytest.skip(spec[backend][5:])
     zipfile.ZipFile(spec[backend]).extractall(tmp_path)
     ext = sysconfig.get_config_var("EXT_SUFFIX")
-    so = str(tmp_path / "pyddstore" / ("_core" + ext))
+    so = str(tmp_path / "pyddstore" / "libddstore.so")
     if not shutil.which("readelf"):
         pytest.skip("readelf not installed")
     dyn = subprocess.run(["readelf", "-d", so], capture_output=True, text=True, check=True).stdout

@@ -71,28 +71,28 @@ typedef struct ddstore_backend {
 } ddstore_backend_t;
 
 /* Rows, in method order: index 0..count-1 (NULL past the end). */
-size_t ddstore_backend_count(void);
-const ddstore_backend_t *ddstore_backend_at(size_t i);
+DDS_API size_t ddstore_backend_count(void);
+DDS_API const ddstore_backend_t *ddstore_backend_at(size_t i);
 /* The row of a method / a name, or NULL. */
-const ddstore_backend_t *ddstore_backend_find(int method);
-const ddstore_backend_t *ddstore_backend_by_name(const char *name);
+DDS_API const ddstore_backend_t *ddstore_backend_find(int method);
+DDS_API const ddstore_backend_t *ddstore_backend_by_name(const char *name);
 
 /* The method PyDDStore(method=None) uses when DDSTORE_METHOD is unset: the
  * first row (test-only rows and split-job rows aside) whose needs the
  * communicator meets (have_mpi_comm: an MPI communicator was given). */
-int ddstore_backend_default(int have_mpi_comm);
+DDS_API int ddstore_backend_default(int have_mpi_comm);
 
 /* "0 (MPI RMA), 1 (libfabric), ...": every row, for messages. */
-void ddstore_backend_list(char *buf, size_t cap);
+DDS_API void ddstore_backend_list(char *buf, size_t cap);
 
 /* Check a method number against the table: 0, or -DDS_EINVAL naming the
  * value and the methods there are (`what` starts the message, e.g.
  * "method"), or -DDS_ENOSYS when its row is not built. */
-int ddstore_backend_check(int method, const char *what);
+DDS_API int ddstore_backend_check(int method, const char *what);
 
 /* Register every settings table: core's, the file communicator's and each
  * built row's (idempotent). */
-void ddstore_config_register_all(void);
+DDS_API void ddstore_config_register_all(void);
 
 /* Versions for ddstore-info: "libddstore", "ddstore-core", "ddstore-gpu",
  * then each row's package (once; "not built (...)" when absent) and
@@ -101,19 +101,19 @@ typedef struct ddstore_version_entry {
     char name[64];
     char version[256];
 } ddstore_version_entry_t;
-size_t ddstore_versions(ddstore_version_entry_t *out, size_t cap);
+DDS_API size_t ddstore_versions(ddstore_version_entry_t *out, size_t cap);
 
 /* ---- the MPI lifetime of a process (ddstore-mpi; -DDS_ENOSYS without) --- */
 
 /* MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is initialised;
  * *started_p = 1 when this call started it (ddmpi_init). */
-int ddstore_mpi_init(int *provided_p, int *started_p);
+DDS_API int ddstore_mpi_init(int *provided_p, int *started_p);
 /* MPI_Finalize when ddstore_mpi_init started MPI (ddmpi_finalize_if_ours);
  * 0 without MPI. */
-int ddstore_mpi_finalize_if_ours(void);
+DDS_API int ddstore_mpi_finalize_if_ours(void);
 /* The store's communicator over an MPI communicator ((const MPI_Comm *),
  * collective: a dup). */
-int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p);
+DDS_API int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p);
 
 #ifdef __cplusplus
 }

@@ -32,13 +32,14 @@
 #include "ddstore/memops.h"
 #include "ddstore/store.h"
 #include "ddstore/transport.h"
+#include "ddstore/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /* The hub's version (libddstore/VERSION), at run time. */
-const char *ddstore_version(void);
+DDS_API const char *ddstore_version(void);
 
 /* ---- process start-up ---------------------------------------------------- */
 
@@ -52,7 +53,7 @@ const char *ddstore_version(void);
  * logged), or -DDS_ECONFIG (bad DDSTORE_FORK_WORKERS; detail in
  * dds_last_error()).  Not thread-safe (setenv): call from the main thread,
  * first thing.  pyddstore._core calls it when it is imported. */
-int ddstore_env_prepare(void);
+DDS_API int ddstore_env_prepare(void);
 
 /* ---- opening a store ----------------------------------------------------- */
 
@@ -106,17 +107,17 @@ typedef struct ddstore_open_params {
  * -DDS_ENOSYS (method not built: no MPI / no libfabric), the transport's
  * and dds_store_create's codes.  No Python calls; thread-safe (different
  * communicators). */
-int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p);
+DDS_API int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p);
 
 /* The method DDSTORE_METHOD names (core's registry, an int; unset or
  * empty: 0), checked against the backend table (backends.h).  0, or
  * -DDS_ECONFIG naming the value and listing the methods. */
-int ddstore_method_from_env(int *method_p);
+DDS_API int ddstore_method_from_env(int *method_p);
 
 /* Only the transport of ddstore_open (for callers that build the store
  * themselves).  Collective over params->comm, which must be set (borrowed).
  * 0 and *transport_p (ownership to the caller), or a negative DDS_E*. */
-int ddstore_transport_create(const ddstore_open_params_t *params,
+DDS_API int ddstore_transport_create(const ddstore_open_params_t *params,
                              dds_transport_t *transport_p);
 
 /* The lazy GPU memory system ddstore_open hands to the store: wraps
@@ -125,15 +126,15 @@ int ddstore_transport_create(const ddstore_open_params_t *params,
  * DDSTORE_GPU_STAGING_BYTES sets the staging limit.  0 and *ms (ownership to
  * the caller: ms->ops->destroy(ms->ctx), or to a store), or -DDS_ENOGPU in
  * a build without GPU support, -DDS_ENOMEM. */
-int ddstore_gpu_memsys_create(dds_memsys_t *ms);
+DDS_API int ddstore_gpu_memsys_create(dds_memsys_t *ms);
 
 /* ---- names --------------------------------------------------------------- */
 
 /* "host", "cuda", "rocm", or "unknown". */
-const char *ddstore_mem_kind_name(dds_mem_kind_t kind);
+DDS_API const char *ddstore_mem_kind_name(dds_mem_kind_t kind);
 /* dtype from its name: dds_dtype_name()'s names, plus "torch.<name>",
  * "half" (float16) and "bool_" (numpy).  0, or -DDS_ETYPE. */
-int ddstore_dtype_from_name(const char *name, dds_dtype_t *dtype_p);
+DDS_API int ddstore_dtype_from_name(const char *name, dds_dtype_t *dtype_p);
 
 #ifdef __cplusplus
 }

@@ -8,7 +8,6 @@
  *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion
  *   pydds_gpu.c       __cuda_array_interface__ -> dds_buf_t, GPU test hooks
  *   pydds_comm.c      communicator resolution (None / mpi4py / _dds_comm)
- *   pydds_capi.c      the C API capsule (ddstore/api.h)
  *
  * Opening a store by method (communicator, transport, lazy GPU memsys) is
  * libddstore's (ddstore/open.h); so is the store's lifetime (ddstore/pin.h).
@@ -34,7 +33,8 @@
 
 #include "ddstore/errors.h"
 #include "ddstore/store.h"
-#include "ddstore/api.h"
+#include "ddstore/comm_provider.h"
+#include "ddstore/exc.h"
 #include "ddstore/open.h"
 #include "ddstore/pin.h"
 
@@ -101,7 +101,7 @@ typedef struct pydds_store_obj {
     pydds_reader_obj *fork_reader; /* store-level reads of a forked child
                                     (its pid in ->pid; a reference held)    */
     PyObject *recv_bufs;         /* {(ptr, nbytes): exporter} registered     */
-    PyObject *keep;              /* {name: [objects kept alive]} (C API)     */
+    PyObject *keep;              /* {name: [objects kept alive]}             */
     PyObject *weakreflist;
     struct pydds_store_obj *live_prev, *live_next;  /* live stores (GIL)     */
 } pydds_store_obj;
@@ -112,6 +112,8 @@ struct pydds_reader_obj {
     dds_reader_t *reader;        /* NULL once closed (owner's life lock)      */
     int flags;                   /* DDS_READER_THREAD / DDS_READER_FORKED     */
     pid_t pid;
+    uint64_t handle;             /* libddstore handle (ddstore/pin.h), 0 when
+                                    closed: Reader._handle                   */
     PyObject *weakreflist;
     pydds_reader_obj *prev, *next;  /* in owner->readers (GIL)               */
 };
@@ -255,10 +257,6 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 /* Destroy the communicator if it was not handed to a store. */
 void pydds_comm_res_cleanup(pydds_comm_res_t *res);
 
-/* ---- C API capsule (pydds_capi.c) --------------------------------------- */
-/* (the table's type: libddstore's ddstore/api.h) */
-
-PyObject *pydds_capi_capsule(void);
 /* Keep `ref` alive until variable `name` is freed (free(), destroy). */
 int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref);
 

@@ -6,7 +6,7 @@
  *                            one-rank "self" communicator when size <= 1
  *   object with `_dds_comm`  a capsule PYDDSTORE_COMM_CAPSULE holding a
  *                            pyddstore_comm_provider_t (FileComm, torch
- *                            groups: ddstore/api.h)
+ *                            groups: ddstore/comm_provider.h)
  *   mpi4py communicator      its MPI_Comm through mpi4py.MPI._addressof
  *                            (mpi4py is imported only for such an object)
  */

@@ -9,24 +9,21 @@
 PyObject *pydds_Error = NULL;
 PyObject *pydds_KeyError = NULL;
 
+/* libddstore's mapping (ddstore/exc.h), the torch extension's too. */
 PyObject *pydds_exc_class(int rc)
 {
-    switch (rc < 0 ? -rc : rc) {
-    case DDS_ENOENT:
+    switch (ddstore_exc_of(rc)) {
+    case DDSTORE_EXC_KEY:
         return pydds_KeyError;
-    case DDS_ERANGE:
+    case DDSTORE_EXC_INDEX:
         return PyExc_IndexError;
-    case DDS_EINVAL:
-    case DDS_EEXIST:
-    case DDS_ECONFIG:
-    case DDS_ENOSPC:     /* a ragged read's destination is too small */
+    case DDSTORE_EXC_VALUE:
         return PyExc_ValueError;
-    case DDS_ETYPE:
+    case DDSTORE_EXC_TYPE:
         return PyExc_TypeError;
-    case DDS_ENOMEM:
+    case DDSTORE_EXC_MEMORY:
         return PyExc_MemoryError;
-    default: /* EIO ETIMEDOUT EFREED ETRANSPORT ENOGPU ESTALE ECORRUPT ENOSYS
-                EBUSY EPEER ... */
+    default:
         return pydds_Error;
     }
 }

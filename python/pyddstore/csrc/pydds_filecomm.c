@@ -352,7 +352,7 @@ static PyGetSetDef filecomm_getset[] = {
      "DDSTORE_COLLECTIVE_TIMEOUT_S)",
      NULL},
     {"_dds_comm", (getter)filecomm_get_capsule, NULL,
-     "capsule 'pyddstore._dds_comm' (ddstore/api.h): how PyDDStore makes "
+     "capsule 'pyddstore._dds_comm' (ddstore/comm_provider.h): how PyDDStore makes "
      "its communicator",
      NULL},
     {NULL, NULL, NULL, NULL, NULL}};

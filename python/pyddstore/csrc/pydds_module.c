@@ -241,7 +241,7 @@ static PyMethodDef mod_methods[] = {
      "is an error."},
     {"_self_comm", mod_self_comm, METH_NOARGS,
      "A '_dds_comm' capsule for a one-rank communicator (what an object "
-     "passed as comm_or_none exposes; see ddstore/api.h)."},
+     "passed as comm_or_none exposes; see ddstore/comm_provider.h)."},
     {"core_version", mod_core_version, METH_NOARGS,
      "core_version() -> str: version of ddstore-core linked into _core."},
     {"strerror", mod_strerror, METH_O,
@@ -263,8 +263,9 @@ static PyMethodDef mod_methods[] = {
 
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "pyddstore._core",
-    "pyddstore's CPython extension: PyDDStore over the buffer protocol, the "
-    "exceptions, and the C API capsule _C_API used by the torch extension.",
+    "pyddstore's CPython extension: PyDDStore over the buffer protocol and "
+    "the exceptions (the C libraries are libddstore.so, shared with the torch "
+    "extension).",
     -1, mod_methods, NULL, NULL, NULL, NULL};
 
 static int add_exceptions(PyObject *m)
@@ -337,7 +338,7 @@ static int register_atexit(PyObject *m)
 PyMODINIT_FUNC PyInit__core(void)
 {
     static int forked_registered = 0;
-    PyObject *m, *capsule;
+    PyObject *m;
     /* First: the libfabric settings that libfabric (or an MPI built on it)
      * reads once when it starts; importing pyddstore starts neither.  A bad
      * DDSTORE_FORK_WORKERS is logged and ignored here (the settings it
@@ -379,13 +380,6 @@ PyMODINIT_FUNC PyInit__core(void)
         PyModule_AddFunctions(m, pydds_handshake_methods) < 0 ||
         PyModule_AddFunctions(m, pydds_files_methods) < 0)
         goto fail;
-    if (PyModule_AddIntConstant(m, "API_VERSION", PYDDSTORE_API_VERSION) < 0)
-        goto fail;
-    capsule = pydds_capi_capsule();
-    if (capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
-        Py_XDECREF(capsule);
-        goto fail;
-    }
     if (register_atexit(m) < 0)
         goto fail;
     dds_config_register_core();   /* DDSTORE_METHOD & co. (idempotent) */

@@ -14,6 +14,8 @@
 /* Caller holds the owner's life lock for writing (and the GIL). */
 void pydds_reader_close_locked(pydds_reader_obj *r)
 {
+    ddstore_handle_drop(r->handle);   /* the torch extension's way in */
+    r->handle = 0;
     if (r->reader != NULL && r->owner != NULL && PYDDS_STORE(r->owner) != NULL &&
         r->pid == getpid())
         dds_store_reader_close(PYDDS_STORE(r->owner), r->reader);
@@ -47,6 +49,7 @@ PyObject *pydds_reader_new(pydds_store_obj *owner, int flags)
     r->reader = NULL;
     r->flags = flags;
     r->pid = getpid();
+    r->handle = 0;
     r->weakreflist = NULL;
     r->prev = r->next = NULL;
 
@@ -60,6 +63,11 @@ PyObject *pydds_reader_new(pydds_store_obj *owner, int flags)
                        "deallocation); create a new store");
     else
         rc = dds_store_reader_open(PYDDS_STORE(owner), flags, &rd);
+    if (rc == 0) {
+        rc = ddstore_pin_reader_handle(owner->pin, rd, &r->handle);
+        if (rc < 0)
+            dds_store_reader_close(PYDDS_STORE(owner), rd);
+    }
     if (rc < 0)
         ddstore_pin_release(owner->pin);
     Py_END_ALLOW_THREADS
@@ -209,6 +217,19 @@ static PyObject *reader_get_store(pydds_reader_obj *r, void *c)
     return Py_NewRef((PyObject *)r->owner);
 }
 
+/* The reader's libddstore handle (ddstore/pin.h), by which the torch
+ * extension finds and pins it; a closed reader's handle is stale
+ * (-DDS_EFREED there), so this raises once it is closed. */
+static PyObject *reader_get_handle(pydds_reader_obj *r, void *c)
+{
+    (void)c;
+    if (r->handle == 0) {
+        dds_error(-DDS_EFREED, "this reader was closed");
+        return pydds_raise(-DDS_EFREED);
+    }
+    return PyLong_FromUnsignedLongLong((unsigned long long)r->handle);
+}
+
 static PyObject *reader_get_closed(pydds_reader_obj *r, void *c)
 {
     (void)c;
@@ -282,6 +303,8 @@ static PyMethodDef reader_methods[] = {
 static PyGetSetDef reader_getset[] = {
     {"store", (getter)reader_get_store, NULL, "the PyDDStore read from", NULL},
     {"closed", (getter)reader_get_closed, NULL, "True after close()", NULL},
+    {"_handle", (getter)reader_get_handle, NULL,
+     "libddstore handle of this reader (for the torch extension)", NULL},
     {"kind", (getter)reader_get_kind, NULL, "'thread' or 'forked'", NULL},
     {"rank", (getter)reader_get_rank, NULL, "the store's rank", NULL},
     {"size", (getter)reader_get_size, NULL, "the store's size", NULL},

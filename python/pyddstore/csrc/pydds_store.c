@@ -491,6 +491,7 @@ void pydds_store_destroy(pydds_store_obj *s)
     }
     Py_XDECREF(bufs);
     Py_XDECREF(keep);
+    ddstore_pin_release_keeps(s->pin);   /* the torch extension's shards */
 }
 
 static int store_traverse(pydds_store_obj *s, visitproc visit, void *arg)
@@ -1251,6 +1252,27 @@ static PyObject *store_init_ragged(pydds_store_obj *s, PyObject *args,
     Py_RETURN_NONE;
 }
 
+int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref)
+{
+    PyObject *list;
+    if (s->keep == NULL) {
+        PyErr_SetString(pydds_Error, "this PyDDStore was destroyed");
+        return -1;
+    }
+    list = PyDict_GetItemString(s->keep, name);   /* borrowed */
+    if (list == NULL) {
+        int rc;
+        list = PyList_New(0);
+        if (list == NULL)
+            return -1;
+        rc = PyDict_SetItemString(s->keep, name, list);
+        Py_DECREF(list);
+        if (rc < 0)
+            return -1;
+    }
+    return PyList_Append(list, ref);
+}
+
 /* GPU memory is registered in place: the store keeps `arr` alive until the
  * variable is released (free(), destruction).  Kept before the collective
  * call (add_keep: the name's keep list, a new reference, or NULL when
@@ -1447,6 +1469,7 @@ static PyObject *store_free(pydds_store_obj *s, PyObject *unused)
         s->keep = PyDict_New();
     }
     Py_XDECREF(keep);
+    ddstore_pin_release_keeps(s->pin);
     if (rc < 0)
         return pydds_raise(rc);
     Py_RETURN_NONE;
@@ -1643,6 +1666,15 @@ static PyObject *store_get_method(pydds_store_obj *s, void *c)
     return PyLong_FromLong(s->method);
 }
 
+/* The store's libddstore handle (ddstore/pin.h), by which the torch
+ * extension finds and pins it (stale once destroyed: -DDS_EFREED there). */
+static PyObject *store_get_handle(pydds_store_obj *s, void *c)
+{
+    (void)c;
+    return PyLong_FromUnsignedLongLong(
+        (unsigned long long)ddstore_pin_handle(s->pin));
+}
+
 static PyObject *store_get_destroyed(pydds_store_obj *s, void *c)
 {
     (void)c;
@@ -1794,6 +1826,8 @@ static PyGetSetDef store_getset[] = {
      "0 MPI RMA, 1 libfabric, 2 libfabric split jobs", NULL},
     {"destroyed", (getter)store_get_destroyed, NULL,
      "True once the C store is gone (interpreter exit)", NULL},
+    {"_handle", (getter)store_get_handle, NULL,
+     "libddstore handle of this store (for the torch extension)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 PyTypeObject pydds_StoreType = {
