@@ -275,9 +275,11 @@ int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_
                            sizeof t->hs.nic_map - 1);
         snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
     }
+    if (!rc)
+        rc = ddofi_tr_settings_load(t, tp);
     if (!rc) {
         /* libfabric reads its fork settings once, at its first use */
-        rc = ddofi_tr_env_prepare();
+        rc = ddofi_tr_env_prepare(&t->set);
     }
     if (rc) {
         char saved[768];
@@ -496,14 +498,12 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
         tp.nic_map = t->hs.nic_map;
     }
     ddofi_fabric_params_t fp;
-    rc = ddofi_tr_read_settings(&tp, same_host, 0, &fp);
+    rc = ddofi_tr_read_settings(t, &tp, same_host, 0, &fp);
     if (rc)
         return rc;
     fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
     fp.local_only = (rec->flags & DDOFI_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
-    const char *want = NULL;
-    if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
-        return rc;
+    const char *want = t->set.fabric;
     const int forced = want && want[0] && strcmp(want, "auto") != 0;
     if (!forced) {
         fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
@@ -533,10 +533,7 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
     snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
     snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
     t->need_local_mr = t->attr.mr_local;
-    if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
-        t->thp = 0;
-    if ((rc = ddofi_tr_peers_setting(&t->eager_peers)) != 0)
-        goto fail;
+    t->thp = t->set.thp;
     t->addr_stride = 1;
     for (int i = 0; i < n; i++)
         if (rec->ranks[i].addr_len > t->addr_stride)

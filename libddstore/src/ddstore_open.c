@@ -16,6 +16,7 @@
 
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
+#include "ddstore/settings.h"
 
 /* Bazel and CMake generate ddstore/hub_version.h from VERSION; builds
  * without it (tools/dev-build.sh) pass -DDDSTORE_HUB_VERSION='"x.y.z"'. */
@@ -62,7 +63,7 @@ static const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
 }
 
 static int make_ofi(int method, const ddstore_open_params_t *args,
-                    dds_transport_t *transport_p)
+                    const dds_settings_t *settings, dds_transport_t *transport_p)
 {
 #ifdef DDSTORE_HAVE_OFI
     /* methods 1 and 2: ddstore-ofi's adapter, addresses exchanged over
@@ -74,6 +75,10 @@ static int make_ofi(int method, const ddstore_open_params_t *args,
     const char *nic = str_or_empty(m, DDSTORE_OPEN_FIELD_NIC_MAP, args->nic_map);
     ddofi_transport_params_t p;
     memset(&p, 0, sizeof p);
+    if (settings != NULL) {
+        p.field_mask |= DDOFI_TRANSPORT_FIELD_SETTINGS;
+        p.settings = settings;
+    }
     if (nic[0] != '\0') {
         p.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
         p.nic_map = nic;
@@ -94,6 +99,7 @@ static int make_ofi(int method, const ddstore_open_params_t *args,
     return ddofi_transport_create(&args->comm, &p, transport_p);
 #endif
     (void)args;
+    (void)settings;
     (void)transport_p;
     return dds_error(-DDS_ENOSYS,
                      "method %d needs libfabric, and this build of ddstore "
@@ -142,7 +148,11 @@ int ddstore_transport_create(const ddstore_open_params_t *params,
 #endif
     case DDSTORE_METHOD_OFI:
     case DDSTORE_METHOD_OFI_SPLIT:
-        return make_ofi(method, params, transport_p);
+        return make_ofi(method, params,
+                        (params->field_mask & DDSTORE_OPEN_FIELD_SETTINGS)
+                            ? params->settings
+                            : NULL,
+                        transport_p);
     default:
         return dds_error(-DDS_EINVAL,
                          "method: expected 0 (MPI RMA), 1 (libfabric) or 2 "
@@ -180,6 +190,7 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
 {
     dds_store_params_t sp;
     dds_transport_t tr;
+    dds_settings_t settings;
     int rc, have_tr;
 
     memset(&sp, 0, sizeof sp);
@@ -212,11 +223,17 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
     }
 
     {
-        /* the transport sees the communicator ddstore_open holds */
+        /* the transport sees the communicator ddstore_open holds, and core's
+         * settings, read once here and handed down (to the store too) */
         ddstore_open_params_t tp = *params;
         tp.comm = sp.comm;
         memset(&tr, 0, sizeof tr);
-        rc = ddstore_transport_create(&tp, &tr);
+        rc = dds_settings_read(&settings);
+        if (rc == 0) {
+            tp.field_mask |= DDSTORE_OPEN_FIELD_SETTINGS;
+            tp.settings = &settings;
+            rc = ddstore_transport_create(&tp, &tr);
+        }
     }
     have_tr = rc == 0;
     rc = dds_comm_agree(&sp.comm, rc);
@@ -227,6 +244,8 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
         return rc;
     }
     sp.transport = tr;
+    sp.field_mask |= DDS_STORE_PARAM_SETTINGS;
+    sp.settings = &settings;
     /* GPU memory operations (lazy: nothing is probed until a GPU buffer is
      * used); none in a build without GPU support: the host path */
     if (!(params->field_mask & DDSTORE_OPEN_FIELD_NO_GPU)) {

@@ -12,18 +12,6 @@
 #include "ddstore/ofi_transport.h"
 #endif
 
-/* Every library's table, registered once. */
-static void register_all(void)
-{
-    dds_config_register_core();
-#ifdef HAVE_MPI
-    ddmpi_config_register();
-#endif
-#ifdef DDSTORE_HAVE_OFI
-    ddofi_transport_register_config();
-#endif
-}
-
 static const char *type_name(dds_config_type_t t)
 {
     switch (t) {
@@ -32,6 +20,8 @@ static const char *type_name(dds_config_type_t t)
     case DDS_CONFIG_DOUBLE: return "float";
     case DDS_CONFIG_STRING: return "string";
     case DDS_CONFIG_ENUM: return "enum";
+    case DDS_CONFIG_SECONDS: return "seconds";
+    case DDS_CONFIG_SIZE: return "size";
     }
     return "?";
 }
@@ -47,7 +37,7 @@ static PyObject *mod_config_entries(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    register_all();
+    pydds_config_register_all();
     size_t n = dds_config_count();
     PyObject *list = PyList_New(0);
     if (list == NULL)
