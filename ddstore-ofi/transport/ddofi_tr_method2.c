@@ -27,6 +27,7 @@
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
+#include "ddstore/comm_file.h"
 #include "ddofi_tr_internal.h"
 
 static double now_s(void)
@@ -55,27 +56,26 @@ static uint64_t random_id(void)
 static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
 {
     const char *dir = tp->handshake_dir, *ns = tp->exchange_ns;
-    int rc;
-    if ((!dir || !dir[0]) && (rc = dds_config_get_string("DDSTORE_HANDSHAKE_DIR", &dir)))
+    dds_filecomm_settings_t set;
+    int rc = dds_filecomm_settings_read(&set);
+    if (rc)
         return rc;
+    if (!dir || !dir[0])
+        dir = set.handshake_dir;
     if (!dir || !dir[0])
         return dds_error(-DDS_ECONFIG, "method 2 needs a handshake directory shared by the "
                          "core and reader jobs: handshake_dir= or DDSTORE_HANDSHAKE_DIR");
     if (strlen(dir) >= sizeof hs->dir)
         return dds_error(-DDS_ECONFIG, "handshake_dir is longer than %zu bytes",
                          sizeof hs->dir - 1);
-    if ((!ns || !ns[0]) && (rc = dds_config_get_string("DDSTORE_EXCHANGE_NS", &ns)))
-        return rc;
+    if (!ns || !ns[0])
+        ns = set.exchange_ns;
     if (!ns)
         ns = "";
     if (strlen(ns) > DDOFI_HS_NS_MAX)
         return dds_error(-DDS_ECONFIG, "exchange_ns '%.20s...' is longer than %d bytes", ns,
                          DDOFI_HS_NS_MAX);
-    if ((rc = dds_config_get_double("DDSTORE_HANDSHAKE_TIMEOUT_S", &hs->join_timeout_s)))
-        return rc;
-    if (!(hs->join_timeout_s > 0))
-        return dds_error(-DDS_ECONFIG, "DDSTORE_HANDSHAKE_TIMEOUT_S must be > 0, got %g",
-                         hs->join_timeout_s);
+    hs->join_timeout_s = set.handshake_timeout_s; /* > 0 or inf (its declaration) */
     snprintf(hs->dir, sizeof hs->dir, "%s", dir);
     snprintf(hs->ns, sizeof hs->ns, "%s", ns);
     memset(hs->myhost, 0, sizeof hs->myhost);

@@ -163,12 +163,9 @@ def handshake_dir(given=None):
 
 
 def handshake_timeout():
-    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable): seconds >= 0, or inf."""
-    t = _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
-    if t < 0:
-        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={_raw('DDSTORE_HANDSHAKE_TIMEOUT_S')!r}: "
-                         "expected seconds >= 0")
-    return t
+    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable, the same rule as in C):
+    seconds > 0, or inf."""
+    return _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
 
 
 def collective_timeout():
