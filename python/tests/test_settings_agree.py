@@ -56,3 +56,37 @@ def test_bad_setting_on_one_rank_fails_every_rank(name, value, monkeypatch):
     # the job goes on: a store can be created afterwards
     s = pyddstore.PyDDStore(comm)
     s.free()
+
+
+@pytest.mark.parametrize("name", ["DDSTORE_READ_TIMEOUT_S", "DDSTORE_COLLECTIVE_TIMEOUT_S",
+                                  "DDSTORE_HANDSHAKE_TIMEOUT_S"])
+def test_durations_have_one_meaning(name, monkeypatch):
+    """Every duration is seconds > 0, or inf for no limit, wherever it is read
+    (DDSTORE_HANDSHAKE_TIMEOUT_S=0 was taken by Python and refused by C)."""
+    from pyddstore import _core
+    monkeypatch.setenv(name, "0")
+    with pytest.raises(ValueError, match=f"{name}='0'"):
+        _core.config_get(name)
+    with pytest.raises(ValueError, match=name):
+        _core.settings()
+    monkeypatch.setenv(name, "inf")
+    assert _core.settings()[name] == float("inf")
+    monkeypatch.delenv(name)
+    assert _core.settings()[name] > 0
+
+
+def test_python_booleans_follow_c(monkeypatch):
+    """pyddstore.torch.env reads booleans with C's rule: blank is unset (the
+    default), 't'/'n' are booleans; a bad value names the variable."""
+    pytest.importorskip("torch")
+    from pyddstore import _core
+    from pyddstore.torch import env
+    for text, want in (("t", True), ("N", False), (" yes ", True), ("off", False)):
+        assert _core.parse_bool(text) is want
+        monkeypatch.setenv("DDSTORE_BATCH_GET", text)
+        assert env.batch_get() is want
+    monkeypatch.setenv("DDSTORE_BATCH_GET", "")
+    assert env.batch_get() is True
+    monkeypatch.setenv("DDSTORE_BATCH_GET", "maybe")
+    with pytest.raises(ValueError, match="DDSTORE_BATCH_GET='maybe'"):
+        env.batch_get()
