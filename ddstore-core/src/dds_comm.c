@@ -81,6 +81,29 @@ void dds_comm_destroy(dds_comm_t *comm)
 
 #define AGREE_WORDS 64 /* detail carried: 64 x 8 bytes, NUL included */
 
+/* A detail that already names its rank ("rank 3: ...", from an earlier
+ * agreement) is passed on as it is, not as "rank 0: rank 3: ...". */
+static int names_a_rank(const char *text)
+{
+    size_t i = 5;
+    if (strncmp(text, "rank ", 5) != 0 || text[i] < '0' || text[i] > '9')
+        return 0;
+    while (text[i] >= '0' && text[i] <= '9')
+        i++;
+    return text[i] == ':';
+}
+
+/* "rank R: " before this rank's own detail (what the others will read). */
+static void name_self(const dds_comm_t *comm, int rc)
+{
+    char text[AGREE_WORDS * 8];
+    snprintf(text, sizeof(text), "%s", dds_last_error());
+    if (names_a_rank(text))
+        return;
+    dds_error(rc, "rank %d: %s", comm->rank,
+              text[0] != '\0' ? text : dds_strerror(rc));
+}
+
 /* Success path: one allreduce(MIN) of three int64: one encoding (rank,
  * code) of every failing rank (INT64_MAX for success), so the lowest failing
  * rank wins, and the call's tag and its negation (mismatch check).
@@ -88,12 +111,24 @@ void dds_comm_destroy(dds_comm_t *comm)
  * winning rank contributes its detail text and every other rank INT64_MAX,
  * which carries the text to every rank without any memory that grows with
  * the number of ranks. */
+static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named);
+
 int dds_comm_agree(const dds_comm_t *comm, int rc)
 {
-    return dds_comm_agree_tag(comm, rc, 0);
+    return agree(comm, rc, 0, 0);
 }
 
 int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag)
+{
+    return agree(comm, rc, tag, 0);
+}
+
+int dds_comm_agree_named(const dds_comm_t *comm, int rc)
+{
+    return agree(comm, rc, 0, 1);
+}
+
+static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named)
 {
     int64_t key, words[AGREE_WORDS], first[3];
     int xrc, frank, fcode;
@@ -104,8 +139,11 @@ int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag)
         rc = -rc;
     if (tag < 0)
         return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
-    if (comm->size <= 1)
+    if (comm->size <= 1) {
+        if (rc != 0 && named)
+            name_self(comm, rc);
         return rc;
+    }
 
     /* MIN of (key, tag, -tag): the lowest failing rank, and the smallest
      * and largest tag */
@@ -141,6 +179,8 @@ int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag)
     }
     xrc = comm->ops->allreduce_i64(comm->ctx, words, AGREE_WORDS,
                                    DDS_REDUCE_MIN);
+    if (comm->rank == frank && named)
+        name_self(comm, fcode);
     if (comm->rank != frank) {
         char text[AGREE_WORDS * 8];
         if (xrc == 0) {
@@ -149,8 +189,11 @@ int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag)
         } else {
             text[0] = '\0';
         }
-        dds_error(fcode, "rank %d: %s", frank,
-                  text[0] != '\0' ? text : dds_strerror(fcode));
+        if (names_a_rank(text))
+            dds_error(fcode, "%s", text);
+        else
+            dds_error(fcode, "rank %d: %s", frank,
+                      text[0] != '\0' ? text : dds_strerror(fcode));
     }
     return fcode;
 

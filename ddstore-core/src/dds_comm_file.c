@@ -55,21 +55,10 @@
 /* ---- configuration ---------------------------------------------------- */
 
 static const dds_config_entry_t filecomm_table[] = {
-    {"DDSTORE_HANDSHAKE_TIMEOUT_S", DDS_CONFIG_DOUBLE, "120", NULL, "core",
-     "seconds a method-2 join waits for the core job's records before "
-     "failing with a timeout naming them (FileComm collectives: "
-     "DDSTORE_COLLECTIVE_TIMEOUT_S)"},
-    {"DDSTORE_HANDSHAKE_DIR", DDS_CONFIG_STRING, NULL, NULL, "core",
-     "FileComm and method 2: directory shared by the jobs (method 2: the core "
-     "job's per-variable record files); created 0700"},
-    {"DDSTORE_EXCHANGE_NS", DDS_CONFIG_STRING, NULL, NULL, "core",
-     "method 2: run namespace written into the core job's records; a reader with a "
-     "namespace accepts only records carrying the same one (e.g. a job id passed "
-     "to both jobs)"},
-    {"DDSTORE_FILECOMM_FSYNC", DDS_CONFIG_BOOL, "0", NULL, "core",
-     "FileComm: fsync each file before publishing it (for shared file "
-     "systems that need it)"},
-};
+    DDS_SETTINGS_TABLE(DDS_FILECOMM_SETTINGS)};
+
+static DDS_SETTINGS_READER(read_settings, dds_filecomm_settings_t,
+                           DDS_FILECOMM_SETTINGS)
 
 static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
 
@@ -82,6 +71,14 @@ static void register_cfg_once(void)
 void dds_comm_file_register_config(void)
 {
     pthread_once(&g_cfg_once, register_cfg_once);
+}
+
+int dds_filecomm_settings_read(dds_filecomm_settings_t *s)
+{
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_filecomm_settings_read: NULL");
+    dds_comm_file_register_config();
+    return read_settings(s);
 }
 
 /* ---- per-process instance numbers per (dir, ns) ----------------------- */
@@ -906,6 +903,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     char nsbuf[256], path[PATH_MAX];
     fc_ctx_t *c;
     int rc, fsync_on = 0, from_env = 0;
+    dds_filecomm_settings_t set;
 
     dds_comm_file_register_config();
     if (comm_p == NULL)
@@ -931,9 +929,10 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
             return rc;
         from_env = 1;
     }
-    rc = dds_config_get_bool("DDSTORE_FILECOMM_FSYNC", &fsync_on);
+    rc = dds_filecomm_settings_read(&set);
     if (rc < 0)
         return rc;
+    fsync_on = set.fsync;
     rc = make_dir(dir, "directory");
     if (rc < 0)
         return rc;

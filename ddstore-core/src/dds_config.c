@@ -23,6 +23,7 @@
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
+#include "ddstore/settings.h"
 
 typedef struct cfg_table {
     const dds_config_entry_t *entries;
@@ -71,6 +72,16 @@ static int parse_bool(const char *s, int *v)
         }
     }
     return -1;
+}
+
+int dds_config_parse_bool(const char *text, int *value_p)
+{
+    int v = 0;
+    if (text == NULL || parse_bool(text, &v) != 0)
+        return -DDS_EINVAL;
+    if (value_p != NULL)
+        *value_p = v;
+    return 0;
 }
 
 static int parse_int(const char *s, int64_t *v)
@@ -302,6 +313,16 @@ static int bad_value(const dds_config_entry_t *e, const char *text,
                      from_env ? "" : " (default)", text, expected);
 }
 
+static int not_seconds(const dds_config_entry_t *e, const char *text,
+                       int from_env)
+{
+    return dds_error(-DDS_ECONFIG,
+                     "%s%s='%s': must be > 0 seconds, or inf for no limit "
+                     "(0 or a negative value does not mean \"no timeout\")",
+                     e->name, from_env ? "" : " (default)",
+                     text != NULL ? text : "");
+}
+
 int dds_config_get_bool(const char *name, int *value_p)
 {
     const dds_config_entry_t *e;
@@ -327,13 +348,19 @@ int dds_config_get_int(const char *name, int64_t *value_p)
     int from_env, rc;
     int64_t v = 0;
 
-    rc = lookup(name, DDS_CONFIG_INT, DDS_CONFIG_INT, &e, NULL);
+    rc = lookup(name, DDS_CONFIG_INT, DDS_CONFIG_SIZE, &e, NULL);
     if (rc != 0)
         return rc;
     text = value_text(e, &from_env);
     if (text != NULL && parse_int(text, &v) != 0)
         return bad_value(e, text, from_env,
-                         "a decimal integer with an optional K/M/G suffix");
+                         e->type == DDS_CONFIG_SIZE
+                             ? "a count >= 0 with an optional K/M/G suffix"
+                             : "a decimal integer with an optional K/M/G "
+                               "suffix");
+    if (e->type == DDS_CONFIG_SIZE && v < 0)
+        return bad_value(e, text, from_env,
+                         "a count >= 0 with an optional K/M/G suffix");
     if (value_p != NULL)
         *value_p = v;
     return 0;
@@ -346,12 +373,17 @@ int dds_config_get_double(const char *name, double *value_p)
     int from_env, rc;
     double v = 0.0;
 
-    rc = lookup(name, DDS_CONFIG_DOUBLE, DDS_CONFIG_DOUBLE, &e, NULL);
+    rc = lookup(name, DDS_CONFIG_DOUBLE, DDS_CONFIG_SECONDS, &e, NULL);
     if (rc != 0)
         return rc;
     text = value_text(e, &from_env);
     if (text != NULL && parse_double(text, &v) != 0)
-        return bad_value(e, text, from_env, "a number (or inf)");
+        return bad_value(e, text, from_env,
+                         e->type == DDS_CONFIG_SECONDS
+                             ? "seconds > 0, or inf for no limit"
+                             : "a number (or inf)");
+    if (e->type == DDS_CONFIG_SECONDS && !(v > 0))
+        return not_seconds(e, text, from_env);
     if (value_p != NULL)
         *value_p = v;
     return 0;
@@ -368,20 +400,40 @@ int dds_config_get_seconds(const char *name, double *value_p)
     if (rc != 0)
         return rc;
     if (!(v > 0)) {
-        rc = lookup(name, DDS_CONFIG_DOUBLE, DDS_CONFIG_DOUBLE, &e, NULL);
+        rc = lookup(name, DDS_CONFIG_DOUBLE, DDS_CONFIG_SECONDS, &e, NULL);
         if (rc != 0)
             return rc;
         text = value_text(e, &from_env);
-        return dds_error(-DDS_ECONFIG,
-                         "%s%s='%s': must be > 0 seconds, or inf for no limit "
-                         "(0 or a negative value does not mean \"no "
-                         "timeout\")",
-                         e->name, from_env ? "" : " (default)",
-                         text != NULL ? text : "");
+        return not_seconds(e, text, from_env);
     }
     if (value_p != NULL)
         *value_p = v;
     return 0;
+}
+
+/* A copy of `s` kept for the life of the process, one per distinct value
+ * (settings read once keep pointing to it whatever setenv does later). */
+typedef struct interned {
+    struct interned *next;
+    char text[];
+} interned_t;
+static interned_t *g_interned;
+
+static const char *intern(const char *s)
+{
+    interned_t *p;
+    size_t len = strlen(s);
+    pthread_mutex_lock(&g_mutex);
+    for (p = g_interned; p != NULL; p = p->next)
+        if (strcmp(p->text, s) == 0)
+            break;
+    if (p == NULL && (p = malloc(sizeof(*p) + len + 1)) != NULL) {
+        memcpy(p->text, s, len + 1);
+        p->next = g_interned;
+        g_interned = p;
+    }
+    pthread_mutex_unlock(&g_mutex);
+    return p != NULL ? p->text : NULL;
 }
 
 static int match_choice(char **choices, const char *text, const char **out)
@@ -426,6 +478,12 @@ int dds_config_get_string(const char *name, const char **value_p)
                  e->choices != NULL ? e->choices : "(no choices)");
         return bad_value(e, text, from_env, expected);
     }
+    if (from_env && v == text) {
+        v = intern(text);
+        if (v == NULL)
+            return dds_error(-DDS_ENOMEM, "config: out of memory for %s",
+                             e->name);
+    }
     if (value_p != NULL)
         *value_p = v;
     return 0;
@@ -444,7 +502,9 @@ static int validate_entry(const dds_config_entry_t *e)
     switch (e->type) {
     case DDS_CONFIG_BOOL: return dds_config_get_bool(e->name, &b);
     case DDS_CONFIG_INT: return dds_config_get_int(e->name, &i);
+    case DDS_CONFIG_SIZE: return dds_config_get_int(e->name, &i);
     case DDS_CONFIG_DOUBLE: return dds_config_get_double(e->name, &d);
+    case DDS_CONFIG_SECONDS: return dds_config_get_seconds(e->name, &d);
     case DDS_CONFIG_STRING:
     case DDS_CONFIG_ENUM: return dds_config_get_string(e->name, &str);
     default: return 0;
@@ -469,37 +529,7 @@ int dds_config_validate_all(void)
 /* ---- core's own table ------------------------------------------------- */
 
 static const dds_config_entry_t core_table[] = {
-    {"DDSTORE_LOG_LEVEL", DDS_CONFIG_ENUM, "warn",
-     "error|warn|info|debug|trace", "core",
-     "log level of every ddstore library"},
-    {"DDSTORE_LOG_SUBSYS", DDS_CONFIG_STRING, "all", NULL, "core",
-     "comma list of subsystems to log (core,mpi,ofi,gpu,torch,py) or all"},
-    {"DDSTORE_PROFILE", DDS_CONFIG_BOOL, "1", NULL, "core",
-     "time reads for get_profile(); 0 keeps counters but skips clocks"},
-    {"DDSTORE_MAX_READ_BYTES", DDS_CONFIG_INT, "0", NULL, "core",
-     "split single reads above this many bytes (0 = transport limit only)"},
-    {"DDSTORE_MERGE_ROW_BYTES", DDS_CONFIG_INT, "64K", NULL, "core",
-     "largest row merged into one read through a staging buffer when its "
-     "destination slots are scattered (0 = 64K)"},
-    {"DDSTORE_READ_TIMEOUT_S", DDS_CONFIG_DOUBLE, "120", NULL, "core",
-     "seconds before a read that made no progress fails with a timeout; "
-     "> 0, or inf for no limit"},
-    {"DDSTORE_COLLECTIVE_TIMEOUT_S", DDS_CONFIG_DOUBLE, "1800", NULL, "core",
-     "seconds a collective call (add, init, free, epoch_begin/end, "
-     "DistDataset creation, FileComm steps) waits for every rank before "
-     "the ranks that arrived fail with a timeout; > 0, or inf for no limit"},
-    {"DDSTORE_METHOD", DDS_CONFIG_INT, "0", NULL, "core",
-     "backend, a method of libddstore's backend table, which checks it: "
-     "0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file handshake "
-     "(`ddstore-info` lists every one)"},
-    {"DDSTORE_GPU_STAGING", DDS_CONFIG_BOOL, "1", NULL, "core",
-     "GPU memory that the transport cannot reach (no FI_HMEM: MPI RMA, tcp, "
-     "Debian's libfabric) goes through pinned host staging buffers and host "
-     "mirrors; 0 makes it an error naming the requirement"},
-    {"DDSTORE_GPU_STAGING_BYTES", DDS_CONFIG_INT, "256M", NULL, "core",
-     "pinned host bytes the GPU staging pool keeps for reuse (soft limit; "
-     "0 = 256M)"},
-};
+    DDS_SETTINGS_TABLE(DDS_CORE_SETTINGS)};
 
 static pthread_once_t g_core_once = PTHREAD_ONCE_INIT;
 
@@ -512,4 +542,14 @@ static void register_core_once(void)
 void dds_config_register_core(void)
 {
     pthread_once(&g_core_once, register_core_once);
+}
+
+static DDS_SETTINGS_READER(read_core, dds_settings_t, DDS_CORE_SETTINGS)
+
+int dds_settings_read(dds_settings_t *s)
+{
+    if (s == NULL)
+        return dds_error(-DDS_EINVAL, "dds_settings_read: NULL output");
+    dds_config_register_core();
+    return read_core(s);
 }

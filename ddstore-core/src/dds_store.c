@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "dds_store_internal.h"
+#include "ddstore/settings.h"
 
 _Atomic unsigned dds_st_fork_gen;
 static pthread_once_t g_fork_once = PTHREAD_ONCE_INIT;
@@ -355,49 +356,33 @@ static int check_memsys(const dds_memsys_t *m)
     return 0;
 }
 
-static int read_store_config(size_t *max_read_p, size_t *merge_p,
-                             int *gpu_staging_p)
+/* Core's settings (read once: given by the caller, else from the
+ * environment) into the store's fields. */
+static int store_settings(const dds_store_params_t *params, size_t *max_read_p,
+                          size_t *merge_p, int *gpu_staging_p)
 {
-    int64_t maxr = 0, merge = 0, gbytes = 0;
-    double read_timeout = 0;
+    dds_settings_t own;
+    const dds_settings_t *st = &own;
     unsigned mask;
-    const char *subsys = NULL;
     int rc;
 
-    dds_config_register_core();
-    rc = dds_config_validate_all();
+    if ((params->field_mask & DDS_STORE_PARAM_SETTINGS) &&
+        params->settings != NULL) {
+        st = params->settings;
+    } else {
+        dds_config_register_core();
+        rc = dds_config_validate_all();
+        if (rc == 0)
+            rc = dds_settings_read(&own);
+        if (rc != 0)
+            return rc;
+    }
+    rc = dds_log_parse_subsys(st->log_subsys, &mask);
     if (rc != 0)
         return rc;
-    if ((rc = dds_config_get_int("DDSTORE_MAX_READ_BYTES", &maxr)) != 0 ||
-        (rc = dds_config_get_int("DDSTORE_MERGE_ROW_BYTES", &merge)) != 0 ||
-        (rc = dds_config_get_string("DDSTORE_LOG_SUBSYS", &subsys)) != 0 ||
-        (rc = dds_config_get_bool("DDSTORE_GPU_STAGING", gpu_staging_p)) !=
-            0 ||
-        (rc = dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &gbytes)) != 0 ||
-        /* the transports read it; a value <= 0 is refused for every one */
-        (rc = dds_config_get_seconds("DDSTORE_READ_TIMEOUT_S",
-                                     &read_timeout)) != 0)
-        return rc;
-    if (gbytes < 0)
-        return dds_error(-DDS_ECONFIG,
-                         "DDSTORE_GPU_STAGING_BYTES='%lld': expected a byte "
-                         "count >= 0 (0 = 256M)",
-                         (long long)gbytes);
-    if (maxr < 0)
-        return dds_error(-DDS_ECONFIG,
-                         "DDSTORE_MAX_READ_BYTES='%lld': expected a byte "
-                         "count >= 0 (0 = the transport's limit)",
-                         (long long)maxr);
-    if (merge < 0)
-        return dds_error(-DDS_ECONFIG,
-                         "DDSTORE_MERGE_ROW_BYTES='%lld': expected a byte "
-                         "count >= 0",
-                         (long long)merge);
-    rc = dds_log_parse_subsys(subsys, &mask);
-    if (rc != 0)
-        return rc;
-    *max_read_p = (size_t)maxr;
-    *merge_p = (size_t)merge;
+    *max_read_p = (size_t)st->max_read_bytes;
+    *merge_p = (size_t)st->merge_row_bytes;
+    *gpu_staging_p = st->gpu_staging;
     return 0;
 }
 
@@ -456,7 +441,7 @@ int dds_store_create(const dds_store_params_t *params, dds_store_t **store_p)
     if (rc == 0 && (params->field_mask & DDS_STORE_PARAM_MEMSYS))
         rc = check_memsys(&ms);
     if (rc == 0)
-        rc = read_store_config(&maxr, &merge, &gpu_staging);
+        rc = store_settings(params, &maxr, &merge, &gpu_staging);
     if (rc == 0) {
         s = calloc(1, sizeof(*s));
         if (s == NULL)

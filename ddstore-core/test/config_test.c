@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "ddstore/config.h"
+#include "ddstore/settings.h"
 
 static const dds_config_entry_t table[] = {
     {"DDSTEST_FLAG", DDS_CONFIG_BOOL, "0", NULL, "test", "a flag"},
@@ -265,6 +266,74 @@ static void test_seconds(void)
     CHECK_RC(dds_config_get_seconds("DDSTORE_MAX_READ_BYTES", &d), -DDS_EINVAL);
 }
 
+/* One declaration (settings.h) gives the registry row, the struct field and
+ * its read; durations and sizes keep one meaning through every getter. */
+#define TEST_SETTINGS(X)                                                       \
+    X(flag, "DDSTEST_S_FLAG", BOOL, "1", NULL, "test", "a flag")               \
+    X(bytes, "DDSTEST_S_BYTES", SIZE, "2K", NULL, "test", "a size")            \
+    X(wait_s, "DDSTEST_S_WAIT", SECONDS, "3", NULL, "test", "a duration")      \
+    X(word, "DDSTEST_S_WORD", STRING, NULL, NULL, "test", "a word")
+typedef struct {
+    DDS_SETTINGS_FIELDS(TEST_SETTINGS)
+} test_settings_t;
+static const dds_config_entry_t test_rows[] = {DDS_SETTINGS_TABLE(TEST_SETTINGS)};
+static DDS_SETTINGS_READER(read_test_settings, test_settings_t, TEST_SETTINGS)
+
+static void test_typed_settings(void)
+{
+    test_settings_t t;
+    dds_settings_t core;
+    double d = 0;
+    int b = -1;
+    CHECK_OK(dds_config_register(test_rows, sizeof test_rows / sizeof test_rows[0]));
+    CHECK(dds_config_find("DDSTEST_S_WAIT")->type == DDS_CONFIG_SECONDS);
+    CHECK_STREQ(dds_config_find("DDSTEST_S_BYTES")->library, "test");
+    CHECK_OK(read_test_settings(&t));
+    CHECK_EQ(t.flag, 1);
+    CHECK_EQ(t.bytes, 2048);
+    CHECK(t.wait_s == 3.0);
+    CHECK(t.word == NULL);
+    /* strings are copies: a later setenv does not change a value read */
+    setenv("DDSTEST_S_WORD", "first", 1);
+    CHECK_OK(read_test_settings(&t));
+    setenv("DDSTEST_S_WORD", "second", 1);
+    CHECK_STREQ(t.word, "first");
+    unsetenv("DDSTEST_S_WORD");
+    /* a size is >= 0 */
+    setenv("DDSTEST_S_BYTES", "-1", 1);
+    CHECK_RC(read_test_settings(&t), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_S_BYTES='-1'");
+    unsetenv("DDSTEST_S_BYTES");
+    /* a duration is > 0 or inf for every getter */
+    setenv("DDSTEST_S_WAIT", "0", 1);
+    CHECK_RC(read_test_settings(&t), -DDS_ECONFIG);
+    CHECK_RC(dds_config_get_double("DDSTEST_S_WAIT", &d), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTEST_S_WAIT='0'");
+    setenv("DDSTEST_S_WAIT", "inf", 1);
+    CHECK_OK(read_test_settings(&t));
+    CHECK(t.wait_s > 1e300);
+    unsetenv("DDSTEST_S_WAIT");
+    /* core's struct */
+    unsetenv("DDSTORE_READ_TIMEOUT_S");
+    unsetenv("DDSTORE_METHOD");
+    CHECK_OK(dds_settings_read(&core));
+    CHECK(core.read_timeout_s == 120.0);
+    CHECK(core.collective_timeout_s == 1800.0);
+    CHECK_STREQ(core.method, "0");
+    CHECK_EQ(core.merge_row_bytes, 65536);
+    setenv("DDSTORE_READ_TIMEOUT_S", "-1", 1);
+    CHECK_RC(dds_settings_read(&core), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_READ_TIMEOUT_S='-1'");
+    unsetenv("DDSTORE_READ_TIMEOUT_S");
+    /* the one boolean rule */
+    CHECK_OK(dds_config_parse_bool(" Yes ", &b));
+    CHECK_EQ(b, 1);
+    CHECK_OK(dds_config_parse_bool("f", &b));
+    CHECK_EQ(b, 0);
+    CHECK_RC(dds_config_parse_bool("maybe", &b), -DDS_EINVAL);
+    CHECK_RC(dds_config_parse_bool("", &b), -DDS_EINVAL);
+}
+
 int main(void)
 {
     RUN_TEST(test_register_and_iterate);
@@ -276,5 +345,6 @@ int main(void)
     RUN_TEST(test_validate_all);
     RUN_TEST(test_core_table);
     RUN_TEST(test_seconds);
+    RUN_TEST(test_typed_settings);
     return CHECK_SUMMARY();
 }

@@ -423,12 +423,46 @@ static const dds_comm_ops_t ddmpi_comm_ops = {
     .destroy = ddmpi_comm_destroy,
 };
 
+/* ---- agreement before a communicator exists ---------------------------- */
+
+static int blocking_allreduce_i64(void *ctx, int64_t *inout, size_t n,
+                                  dds_reduce_op_t op)
+{
+    MPI_Op mop = op == DDS_REDUCE_MAX ? MPI_MAX
+                 : op == DDS_REDUCE_SUM ? MPI_SUM
+                                        : MPI_MIN;
+    return ddmpi_translate_error(MPI_Allreduce(MPI_IN_PLACE, inout, (int)n,
+                                               MPI_INT64_T, mop,
+                                               *(MPI_Comm *)ctx),
+                                 "error agreement");
+}
+
+static const dds_comm_ops_t blocking_ops = {
+    .size = sizeof(dds_comm_ops_t),
+    .name = "mpi-blocking",
+    .allreduce_i64 = blocking_allreduce_i64,
+};
+
+int ddmpi_agree_named(MPI_Comm comm, int rc)
+{
+    dds_comm_t c = {0};
+    int rank = 0, size = 1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    c.ops = &blocking_ops;
+    c.ctx = &comm;
+    c.rank = rank;
+    c.size = size;
+    return dds_comm_agree_named(&c, rc);
+}
+
 int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 {
     ddmpi_comm_t *c;
     MPI_Comm dup = MPI_COMM_NULL;
-    int rank = 0, size = 0, serial, mrc, ok;
+    int rank = 0, size = 0, serial, mrc, ok, settings_rc;
     double timeout_s = 0;
+    char why[512];
 
     if (!comm_p)
         return dds_error(-DDS_EINVAL, "ddmpi_comm_create: comm_p is NULL");
@@ -439,10 +473,14 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
                          ddmpi_finalized() ? "already finalized"
                                            : "not initialised (ddmpi_init)");
 
-    /* the same environment everywhere: a bad value fails every rank */
-    mrc = dds_comm_timeout_s(&timeout_s);
-    if (mrc != 0)
-        return mrc;
+    /* A bad value on some ranks fails every rank, with its name, value and
+     * rank (agreed below, after the collective dup that every rank must
+     * enter); meanwhile the default bounds the agreement itself. */
+    settings_rc = dds_comm_timeout_s(&timeout_s);
+    if (settings_rc != 0) {
+        snprintf(why, sizeof(why), "%s", dds_last_error());
+        timeout_s = 1800;
+    }
     serial = ddmpi_need_serial();
     c = calloc(1, sizeof(*c));
     ddmpi_serial_lock(serial);
@@ -484,5 +522,14 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     comm_p->ctx = c;
     comm_p->rank = rank;
     comm_p->size = size;
+    if (settings_rc != 0)
+        dds_error(settings_rc, "%s", why);
+    mrc = dds_comm_agree_named(comm_p, settings_rc);
+    if (mrc != 0) {
+        ddmpi_comm_destroy(c);
+        comm_p->ops = NULL;
+        comm_p->ctx = NULL;
+        return mrc;
+    }
     return 0;
 }

@@ -49,4 +49,9 @@ void ddmpi_cid_release(MPI_Comm *held, int n);
 void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,
                             uint64_t *shm);
 
+/* dds_comm_agree_named over `comm` with blocking MPI_Allreduce (for the
+ * create functions, before a dds_comm_t exists): 0 everywhere, or every
+ * rank returns the lowest failing rank's code with "rank R: <detail>". */
+int ddmpi_agree_named(MPI_Comm comm, int rc);
+
 #endif

@@ -43,24 +43,31 @@
 #include "ddstore/mpi.h"
 #include "ddmpi_internal.h"
 
-#define DDMPI_ENV_MAX_READ_BYTES "DDSTORE_MPI_MAX_READ_BYTES"
-#define DDMPI_ENV_SHM "DDSTORE_MPI_SHM"
 #define DDMPI_NAME_MAX 127  /* variable names are kept for messages only */
 
 static const dds_config_entry_t ddmpi_config_table[] = {
-    {DDMPI_ENV_MAX_READ_BYTES, DDS_CONFIG_INT, "1G", NULL, "mpi",
-     "largest single MPI_Get of method 0 in bytes (1 .. 2147483647); larger "
-     "reads are split"},
-    {DDMPI_ENV_SHM, DDS_CONFIG_BOOL, "1", NULL, "mpi",
-     "method 0: map the shards of ranks on this node (POSIX shared memory) "
-     "and read them with memcpy, also from forked DataLoader workers; 0 reads "
-     "them with MPI_Get as if they were on other nodes"},
-};
+    DDS_SETTINGS_TABLE(DDMPI_SETTINGS)};
 
 void ddmpi_config_register(void)
 {
     dds_config_register(ddmpi_config_table, sizeof(ddmpi_config_table) /
                                                 sizeof(ddmpi_config_table[0]));
+}
+
+static DDS_SETTINGS_READER(read_settings, ddmpi_settings_t, DDMPI_SETTINGS)
+
+int ddmpi_settings_read(ddmpi_settings_t *s)
+{
+    int rc;
+    if (!s)
+        return dds_error(-DDS_EINVAL, "ddmpi_settings_read: NULL output");
+    ddmpi_config_register();
+    rc = read_settings(s);
+    if (rc == 0 && (s->max_read_bytes < 1 || s->max_read_bytes > INT_MAX))
+        rc = dds_error(-DDS_ECONFIG, "DDSTORE_MPI_MAX_READ_BYTES='%lld': "
+                       "expected a byte count in [1, %d]",
+                       (long long)s->max_read_bytes, INT_MAX);
+    return rc;
 }
 
 typedef struct ddmpi_transport {
@@ -1038,8 +1045,8 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
 {
     ddmpi_transport_t *t = NULL;
     MPI_Comm dup = MPI_COMM_NULL, node = MPI_COMM_NULL;
-    int64_t max_read = (int64_t)DDMPI_MAX_READ_BYTES_DEFAULT;
-    int rc = 0, mrc, serial, fin, init = 0, v[2], shm = 1;
+    ddmpi_settings_t set;
+    int rc = 0, mrc, serial, fin, init = 0, v[2];
 
     if (!transport_p)
         return dds_error(-DDS_EINVAL, "ddmpi_transport_create: transport_p "
@@ -1055,13 +1062,7 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
                              : "not initialised (ddmpi_init)");
 
     /* local checks first; agreed on below so that no rank is left alone */
-    ddmpi_config_register();
-    rc = dds_config_get_int(DDMPI_ENV_MAX_READ_BYTES, &max_read);
-    if (rc == 0 && (max_read < 1 || max_read > INT_MAX))
-        rc = dds_error(-DDS_ECONFIG, "%s=%lld: must be in [1, %d]",
-                       DDMPI_ENV_MAX_READ_BYTES, (long long)max_read, INT_MAX);
-    if (rc == 0)
-        rc = dds_config_get_bool(DDMPI_ENV_SHM, &shm);
+    rc = ddmpi_settings_read(&set);
     if (rc == 0) {
         t = calloc(1, sizeof(*t));
         if (!t)
@@ -1104,6 +1105,10 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     v[1] = mrc == MPI_SUCCESS;
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_INT, MPI_MIN, dup);
+    /* a rank failed: every rank gets its detail, "rank R: ..." (a bad
+     * setting names the variable, the value and the rank that has it) */
+    if (mrc == MPI_SUCCESS && v[1] && v[0] != 0)
+        rc = ddmpi_agree_named(dup, rc);
     if (mrc != MPI_SUCCESS || v[0] != 0 || !v[1]) {
         if (node != MPI_COMM_NULL)
             MPI_Comm_free(&node);
@@ -1130,8 +1135,8 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     t->comm = dup;
     t->node = node;
     t->serial = serial;
-    t->shm = shm;
-    t->max_read = (size_t)max_read;
+    t->shm = set.shm;
+    t->max_read = (size_t)set.max_read_bytes;
     pthread_once(&ddmpi_fork_once, ddmpi_fork_hook);
 
     transport_p->ops = &ddmpi_transport_ops;

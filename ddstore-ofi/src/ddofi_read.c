@@ -350,7 +350,9 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
     /* The timeout bounds time without progress (no read accepted, none
      * completed), so a large batch on a loaded node is not cut short while a
      * dead or silent peer still fails within the bound. */
-    const uint64_t tmo_ns = tmo > 0 ? (uint64_t)(tmo * 1e9) : UINT64_MAX;
+    /* <= 0 and inf (and beyond 584 years) wait for ever: no cast of an
+     * out-of-range double */
+    const uint64_t tmo_ns = tmo > 0 && tmo < 1.8e10 ? (uint64_t)(tmo * 1e9) : UINT64_MAX;
     uint64_t last_progress = t_start;
     long last_refs = 1;
 #define STALLED(now)                                                           \

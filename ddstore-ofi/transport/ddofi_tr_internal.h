@@ -13,7 +13,54 @@
 #include "ddstore/handshake_transport.h"
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
+#include "ddstore/settings.h"
 #include "ddstore/transport.h"
+
+/* The adapter's settings, declared once (settings.h).  The library's own
+ * parameters that ddstore does not own here are mirrored into the registry
+ * as DDSTORE_OFI_<NAME> (ddofi_tr_transport.c). */
+#define DDOFI_TR_SETTINGS(X)                                                   \
+    X(fabric, "DDSTORE_FABRIC", STRING, "auto", NULL, "ofi",                   \
+      "libfabric provider for methods 1/2: auto, cxi, verbs, efa, shm, tcp, "  \
+      "hsn (tcp;ofi_rxm on a Slingshot interface) or any provider string")     \
+    X(iface, "FABRIC_IFACE", STRING, NULL, NULL, "ofi",                        \
+      "libfabric domain (interface) to use, e.g. cxi0, hsn0, mlx5_0, eth0, "   \
+      "lo")                                                                    \
+    X(nic_map, "DDSTORE_NIC_MAP", STRING, NULL, NULL, "ofi",                   \
+      "local rank -> domain: \"0:cxi0,1:cxi1\" (\"*:dom\" for the rest) or a " \
+      "list of names used round-robin")                                        \
+    X(local_only, "DDSTORE_FABRIC_LOCAL_ONLY", ENUM, "auto", "auto|0|1",       \
+      "ofi",                                                                   \
+      "socket providers use 127.0.0.1 only; auto: when every rank is on this " \
+      "host and no interface is named")                                        \
+    X(hmem, "DDSTORE_OFI_HMEM", ENUM, "auto", "auto|0|1", "ofi",               \
+      "open the provider with FI_HMEM (GPU memory): auto = where a NIC "       \
+      "provider (cxi, verbs, efa) offers it, 1 = required")                    \
+    X(thp, "DDSTORE_OFI_THP", BOOL, "1", NULL, "ofi",                          \
+      "same-node direct reads (shm): back shards and registered destinations " \
+      "with transparent huge pages (madvise; copies run ~3x faster with 2 "    \
+      "MiB pages on both sides)")                                              \
+    X(map_shards, "DDSTORE_OFI_MAP_SHARDS", BOOL, "1", NULL, "ofi",            \
+      "method 1: host shards live in shared memory (memfd) that the ranks of " \
+      "the same host and their forked readers map and read with memcpy, as "   \
+      "method 0 does; 0 reads them through libfabric (shm: process_vm_readv)") \
+    X(peers, "DDSTORE_OFI_PEERS", ENUM, "lazy", "lazy|eager", "ofi",           \
+      "methods 1/2: when a reader puts a rank's address into its endpoint: "   \
+      "lazy = at its first read from that rank (a reader holds only the "      \
+      "peers it reads from), eager = every rank when the reader opens")        \
+    X(fork_workers, "DDSTORE_FORK_WORKERS", BOOL, "0", NULL, "ofi",            \
+      "forked DataLoader workers read with methods 1/2: sets "                 \
+      "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "   \
+      "starts (FI_CXI_DISABLE_HOST_REGISTER=1 is set unless given, either "    \
+      "way)")
+
+typedef struct ddofi_tr_settings {
+    DDS_SETTINGS_FIELDS(DDOFI_TR_SETTINGS)
+} ddofi_tr_settings_t;
+
+/* Register and read the adapter's settings: 0 or -DDS_ECONFIG naming the
+ * variable and the value. */
+int ddofi_tr_settings_read(ddofi_tr_settings_t *s);
 
 #define HOST_MAX 64
 
@@ -95,6 +142,8 @@ struct ddofi_tr {
     unsigned char *addrs;      /* nranks x addr_stride: address blobs        */
     size_t addr_stride;        /* the longest blob of any rank (<= DDOFI_ADDR_BLOB_MAX) */
     int eager_peers;           /* DDSTORE_OFI_PEERS=eager                    */
+    dds_settings_t core_set;   /* core's settings, read once at creation     */
+    ddofi_tr_settings_t set;   /* the adapter's, read once at creation       */
     ddofi_tr_reader_t *dflt;
     int need_local_mr;         /* FI_MR_LOCAL                                */
     int thp;                   /* DDSTORE_OFI_THP                            */
@@ -119,12 +168,15 @@ static inline const unsigned char *ddofi_tr_addr(const ddofi_tr_t *t, int i)
 extern const dds_transport_ops_t ddofi_tr_ops;
 int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p);
 void ddofi_tr_reader_free(ddofi_tr_reader_t *r);
-/* ddofi_env_prepare with DDSTORE_FORK_WORKERS from core's registry: 0 or a dds error. */
-int ddofi_tr_env_prepare(void);
-/* DDSTORE_OFI_PEERS: *eager_p 1 for "eager"; 0 or a dds error (bad value). */
-int ddofi_tr_peers_setting(int *eager_p);
-int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
-                      ddofi_fabric_params_t *p);
+/* ddofi_env_prepare with DDSTORE_FORK_WORKERS from `set` (NULL: read now):
+ * 0 or a dds error. */
+int ddofi_tr_env_prepare(const ddofi_tr_settings_t *set);
+/* Core's settings (tp's when given, else read) and the adapter's into t,
+ * once, at creation. */
+int ddofi_tr_settings_load(ddofi_tr_t *t, const ddofi_transport_params_t *tp);
+/* t's settings (ddofi_tr_settings_load) into the library's params. */
+int ddofi_tr_read_settings(const ddofi_tr_t *t, const ddofi_transport_params_t *tp,
+                           int single_node, int local_rank, ddofi_fabric_params_t *p);
 void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p);
 void ddofi_tr_free(ddofi_tr_t *t);
 void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g);

@@ -260,9 +260,7 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
 {
     const int same_ns = rec->pidns == 0 || rec->pidns == t->hs.mypidns;
     const int needed = t->attr.direct_reads || !strcmp(t->attr.quirks, "shm");
-    int map_on = 0;
-    if (dds_config_get_bool("DDSTORE_OFI_MAP_SHARDS", &map_on))
-        map_on = 0;
+    const int map_on = t->set.map_shards;
     g->live = calloc(rec->nranks, sizeof *g->live);
     ddofi_tr_map_peer_t *maps = map_on ? calloc(rec->nranks, sizeof *maps) : NULL;
     int nmaps = 0;

@@ -27,6 +27,7 @@
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
+#include "ddstore/comm_file.h"
 #include "ddofi_tr_internal.h"
 
 static double now_s(void)
@@ -55,27 +56,26 @@ static uint64_t random_id(void)
 static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
 {
     const char *dir = tp->handshake_dir, *ns = tp->exchange_ns;
-    int rc;
-    if ((!dir || !dir[0]) && (rc = dds_config_get_string("DDSTORE_HANDSHAKE_DIR", &dir)))
+    dds_filecomm_settings_t set;
+    int rc = dds_filecomm_settings_read(&set);
+    if (rc)
         return rc;
+    if (!dir || !dir[0])
+        dir = set.handshake_dir;
     if (!dir || !dir[0])
         return dds_error(-DDS_ECONFIG, "method 2 needs a handshake directory shared by the "
                          "core and reader jobs: handshake_dir= or DDSTORE_HANDSHAKE_DIR");
     if (strlen(dir) >= sizeof hs->dir)
         return dds_error(-DDS_ECONFIG, "handshake_dir is longer than %zu bytes",
                          sizeof hs->dir - 1);
-    if ((!ns || !ns[0]) && (rc = dds_config_get_string("DDSTORE_EXCHANGE_NS", &ns)))
-        return rc;
+    if (!ns || !ns[0])
+        ns = set.exchange_ns;
     if (!ns)
         ns = "";
     if (strlen(ns) > DDOFI_HS_NS_MAX)
         return dds_error(-DDS_ECONFIG, "exchange_ns '%.20s...' is longer than %d bytes", ns,
                          DDOFI_HS_NS_MAX);
-    if ((rc = dds_config_get_double("DDSTORE_HANDSHAKE_TIMEOUT_S", &hs->join_timeout_s)))
-        return rc;
-    if (!(hs->join_timeout_s > 0))
-        return dds_error(-DDS_ECONFIG, "DDSTORE_HANDSHAKE_TIMEOUT_S must be > 0, got %g",
-                         hs->join_timeout_s);
+    hs->join_timeout_s = set.handshake_timeout_s; /* > 0 or inf (its declaration) */
     snprintf(hs->dir, sizeof hs->dir, "%s", dir);
     snprintf(hs->ns, sizeof hs->ns, "%s", ns);
     memset(hs->myhost, 0, sizeof hs->myhost);
@@ -275,9 +275,11 @@ int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_
                            sizeof t->hs.nic_map - 1);
         snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
     }
+    if (!rc)
+        rc = ddofi_tr_settings_load(t, tp);
     if (!rc) {
         /* libfabric reads its fork settings once, at its first use */
-        rc = ddofi_tr_env_prepare();
+        rc = ddofi_tr_env_prepare(&t->set);
     }
     if (rc) {
         char saved[768];
@@ -496,14 +498,12 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
         tp.nic_map = t->hs.nic_map;
     }
     ddofi_fabric_params_t fp;
-    rc = ddofi_tr_read_settings(&tp, same_host, 0, &fp);
+    rc = ddofi_tr_read_settings(t, &tp, same_host, 0, &fp);
     if (rc)
         return rc;
     fp.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_LOCAL_RANK; /* the launcher's */
     fp.local_only = (rec->flags & DDOFI_HS_FLAG_LOCAL_ONLY) ? 1 : 0;
-    const char *want = NULL;
-    if ((rc = dds_config_get_string("DDSTORE_FABRIC", &want)))
-        return rc;
+    const char *want = t->set.fabric;
     const int forced = want && want[0] && strcmp(want, "auto") != 0;
     if (!forced) {
         fp.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
@@ -533,10 +533,7 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
     snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
     snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
     t->need_local_mr = t->attr.mr_local;
-    if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
-        t->thp = 0;
-    if ((rc = ddofi_tr_peers_setting(&t->eager_peers)) != 0)
-        goto fail;
+    t->thp = t->set.thp;
     t->addr_stride = 1;
     for (int i = 0; i < n; i++)
         if (rec->ranks[i].addr_len > t->addr_stride)

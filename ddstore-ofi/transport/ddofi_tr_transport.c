@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -34,40 +35,19 @@
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
 #include "ddstore/profile.h"
+#include "ddstore/settings.h"
 #include "ddofi_tr_internal.h"
 
 static const dds_config_entry_t ddofi_tr_config_table[] = {
-    {"DDSTORE_FABRIC", DDS_CONFIG_STRING, "auto", NULL, "ofi",
-     "libfabric provider for methods 1/2: auto, cxi, verbs, efa, shm, tcp, hsn "
-     "(tcp;ofi_rxm on a Slingshot interface) or any provider string"},
-    {"FABRIC_IFACE", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "libfabric domain (interface) to use, e.g. cxi0, hsn0, mlx5_0, eth0, lo"},
-    {"DDSTORE_NIC_MAP", DDS_CONFIG_STRING, NULL, NULL, "ofi",
-     "local rank -> domain: \"0:cxi0,1:cxi1\" (\"*:dom\" for the rest) or a "
-     "list of names used round-robin"},
-    {"DDSTORE_FABRIC_LOCAL_ONLY", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
-     "socket providers use 127.0.0.1 only; auto: when every rank is on this "
-     "host and no interface is named"},
-    {"DDSTORE_OFI_HMEM", DDS_CONFIG_ENUM, "auto", "auto|0|1", "ofi",
-     "open the provider with FI_HMEM (GPU memory): auto = where a NIC provider "
-     "(cxi, verbs, efa) offers it, 1 = required"},
-    {"DDSTORE_OFI_THP", DDS_CONFIG_BOOL, "1", NULL, "ofi",
-     "same-node direct reads (shm): back shards and registered destinations with "
-     "transparent huge pages (madvise; copies run ~3x faster with 2 MiB pages on both "
-     "sides)"},
-    {"DDSTORE_OFI_MAP_SHARDS", DDS_CONFIG_BOOL, "1", NULL, "ofi",
-     "method 1: host shards live in shared memory (memfd) that the ranks of the same "
-     "host and their forked readers map and read with memcpy, as method 0 does; 0 "
-     "reads them through libfabric (shm: process_vm_readv)"},
-    {"DDSTORE_OFI_PEERS", DDS_CONFIG_ENUM, "lazy", "lazy|eager", "ofi",
-     "methods 1/2: when a reader puts a rank's address into its endpoint: lazy = "
-     "at its first read from that rank (a reader holds only the peers it reads "
-     "from), eager = every rank when the reader opens"},
-    {"DDSTORE_FORK_WORKERS", DDS_CONFIG_BOOL, "0", NULL, "ofi",
-     "forked DataLoader workers read with methods 1/2: sets "
-     "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "
-     "starts (FI_CXI_DISABLE_HOST_REGISTER=1 is set unless given, either way)"},
-};
+    DDS_SETTINGS_TABLE(DDOFI_TR_SETTINGS)};
+
+static DDS_SETTINGS_READER(read_tr_settings, ddofi_tr_settings_t, DDOFI_TR_SETTINGS)
+
+int ddofi_tr_settings_read(ddofi_tr_settings_t *s)
+{
+    ddofi_transport_register_config();
+    return read_tr_settings(s);
+}
 
 /* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
  * (DDSTORE_OFI_PROGRESS, DDSTORE_OFI_CMA ...).  The ones that ddstore
@@ -129,7 +109,7 @@ void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once)
 int ddofi_transport_env_prepare(void)
 {
     ddofi_transport_register_config();
-    int rc = ddofi_tr_env_prepare();
+    int rc = ddofi_tr_env_prepare(NULL);
     if (rc < 0) {
         /* keep the detail of the bad value; apply the rest */
         char why[256];
@@ -909,44 +889,49 @@ static void log_once(void)
 
 /* libfabric's fork settings (read once, at its first use) with
  * DDSTORE_FORK_WORKERS from core's registry. */
-int ddofi_tr_env_prepare(void)
+int ddofi_tr_env_prepare(const ddofi_tr_settings_t *given)
 {
-    int fork_workers = 0;
-    int rc = dds_config_get_bool("DDSTORE_FORK_WORKERS", &fork_workers);
-    if (rc)
-        return rc;
-    rc = ddofi_env_prepare(fork_workers);
+    ddofi_tr_settings_t set;
+    int rc = 0;
+    if (!given) {
+        rc = ddofi_tr_settings_read(&set);
+        if (rc)
+            return rc;
+        given = &set;
+    }
+    rc = ddofi_env_prepare(given->fork_workers);
     return rc < 0 ? ddofi_transport_error(rc, NULL) : 0;
 }
 
-int ddofi_tr_peers_setting(int *eager_p)
+int ddofi_tr_settings_load(ddofi_tr_t *t, const ddofi_transport_params_t *tp)
 {
-    const char *s = NULL;
-    int rc = dds_config_get_string("DDSTORE_OFI_PEERS", &s);
-    *eager_p = rc == 0 && s && !strcmp(s, "eager");
+    int rc = 0;
+    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_SETTINGS) && tp->settings)
+        t->core_set = *tp->settings;
+    else
+        rc = dds_settings_read(&t->core_set);
+    if (!rc)
+        rc = ddofi_tr_settings_read(&t->set);
+    if (!rc)
+        t->eager_peers = !strcmp(t->set.peers, "eager");
     return rc;
 }
 
-/* Settings from core's registry (validated there) into the library's params. */
-int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, int local_rank,
-                         ddofi_fabric_params_t *p)
+/* ddstore's typed settings (core's and the adapter's, read once into t)
+ * into the library's params: the library does not read its own variables
+ * for them.  DDSTORE_READ_TIMEOUT_S has core's one meaning (> 0, or inf for
+ * no limit); the library's "no limit" is 0. */
+int ddofi_tr_read_settings(const ddofi_tr_t *t, const ddofi_transport_params_t *tp,
+                           int single_node, int local_rank, ddofi_fabric_params_t *p)
 {
-    const char *s = NULL;
-    double tmo = 0;
-    int64_t maxr = 0;
-    int rc;
+    const dds_settings_t *core = &t->core_set;
+    const ddofi_tr_settings_t *set = &t->set;
     memset(p, 0, sizeof *p);
-    if ((rc = dds_config_get_double("DDSTORE_READ_TIMEOUT_S", &tmo)) ||
-        (rc = dds_config_get_int("DDSTORE_MAX_READ_BYTES", &maxr)))
-        return rc;
-    if (maxr < 0)
-        return dds_error(-DDS_ECONFIG, "DDSTORE_MAX_READ_BYTES=%lld: expected >= 0",
-                         (long long)maxr);
     p->field_mask = DDOFI_FABRIC_FIELD_READ_TIMEOUT | DDOFI_FABRIC_FIELD_MAX_READ_BYTES |
                     DDOFI_FABRIC_FIELD_SINGLE_NODE | DDOFI_FABRIC_FIELD_LOCAL_RANK |
                     DDOFI_FABRIC_FIELD_HMEM;
-    p->read_timeout_s = tmo;
-    p->max_read_bytes = (size_t)maxr;
+    p->read_timeout_s = isinf(core->read_timeout_s) ? 0 : core->read_timeout_s;
+    p->max_read_bytes = (size_t)core->max_read_bytes;
     p->single_node = single_node;
     p->local_rank = local_rank;
     if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_PROVIDER) && tp->provider &&
@@ -961,38 +946,28 @@ int ddofi_tr_read_settings(const ddofi_transport_params_t *tp, int single_node, 
         p->nic_map = tp->nic_map;
         named_iface = 1;
     }
-    const char *iface = NULL, *map = NULL, *prov = NULL;
-    if ((rc = dds_config_get_string("FABRIC_IFACE", &iface)) ||
-        (rc = dds_config_get_string("DDSTORE_NIC_MAP", &map)))
-        return rc;
-    if (!named_iface && iface && *iface) {
+    if (!named_iface && set->iface && *set->iface) {
         p->field_mask |= DDOFI_FABRIC_FIELD_IFACE;
-        p->iface = iface;
+        p->iface = set->iface;
         named_iface = 1;
-    } else if (!named_iface && map && *map) {
+    } else if (!named_iface && set->nic_map && *set->nic_map) {
         p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
-        p->nic_map = map;
+        p->nic_map = set->nic_map;
         named_iface = 1;
     }
     if (!(p->field_mask & DDOFI_FABRIC_FIELD_PROVIDER)) {
-        if ((rc = dds_config_get_string("DDSTORE_FABRIC", &prov)))
-            return rc;
         p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
-        p->provider = prov && *prov ? prov : "auto";
+        p->provider = set->fabric && *set->fabric ? set->fabric : "auto";
     }
-    if ((rc = dds_config_get_string("DDSTORE_FABRIC_LOCAL_ONLY", &s)))
-        return rc;
     p->field_mask |= DDOFI_FABRIC_FIELD_LOCAL_ONLY;
-    if (s && !strcmp(s, "1"))
+    if (!strcmp(set->local_only, "1"))
         p->local_only = 1;
-    else if (s && !strcmp(s, "0"))
+    else if (!strcmp(set->local_only, "0"))
         p->local_only = 0;
     else
         p->local_only = single_node && !named_iface;
-    if ((rc = dds_config_get_string("DDSTORE_OFI_HMEM", &s)))
-        return rc;
-    p->hmem = (s && !strcmp(s, "1"))   ? DDOFI_FABRIC_HMEM_REQUIRE
-              : (s && !strcmp(s, "0")) ? DDOFI_FABRIC_HMEM_OFF
+    p->hmem = !strcmp(set->hmem, "1")   ? DDOFI_FABRIC_HMEM_REQUIRE
+              : !strcmp(set->hmem, "0") ? DDOFI_FABRIC_HMEM_OFF
                                        : DDOFI_FABRIC_HMEM_PREFER;
     return 0;
 }
@@ -1048,9 +1023,10 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
             rc = dds_error(-DDS_ENOMEM, "ddofi_transport_create: out of memory");
     }
     /* Validate the environment on every rank before any collective. */
-    if (!rc) {
-        rc = ddofi_tr_env_prepare();
-    }
+    if (!rc)
+        rc = ddofi_tr_settings_load(t, tp);
+    if (!rc)
+        rc = ddofi_tr_env_prepare(&t->set);
     rc = dds_comm_agree(comm, rc);
     if (rc)
         goto fail;
@@ -1076,7 +1052,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
             local_rank++;
     }
 
-    rc = ddofi_tr_read_settings(tp, single, local_rank, &t->fparams);
+    rc = ddofi_tr_read_settings(t, tp, single, local_rank, &t->fparams);
     if (!rc) {
         int r = ddofi_fabric_open(&t->fparams, &t->fab);
         if (r)
@@ -1087,11 +1063,8 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         snprintf(t->prov, sizeof t->prov, "%s", t->attr.provider);
         snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
         t->need_local_mr = t->attr.mr_local;
-        if (dds_config_get_bool("DDSTORE_OFI_THP", &t->thp))
-            t->thp = 0;
-        if (dds_config_get_bool("DDSTORE_OFI_MAP_SHARDS", &t->map_on))
-            t->map_on = 0;
-        t->map_on = t->map_on && t->same_host != NULL;
+        t->thp = t->set.thp;
+        t->map_on = t->set.map_shards && t->same_host != NULL;
         int r = ddofi_ep_open(t->fab, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
                               &t->server);
         if (!r)
@@ -1099,8 +1072,6 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         if (r)
             rc = ddofi_transport_error(r, "method 1: server endpoint");
     }
-    if (!rc)
-        rc = ddofi_tr_peers_setting(&t->eager_peers);
     rc = dds_comm_agree(comm, rc);
     if (rc)
         goto fail;

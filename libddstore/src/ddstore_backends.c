@@ -85,6 +85,11 @@ static int make_ofi(const ddstore_backend_t *row,
     const char *nic = str_or_empty(m, DDSTORE_OPEN_FIELD_NIC_MAP, args->nic_map);
     ddofi_transport_params_t p;
     memset(&p, 0, sizeof p);
+    if ((m & DDSTORE_OPEN_FIELD_SETTINGS) && args->settings != NULL) {
+        /* core's settings, read once by ddstore_open */
+        p.field_mask |= DDOFI_TRANSPORT_FIELD_SETTINGS;
+        p.settings = args->settings;
+    }
     if (nic[0] != '\0') {
         p.field_mask |= DDOFI_TRANSPORT_FIELD_NIC_MAP;
         p.nic_map = nic;

@@ -14,6 +14,7 @@
 #include "ddstore/backends.h"
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
+#include "ddstore/settings.h"
 
 /* Bazel and CMake generate ddstore/hub_version.h from VERSION; builds
  * without it (tools/dev-build.sh) pass -DDDSTORE_HUB_VERSION='"x.y.z"'. */
@@ -95,6 +96,7 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
 {
     dds_store_params_t sp;
     dds_transport_t tr;
+    dds_settings_t settings;
     int rc, have_tr;
 
     memset(&sp, 0, sizeof sp);
@@ -121,11 +123,17 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
     }
 
     {
-        /* the transport sees the communicator ddstore_open holds */
+        /* the transport sees the communicator ddstore_open holds, and core's
+         * settings, read once here and handed down (to the store too) */
         ddstore_open_params_t tp = *params;
         tp.comm = sp.comm;
         memset(&tr, 0, sizeof tr);
-        rc = ddstore_transport_create(&tp, &tr);
+        rc = dds_settings_read(&settings);
+        if (rc == 0) {
+            tp.field_mask |= DDSTORE_OPEN_FIELD_SETTINGS;
+            tp.settings = &settings;
+            rc = ddstore_transport_create(&tp, &tr);
+        }
     }
     have_tr = rc == 0;
     rc = dds_comm_agree(&sp.comm, rc);
@@ -136,6 +144,8 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
         return rc;
     }
     sp.transport = tr;
+    sp.field_mask |= DDS_STORE_PARAM_SETTINGS;
+    sp.settings = &settings;
     /* GPU memory operations (lazy: nothing is probed until a GPU buffer is
      * used); none in a build without GPU support: the host path */
     if (!(params->field_mask & DDSTORE_OPEN_FIELD_NO_GPU)) {

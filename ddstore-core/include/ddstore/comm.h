@@ -59,6 +59,12 @@ DDS_API int dds_comm_agree(const dds_comm_t *comm, int rc);
  * dds_comm_agree on success (one allreduce of three int64). */
 DDS_API int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
 
+/* dds_comm_agree where the failing rank's own detail reads "rank R: ..."
+ * too, so that every rank reports the same message: for settings read at
+ * creation ("rank 1: DDSTORE_X='abc': expected ..."), where the rank that
+ * has the bad value must be named on every rank. */
+DDS_API int dds_comm_agree_named(const dds_comm_t *comm, int rc);
+
 /* How long a collective may wait for the other ranks:
  * DDSTORE_COLLECTIVE_TIMEOUT_S (seconds, > 0; "inf" = no limit; default
  * 1800).  Implementations of this interface (MPI, FileComm, torch) read it

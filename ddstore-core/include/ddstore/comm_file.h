@@ -38,6 +38,7 @@
 
 #include "ddstore/visibility.h"
 #include "ddstore/comm.h"
+#include "ddstore/settings.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,6 +73,31 @@ DDS_API const char *dds_comm_file_path(const dds_comm_t *comm);
  * method-2 joins, DDSTORE_FILECOMM_FSYNC) with the config registry; idempotent, and done by
  * the first dds_comm_file_create anyway. */
 DDS_API void dds_comm_file_register_config(void);
+
+/* FileComm's and method 2's settings, declared once (settings.h). */
+#define DDS_FILECOMM_SETTINGS(X)                                               \
+    X(handshake_timeout_s, "DDSTORE_HANDSHAKE_TIMEOUT_S", SECONDS, "120",      \
+      NULL, "core",                                                            \
+      "seconds a method-2 join waits for the core job's records before "       \
+      "failing with a timeout naming them; > 0, or inf for no limit "          \
+      "(FileComm collectives: DDSTORE_COLLECTIVE_TIMEOUT_S)")                  \
+    X(handshake_dir, "DDSTORE_HANDSHAKE_DIR", STRING, NULL, NULL, "core",      \
+      "FileComm and method 2: directory shared by the jobs (method 2: the "    \
+      "core job's per-variable record files); created 0700")                   \
+    X(exchange_ns, "DDSTORE_EXCHANGE_NS", STRING, NULL, NULL, "core",          \
+      "method 2: run namespace written into the core job's records; a reader " \
+      "with a namespace accepts only records carrying the same one (e.g. a "   \
+      "job id passed to both jobs)")                                           \
+    X(fsync, "DDSTORE_FILECOMM_FSYNC", BOOL, "0", NULL, "core",                \
+      "FileComm: fsync each file before publishing it (for shared file "       \
+      "systems that need it)")
+
+typedef struct dds_filecomm_settings {
+    DDS_SETTINGS_FIELDS(DDS_FILECOMM_SETTINGS)
+} dds_filecomm_settings_t;
+
+/* Register and read them: 0 or -DDS_ECONFIG naming the variable. */
+DDS_API int dds_filecomm_settings_read(dds_filecomm_settings_t *s);
 
 #ifdef __cplusplus
 }

@@ -61,7 +61,8 @@ typedef struct dds_reader dds_reader_t;
 enum {
     DDS_STORE_PARAM_COMM = 1u << 0,
     DDS_STORE_PARAM_TRANSPORT = 1u << 1,
-    DDS_STORE_PARAM_MEMSYS = 1u << 2
+    DDS_STORE_PARAM_MEMSYS = 1u << 2,
+    DDS_STORE_PARAM_SETTINGS = 1u << 3
 };
 
 typedef struct dds_store_params {
@@ -74,6 +75,10 @@ typedef struct dds_store_params {
      * store reads into GPU memory only through a transport with
      * DDS_TRANSPORT_CAP_HMEM_* for that memory (docs/gpudirect.md). */
     dds_memsys_t memsys;
+    /* DDS_STORE_PARAM_SETTINGS: core's settings as the caller read them
+     * once (settings.h, dds_settings_read; copied).  Without it the store
+     * reads them itself. */
+    const struct dds_settings *settings;
 } dds_store_params_t;
 
 /* Collective.  On success the store owns comm, transport and memsys

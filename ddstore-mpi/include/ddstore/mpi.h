@@ -33,6 +33,7 @@
 #include <mpi.h>
 
 #include "ddstore/comm.h"
+#include "ddstore/settings.h"
 #include "ddstore/transport.h"
 
 #ifdef __cplusplus
@@ -173,9 +174,27 @@ DDMPI_API const char *ddmpi_version(void);
  * MPI_Finalize (the MPI message is then omitted).  Thread-safe. */
 DDMPI_API int ddmpi_translate_error(int mpi_rc, const char *what);
 
+/* This library's settings, declared once (settings.h). */
+#define DDMPI_SETTINGS(X)                                                      \
+    X(max_read_bytes, "DDSTORE_MPI_MAX_READ_BYTES", SIZE, "1G", NULL, "mpi",   \
+      "largest single MPI_Get of method 0 in bytes (1 .. 2147483647); larger " \
+      "reads are split")                                                       \
+    X(shm, "DDSTORE_MPI_SHM", BOOL, "1", NULL, "mpi",                          \
+      "method 0: map the shards of ranks on this node (POSIX shared memory) "  \
+      "and read them with memcpy, also from forked DataLoader workers; 0 "     \
+      "reads them with MPI_Get as if they were on other nodes")
+
+typedef struct ddmpi_settings {
+    DDS_SETTINGS_FIELDS(DDMPI_SETTINGS)
+} ddmpi_settings_t;
+
 /* Register this library's DDSTORE_* variables with core's config registry
  * (idempotent; done by the create functions, exposed for ddstore-info). */
 DDMPI_API void ddmpi_config_register(void);
+
+/* Register and read this library's settings (read once by
+ * ddmpi_transport_create).  0 or -DDS_ECONFIG naming the variable. */
+DDMPI_API int ddmpi_settings_read(ddmpi_settings_t *s);
 
 #ifdef __cplusplus
 }

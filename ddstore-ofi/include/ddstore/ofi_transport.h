@@ -30,8 +30,11 @@ extern "C" {
 enum {
     DDOFI_TRANSPORT_FIELD_NIC_MAP = 1u << 0,
     DDOFI_TRANSPORT_FIELD_PROVIDER = 1u << 1,
-    DDOFI_TRANSPORT_FIELD_HANDSHAKE = 1u << 2
+    DDOFI_TRANSPORT_FIELD_HANDSHAKE = 1u << 2,
+    DDOFI_TRANSPORT_FIELD_SETTINGS = 1u << 3
 };
+
+struct dds_settings;
 
 typedef struct ddofi_transport_params {
     uint64_t field_mask;
@@ -56,6 +59,9 @@ typedef struct ddofi_transport_params {
     const char *handshake_dir;
     const char *exchange_ns;
     int n_core;
+    /* DDOFI_TRANSPORT_FIELD_SETTINGS: core's settings as the caller read
+     * them once (ddstore/settings.h; copied); else read at creation. */
+    const struct dds_settings *settings;
 } ddofi_transport_params_t;
 
 /* Create the method-1 (or method-2) transport.  Collective over `comm`:

@@ -72,7 +72,8 @@ enum {
                                                n_core (method 2)             */
     DDSTORE_OPEN_FIELD_PROVIDER = 1u << 5,  /* provider (methods 1, 2)       */
     DDSTORE_OPEN_FIELD_COMM_KIND = 1u << 6, /* comm_kind                     */
-    DDSTORE_OPEN_FIELD_NO_GPU = 1u << 7     /* no GPU memory system          */
+    DDSTORE_OPEN_FIELD_NO_GPU = 1u << 7,    /* no GPU memory system          */
+    DDSTORE_OPEN_FIELD_SETTINGS = 1u << 8   /* settings                      */
 };
 
 typedef struct ddstore_open_params {
@@ -94,6 +95,9 @@ typedef struct ddstore_open_params {
     const char *exchange_ns;   /* method 2; "" = none                        */
     int n_core;                /* method 2: ranks of the core job (0 = all)  */
     const char *provider;      /* libfabric provider (else DDSTORE_FABRIC)   */
+    /* core's settings (ddstore/settings.h) for the transport; ddstore_open
+     * reads them once and sets this itself */
+    const struct dds_settings *settings;
 } ddstore_open_params_t;
 
 /* Open a store: communicator, transport for the method, GPU memory system

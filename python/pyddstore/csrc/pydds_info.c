@@ -12,6 +12,8 @@ static const char *type_name(dds_config_type_t t)
     case DDS_CONFIG_DOUBLE: return "float";
     case DDS_CONFIG_STRING: return "string";
     case DDS_CONFIG_ENUM: return "enum";
+    case DDS_CONFIG_SECONDS: return "seconds";
+    case DDS_CONFIG_SIZE: return "size";
     }
     return "?";
 }

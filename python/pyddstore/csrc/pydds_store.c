@@ -304,16 +304,30 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     pydds_comm_res_t cres;
     ddstore_open_params_t op;
     dds_store_t *store = NULL;
-    int method = 0, rc;
+    int method = 0, rc, settings_rc = 0;
     int64_t n_core = 0, rank = -1, size = 0;
+    char settings_why[512];
 
     memset(&cres, 0, sizeof cres);
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOO:PyDDStore", kwlist,
                                      &comm_o, &method_o, &hs_o, &ncore_o,
                                      &nic_o, &rank_o, &size_o, &ns_o))
         return NULL;
-    if (resolve_method(method_o, &method) < 0)
+    /* Every setting read here is agreed on (below, over the communicator)
+     * before anything else can block: a bad value on one rank fails every
+     * rank with "rank R: VARIABLE='value': ...", none is left waiting. */
+    if (method_o == NULL || method_o == Py_None)
+        settings_rc = ddstore_method_from_env(&method);
+    else if (resolve_method(method_o, &method) < 0)
         return NULL;
+    if (settings_rc == 0) {
+        pydds_config_register_all();
+        settings_rc = dds_config_validate_all();
+    }
+    if (settings_rc != 0) {
+        snprintf(settings_why, sizeof settings_why, "%s", dds_last_error());
+        method = 0;
+    }
     if (ncore_o != NULL && ncore_o != Py_None &&
         as_i64(ncore_o, "n_core", &n_core) < 0)
         return NULL;
@@ -349,6 +363,19 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         cres.kind = PYDDS_COMM_SELF;
         cres.kind_name = "self";
     } else if (pydds_comm_resolve(comm_o, (int)rank, (int)size, &cres) < 0) {
+        goto fail;
+    }
+    if (settings_rc != 0)
+        dds_error(settings_rc, "%s", settings_why);
+    if (cres.needs_gil) {
+        rc = dds_comm_agree_named(&cres.comm, settings_rc);
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        rc = dds_comm_agree_named(&cres.comm, settings_rc);
+        Py_END_ALLOW_THREADS
+    }
+    if (rc < 0) {
+        pydds_raise(rc);
         goto fail;
     }
 

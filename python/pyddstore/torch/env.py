@@ -3,7 +3,8 @@
 Every variable is read at the moment it is needed (not at import), so a job
 script, ``os.environ`` before the call, or a test's ``monkeypatch`` all work.
 ``ENTRIES`` declares the variables only Python reads, for ``ddstore-info`` and
-docs/environment.md.  Variables the C libraries declare too (DDSTORE_METHOD,
+docs/environment.md.  Booleans follow the C libraries' one rule
+(``_core.parse_bool``; blank = unset, as in C).  Variables the C libraries declare too (DDSTORE_METHOD,
 DDSTORE_FORK_WORKERS, DDSTORE_HANDSHAKE_DIR, DDSTORE_HANDSHAKE_TIMEOUT_S,
 DDSTORE_COLLECTIVE_TIMEOUT_S, DDSTORE_EXCHANGE_NS) are read through their
 registry (``_core.config_get``): one declaration, one parser, one default.
@@ -48,24 +49,27 @@ ENTRIES = (
      "append the figures there as one JSON line per epoch"),
 )
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
 def _raw(name):
     return os.environ.get(name)
 
 
+def _parse_bool(text):
+    """The one boolean rule of ddstore (C's, dds_config_parse_bool):
+    1/true/yes/on/y/t or 0/false/no/off/n/f, any case; ValueError else."""
+    from pyddstore import _core
+    return _core.parse_bool(text)
+
+
 def _bool(name, default):
+    """A boolean setting: unset or blank = the default (as in C)."""
     v = _raw(name)
-    if v is None:
+    if v is None or v.strip() == "":
         return default
-    s = v.strip().lower()
-    if s in _TRUE:
-        return True
-    if s in _FALSE:
-        return False
-    raise ValueError(f"{name}={v!r}: expected 0/1, true/false, yes/no or on/off")
+    try:
+        return _parse_bool(v)
+    except ValueError:
+        raise ValueError(f"{name}={v!r}: expected a boolean (0/1, true/false, yes/no, "
+                         "on/off)") from None
 
 
 def _int(name, default):
@@ -161,12 +165,9 @@ def handshake_dir(given=None):
 
 
 def handshake_timeout():
-    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable): seconds >= 0, or inf."""
-    t = _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
-    if t < 0:
-        raise ValueError(f"DDSTORE_HANDSHAKE_TIMEOUT_S={_raw('DDSTORE_HANDSHAKE_TIMEOUT_S')!r}: "
-                         "expected seconds >= 0")
-    return t
+    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable, the same rule as in C):
+    seconds > 0, or inf."""
+    return _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
 
 
 def collective_timeout():
@@ -233,9 +234,12 @@ def loader_report(given=None):
         if raw is None:
             return None
         s = raw.strip()
-        if s.lower() in _FALSE:
+        if s == "":
             return None
-        return True if s.lower() in _TRUE else s
+        try:
+            return True if _parse_bool(s) else None
+        except ValueError:
+            return s
     if v is False:
         return None
     if v is True or (isinstance(v, str) and v):
