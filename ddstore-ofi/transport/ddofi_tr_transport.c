@@ -477,7 +477,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             thp_advise(t, d->base, d->bytes);
         int r = ddofi_mr_register(t->fab, &mp, &g->mr);
         if (r) {
-            char what[128];
+            char what[320];
             snprintf(what, sizeof what, "variable '%s': registering %zu bytes", g->name,
                      d->bytes);
             rc = ddofi_transport_error(r, what);
@@ -512,7 +512,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             int r = ddofi_remote_import(all + (size_t)i * DDOFI_MR_BLOB_SIZE,
                                         DDOFI_MR_BLOB_SIZE, &g->remotes[i]);
             if (r) {
-                char what[128];
+                char what[320];
                 snprintf(what, sizeof what, "variable '%s': registration of rank %d",
                          g->name, i);
                 rc = ddofi_transport_error(r, what);
@@ -735,7 +735,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     dds_prof_add(prof, DDS_PROF_NS_POST, st.ns_post);
     dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
     if (rc) {
-        char what[96];
+        char what[288];
         snprintf(what, sizeof what, "variable '%s'", g->name);
         rc = ddofi_transport_error(rc, what);
     } else {

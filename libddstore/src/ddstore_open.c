@@ -56,7 +56,7 @@ int ddstore_env_prepare(void)
 #endif
 }
 
-static const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
+static inline const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
 {
     return (mask & bit) && s != NULL ? s : "";
 }
