@@ -32,6 +32,12 @@ OUT = os.path.join(TOP, "out", "tests")
 PY = sys.executable
 DDRUN = os.path.join(TOP, "tools", "ddrun")
 BAZEL_CI = ["--config=ci"]
+# The C tests build in -c opt, as ./ddstore test's build of the extensions
+# does (--config=ci too): one compile of every library serves both, and the
+# -Werror build sees the optimiser's warnings (-Wmaybe-uninitialized) that a
+# normal (-c opt) build would print.  The sanitizer stages keep their own
+# flags (-O1, own output directories).
+BAZEL_OPT = ["-c", "opt"]
 
 
 class Counts:
@@ -407,7 +413,8 @@ def py_stage(name, nranks, quick=False):
 def bazel_cunit():
     """C unit tests only (tag unit, not exclusive): no multi-rank MPI tests,
     no libfabric loopback tests."""
-    return bazel_tests("cunit", ["--test_tag_filters=unit,-exclusive"], ["//..."])
+    return bazel_tests("cunit", BAZEL_OPT + ["--test_tag_filters=unit,-exclusive",
+                                            "--build_tests_only"], ["//..."])
 
 
 def have_torch_ext():
@@ -415,8 +422,8 @@ def have_torch_ext():
 
 
 STAGES = {
-    "c": ("C unit and multi-rank tests (bazel test //...)",
-          lambda: bazel_tests("c", [], ["//..."])),
+    "c": ("C unit and multi-rank tests (bazel test -c opt //...)",
+          lambda: bazel_tests("c", BAZEL_OPT, ["//..."])),
     "asan": ("C tests under AddressSanitizer + UBSan",
              lambda: bazel_tests("asan", ["--config=asan"], ["//ddstore-core/...", "//ddstore-ofi/..."])),
     "tsan": ("threaded read paths under ThreadSanitizer",
@@ -443,7 +450,7 @@ STAGES = {
 
 # Not part of the whole suite: the everyday loop (--quick).
 QUICK_STAGES = {
-    "cunit": ("C unit tests (bazel test --test_tag_filters=unit,-exclusive //...)",
+    "cunit": ("C unit tests (bazel test -c opt --test_tag_filters=unit,-exclusive //...)",
               bazel_cunit),
     "pyquick": ("the py2 files but the slow ones (PY_SLOW), 2 ranks",
                 lambda: py_stage("pyquick", 2, quick=True)),
