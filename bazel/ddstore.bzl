@@ -7,7 +7,8 @@ declared through these, so copts, tags and link rules live in one place.
                       modules, which link the code as //libddstore:lib/libddstore.so)
   dds_c_tests         one cc_test per test/*_test.c
   dds_mpi_tests       per test/*_mpitest.c: a binary + one test per rank count
-                      (1, 2, 4), launched through tools/ddrun
+                      (1, 2, 4, or the file's own per_test_ranks), launched
+                      through tools/ddrun
   dds_c_binaries      one cc_binary per file (tools, examples)
   dds_python_extension / dds_torch_extension
                       CPython / torch extension modules (cc_binary linkshared,
@@ -23,6 +24,13 @@ load("@local_config_mpi//:defs.bzl", "MPI_IMPL")
 load("@local_config_torch//:defs.bzl", "TORCH_CXX_STD")
 load(":select.bzl", "requires_mpi", "requires_python", "requires_torch")
 
+# Warnings are errors under --config=ci (//bazel/config:werror): our own
+# sources only, since these copts are applied by the macros below.
+DDS_WERROR = select({
+    "//bazel/config:werror_enabled": ["-Werror"],
+    "//conditions:default": [],
+})
+
 # C11 for every C library; _GNU_SOURCE for pthread_*_np, O_DIRECT, etc.
 DDS_C_COPTS = [
     "-std=c11",
@@ -30,7 +38,7 @@ DDS_C_COPTS = [
     "-Wall",
     "-Wextra",
     "-Wno-unused-parameter",
-]
+] + DDS_WERROR
 
 # Libraries and extension modules: a shared object exports only what is
 # marked (the extensions' PyInit_*; the libraries' *_API only in a shared
@@ -46,7 +54,7 @@ DDS_CXX_COPTS = [
     "-std=c++%d" % TORCH_CXX_STD,
     "-Wall",
     "-Wno-unused-parameter",
-]
+] + DDS_WERROR
 
 DDS_LINKOPTS = ["-pthread"]
 
@@ -158,10 +166,14 @@ def dds_c_tests(srcs, deps = [], data = [], tags = [], size = "small", timeout =
         names.append(":" + base)
     native.test_suite(name = "tests", tests = names, tags = tags)
 
-def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, timeout_s = 240, args = [], data = [], tags = [], size = "medium", **kwargs):
+def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, per_test_ranks = {}, timeout_s = 240, args = [], data = [], tags = [], size = "medium", **kwargs):
     """Per test/foo_mpitest.c: cc_binary :foo_mpitest and one test per rank
     count, :foo_mpitest_np1, _np2, _np4, each `tools/ddrun -n N --timeout
     <timeout_s> --mpi <impl> -- foo_mpitest ARGS`; test_suite :mpi_tests.
+    `per_test_ranks` maps a test name to the rank counts that prove
+    something for it (default `ranks`): each run is serial ("exclusive")
+    and oversubscribed on small machines, so a count that adds nothing is
+    left out.
     Bazel's timeout (size "medium": 300 s) stays above ddrun's (240 s), so
     a hang is reported by ddrun, which kills every rank.
     Skipped (SKIPPED, not failed) without MPI or under --config=nompi."""
@@ -179,7 +191,7 @@ def dds_mpi_tests(srcs, deps = [], ranks = MPI_TEST_RANKS, timeout_s = 240, args
             testonly = True,
             tags = tags,
         )
-        for n in ranks:
+        for n in per_test_ranks.get(base, ranks):
             tname = "%s_np%d" % (base, n)
             native.sh_test(
                 name = tname,

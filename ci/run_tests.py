@@ -3,7 +3,10 @@
 
     ci/run_tests.py              every stage
     ci/run_tests.py c py2        only those stages
-    ci/run_tests.py --list       the stages
+    ci/run_tests.py --quick      the everyday loop: C unit tests, and the
+                                 Python files of the 2-rank stage but the slow
+                                 ones (stages cunit, pyquick)
+    ci/run_tests.py --list       the stages, and which Python file runs where
 
 Each stage is a real test runner (Bazel for C, pytest under tools/ddrun for
 Python); this script only sequences them and adds up their counts. A test that
@@ -29,6 +32,12 @@ OUT = os.path.join(TOP, "out", "tests")
 PY = sys.executable
 DDRUN = os.path.join(TOP, "tools", "ddrun")
 BAZEL_CI = ["--config=ci"]
+# The C tests build in -c opt, as ./ddstore test's build of the extensions
+# does (--config=ci too): one compile of every library serves both, and the
+# -Werror build sees the optimiser's warnings (-Wmaybe-uninitialized) that a
+# normal (-c opt) build would print.  The sanitizer stages keep their own
+# flags (-O1, own output directories).
+BAZEL_OPT = ["-c", "opt"]
 
 
 class Counts:
@@ -343,13 +352,120 @@ def docs_stage(timeout=3600):
     return junit_counts("docs", d, rc)
 
 
+# ------------------------------------------------ python: what runs where --
+# The rank counts at which each python/tests file proves something; stage pyN
+# runs the files that list N.  1: pure single-process logic, and the files
+# that launch jobs or plain processes of their own (they skip themselves at
+# more ranks).  2: multi-rank behaviour (remote reads, errors on every rank,
+# collectives).  4 as well only where 4 matters: uneven owners and ragged
+# splits over them, ddstore_width groups (2 groups of 2), communicator
+# splits into several multi-rank groups.  A key may name one test
+# ("file.py::test"), run at other counts than the rest of its file.  A file
+# missing here still runs, at DEFAULT_PY_RANKS, and the stage says so; a key
+# naming no file fails the stage.
+PY_RANKS = {
+    "test_bench_loaders.py": (1,),
+    "test_collectives.py": (1,),
+    "test_compat_hydragnn.py": (2, 4),
+    "test_core_basic.py": (1, 2, 4),
+    "test_core_comm.py": (2, 4),
+    "test_core_errors.py": (2,),
+    "test_core_faults.py": (2,),
+    "test_core_gpu.py": (2,),
+    "test_core_process.py": (1,),
+    "test_core_threads.py": (2,),
+    "test_env_registry.py": (1,),
+    "test_epochs.py": (2,),
+    "test_examples_data.py": (1,),
+    "test_filecomm.py": (1,),
+    "test_method2.py": (1,),
+    "test_ragged.py": (2, 4),
+    "test_ragged_gpu.py": (2,),
+    "test_ragged_method2.py": (1,),
+    "test_random_reads.py": (4,),
+    "test_resume.py": (2,),
+    "test_sampler.py": (2,),
+    "test_security.py": (1,),
+    "test_symbols.py": (1,),
+    "test_teardown.py": (1,),
+    "test_torch_dataset.py": (2, 4),
+    "test_torch_ext.py": (2,),
+    "test_torch_faults.py": (2,),
+    "test_torch_launch.py": (1,),
+    "test_torch_loader.py": (2,),
+    "test_torch_ragged.py": (2, 4),
+    "test_torch_ragged_mpnn.py": (2,),
+    "test_torch_random.py": (2,),
+    "test_torch_vae.py": (2,),
+    "test_torch_vae.py::test_vae_split_jobs": (1,),
+    "test_torch_windowed.py": (2,),
+}
+DEFAULT_PY_RANKS = (1, 2)
+# Left out of --quick (the full suite runs them): the VAE example's epoch
+# (trains, plots).  The 2-rank files take about 70 s together here (pytest
+# --durations: test_torch_loader.py 10 s, the rest under 6 s each), so the
+# quick loop keeps the others.
+PY_SLOW = {"test_torch_vae.py"}
+PY_TESTS = os.path.join("python", "tests")
+
+
+def py_plan():
+    """{file or node id: rank counts} for every test file of python/tests,
+    and the table's keys that name no file."""
+    files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(TOP, PY_TESTS, "test_*.py")))
+    plan = {f: DEFAULT_PY_RANKS for f in files}
+    stale = []
+    for key, ranks in PY_RANKS.items():
+        if key.split("::")[0] in plan:
+            plan[key] = ranks
+        else:
+            stale.append(key)
+    return plan, stale
+
+
+def py_stage(name, nranks, quick=False):
+    """pytest under tools/ddrun -n nranks over the files (and node ids) that
+    list nranks in PY_RANKS; a file also listed with one of its tests runs
+    without that test here unless the test lists nranks too."""
+    plan, stale = py_plan()
+    paths, deselect = [], []
+    for key, ranks in plan.items():
+        f = key.split("::")[0]
+        if quick and f in PY_SLOW:
+            continue
+        if key not in PY_RANKS:
+            print(f"note: {f} is not in ci/run_tests.py's PY_RANKS: it runs at "
+                  f"{DEFAULT_PY_RANKS} ranks")
+        node = os.path.join(PY_TESTS, key)
+        if nranks in ranks:
+            if "::" not in key or f not in plan or nranks not in plan[f]:
+                paths.append(node)
+        elif "::" in key and nranks in plan.get(f, ()):
+            deselect += ["--deselect", node]
+    if not paths:
+        print(f"SKIP: {name}: no test file runs at {nranks} ranks")
+        return Counts()
+    c = pytest_ranks(name, nranks, deselect + paths)
+    for key in stale:
+        c.failed += 1
+        c.failures.append(f"{name}: PY_RANKS names {key}, which is not in {PY_TESTS}")
+    return c
+
+
+def bazel_cunit():
+    """C unit tests only (tag unit, not exclusive): no multi-rank MPI tests,
+    no libfabric loopback tests."""
+    return bazel_tests("cunit", BAZEL_OPT + ["--test_tag_filters=unit,-exclusive",
+                                            "--build_tests_only"], ["//..."])
+
+
 def have_torch_ext():
     return bool(glob.glob(os.path.join(TOP, "python", "pyddstore", "_ddstore_torch*.so")))
 
 
 STAGES = {
-    "c": ("C unit and multi-rank tests (bazel test //...)",
-          lambda: bazel_tests("c", [], ["//..."])),
+    "c": ("C unit and multi-rank tests (bazel test -c opt //...)",
+          lambda: bazel_tests("c", BAZEL_OPT, ["//..."])),
     "asan": ("C tests under AddressSanitizer + UBSan",
              lambda: bazel_tests("asan", ["--config=asan"], ["//ddstore-core/...", "//ddstore-ofi/..."])),
     "tsan": ("threaded read paths under ThreadSanitizer",
@@ -359,9 +475,10 @@ STAGES = {
              fuzz_stage),
     "nompi": ("the Bazel build without MPI (--config=nompi): FileComm, methods 1/2, plain processes",
               nompi_stage),
-    "py1": ("pyddstore tests, 1 rank", lambda: pytest_ranks("py1", 1, ["python/tests"])),
-    "py2": ("pyddstore tests, 2 ranks", lambda: pytest_ranks("py2", 2, ["python/tests"])),
-    "py4": ("pyddstore tests, 4 ranks", lambda: pytest_ranks("py4", 4, ["python/tests"])),
+    "py1": ("pyddstore tests that prove something at 1 rank (PY_RANKS)",
+            lambda: py_stage("py1", 1)),
+    "py2": ("pyddstore tests at 2 ranks (PY_RANKS)", lambda: py_stage("py2", 2)),
+    "py4": ("pyddstore tests where 4 ranks matter (PY_RANKS)", lambda: py_stage("py4", 4)),
     "wheel": ("pip build: wheel in a fresh venv, installed, smoke tests (ci/test_wheel.sh)",
               wheel_stage),
     "pipmpi": ("pip build against PyPI's mpich wheel only (no system MPI/libfabric): methods 0/1/2 "
@@ -375,26 +492,45 @@ STAGES = {
 }
 
 
+# Not part of the whole suite: the everyday loop (--quick).
+QUICK_STAGES = {
+    "cunit": ("C unit tests (bazel test -c opt --test_tag_filters=unit,-exclusive //...)",
+              bazel_cunit),
+    "pyquick": ("the py2 files but the slow ones (PY_SLOW), 2 ranks",
+                lambda: py_stage("pyquick", 2, quick=True)),
+}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("stages", nargs="*")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="the everyday loop: stages " + " ".join(QUICK_STAGES))
     args = ap.parse_args()
+    every = dict(STAGES, **QUICK_STAGES)
     if args.list:
-        for k, (desc, _) in STAGES.items():
-            print(f"{k:8s} {desc}")
+        for k, (desc, _) in every.items():
+            print(f"{k:8s} {desc}" + ("  (--quick)" if k in QUICK_STAGES else ""))
+        plan, stale = py_plan()
+        print("\npython/tests: rank counts (stage pyN runs the files listing N)")
+        for key, ranks in plan.items():
+            slow = "  slow: not in --quick" if key.split("::")[0] in PY_SLOW else ""
+            print(f"  {key:50s} {','.join(map(str, ranks))}{slow}")
+        for key in stale:
+            print(f"  {key:50s} not in {PY_TESTS}!")
         return 0
-    names = args.stages or list(STAGES)
+    names = args.stages or (list(QUICK_STAGES) if args.quick else list(STAGES))
     for n in names:
-        if n not in STAGES:
+        if n not in every:
             print(f"unknown stage {n!r}; --list shows them", file=sys.stderr)
             return 2
     os.makedirs(OUT, exist_ok=True)
     total = Counts()
     t0 = time.time()
     for n in names:
-        print(f"\n==== stage {n}: {STAGES[n][0]}", flush=True)
-        c = STAGES[n][1]()
+        print(f"\n==== stage {n}: {every[n][0]}", flush=True)
+        c = every[n][1]()
         print(f"==== stage {n}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped", flush=True)
         total.add(c)
     if shutil.which("bazel") and os.environ.get("CI"):

@@ -556,6 +556,7 @@ int dds_store_var_init(dds_store_t *s, const char *name, int64_t nrows,
 static int add_mode(dds_store_t *s, const char *name, int flags, int *mode_p)
 {
     int rc;
+    *mode_p = MODE_COPY; /* set on every path; used only when 0 is returned */
     if (flags == DDS_ADD_COPY) {
         *mode_p = MODE_COPY;
         return 0;

@@ -33,7 +33,8 @@
 #include "ddstore/errors.h"
 
 static _Atomic int check_failures_, check_checks_passed_, check_skipped_;
-static int check_passed_, check_failed_;
+static int check_passed_ __attribute__((unused)),
+    check_failed_ __attribute__((unused)); /* RUN_TEST programs only */
 
 #ifndef CHECK_WHERE_
 #define CHECK_WHERE_(stream) ((void)0)

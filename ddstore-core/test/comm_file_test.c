@@ -20,41 +20,7 @@
 #include "ddstore/comm.h"
 #include "ddstore/comm_file.h"
 #include "ddstore/errors.h"
-
-static char g_root[4096];
-
-static void make_root(void)
-{
-    const char *t = getenv("TEST_TMPDIR");
-    snprintf(g_root, sizeof g_root, "%s/fcXXXXXX", t && t[0] ? t : "/tmp");
-    if (mkdtemp(g_root) == NULL) {
-        perror("mkdtemp");
-        exit(2);
-    }
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
-
-/* Files (not . / ..) in a directory; -1 when it cannot be opened. */
-static int count_files(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *de;
-    int n = 0;
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
-}
+#include "tmp_files.h"
 
 typedef void (*rank_fn)(int rank, int size, const char *dir, void *arg);
 
@@ -141,7 +107,7 @@ static void rounds_rank(int rank, int size, const char *dir, void *arg)
         CHECK_OK(c.ops->barrier(c.ctx));
         /* cleanup: at most two files per rank (this step's and the last) */
         if (k % 17 == 0) {
-            int n = count_files(path);
+            int n = count_files(path, NULL, 0);
             CHECK(n >= (size > 1) && n <= 2 * size);
         }
     }
@@ -172,9 +138,9 @@ static void test_rounds(void)
         CHECK_EQ(st.st_mode & 0777, 0700);
         /* after destroy: at most the last step's file of each rank */
         if (sizes[i] > 1)
-            CHECK(count_files(ns) <= sizes[i]);
+            CHECK(count_files(ns, NULL, 0) <= sizes[i]);
         else
-            CHECK_EQ(count_files(ns), 0);
+            CHECK_EQ(count_files(ns, NULL, 0), 0);
     }
 }
 
@@ -431,7 +397,7 @@ static void test_multi(void)
     CHECK(access(junk, F_OK) != 0);
     snprintf(junk, sizeof junk, "%s/.tmp.c1.9.1", ns);
     CHECK(access(junk, F_OK) != 0);
-    CHECK(count_files(ns) <= 6);
+    CHECK(count_files(ns, NULL, 0) <= 6);
 }
 
 
@@ -442,28 +408,6 @@ static double mono_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void put_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-static void get_text(const char *path, char *out, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    out[0] = '\0';
-    if (f) {
-        n = fread(out, 1, cap - 1, f);
-        out[n] = '\0';
-        fclose(f);
-    }
 }
 
 /* Links planted (after create) at every temporary name a step could use,
@@ -496,9 +440,9 @@ static void test_planted_links(void)
     char dir[4200], target[4300], buf[64];
     snprintf(dir, sizeof dir, "%s/links", g_root);
     snprintf(target, sizeof target, "%s/victim", g_root);
-    put_text(target, "precious");
+    write_text(target, "precious");
     CHECK_EQ(run_ranks(2, -1, links_rank, dir, target), 0);
-    get_text(target, buf, sizeof buf);
+    read_text(target, buf, sizeof buf);
     CHECK_STREQ(buf, "precious");
 }
 
@@ -586,7 +530,7 @@ static void test_two_runs(void)
             int bad = dds_comm_file_create(dir, r, 2, "shared", 20, &m) != 0;
             bad = bad || m.ops->barrier(m.ctx) != 0;
             if (r == 0)
-                put_text(ready, "1");
+                write_text(ready, "1");
             for (int i = 0; i < 2000 && access(go, F_OK) != 0; i++)
                 usleep(10000);
             bad = bad || m.ops->barrier(m.ctx) != 0;
@@ -605,7 +549,7 @@ static void test_two_runs(void)
         CHECK_CONTAINS(dds_last_error(), claim);
         CHECK_CONTAINS(dds_last_error(), "its own ns");
     }
-    put_text(go, "1");
+    write_text(go, "1");
     for (int r = 0; r < 2; r++) {
         int st = 0;
         CHECK(waitpid(a[r], &st, 0) == a[r]);
@@ -635,7 +579,7 @@ static void put_claim(const char *dir, int rank, long pid, const char *nonce,
              "ddstore FileComm claim 1\nrank %d size 2 pid %ld ticks 0 "
              "nonce %s time 1 state live\nhost %s\n",
              rank, pid, nonce, host);
-    put_text(fn, text);
+    write_text(fn, text);
     chmod(fn, 0600);
 }
 
@@ -695,7 +639,7 @@ static void test_leftovers_of_crashed_run(void)
     snprintf(fn, sizeof fn, "%s/x@rank0.claim", dir);
     {
         char text[600];
-        get_text(fn, text, sizeof text);
+        read_text(fn, text, sizeof text);
         CHECK_CONTAINS(text, "state released");
     }
     CHECK_OK(dds_comm_file_create(dir, 0, 2, "x", 1.0, &c));
@@ -704,7 +648,7 @@ static void test_leftovers_of_crashed_run(void)
 
 int main(void)
 {
-    make_root();
+    make_root("fc");
     RUN_TEST(test_bad_args);
     RUN_TEST(test_rounds);
     RUN_TEST(test_permissions);

@@ -20,29 +20,10 @@
 #include "check.h"
 #include "ddstore/errors.h"
 #include "ddstore/files.h"
+#include "tmp_files.h"
 
 #define NOBODY_UID 65534
 #define NOBODY_GID 65534
-
-static char g_root[4096];
-
-static void make_root(void)
-{
-    const char *t = getenv("TEST_TMPDIR");
-    snprintf(g_root, sizeof g_root, "%s/filesXXXXXX", t && t[0] ? t : "/tmp");
-    if (mkdtemp(g_root) == NULL) {
-        perror("mkdtemp");
-        exit(2);
-    }
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
 
 /* chown to nobody; 0, or -1 after printing why the caller skips. */
 static int give_to_nobody(const char *path, const char *test)
@@ -66,43 +47,6 @@ static int mode_of(const char *path)
     if (stat(path, &st) < 0)
         return -1;
     return (int)(st.st_mode & 07777);
-}
-
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    CHECK(f != NULL);
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-}
-
-static void read_text(const char *path, char *out, size_t cap)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    out[0] = '\0';
-    CHECK(f != NULL);
-    if (f) {
-        n = fread(out, 1, cap - 1, f);
-        out[n] = '\0';
-        fclose(f);
-    }
-}
-
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *de;
-    int n = 0;
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL)
-        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
-            n++;
-    closedir(d);
-    return n;
 }
 
 /* ---- directories ------------------------------------------------------- */
@@ -211,7 +155,7 @@ static void test_publish(void)
     read_text(path, buf, sizeof buf);
     CHECK_STREQ(buf, "hello world");
     CHECK_EQ(mode_of(path), 0600);
-    CHECK_EQ(count_entries(dir), 1); /* no temporary file left */
+    CHECK_EQ(count_files(dir, NULL, 0), 1); /* no temporary file left */
 
     /* replacing: the new contents, atomically */
     parts[0].data = "HELLO ";
@@ -226,7 +170,7 @@ static void test_publish(void)
     read_text(path, buf, sizeof buf);
     CHECK_STREQ(buf, "HELLO world");
     CHECK_OK(dds_file_publish(dir, "g", parts, 1, DDS_FILE_EXCLUSIVE, NULL));
-    CHECK_EQ(count_entries(dir), 2);
+    CHECK_EQ(count_files(dir, NULL, 0), 2);
 
     /* links planted at the temporary names this process will try next and
      * at the final name: nothing is written through them */
@@ -384,7 +328,7 @@ static void test_proc(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    make_root();
+    make_root("files");
     RUN_TEST(test_dir_prepare);
     RUN_TEST(test_publish);
     RUN_TEST(test_open_read);

@@ -28,48 +28,9 @@
 #include "ddstore/log.h"
 #include "ddstore/transport.h"
 #include "ddstore/types.h"
-
-static char g_root[4096];
+#include "tmp_files.h"
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static void make_root(void)
-{
-    const char *t = getenv("TEST_TMPDIR");
-    snprintf(g_root, sizeof g_root, "%s/hsXXXXXX", t && t[0] ? t : "/tmp");
-    if (mkdtemp(g_root) == NULL) {
-        perror("mkdtemp");
-        exit(2);
-    }
-}
-
-static void rm_rf(const char *path)
-{
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cannot remove %s\n", path);
-}
-
-/* Entries (not . / ..) in a directory; -1 when it cannot be opened.  The
- * first one's name goes to `first` when given. */
-static int count_files(const char *path, char *first, size_t cap)
-{
-    DIR *d = opendir(path);
-    struct dirent *de;
-    int n = 0;
-    if (d == NULL)
-        return -1;
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        if (n == 0 && first != NULL)
-            snprintf(first, cap, "%s", de->d_name);
-        n++;
-    }
-    closedir(d);
-    return n;
-}
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -1442,7 +1403,7 @@ static void test_process(void)
 
 int main(void)
 {
-    make_root();
+    make_root("hs");
     RUN_TEST(test_round_trip);
     RUN_TEST(test_field_rules);
     RUN_TEST(test_ragged);

@@ -214,7 +214,8 @@ static int rank_main(dds_comm_t *comm, void *arg)
     int n = comm->size, me = comm->rank;
     setenv("DDSTORE_OFI_MAP_SHARDS", cfg->map ? "1" : "0", 1); /* read at create */
     setenv("DDSTORE_OFI_PEERS", cfg->eager ? "eager" : "lazy", 1);
-    ddofi_transport_params_t tp = {DDOFI_TRANSPORT_FIELD_PROVIDER, NULL, cfg->provider};
+    ddofi_transport_params_t tp = {.field_mask = DDOFI_TRANSPORT_FIELD_PROVIDER,
+                                   .provider = cfg->provider};
     dds_transport_t tr;
     int rc = ddofi_transport_create(comm, &tp, &tr);
     T_RC(rc, 0);
@@ -523,7 +524,8 @@ static int bad_provider_main(dds_comm_t *comm, void *arg)
     (void)arg;
     g_rank = comm->rank;
     alarm(60);
-    ddofi_transport_params_t tp = {DDOFI_TRANSPORT_FIELD_PROVIDER, NULL, "no-such-provider"};
+    ddofi_transport_params_t tp = {.field_mask = DDOFI_TRANSPORT_FIELD_PROVIDER,
+                                   .provider = "no-such-provider"};
     dds_transport_t tr;
     int rc = ddofi_transport_create(comm, &tp, &tr);
     T_RC(rc, -DDS_ECONFIG);

@@ -457,7 +457,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             thp_advise(t, d->base, d->bytes);
         int r = ddofi_mr_register(t->fab, &mp, &g->mr);
         if (r) {
-            char what[128];
+            char what[320];
             snprintf(what, sizeof what, "variable '%s': registering %zu bytes", g->name,
                      d->bytes);
             rc = ddofi_transport_error(r, what);
@@ -492,7 +492,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             int r = ddofi_remote_import(all + (size_t)i * DDOFI_MR_BLOB_SIZE,
                                         DDOFI_MR_BLOB_SIZE, &g->remotes[i]);
             if (r) {
-                char what[128];
+                char what[320];
                 snprintf(what, sizeof what, "variable '%s': registration of rank %d",
                          g->name, i);
                 rc = ddofi_transport_error(r, what);
@@ -723,7 +723,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
     if (rc) {
         /* the library names its peers by address index: name the ranks */
-        char what[192];
+        char what[400];
         int n = snprintf(what, sizeof what, "variable '%s', reading from rank%s", g->name,
                          nowners > 1 ? "s" : "");
         for (int i = 0; i < nowners && n > 0 && (size_t)n < sizeof what; i++)

@@ -30,7 +30,7 @@
 #include "ddstore/loop.h"
 #endif
 
-static const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
+static inline const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
 {
     return (mask & bit) && s != NULL ? s : "";
 }

@@ -6,6 +6,9 @@ multiples of anything (and some shards are empty when asked), so the tests do
 not depend on the number of ranks.
 """
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 
@@ -152,3 +155,45 @@ def launch_size():
         if v in os.environ:
             return int(os.environ[v])
     return 1
+
+
+# Launcher variables (Open MPI, PMIx, PMI, Hydra, Slurm): a process a test
+# starts without them is no rank of this job; Open MPI's run-as-root
+# permission stays.
+LAUNCH_PREFIXES = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
+_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
+
+
+def plain_env(top, rank, size, extra=None):
+    """The environment of plain process `rank` of `size` (no launcher, rank
+    and size in SLURM_PROCID/SLURM_NTASKS as FileComm reads them) importing
+    pyddstore from the directory `top`; `extra` added."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith(LAUNCH_PREFIXES) and k not in _KEEP)}
+    env["PYTHONPATH"] = top
+    env["SLURM_PROCID"] = str(rank)
+    env["SLURM_NTASKS"] = str(size)
+    env.update(extra or {})
+    return env
+
+
+def spawn_plain(top, n, code, extra=None, timeout=120):
+    """Start n plain interpreters running `code` (dedented) with plain_env;
+    [(rc, stdout, stderr)] in rank order.  Any still running at the end is
+    killed."""
+    prelude = "import sys; sys.path.insert(0, %r)\n" % top
+    procs = [subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                              env=plain_env(top, r, n, extra), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for r in range(n)]
+    res = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            res.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return res

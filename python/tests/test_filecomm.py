@@ -14,47 +14,13 @@ import pytest
 
 import pyddstore
 from _util import launch_rank as _rank, launch_size as _world_size
+from _util import plain_env as _env, spawn_plain as _spawn
 
 
 # The cases start jobs of their own, the same at any rank count of the suite.
 pytestmark = pytest.mark.skipif(
     _rank() != 0 or _world_size() != 1,
     reason="subprocess tests: they start their own processes, so they run in the 1-rank stage only")
-
-# launcher variables that must not leak into the plain processes
-_LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
-_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}
-
-
-def _env(top, rank, size, extra=None):
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(_LAUNCH) and k not in _KEEP)}
-    env["PYTHONPATH"] = top
-    env["SLURM_PROCID"] = str(rank)
-    env["SLURM_NTASKS"] = str(size)
-    env.update(extra or {})
-    return env
-
-
-def _spawn(top, n, code, extra=None, timeout=120):
-    """Start n plain interpreters running `code`; return [(rc, out, err)]."""
-    prelude = "import sys; sys.path.insert(0, %r)\n" % top
-    procs = [subprocess.Popen([sys.executable, "-c", prelude + textwrap.dedent(code)],
-                              env=_env(top, r, n, extra), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for r in range(n)]
-    res = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            res.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return res
-
 
 def _all_ok(res):
     for r, (rc, out, err) in enumerate(res):

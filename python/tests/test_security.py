@@ -10,8 +10,6 @@ import json
 import os
 import pickle
 import subprocess
-import sys
-import textwrap
 import time
 
 import numpy as np
@@ -23,10 +21,11 @@ import pyddstore  # noqa: E402
 from pyddstore.torch import DistDataset, DistDatasetReader  # noqa: E402
 from pyddstore.torch import comm as tcomm  # noqa: E402
 from pyddstore.torch import dataset as tds  # noqa: E402
-from _util import launch_size as _world_size  # noqa: E402
+from _util import launch_size as _world_size, spawn_plain  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
+PKG = os.path.join(TOP, "python")   # plain processes import pyddstore from here
 
 
 pytestmark = pytest.mark.skipif(_world_size() != 1,
@@ -128,35 +127,8 @@ _GATHER = """
 """
 
 
-def _env(rank, size, extra=None):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_"))
-           or k in ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")}
-    env.update(PYTHONPATH=os.path.join(TOP, "python"), SLURM_PROCID=str(rank),
-               SLURM_NTASKS=str(size))
-    env.update(extra or {})
-    return env
-
-
-def _spawn(code, n, timeout=120, extra=None):
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)],
-                              env=_env(r, n, extra), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(n)]
-    out = []
-    try:
-        for p in procs:
-            o, e = p.communicate(timeout=timeout)
-            out.append((p.returncode, o, e))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return out
-
-
 def test_type_error_on_every_rank_over_filecomm(tmp_path):
-    res = _spawn(_GATHER % str(tmp_path / "fc"), 2)
+    res = spawn_plain(PKG, 2, _GATHER % str(tmp_path / "fc"))
     for r, (rc, out, err) in enumerate(res):
         assert rc == 0, f"rank {r}: {out}\n{err}"
         assert f"ok {r}" in out
@@ -305,8 +277,8 @@ def test_fifo_at_meta_path_does_not_block(tmp_path, fabric):
     hs.mkdir(mode=0o700)
     os.mkfifo(hs / "f.meta.json", 0o600)
     try:
-        res = _spawn(_FIFO_READER % str(hs), 1, timeout=40,
-                     extra={"DDSTORE_HANDSHAKE_TIMEOUT_S": "5"})
+        res = spawn_plain(PKG, 1, _FIFO_READER % str(hs), timeout=40,
+                          extra={"DDSTORE_HANDSHAKE_TIMEOUT_S": "5"})
     except subprocess.TimeoutExpired:
         pytest.fail("DistDatasetReader blocked on a FIFO at the meta path")
     rc, out, err = res[0]
