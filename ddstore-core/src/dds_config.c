@@ -488,6 +488,11 @@ static const dds_config_entry_t core_table[] = {
      "seconds a collective call (add, init, free, epoch_begin/end, "
      "DistDataset creation, FileComm steps) waits for every rank before "
      "the ranks that arrived fail with a timeout; > 0, or inf for no limit"},
+    {"DDSTORE_COLLECTIVE_WARN_S", DDS_CONFIG_DOUBLE, "60", NULL, "core",
+     "seconds a collective waits before it logs once (WARN) which call is "
+     "waiting and, where the communicator can tell, which ranks have not "
+     "entered it; it then waits on up to DDSTORE_COLLECTIVE_TIMEOUT_S; > 0, "
+     "or inf for no message"},
     {"DDSTORE_METHOD", DDS_CONFIG_ENUM, "0", "0|1|2", "core",
      "backend: 0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file "
      "handshake"},
