@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import pyddstore
-from _util import launch_size as _world_size
+from _util import job_env, launch_size as _world_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -26,15 +26,9 @@ JOB = os.path.join(HERE, "coll_late_job.py")
 pytestmark = pytest.mark.skipif(
     _world_size() != 1, reason="these tests launch their own jobs: 1-rank stage only")
 
-_LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
-_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
-         "OMPI_MCA_rmaps_base_oversubscribe"}
-
 
 def _env(top, extra):
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(_LAUNCH) and k not in _KEEP)}
-    env.update({"PYTHONPATH": top, "DDSTORE_FABRIC": "shm", "DDSTORE_PROGRESS": "0"})
+    env = job_env(top, {"DDSTORE_FABRIC": "shm", "DDSTORE_PROGRESS": "0"})
     env.pop("DDSTORE_LOG_LEVEL", None)   # the default level (warn) shows the message
     env.update(extra)
     return env

@@ -20,7 +20,7 @@ import textwrap
 import pytest
 
 import pyddstore
-from _util import launch_size as _world_size
+from _util import job_env, launch_size as _world_size
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(os.path.dirname(HERE))
@@ -29,17 +29,9 @@ DDRUN = os.path.join(TOP, "tools", "ddrun")
 pytestmark = pytest.mark.skipif(
     _world_size() != 1, reason="these tests start their own processes: 1-rank stage only")
 
-_LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
-_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
-         "OMPI_MCA_rmaps_base_oversubscribe"}
-
 
 def _env(top, extra=None):
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(_LAUNCH) and k not in _KEEP)}
-    env.update({"PYTHONPATH": top, "DDSTORE_FABRIC": "tcp", "DDSTORE_PROGRESS": "0"})
-    env.update(extra or {})
-    return env
+    return job_env(top, dict({"DDSTORE_FABRIC": "tcp", "DDSTORE_PROGRESS": "0"}, **(extra or {})))
 
 
 _TOO_BIG = textwrap.dedent("""
