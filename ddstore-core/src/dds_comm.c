@@ -67,6 +67,39 @@ int dds_comm_timeout_s(double *timeout_s_p)
     return 0;
 }
 
+int dds_comm_warn_s(double *warn_s_p)
+{
+    double t = 0;
+    int rc;
+    if (warn_s_p == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_warn_s: NULL output");
+    dds_config_register_core();
+    rc = dds_config_get_seconds("DDSTORE_COLLECTIVE_WARN_S", &t);
+    if (rc != 0)
+        return rc;
+    *warn_s_p = t;
+    return 0;
+}
+
+/* The store's collective call this thread is in, for the communicators'
+ * messages ("" outside one). */
+static __thread char g_coll_what[160];
+
+void dds_comm_set_what(const char *what, const char *name)
+{
+    if (what == NULL)
+        g_coll_what[0] = '\0';
+    else if (name != NULL)
+        snprintf(g_coll_what, sizeof g_coll_what, "%s('%s')", what, name);
+    else
+        snprintf(g_coll_what, sizeof g_coll_what, "%s()", what);
+}
+
+const char *dds_comm_what(void)
+{
+    return g_coll_what;
+}
+
 void dds_comm_destroy(dds_comm_t *comm)
 {
     if (comm == NULL)

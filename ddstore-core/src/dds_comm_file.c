@@ -34,6 +34,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -140,6 +141,7 @@ typedef struct fc_ctx {
     unsigned inst;
     uint64_t seq;
     double timeout_s;
+    double warn_s;        /* DDSTORE_COLLECTIVE_WARN_S */
     int timeout_from_env; /* timeout_s is DDSTORE_COLLECTIVE_TIMEOUT_S */
     int fsync;
     unsigned char *got; /* size flags */
@@ -576,9 +578,10 @@ static int try_read(fc_ctx_t *c, int peer, uint32_t op, size_t bytes,
     return 1;
 }
 
-static int timeout_error(fc_ctx_t *c, uint32_t op)
+/* The ranks whose file of this step was not read yet ("1, 4, ..."): the
+ * count, and the first 16 in `list`. */
+static int missing_ranks(const fc_ctx_t *c, char *list, size_t cap)
 {
-    char list[512];
     size_t len = 0;
     int nmiss = 0, shown = 0;
     list[0] = '\0';
@@ -586,16 +589,37 @@ static int timeout_error(fc_ctx_t *c, uint32_t op)
         if (c->got[j])
             continue;
         nmiss++;
-        if (shown < 16 && len < sizeof list - 16) {
-            int w = snprintf(list + len, sizeof list - len, "%s%d",
-                             shown ? ", " : "", j);
+        if (shown < 16 && len < cap - 16) {
+            int w = snprintf(list + len, cap - len, "%s%d", shown ? ", " : "", j);
             if (w > 0)
                 len += (size_t)w;
             shown++;
         }
     }
-    if (nmiss > shown && len < sizeof list - 8)
-        snprintf(list + len, sizeof list - len, ", ...");
+    if (nmiss > shown && len < cap - 8)
+        snprintf(list + len, cap - len, ", ...");
+    return nmiss;
+}
+
+/* DDSTORE_COLLECTIVE_WARN_S into a step: said once, then the wait goes on. */
+static void waiting_warn(const fc_ctx_t *c, uint32_t op, double waited)
+{
+    char list[512];
+    const char *call = dds_comm_what();
+    int nmiss = missing_ranks(c, list, sizeof list);
+    DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE,
+            "FileComm %s: rank %d has waited %.0f s in %s (step %llu)%s%s%s for %d of %d "
+            "ranks, which have not entered it: %s; still waiting, up to %g s in all "
+            "(DDSTORE_COLLECTIVE_WARN_S, DDSTORE_COLLECTIVE_TIMEOUT_S)",
+            c->path, c->rank, waited, op_name(op), (unsigned long long)c->seq,
+            call[0] ? " of the store's " : "", call, call[0] ? "," : "", nmiss, c->size,
+            list, c->timeout_s);
+}
+
+static int timeout_error(fc_ctx_t *c, uint32_t op)
+{
+    char list[512];
+    int nmiss = missing_ranks(c, list, sizeof list);
     snprintf(c->broken, sizeof c->broken, "%s (step %llu) timed out",
              op_name(op), (unsigned long long)c->seq);
     return dds_error(-DDS_ETIMEDOUT,
@@ -638,7 +662,9 @@ static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
     memset(c->got, 0, (size_t)c->size);
     c->got[c->rank] = 1;
     c->skipped[0] = '\0';
-    deadline = now_s() + c->timeout_s;
+    const double t0 = now_s();
+    deadline = t0 + c->timeout_s;
+    double warn_at = t0 + c->warn_s; /* inf: never */
     while (remaining > 0) {
         int progress = 0;
         for (int j = 0; j < c->size; j++) {
@@ -657,9 +683,14 @@ static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
         rc = 0;
         if (remaining == 0)
             break;
-        if (now_s() > deadline) {
+        const double now = now_s();
+        if (now > deadline) {
             rc = timeout_error(c, op);
             goto out;
+        }
+        if (now > warn_at) {
+            waiting_warn(c, op, now - t0);
+            warn_at = INFINITY;
         }
         if (progress) {
             sleep_ns = 20000;
@@ -933,6 +964,10 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     if (rc < 0)
         return rc;
     fsync_on = set.fsync;
+    double warn_s = 0;
+    rc = dds_comm_warn_s(&warn_s);
+    if (rc < 0)
+        return rc;
     rc = make_dir(dir, "directory");
     if (rc < 0)
         return rc;
@@ -961,6 +996,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     c->size = size;
     c->timeout_s = timeout_s;
     c->timeout_from_env = from_env;
+    c->warn_s = warn_s;
     c->fsync = fsync_on;
     if (gethostname(c->host, sizeof c->host - 1) != 0)
         snprintf(c->host, sizeof c->host, "?");

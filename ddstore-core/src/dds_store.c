@@ -256,12 +256,22 @@ int dds_st_coll_agree(dds_store_t *s, int rc)
     return dds_comm_agree_tag(&s->comm, rc, s->coll_tag);
 }
 
+/* The end of a collective call: coll_mutex released, the call no longer
+ * named to the communicator (dds_comm_what). */
+void dds_st_coll_unlock(dds_store_t *s)
+{
+    dds_comm_set_what(NULL, NULL);
+    pthread_mutex_unlock(&s->coll_mutex);
+}
+
 /* A collective call's first check (coll_mutex held). */
 int dds_st_coll_refuse(const dds_store_t *s, const char *what,
                        const char *name)
 {
-    if (s->broken[0] == '\0')
+    if (s->broken[0] == '\0') {
+        dds_comm_set_what(what, name); /* for a waiting communicator's WARN */
         return 0;
+    }
     return dds_error(-DDS_ETIMEDOUT,
                      "%s%s%s%s refused: an earlier collective call (%s) timed "
                      "out, so the ranks are out of step; free() now releases "

@@ -145,6 +145,13 @@ extern _Atomic unsigned dds_st_fork_gen;
 /* "host", "cuda", "rocm" ... for messages. */
 const char *dds_st_mem_name(dds_mem_kind_t k);
 
+/* The memory a new host shard can have (dds_store_headroom.c): 1 and
+ * *room (bytes) with `what` naming the limit, 0 when nothing is known. */
+int dds_st_mem_headroom(uint64_t *room, char *what, size_t cap);
+/* 0, or -DDS_ENOMEM naming variable `name`, `bytes` and the limit when a
+ * shard of `bytes` cannot fit (local; the caller agrees). */
+int dds_st_mem_check(const char *name, size_t bytes);
+
 /* Release a variable's mirror, shard and memory (its region is gone). */
 void dds_st_var_release(dds_store_t *s, dds_var_t *v);
 
@@ -219,6 +226,9 @@ int dds_st_coll_failed(dds_store_t *s, int rc, const char *what,
 
 /* Combine every rank's rc under the current call's tag (coll_begin). */
 int dds_st_coll_agree(dds_store_t *s, int rc);
+/* Release coll_mutex at the end of a collective call (clears the call's
+ * name for the communicator's messages). */
+void dds_st_coll_unlock(dds_store_t *s);
 
 /* A host pointer that the GPU runtime knows as device memory is a caller's
  * mistake that a memcpy would turn into a crash.  Only checked where it is

@@ -141,13 +141,13 @@ int dds_store_coll_fail(dds_store_t *s, dds_coll_t call, const char *name,
         return dds_error(rc, "%s", detail); /* nobody waits for a child */
     pthread_mutex_lock(&s->coll_mutex);
     if (dds_st_coll_refuse(s, what, name) != 0) {
-        pthread_mutex_unlock(&s->coll_mutex);
+        dds_st_coll_unlock(s);
         return dds_error(rc, "%s", detail); /* nobody waits for us */
     }
     dds_st_coll_begin(s, (int)call);
     dds_error(rc, "%s", detail);
     arc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), what, name);
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     if (arc == rc)
         dds_error(rc, "%s", detail); /* our own detail, not "rank R: ..." */
     return arc;
@@ -167,7 +167,7 @@ static int epoch_call(dds_store_t *s, int begin)
     pthread_mutex_lock(&s->coll_mutex);
     rc = dds_st_coll_refuse(s, what, NULL);
     if (rc != 0) {
-        pthread_mutex_unlock(&s->coll_mutex);
+        dds_st_coll_unlock(s);
         return rc;
     }
     dds_st_coll_begin(s, begin ? COLL_EPOCH_BEGIN : COLL_EPOCH_END);
@@ -183,7 +183,7 @@ static int epoch_call(dds_store_t *s, int begin)
     atomic_thread_fence(memory_order_seq_cst);
     rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), what, NULL);
     atomic_thread_fence(memory_order_seq_cst);
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return rc;
 }
 

@@ -326,7 +326,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     pthread_mutex_lock(&s->coll_mutex);
     rc = dds_st_coll_refuse(s, mode == MODE_INIT ? "init" : "add", name);
     if (rc != 0) {
-        pthread_mutex_unlock(&s->coll_mutex);
+        dds_st_coll_unlock(s);
         return rc;
     }
     dds_st_coll_begin(s, mode == MODE_INIT ? COLL_INIT : COLL_ADD);
@@ -334,6 +334,10 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     /* 1. local checks and allocation */
     rc = check_var_args(s, name, data, nrows, disp, itemsize, dtype, mem,
                         mode, rg, &bytes, &route);
+    /* a shard the store reserves: refused up front when it cannot fit,
+     * never reserved page by page until the OOM killer runs */
+    if (rc == 0 && mode != MODE_IN_PLACE)
+        rc = dds_st_mem_check(name, bytes);
     if (rc == 0) {
         /* room in the table now, so that publishing cannot fail later */
         pthread_rwlock_wrlock(&s->table_lock);
@@ -521,7 +525,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
             name, (long long)nrows, (long long)v->local_first,
             (long long)v->offsets[c->size], v->row_bytes,
             dds_dtype_name(dtype));
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return 0;
 
 fail:
@@ -538,7 +542,7 @@ fail:
     }
     free(all);
     dds_st_var_release(s, v);
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return rc;
 }
 
@@ -576,7 +580,7 @@ static int add_mode(dds_store_t *s, const char *name, int flags, int *mode_p)
         rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), "add", name);
     } else
         rc = -DDS_ETIMEDOUT;
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return rc;
 }
 
@@ -839,7 +843,7 @@ int dds_store_var_free(dds_store_t *s, const char *name)
     rc = v != NULL ? var_destroy(s, v) : 0;
     rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), "free", name);
 out:
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return rc;
 }
 
@@ -863,7 +867,7 @@ int dds_store_free(dds_store_t *s)
     pthread_rwlock_unlock(&s->table_lock);
     if (n == 0) { /* idempotent, and nothing collective to do */
         free(vars);
-        pthread_mutex_unlock(&s->coll_mutex);
+        dds_st_coll_unlock(s);
         return 0;
     }
     /* No rank may release its shard while a peer can still read it: every
@@ -894,7 +898,7 @@ int dds_store_free(dds_store_t *s)
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE,
                 "free(): %zu variables released locally (out of step since "
                 "%s timed out)", n, s->broken);
-        pthread_mutex_unlock(&s->coll_mutex);
+        dds_st_coll_unlock(s);
         return was_broken ? 0 : rc;
     }
     /* Same order on every rank: the table keeps insertion order. */
@@ -912,7 +916,7 @@ int dds_store_free(dds_store_t *s)
     }
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE, "free(): released %zu variables",
             n);
-    pthread_mutex_unlock(&s->coll_mutex);
+    dds_st_coll_unlock(s);
     return rc;
 }
 

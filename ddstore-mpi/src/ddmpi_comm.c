@@ -174,6 +174,7 @@ typedef struct ddmpi_comm {
     MPI_Comm comm;      /* our duplicate */
     int serial;         /* MPI below THREAD_MULTIPLE: take the serial lock */
     double timeout_s;   /* DDSTORE_COLLECTIVE_TIMEOUT_S at creation        */
+    double warn_s;      /* DDSTORE_COLLECTIVE_WARN_S at creation           */
     char broken[96];    /* set when a collective timed out: what it was    */
     void *scratch;      /* the buffers of the collective in flight         */
     size_t scratch_bytes;
@@ -223,10 +224,28 @@ static void *ddmpi_scratch(ddmpi_comm_t *c, size_t bytes)
  * for a late peer does not take a core from it.  On timeout the
  * communicator is marked out of step (every later collective fails at once)
  * and -DDS_ETIMEDOUT is returned; the request and its buffer are leaked. */
+/* DDSTORE_COLLECTIVE_WARN_S into a wait: said once, then the wait goes on.
+ * MPI does not tell which ranks have not entered a collective. */
+static void ddmpi_comm_warn(ddmpi_comm_t *c, const char *what, double waited)
+{
+    int rank = 0, size = 0;
+    const char *call = dds_comm_what();
+    MPI_Comm_rank(c->comm, &rank);
+    MPI_Comm_size(c->comm, &size);
+    DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_MPI,
+            "rank %d of %d has waited %.0f s in %s%s%s: not every rank has entered it "
+            "(a rank skipped the call, or is stuck or much slower; MPI cannot tell "
+            "which); still waiting, up to %g s in all (DDSTORE_COLLECTIVE_WARN_S, "
+            "DDSTORE_COLLECTIVE_TIMEOUT_S)",
+            rank, size, waited, what, call[0] ? " of the store's " : "", call,
+            c->timeout_s);
+}
+
 static int ddmpi_comm_wait(ddmpi_comm_t *c, ddmpi_coll_t *co, const char *what)
 {
     const double t0 = ddmpi_now_s();
     const double deadline = t0 + c->timeout_s; /* inf: never */
+    double warn_at = t0 + c->warn_s;           /* inf: never */
     long sleep_ns = 20000;
     unsigned spins = 0;
     int done = 0, mrc;
@@ -257,6 +276,10 @@ static int ddmpi_comm_wait(ddmpi_comm_t *c, ddmpi_coll_t *co, const char *what)
                              "or is stuck or much slower; "
                              "DDSTORE_COLLECTIVE_TIMEOUT_S)",
                              what, c->timeout_s, size);
+        }
+        if (now > warn_at) {
+            ddmpi_comm_warn(c, what, now - t0);
+            warn_at = INFINITY;
         }
         if (now - t0 < 50e-6)
             continue;
@@ -405,8 +428,14 @@ static void ddmpi_comm_destroy(void *ctx)
     if (c->broken[0] == '\0') /* else a late peer may still write into it */
         free(c->scratch);
     /* MPI_Comm_free is local in effect (no synchronisation); after
-     * MPI_Finalize it is not allowed, so only our memory goes. */
-    if (c->comm != MPI_COMM_NULL && ddmpi_initialized() && !ddmpi_finalized()) {
+     * MPI_Finalize it is not allowed, so only our memory goes.  A timed-out
+     * communicator is never freed: its abandoned nonblocking collective is
+     * still in MPI's progress engine (a late peer may complete it, also
+     * inside MPI_Finalize), and Open MPI frees the collective module's state
+     * with the communicator, so that MPI_Finalize's progress then segfaulted
+     * (libnbc -> ob1 isend).  Kept, MPI_Finalize completes normally. */
+    if (c->broken[0] == '\0' && c->comm != MPI_COMM_NULL && ddmpi_initialized() &&
+        !ddmpi_finalized()) {
         ddmpi_serial_lock(c->serial);
         MPI_Comm_free(&c->comm);
         ddmpi_serial_unlock(c->serial);
@@ -461,7 +490,7 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     ddmpi_comm_t *c;
     MPI_Comm dup = MPI_COMM_NULL;
     int rank = 0, size = 0, serial, mrc, ok, settings_rc;
-    double timeout_s = 0;
+    double timeout_s = 0, warn_s = 0;
     char why[512];
 
     if (!comm_p)
@@ -475,11 +504,14 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 
     /* A bad value on some ranks fails every rank, with its name, value and
      * rank (agreed below, after the collective dup that every rank must
-     * enter); meanwhile the default bounds the agreement itself. */
+     * enter); meanwhile the defaults bound the agreement itself. */
     settings_rc = dds_comm_timeout_s(&timeout_s);
+    if (settings_rc == 0)
+        settings_rc = dds_comm_warn_s(&warn_s);
     if (settings_rc != 0) {
         snprintf(why, sizeof(why), "%s", dds_last_error());
         timeout_s = 1800;
+        warn_s = 60;
     }
     serial = ddmpi_need_serial();
     c = calloc(1, sizeof(*c));
@@ -518,6 +550,7 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     c->comm = dup;
     c->serial = serial;
     c->timeout_s = timeout_s;
+    c->warn_s = warn_s;
     comm_p->ops = &ddmpi_comm_ops;
     comm_p->ctx = c;
     comm_p->rank = rank;

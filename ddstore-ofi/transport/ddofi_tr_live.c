@@ -6,7 +6,8 @@
  * copies read the core process's memory whatever became of it, so a reader
  * would read garbage.  Therefore every core process of a method-2 job keeps
  * one table in shared memory, /dev/shm/ddstore-live.<pid>.<start ticks>
- * (0600, LIVE_SLOTS slots of 64 bytes), with one slot per registered
+ * (0600, LIVE_SLOTS slots of 64 bytes, reserved with posix_fallocate: a full
+ * /dev/shm fails the add with -DDS_ENOMEM), with one slot per registered
  * variable: {gen, base, key, bytes, tag, fd}.  gen is unique in the process
  * (never reused) and non-zero while the variable is registered; tag and fd
  * say where a reader of this host can map the shard (ddofi_tr_map.c; tag 0:
@@ -123,13 +124,23 @@ static int live_table(void)
     if (fd < 0)
         return dds_error(-DDS_EIO, "method 2: creating the liveness table %s: %s", g_live.path,
                          strerror(errno));
+    /* The pages are reserved now (posix_fallocate, not a sparse ftruncate):
+     * a full /dev/shm is an error here, never a SIGBUS at the first slot
+     * written. */
     void *p = MAP_FAILED;
-    if (ftruncate(fd, (off_t)LIVE_BYTES) == 0)
+    int e = posix_fallocate(fd, 0, (off_t)LIVE_BYTES);
+    if (e == 0) {
         p = mmap(NULL, LIVE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int e = errno;
+        if (p == MAP_FAILED)
+            e = errno;
+    }
     close(fd);
     if (p == MAP_FAILED) {
         (void)unlink(g_live.path);
+        if (e == ENOSPC)
+            return dds_error(-DDS_ENOMEM, "method 2: no room in %s for the liveness table "
+                             "%s (%zu KiB): free space in %s (or mount it larger)",
+                             LIVE_DIR, g_live.path, LIVE_BYTES >> 10, LIVE_DIR);
         return dds_error(-DDS_EIO, "method 2: sizing or mapping the liveness table %s: %s",
                          g_live.path, strerror(e));
     }

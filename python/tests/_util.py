@@ -197,3 +197,22 @@ def spawn_plain(top, n, code, extra=None, timeout=120):
                 p.kill()
                 p.wait()
     return res
+
+
+# launcher variables that must not leak into a job a test starts itself
+# (the single-node Open MPI settings stay)
+_JOB_LAUNCH = ("OMPI_", "PMIX_", "PMI_", "HYDRA_", "SLURM_")
+_JOB_KEEP = {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "OMPI_MCA_btl",
+             "OMPI_MCA_rmaps_base_oversubscribe"}
+
+
+def job_env(top, extra=None):
+    """The environment of a job a test launches (tools/ddrun or plain
+    processes): this one without the launcher's variables, PYTHONPATH=top,
+    then `extra`."""
+    import os
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith(_JOB_LAUNCH) and k not in _JOB_KEEP)}
+    env["PYTHONPATH"] = top
+    env.update(extra or {})
+    return env

@@ -75,6 +75,20 @@ DDS_API int dds_comm_agree_named(const dds_comm_t *comm, int rc);
  * detail names the variable). */
 DDS_API int dds_comm_timeout_s(double *timeout_s_p);
 
+/* When a waiting collective says so: DDSTORE_COLLECTIVE_WARN_S (seconds,
+ * > 0; "inf" = never; default 60).  A communicator whose collective has
+ * waited that long logs once, at WARN, which collective is waiting (and the
+ * store call it serves, dds_comm_what) and, where it can tell, which ranks
+ * have not entered it; it then waits on up to the timeout.  0 or
+ * -DDS_ECONFIG. */
+DDS_API int dds_comm_warn_s(double *warn_s_p);
+
+/* The store's collective call the calling thread is in, e.g. "add('x')"
+ * ("" outside one): set by the store, read by a communicator for its
+ * messages.  what == NULL clears it. */
+DDS_API void dds_comm_set_what(const char *what, const char *name);
+DDS_API const char *dds_comm_what(void);
+
 /* Destroy via ops->destroy (NULL-safe). */
 DDS_API void dds_comm_destroy(dds_comm_t *comm);
 

@@ -97,6 +97,12 @@ static inline int dds_setting_read_ENUM(const char *n, const char **v) { return 
       "seconds a collective call (add, init, free, epoch_begin/end, "          \
       "DistDataset creation, FileComm steps) waits for every rank before "     \
       "the ranks that arrived fail with a timeout; > 0, or inf for no limit")  \
+    X(collective_warn_s, "DDSTORE_COLLECTIVE_WARN_S", SECONDS, "60", NULL,     \
+      "core",                                                                  \
+      "seconds a collective waits before it logs once (WARN) which call is "   \
+      "waiting and, where the communicator can tell, which ranks have not "    \
+      "entered it; it then waits on up to DDSTORE_COLLECTIVE_TIMEOUT_S; > 0, " \
+      "or inf for no message")                                                 \
     X(method, "DDSTORE_METHOD", INT, "0", NULL, "core",                        \
       "backend, a method of libddstore's backend table, which checks it: "    \
       "0 = MPI RMA, 1 = libfabric, 2 = libfabric with a file handshake "       \

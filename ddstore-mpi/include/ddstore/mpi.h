@@ -80,10 +80,14 @@ DDMPI_API int ddmpi_finalized(void);
  * ranks are missing, nor cancel the request: it and its internal buffers
  * are abandoned, the caller's memory is never touched afterwards), and the
  * communicator then refuses every later collective at once.  The loop spins
- * briefly, then yields, then sleeps (up to 1 ms) while it waits.  With
- * DDSTORE_COLLECTIVE_TIMEOUT_S=inf the blocking MPI calls are used instead
- * (MPI's nonblocking allreduce costs about twice its blocking one).
- * destroy frees the duplicate (skipped after MPI_Finalize) and the context.
+ * briefly, then yields, then sleeps (up to 1 ms) while it waits; after
+ * DDSTORE_COLLECTIVE_WARN_S it logs once (WARN) which collective and store
+ * call wait.  With DDSTORE_COLLECTIVE_TIMEOUT_S=inf the blocking MPI calls
+ * are used instead (MPI's nonblocking allreduce costs about twice its
+ * blocking one).  destroy frees the duplicate (skipped after MPI_Finalize,
+ * and for a communicator whose collective timed out: its abandoned request
+ * stays in MPI's progress engine, and freeing the communicator under it made
+ * MPI_Finalize segfault) and the context.
  *   comm    in: any intracommunicator; the caller keeps it (the dup is
  *           independent of it).
  *   comm_p  out: filled on success (rank and size of `comm`); untouched on
