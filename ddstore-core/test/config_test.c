@@ -319,7 +319,7 @@ static void test_typed_settings(void)
     CHECK_OK(dds_settings_read(&core));
     CHECK(core.read_timeout_s == 120.0);
     CHECK(core.collective_timeout_s == 1800.0);
-    CHECK_STREQ(core.method, "0");
+    CHECK_EQ(core.method, 0);
     CHECK_EQ(core.merge_row_bytes, 65536);
     setenv("DDSTORE_READ_TIMEOUT_S", "-1", 1);
     CHECK_RC(dds_settings_read(&core), -DDS_ECONFIG);
