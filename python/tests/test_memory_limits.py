@@ -41,6 +41,8 @@ _TOO_BIG = textwrap.dedent("""
     from mpi4py import MPI
     method = int(sys.argv[1])
     rank = MPI.COMM_WORLD.Get_rank()
+    # one file per rank: the ranks' stdout lines interleave through mpirun
+    res = open(f"{sys.argv[2]}/result.{rank}", "w", buffering=1)
     s = pyddstore.PyDDStore(MPI.COMM_WORLD, method=method)
     for call in ("init", "init_ragged"):
         try:
@@ -48,15 +50,15 @@ _TOO_BIG = textwrap.dedent("""
                 s.init("huge", 10 * 2**40 // 8, 1, 8)        # 10 TiB on each rank
             else:
                 s.init_ragged("huge", np.full(4, 2**40, dtype=np.uint64), 1, dtype="float64")
-            print(f"RESULT {rank} {call} passed", flush=True)
+            print(f"RESULT {rank} {call} passed", file=res)
         except MemoryError as e:
-            print(f"RESULT {rank} {call} MemoryError {e}", flush=True)
+            print(f"RESULT {rank} {call} MemoryError {e}", file=res)
         except Exception as e:
-            print(f"RESULT {rank} {call} {type(e).__name__} {e}", flush=True)
+            print(f"RESULT {rank} {call} {type(e).__name__} {e}", file=res)
     s.add("small", np.full((3, 2), rank, dtype=np.float32))   # still usable
     out = np.zeros((6, 2), dtype=np.float32)
     s.get("small", out, 0)
-    print(f"RESULT {rank} after {out[:, 0].tolist()}", flush=True)
+    print(f"RESULT {rank} after {out[:, 0].tolist()}", file=res)
     s.free()
 """)
 
@@ -70,17 +72,18 @@ def test_a_shard_larger_than_memory_is_refused_on_every_rank(top, tmp_path, meth
     script = tmp_path / "too_big.py"
     script.write_text(_TOO_BIG)
     p = subprocess.run([DDRUN, "-n", "2", "--timeout", "120", "--", sys.executable,
-                        str(script), str(method)], env=_env(top), capture_output=True,
+                        str(script), str(method), str(tmp_path)], env=_env(top),
+                       capture_output=True,
                        text=True, timeout=180)
     text = p.stdout + p.stderr
     assert p.returncode == 0, text
     for r in range(2):
+        lines = (tmp_path / f"result.{r}").read_text().splitlines()
         for call in ("init", "init_ragged"):
-            line = next((ln for ln in text.splitlines()
-                         if ln.startswith(f"RESULT {r} {call} ")), "")
-            assert "MemoryError" in line, text
+            line = next((ln for ln in lines if ln.startswith(f"RESULT {r} {call} ")), "")
+            assert "MemoryError" in line, (lines, text)
             assert "'huge'" in line and "does not fit in the memory" in line, line
-        assert f"RESULT {r} after [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]" in text, text
+        assert f"RESULT {r} after [0.0, 0.0, 0.0, 1.0, 1.0, 1.0]" in lines, (lines, text)
 
 
 _SMALL_SHM = textwrap.dedent("""
