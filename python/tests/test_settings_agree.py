@@ -30,6 +30,16 @@ def _world():
     return MPI.COMM_WORLD
 
 
+def _assert_same_error(comm, err, bad, name, value):
+    """Every rank raised one ValueError, "rank BAD: NAME='VALUE': ..."."""
+    got = comm.allgather((type(err).__name__, str(err)))
+    want = f"rank {bad}: {name}='{value}'"
+    for r, (kind, msg) in enumerate(got):
+        assert kind == "ValueError", f"rank {r}: {kind}: {msg}"
+        assert msg.startswith(want), f"rank {r}: {msg!r} does not start with {want!r}"
+    assert len({m for _, m in got}) == 1, got
+
+
 @pytest.mark.parametrize("name,value", CASES)
 def test_bad_setting_on_one_rank_fails_every_rank(name, value, monkeypatch):
     comm = _world()
@@ -47,12 +57,7 @@ def test_bad_setting_on_one_rank_fails_every_rank(name, value, monkeypatch):
     except Exception as e:  # noqa: BLE001 - the type is checked below
         err = e
     monkeypatch.undo()
-    got = comm.allgather((type(err).__name__, str(err)))
-    want = f"rank {bad}: {name}='{value}'"
-    for r, (kind, msg) in enumerate(got):
-        assert kind == "ValueError", f"rank {r}: {kind}: {msg}"
-        assert msg.startswith(want), f"rank {r}: {msg!r} does not start with {want!r}"
-    assert len({m for _, m in got}) == 1, got
+    _assert_same_error(comm, err, bad, name, value)
     # the job goes on: a store can be created afterwards
     s = pyddstore.PyDDStore(comm)
     s.free()
@@ -112,9 +117,4 @@ def test_bad_timeout_on_one_rank_over_torch_group(value, monkeypatch):
     except Exception as e:  # noqa: BLE001 - the type is checked below
         err = e
     monkeypatch.undo()
-    got = comm.allgather((type(err).__name__, str(err)))
-    want = f"rank {bad}: {name}='{value}'"
-    for r, (kind, msg) in enumerate(got):
-        assert kind == "ValueError", f"rank {r}: {kind}: {msg}"
-        assert msg.startswith(want), f"rank {r}: {msg!r} does not start with {want!r}"
-    assert len({m for _, m in got}) == 1, got
+    _assert_same_error(comm, err, bad, name, value)
