@@ -233,7 +233,11 @@ static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named)
 exchange_failed:
     if (xrc > 0)
         xrc = -xrc;
-    if (xrc == -DDS_ETIMEDOUT) /* the communicator's message says it all */
+    /* the communicator's message says it all: a timeout, or a setting
+     * agreed bad by the communicator's own first step ("rank R: ...", the
+     * same on every rank; FileComm) */
+    if (xrc == -DDS_ETIMEDOUT ||
+        (xrc == -DDS_ECONFIG && names_a_rank(dds_last_error())))
         return xrc;
     dds_error(xrc, "error agreement: the exchange failed: %s",
               dds_last_error()[0] != '\0' ? dds_last_error()

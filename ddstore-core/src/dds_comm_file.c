@@ -152,6 +152,16 @@ typedef struct fc_ctx {
     char host[256];
     char skipped[600];    /* the last peer file not read, and why (for the
                              timeout message) */
+    /* Settings agreement (issue 23, item 4): a setting that did not parse
+     * at creation is not raised there, where the peers would wait for this
+     * rank in their first step; the creation takes the default and the
+     * first collective of every rank exchanges the ranks' errors first, so
+     * all fail together with "rank R: VARIABLE='value': ...". */
+    int settings_agreed;  /* the first collective's exchange is done */
+    int settings_rc;      /* this rank's error at creation, 0 = none */
+    char settings_why[240];
+    int refused_rc;       /* the agreed failure: every call fails with it */
+    char refused[280];
 } fc_ctx_t;
 
 static const char *op_name(uint32_t op)
@@ -635,8 +645,8 @@ static int timeout_error(fc_ctx_t *c, uint32_t op)
 
 /* The one exchange behind every collective.  recv: size*bytes, or NULL when
  * bytes == 0. */
-static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
-                    void *recv)
+static int exchange_step(fc_ctx_t *c, uint32_t op, const void *send,
+                         size_t bytes, void *recv)
 {
     double deadline;
     long sleep_ns = 20000;
@@ -712,6 +722,73 @@ out:
      * step, and the next call does not collide with it */
     c->seq++;
     return rc;
+}
+
+/* One rank's settings error, as the first step exchanges it. */
+typedef struct fc_settings_rec {
+    int32_t rc;
+    char why[244];
+} fc_settings_rec_t;
+
+/* The first collective carries every rank's settings error in front of
+ * its payload (the same step, so seq numbers and timeout messages are
+ * those of the caller's collective); the lowest failing rank's error fails
+ * every rank, now and on every later call.  Keeps the caller's error detail
+ * on success. */
+static int exchange(fc_ctx_t *c, uint32_t op, const void *send, size_t bytes,
+                    void *recv)
+{
+    fc_settings_rec_t mine;
+    const size_t rb = sizeof mine + bytes;
+    unsigned char *s2, *r2;
+    saved_error_t saved;
+    int rc;
+
+    if (c->refused_rc != 0)
+        return dds_error(c->refused_rc, "%s", c->refused);
+    if (c->settings_agreed || c->size == 1)
+        return exchange_step(c, op, send, bytes, recv);
+    c->settings_agreed = 1;
+    if (bytes > SIZE_MAX / (size_t)c->size - sizeof mine)
+        return dds_error(-DDS_EINVAL, "FileComm %s: too large", op_name(op));
+    s2 = calloc(1, rb);
+    r2 = calloc((size_t)c->size, rb);
+    if (s2 == NULL || r2 == NULL) {
+        free(s2);
+        free(r2);
+        return dds_error(-DDS_ENOMEM, "FileComm: out of memory");
+    }
+    memset(&mine, 0, sizeof mine);
+    mine.rc = c->settings_rc;
+    snprintf(mine.why, sizeof mine.why, "%s", c->settings_why);
+    memcpy(s2, &mine, sizeof mine);
+    if (bytes > 0)
+        memcpy(s2 + sizeof mine, send, bytes);
+    error_save(&saved);
+    rc = exchange_step(c, op, s2, rb, r2);
+    if (rc == 0) {
+        for (int j = 0; j < c->size && c->refused_rc == 0; j++) {
+            fc_settings_rec_t peer;
+            memcpy(&peer, r2 + (size_t)j * rb, sizeof peer);
+            if (peer.rc == 0)
+                continue;
+            peer.why[sizeof peer.why - 1] = '\0';
+            c->refused_rc = peer.rc < 0 ? peer.rc : -DDS_ECONFIG;
+            snprintf(c->refused, sizeof c->refused, "rank %d: %s", j,
+                     peer.why);
+        }
+        for (int j = 0; j < c->size && bytes > 0; j++)
+            memcpy((char *)recv + (size_t)j * bytes,
+                   r2 + (size_t)j * rb + sizeof mine, bytes);
+    }
+    free(s2);
+    free(r2);
+    if (rc < 0)
+        return rc;
+    if (c->refused_rc != 0)
+        return dds_error(c->refused_rc, "%s", c->refused);
+    error_restore(&saved);
+    return 0;
 }
 
 static int fc_allgather(void *ctx, const void *send, size_t bytes,
@@ -928,6 +1005,18 @@ static void remove_leftovers(const fc_ctx_t *c)
     closedir(d);
 }
 
+/* A SECONDS setting's default, for a rank whose value did not parse. */
+static double default_seconds(const char *name, double fallback)
+{
+    const dds_config_entry_t *e = dds_config_find(name);
+    char *end;
+    double v;
+    if (e == NULL || e->defval == NULL)
+        return fallback;
+    v = strtod(e->defval, &end);
+    return end != e->defval && *end == '\0' && v > 0 ? v : fallback;
+}
+
 int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
                          double timeout_s, dds_comm_t *comm_p)
 {
@@ -954,20 +1043,38 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     rc = resolve_ns(ns, nsbuf, sizeof nsbuf);
     if (rc < 0)
         return rc;
+    /* A bad setting fails here only for a single rank; with peers it is
+     * kept (the default used meanwhile) and fails every rank's first
+     * collective together (settings_agree). */
+    int settings_rc = 0;
+    char settings_why[240] = "";
     if (timeout_s <= 0) {
-        rc = dds_comm_timeout_s(&timeout_s);
-        if (rc < 0)
-            return rc;
         from_env = 1;
+        rc = dds_comm_timeout_s(&timeout_s);
+        if (rc < 0) {
+            settings_rc = rc;
+            snprintf(settings_why, sizeof settings_why, "%s", dds_last_error());
+            timeout_s = default_seconds("DDSTORE_COLLECTIVE_TIMEOUT_S", 1800);
+        }
     }
     rc = dds_filecomm_settings_read(&set);
-    if (rc < 0)
-        return rc;
-    fsync_on = set.fsync;
+    if (rc < 0 && settings_rc == 0) {
+        settings_rc = rc;
+        snprintf(settings_why, sizeof settings_why, "%s", dds_last_error());
+    }
+    fsync_on = rc < 0 ? 0 : set.fsync;
     double warn_s = 0;
     rc = dds_comm_warn_s(&warn_s);
-    if (rc < 0)
-        return rc;
+    if (rc < 0) {
+        if (settings_rc == 0) {
+            settings_rc = rc;
+            snprintf(settings_why, sizeof settings_why, "%s",
+                     dds_last_error());
+        }
+        warn_s = default_seconds("DDSTORE_COLLECTIVE_WARN_S", 60);
+    }
+    if (settings_rc != 0 && size == 1)
+        return dds_error(settings_rc, "%s", settings_why);
     rc = make_dir(dir, "directory");
     if (rc < 0)
         return rc;
@@ -998,6 +1105,8 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
     c->timeout_from_env = from_env;
     c->warn_s = warn_s;
     c->fsync = fsync_on;
+    c->settings_rc = settings_rc;
+    snprintf(c->settings_why, sizeof c->settings_why, "%s", settings_why);
     if (gethostname(c->host, sizeof c->host - 1) != 0)
         snprintf(c->host, sizeof c->host, "?");
     /* one run per namespace: claim our rank (a single rank exchanges no

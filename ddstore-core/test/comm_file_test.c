@@ -233,17 +233,49 @@ static void test_timeout_env(void)
     CHECK_CONTAINS(dds_last_error(), "1 of 2 ranks, which did not enter it: 1");
     CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_TIMEOUT_S");
     dds_comm_destroy(&c);
+    /* a single rank fails at once; with peers see test_bad_setting */
     setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "soon", 1);
-    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 0, &c), -DDS_ECONFIG);
+    CHECK_RC(dds_comm_file_create(dir, 0, 1, "x", 0, &c), -DDS_ECONFIG);
     CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_TIMEOUT_S");
     setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "0", 1);
-    CHECK_RC(dds_comm_file_create(dir, 0, 2, "x", 0, &c), -DDS_ECONFIG);
+    CHECK_RC(dds_comm_file_create(dir, 0, 1, "x", 0, &c), -DDS_ECONFIG);
     CHECK_CONTAINS(dds_last_error(), "must be > 0");
     setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "inf", 1);
     CHECK_OK(dds_comm_file_create(dir, 0, 1, "inf", 0, &c));
     CHECK_OK(c.ops->barrier(c.ctx));
     dds_comm_destroy(&c);
     unsetenv("DDSTORE_COLLECTIVE_TIMEOUT_S");
+}
+
+/* A bad setting on one rank of several (issue 23, item 4): its creation
+ * succeeds, and the first collective and every later one fail on every rank
+ * with the same "rank 1: VARIABLE='value': ..."; no rank waits for it. */
+static void bad_setting_rank(int rank, int size, const char *dir, void *arg)
+{
+    dds_comm_t c;
+    char first[300];
+    int64_t v = 1;
+    (void)arg;
+    if (rank == 1)
+        setenv("DDSTORE_COLLECTIVE_WARN_S", "soon", 1);
+    else
+        setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "20", 1);
+    CHECK_OK(dds_comm_file_create(dir, rank, size, "bad", 0, &c));
+    CHECK_RC(c.ops->barrier(c.ctx), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "rank 1: DDSTORE_COLLECTIVE_WARN_S='soon'");
+    snprintf(first, sizeof first, "%s", dds_last_error());
+    CHECK_RC(c.ops->allreduce_i64(c.ctx, &v, 1, DDS_REDUCE_SUM), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), first);
+    CHECK_RC(dds_comm_agree_named(&c, 0), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), first);
+    dds_comm_destroy(&c);
+}
+
+static void test_bad_setting(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/badset", g_root);
+    CHECK_EQ(run_ranks(3, -1, bad_setting_rank, dir, NULL), 0);
 }
 
 /* ---- mismatched collectives -------------------------------------------- */
@@ -654,6 +686,7 @@ int main(void)
     RUN_TEST(test_permissions);
     RUN_TEST(test_timeout);
     RUN_TEST(test_timeout_env);
+    RUN_TEST(test_bad_setting);
     RUN_TEST(test_mismatch);
     RUN_TEST(test_multi);
     RUN_TEST(test_planted_links);

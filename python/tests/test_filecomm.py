@@ -131,6 +131,51 @@ def test_method0_needs_mpi(tmp_path):
         pyddstore.PyDDStore(fc, method=0)
 
 
+# ---- a bad setting on one rank (issue 23, item 4) --------------------------
+
+_AGREE = """
+    import os
+    if os.environ["SLURM_PROCID"] == "1":
+        os.environ[%r] = %r
+    else:
+        # bounded: without the agreement rank 0 would wait for rank 1
+        os.environ["DDSTORE_COLLECTIVE_TIMEOUT_S"] = "20"
+    import pyddstore
+    fc = pyddstore.FileComm(%r, ns="agree")
+    for step in range(2):        # the first collective fails; so do later ones
+        try:
+            %s
+        except Exception as e:
+            print("%%s|%%s" %% (type(e).__name__, e))
+        else:
+            print("no error")
+"""
+
+
+@pytest.mark.parametrize("first", ["fc.barrier()", "pyddstore.PyDDStore(fc, method=1).free()"])
+@pytest.mark.parametrize("name,value", [
+    ("DDSTORE_COLLECTIVE_TIMEOUT_S", "abc"),
+    ("DDSTORE_COLLECTIVE_TIMEOUT_S", "0"),
+    ("DDSTORE_COLLECTIVE_WARN_S", "abc"),
+    ("DDSTORE_FILECOMM_FSYNC", "maybe"),
+])
+def test_bad_setting_on_one_rank_fails_every_rank(top, tmp_path, name, value, first):
+    """FileComm(): a setting that does not parse on ONE rank fails the first
+    collective (a FileComm step or PyDDStore(fc)) on every rank at once with
+    the message of the MPI case, "rank 1: VARIABLE='value': ..."; the good
+    rank does not wait for its collective timeout (20 s here)."""
+    res = _spawn(top, 2, _AGREE % (name, value, str(tmp_path), first), timeout=60)
+    want = "ValueError|rank 1: %s='%s'" % (name, value)
+    lines = []
+    for r, (rc, out, err) in enumerate(res):
+        assert rc == 0, "rank %d rc %d\nstdout:\n%s\nstderr:\n%s" % (r, rc, out, err)
+        got = out.splitlines()
+        assert len(got) == 2 and all(g.startswith(want) for g in got), (r, got, err)
+        assert "timed out" not in out, (r, out)
+        lines.append(got)
+    assert lines[0] == lines[1], lines
+
+
 # ---- PyDDStore(FileComm, method=1) ---------------------------------------
 
 _STORE = """

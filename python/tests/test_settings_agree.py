@@ -30,6 +30,16 @@ def _world():
     return MPI.COMM_WORLD
 
 
+def _assert_same_error(comm, err, bad, name, value):
+    """Every rank raised one ValueError, "rank BAD: NAME='VALUE': ..."."""
+    got = comm.allgather((type(err).__name__, str(err)))
+    want = f"rank {bad}: {name}='{value}'"
+    for r, (kind, msg) in enumerate(got):
+        assert kind == "ValueError", f"rank {r}: {kind}: {msg}"
+        assert msg.startswith(want), f"rank {r}: {msg!r} does not start with {want!r}"
+    assert len({m for _, m in got}) == 1, got
+
+
 @pytest.mark.parametrize("name,value", CASES)
 def test_bad_setting_on_one_rank_fails_every_rank(name, value, monkeypatch):
     comm = _world()
@@ -47,12 +57,7 @@ def test_bad_setting_on_one_rank_fails_every_rank(name, value, monkeypatch):
     except Exception as e:  # noqa: BLE001 - the type is checked below
         err = e
     monkeypatch.undo()
-    got = comm.allgather((type(err).__name__, str(err)))
-    want = f"rank {bad}: {name}='{value}'"
-    for r, (kind, msg) in enumerate(got):
-        assert kind == "ValueError", f"rank {r}: {kind}: {msg}"
-        assert msg.startswith(want), f"rank {r}: {msg!r} does not start with {want!r}"
-    assert len({m for _, m in got}) == 1, got
+    _assert_same_error(comm, err, bad, name, value)
     # the job goes on: a store can be created afterwards
     s = pyddstore.PyDDStore(comm)
     s.free()
@@ -90,3 +95,26 @@ def test_python_booleans_follow_c(monkeypatch):
     monkeypatch.setenv("DDSTORE_BATCH_GET", "maybe")
     with pytest.raises(ValueError, match="DDSTORE_BATCH_GET='maybe'"):
         env.batch_get()
+
+
+@pytest.mark.parametrize("value", ["abc", "0"])
+def test_bad_timeout_on_one_rank_over_torch_group(value, monkeypatch):
+    """PyDDStore(TorchComm()): a bad DDSTORE_COLLECTIVE_TIMEOUT_S on one rank
+    does not raise inside the group's first collective (leaving the others
+    waiting, or failing them with "the exchange failed"); every rank gets the
+    message of the MPI case."""
+    pytest.importorskip("torch")
+    from _torch_util import torch_pg
+    from pyddstore.torch.comm import TorchComm
+    comm = _world()
+    torch_pg(comm)
+    name = "DDSTORE_COLLECTIVE_TIMEOUT_S"
+    bad = comm.size - 1
+    monkeypatch.setenv(name, value if comm.rank == bad else "20")
+    err = None
+    try:
+        pyddstore.PyDDStore(TorchComm(), method=1).free()
+    except Exception as e:  # noqa: BLE001 - the type is checked below
+        err = e
+    monkeypatch.undo()
+    _assert_same_error(comm, err, bad, name, value)

@@ -60,7 +60,11 @@ extern "C" {
  * Returns 0, or -DDS_EINVAL (bad argument, directory not usable: not a
  * directory, another user's, writable by others, not writable),
  * -DDS_EBUSY (another run holds this rank of the namespace), -DDS_ECONFIG
- * (bad environment value), -DDS_ENOMEM, -DDS_EIO. */
+ * (bad environment value, size 1 only), -DDS_ENOMEM, -DDS_EIO.
+ * With size > 1 a bad DDSTORE_COLLECTIVE_TIMEOUT_S / _WARN_S /
+ * DDSTORE_FILECOMM_* value is not returned here (the peers would wait for
+ * this rank): the first collective, on every rank, and every later one fail
+ * with -DDS_ECONFIG "rank R: VARIABLE='value': ...". */
 DDS_API int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
                          double timeout_s, dds_comm_t *comm_p);
 

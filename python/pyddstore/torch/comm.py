@@ -236,7 +236,7 @@ class TorchComm:
     def _wait(self, work, what):
         import datetime
         _check_in_step(self, what)
-        timeout = env.collective_timeout()
+        timeout = _collective_timeout()
         try:
             if timeout == float("inf"):
                 work.wait()
@@ -378,6 +378,22 @@ def _check_in_step(comm, what):
             "are out of step")
 
 
+def _collective_timeout():
+    """DDSTORE_COLLECTIVE_TIMEOUT_S, or its declared default when the value is
+    bad: a collective already posted must not raise on one rank (the others
+    would wait for it); PyDDStore(comm) checks the setting in its first
+    agreement, which fails every rank with "rank R: VARIABLE='value': ..."
+    (issue 23, item 4)."""
+    try:
+        return env.collective_timeout()
+    except ValueError:
+        from pyddstore import _core
+        for e in _core.config_entries():
+            if e["name"] == "DDSTORE_COLLECTIVE_TIMEOUT_S":
+                return float(e["default"])
+        raise
+
+
 def _timed_out(comm, what, timeout, size, detail=""):
     comm._broken = what
     extra = f" ({detail})" if detail else ""
@@ -390,7 +406,7 @@ def _timed_out(comm, what, timeout, size, detail=""):
 def _mpi_wait(comm, req, what, keep=()):
     """Complete an mpi4py request within the collective timeout (polling)."""
     import time
-    timeout = env.collective_timeout()
+    timeout = _collective_timeout()
     t0 = time.monotonic()
     pause = 0.0
     while not req.Test():
