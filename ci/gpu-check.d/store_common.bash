@@ -175,7 +175,8 @@ build_pyddstore_torch_cuda() {
                 tail -30 "$log"
                 fail "CMake build of pyddstore (DDSTORE_GPU=cuda, torch extension) failed (log: $log)"
             fi
-            cp "$bdir"/_core*.so "$bdir"/_ddstore_torch*.so "$pkg/pyddstore/" || fail "no modules in $bdir"
+            cp "$bdir"/_core*.so "$bdir"/_ddstore_torch*.so "$bdir"/libddstore.so "$pkg/pyddstore/" \
+                || fail "no modules (or no libddstore.so) in $bdir"
             [ -f "$bdir/ddstore-build-summary.txt" ] && sed 's/^/  /' "$bdir/ddstore-build-summary.txt"
         else
             echo "building pyddstore (ci/dev-build.sh DDSTORE_GPU=cuda + g++ torch extension: no cmake >= 3.18)"
@@ -220,7 +221,7 @@ PY
     local flags=(-O2 -g -std=c++17 -fPIC -fvisibility=hidden -Wall -Wno-unused-parameter
         -DTORCH_EXTENSION_NAME=_ddstore_torch -DTORCH_API_INCLUDE_EXTENSION_H
         "-D_GLIBCXX_USE_CXX11_ABI=$abi" -I"$obj/include" -I"$ROOT/ddstore-torch/csrc" -I"$ROOT/libddstore/include"
-        -I"$ROOT/ddstore-core/include" -I"$pyinc" "${tinc[@]}")
+        -I"$ROOT/ddstore-core/include" -I"$ROOT/ddstore-gpu/include" -I"$pyinc" "${tinc[@]}")
     local jobs failed=0
     jobs=$(nproc 2>/dev/null || echo 4)
     for s in "$ROOT"/ddstore-torch/csrc/*.cpp; do
@@ -234,8 +235,9 @@ PY
     wait
     for o in "${objs[@]}"; do [ -f "$o" ] || failed=1; done
     [ $failed = 0 ] || return 1
-    "$cxx" -shared -o "$out" "${objs[@]}" -L"$tlib" -Wl,-rpath,"$tlib" \
-        -lc10 -ltorch -ltorch_cpu -ltorch_python
+    # libddstore.so: built next to _core by ci/dev-build.sh (the same dir)
+    "$cxx" -shared -o "$out" "${objs[@]}" -L"$(dirname "$out")" -lddstore -Wl,-rpath,'$ORIGIN' \
+        -L"$tlib" -Wl,-rpath,"$tlib" -lc10 -ltorch -ltorch_cpu -ltorch_python
 }
 
 # pick_transport: GPUCHECK_TRANSPORT for the pyddstore on PYTHONPATH.
