@@ -61,8 +61,21 @@ def run_nodes(args, extra=None, plain=False, n=4, nodes=2, timeout=240):
     return p.returncode, p.stdout, p.stderr
 
 
+def tagged(out, tag):
+    """Every `TAG {json}` record in out, wherever it starts: mpirun forwards
+    the ranks' lines through its own pipes and two of them can arrive glued
+    ("...}RESULT {...}" or a line break moved), so records are decoded where
+    they start, not per line."""
+    dec, recs, i = json.JSONDecoder(), [], out.find(tag + " {")
+    while i >= 0:
+        obj, end = dec.raw_decode(out, i + len(tag) + 1)
+        recs.append(obj)
+        i = out.find(tag + " {", end)
+    return recs
+
+
 def results(out):
-    return [json.loads(l[len("RESULT "):]) for l in out.splitlines() if l.startswith("RESULT ")]
+    return tagged(out, "RESULT")
 
 
 def check_store_run(rc, out, err, n=4, nodes=2, mapped=True):
@@ -150,7 +163,7 @@ def run_fault(case, tmp_path, keep_going=False):
     cmd = [DDRUN, "--nodes", "2", "-n", "4", "--timeout", "240", "--plain", *cmd_extra, "--",
            sys.executable, JOB, "fault", case, str(tmp_path)]
     p = subprocess.run(cmd, env=_env(FAULT_ENV), capture_output=True, text=True, timeout=300)
-    reps = [json.loads(l[len("FAULT "):]) for l in p.stdout.splitlines() if l.startswith("FAULT ")]
+    reps = tagged(p.stdout, "FAULT")
     return p.returncode, p.stdout + p.stderr, reps
 
 
