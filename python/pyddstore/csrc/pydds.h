@@ -77,8 +77,6 @@ PyObject *pydds_exc_class(int rc);
 /* Set the documented exception for `rc` with dds_last_error() (or
  * dds_strerror(rc) when the detail is empty); returns NULL. */
 PyObject *pydds_raise(int rc);
-/* Register the DDSTORE_* table of every library built in (idempotent). */
-void pydds_config_register_all(void);
 /* Same class, own message. */
 PyObject *pydds_raise_fmt(int rc, const char *fmt, ...);
 /* The DDS code matching the pending Python exception (TypeError -> ETYPE,

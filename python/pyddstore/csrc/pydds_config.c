@@ -6,11 +6,6 @@
 
 #include "ddstore/config.h"
 
-void pydds_config_register_all(void)
-{
-    ddstore_config_register_all();   /* the hub: every library built in */
-}
-
 /* The entry named by `arg`, every table registered first; NULL with an
  * exception set when it is not a registered name. */
 static const dds_config_entry_t *entry_of(PyObject *arg, const char **name_p)
@@ -18,7 +13,7 @@ static const dds_config_entry_t *entry_of(PyObject *arg, const char **name_p)
     const char *name = PyUnicode_AsUTF8(arg);
     if (name == NULL)
         return NULL;
-    pydds_config_register_all();
+    ddstore_config_register_all();   /* the hub: every library built in */
     const dds_config_entry_t *e = dds_config_find(name);
     if (e == NULL)
         pydds_raise_fmt(-DDS_ENOENT, "%s is not a registered variable", name);
@@ -76,7 +71,7 @@ static PyObject *mod_settings(PyObject *m, PyObject *unused)
 {
     (void)m;
     (void)unused;
-    pydds_config_register_all();
+    ddstore_config_register_all();   /* the hub: every library built in */
     size_t n = dds_config_count();
     PyObject *d = PyDict_New();
     for (size_t i = 0; d != NULL && i < n; i++) {

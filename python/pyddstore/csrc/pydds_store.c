@@ -321,7 +321,7 @@ static PyObject *store_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     else if (resolve_method(method_o, &method) < 0)
         return NULL;
     if (settings_rc == 0) {
-        pydds_config_register_all();
+        ddstore_config_register_all();
         settings_rc = dds_config_validate_all();
     }
     if (settings_rc != 0) {
