@@ -367,6 +367,7 @@ PY_RANKS = {
     "test_bench_loaders.py": (1,),
     "test_collectives.py": (1,),
     "test_compat_hydragnn.py": (2, 4),
+    "test_figures.py": (1,),
     "test_core_basic.py": (1, 2, 4),
     "test_core_comm.py": (2, 4),
     "test_core_errors.py": (2,),

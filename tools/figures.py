@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""The runner behind published figures: every table it owns in docs/ is produced by it,
+from rounds interleaved in one run, and `check` says which published cells a rerun does
+not reproduce.
+
+    .venv/bin/python tools/figures.py list
+    .venv/bin/python tools/figures.py run NAME [NAME ...] [--rounds R] [--write]
+    .venv/bin/python tools/figures.py check NAME [NAME ...] [--rounds R] [--tol 0.1]
+
+A figure has arms (commands: A, B, C ...). `run` runs them A B C A B C ... for R
+rounds, reads each arm's JSON result of each round, and writes out/figures/NAME.json:
+the commit (and whether the tree was dirty), the DDSTORE_*/FI_* settings, the cores,
+the load average before every arm's run, and every round's raw result. The table's
+cells are the median over rounds and the min–max spread; a ratio between two arms is
+taken inside each round (the two ran back to back) and then summarised the same way.
+
+`--write` replaces the table in the figure's doc, between the markers
+`<!-- figure NAME -->` and `<!-- /figure NAME -->`, with the command, commit and load
+above it, and stores the published cells in docs/figures/NAME.json. A run taken with
+the 1-minute load above 1 per core is refused for `--write` unless `--loaded`, and the
+table then says so in its first line.
+
+`check` reruns the figure and compares each published cell: the new median must lie
+in the published min–max spread widened by --tol (relative, default 0.10). It prints
+every cell (ok / NOT REPRODUCED), and exits 1 when a cell is not reproduced; 2 when
+the machine is loaded (the comparison would mean nothing), unless --loaded.
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = sys.executable
+DDRUN = os.path.join(TOP, "tools", "ddrun")
+
+
+class Arm:
+    """One command of a figure. `{json}` in argv is replaced by a fresh file the
+    command writes its result to (JSON, or JSON lines); without it the last stdout
+    line that starts with '{' is the result."""
+
+    def __init__(self, name, argv, env=None):
+        self.name, self.argv, self.env = name, list(argv), dict(env or {})
+
+    def shell(self):
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        return (env + " " if env else "") + " ".join(shlex.quote(a) for a in self.argv)
+
+    def run(self, timeout):
+        with tempfile.TemporaryDirectory(prefix="ddfig.") as d:
+            path = os.path.join(d, "result.json")
+            argv = [a.replace("{json}", path) for a in self.argv]
+            env = dict(os.environ, **self.env)
+            p = subprocess.run(argv, env=env, cwd=TOP, capture_output=True, text=True,
+                               timeout=timeout)
+            if p.returncode != 0:
+                raise RuntimeError(f"arm {self.name} failed (exit {p.returncode}): "
+                                   f"{self.shell()}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+            if "{json}" in " ".join(self.argv):
+                with open(path) as f:
+                    text = f.read()
+                lines = [json.loads(l) for l in text.splitlines() if l.strip()]
+                return lines if len(lines) != 1 else lines[0]
+            last = [l for l in p.stdout.splitlines() if l.startswith("{")]
+            if not last:
+                raise RuntimeError(f"arm {self.name} printed no JSON line: {self.shell()}")
+            return json.loads(last[-1])
+
+
+class Figure:
+    """A published table. `cells(rounds)` maps the rounds (a list of {arm: result})
+    to rows: a list of (label, [(column, values over rounds), ...]); `columns` is
+    the header after the label column."""
+
+    def __init__(self, name, doc, what, arms, label, columns, cells, build=None,
+                 timeout=900):
+        self.name, self.doc, self.what = name, doc, what
+        self.arms, self.label, self.columns = arms, label, columns
+        self.cells, self.build, self.timeout = cells, build, timeout
+
+
+def _us_rows(result):
+    """ddstore_bench's JSON lines -> {(row_bytes, batch): us_per_row}."""
+    rows = result if isinstance(result, list) else [result]
+    return {(r["row_bytes"], r["batch"]): r["us_per_row"] for r in rows if "us_per_row" in r}
+
+
+def _bench_arm(name, method, extra=(), env=None, sizes="3136,1048576", batches="128",
+               seconds="0.3"):
+    return Arm(name, [DDRUN, "-n", "2", "--timeout", "600", "--",
+                      os.path.join(TOP, "bazel-bin", "tools", "ddstore_bench"),
+                      "--method", str(method), "--sizes", sizes, "--batches", batches,
+                      "--seconds", seconds, "--json", "{json}"] + list(extra), env)
+
+
+def _m1_vs_m0_cells(rounds):
+    out = []
+    keys = sorted(_us_rows(rounds[0]["m0"]))
+    for rb, batch in keys:
+        m0 = [_us_rows(r["m0"])[(rb, batch)] for r in rounds]
+        sh = [_us_rows(r["m1_shm"])[(rb, batch)] for r in rounds]
+        tc = [_us_rows(r["m1_tcp"])[(rb, batch)] for r in rounds]
+        label = f"{rb} B × {batch}" if rb < 1 << 20 else f"{rb >> 20} MiB × {batch}"
+        out.append((label, [("method 0 µs/row", m0), ("method 1 shm µs/row", sh),
+                            ("method 1 tcp µs/row", tc),
+                            ("m1 shm speed / m0 (≥ 0.9 wanted)",
+                             [a / b for a, b in zip(m0, sh)]),
+                            ("m1 tcp speed / m0", [a / b for a, b in zip(m0, tc)])]))
+    return out
+
+
+def _torch_path_cells(rounds):
+    out = []
+    for nf in ("1", "3", "8"):
+        for case in ("bare", "collate", "loader"):
+            m0 = [r["m0"][nf][case][1] for r in rounds]
+            m1 = [r["m1"][nf][case][1] for r in rounds]
+            out.append((f"{nf} field(s), {case}",
+                        [("method 0 µs/batch", m0), ("method 1 µs/batch", m1),
+                         ("m1 speed / m0", [a / b for a, b in zip(m0, m1)])]))
+    return out
+
+
+_BENCH_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_bench"]
+_TORCH_PATH = [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
+               os.path.join(TOP, "tools", "bench_torch_path.py"), "8192", "5"]
+
+FIGURES = {f.name: f for f in [
+    Figure("m1_vs_m0", "docs/measurements.md",
+           "method 1 (same node, mapped shards) against method 0: remote rows only, "
+           "2 ranks, one reader thread, 0.3 s per point (ddstore_bench)",
+           [_bench_arm("m0", 0), _bench_arm("m1_shm", 1, ["--fabric", "shm"]),
+            _bench_arm("m1_tcp", 1, ["--fabric", "tcp;ofi_rxm"])],
+           "row × batch", None, _m1_vs_m0_cells, build=_BENCH_BUILD),
+    Figure("torch_path", "docs/measurements.md",
+           "the torch path per batch of 128 × 3136 B samples in 1, 3 and 8 fields: "
+           "bare get_batch per field, the direct collate, ThreadDataLoader (1 worker); "
+           "median of 5 repetitions per round (tools/bench_torch_path.py)",
+           [Arm("m0", _TORCH_PATH, {"DDSTORE_METHOD": "0"}),
+            Arm("m1", _TORCH_PATH, {"DDSTORE_METHOD": "1"})],
+           "case", None, _torch_path_cells),
+]}
+
+
+def _git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=TOP, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def summary(values):
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def fmt(v):
+    a = abs(v)
+    return f"{v:.3g}" if a < 100 else f"{v:.0f}"
+
+
+def measure(fig, rounds, log=print):
+    """Run fig's arms interleaved for `rounds` rounds; return the record."""
+    if fig.build:
+        log("+ " + " ".join(fig.build))
+        subprocess.run(fig.build, cwd=TOP, check=True)
+    rec = {"figure": fig.name, "commit": _git("rev-parse", "--short", "HEAD"),
+           "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "cores": os.cpu_count(),
+           "settings": {k: v for k, v in sorted(os.environ.items())
+                        if k.startswith(("DDSTORE_", "FI_"))},
+           "arms": {a.name: a.shell() for a in fig.arms}, "rounds": [], "load": []}
+    for r in range(rounds):
+        got = {}
+        for a in fig.arms:
+            rec["load"].append(loadavg())
+            log(f"[{fig.name}] round {r + 1}/{rounds} {a.name} (load {rec['load'][-1]:.2f})")
+            got[a.name] = a.run(fig.timeout)
+        rec["rounds"].append(got)
+    rec["load_max"] = max(rec["load"])
+    rec["loaded"] = rec["load_max"] > rec["cores"]
+    rec["table"] = [(label, [(col, summary(vals)) for col, vals in cols])
+                    for label, cols in fig.cells(rec["rounds"])]
+    return rec
+
+
+def render(fig, rec):
+    """Markdown for the figure's table, with the command, commit and load above it."""
+    cols = [c for c, _ in rec["table"][0][1]]
+    head = [f"<!-- figure {fig.name}: written by `tools/figures.py run {fig.name} --write`; "
+            f"do not edit by hand -->",
+            f"`.venv/bin/python tools/figures.py run {fig.name} --rounds "
+            f"{len(rec['rounds'])}`: {fig.what}. Arms interleaved in each round: " +
+            "; ".join(f"`{n}`: `{s.replace(TOP + '/', '')}`" for n, s in rec["arms"].items()) +
+            f". Commit {rec['commit']}{' (dirty tree)' if rec['dirty'] else ''}, "
+            f"{rec['date']}, {rec['cores']} cores, load average {min(rec['load']):.2f}–"
+            f"{rec['load_max']:.2f}" +
+            (" — **above 1 per core: not a publishable figure**" if rec["loaded"] else "") +
+            ". Cells: median over rounds (min–max).", "",
+            "| " + " | ".join([fig.label] + cols) + " |",
+            "|" + "---|" * (len(cols) + 1)]
+    for label, cells in rec["table"]:
+        head.append("| " + " | ".join([label] + [
+            f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})" for _, s in cells]) + " |")
+    head.append(f"<!-- /figure {fig.name} -->")
+    return "\n".join(head)
+
+
+def write(fig, rec, top=TOP):
+    path = os.path.join(top, fig.doc)
+    with open(path) as f:
+        text = f.read()
+    begin, end = f"<!-- figure {fig.name}", f"<!-- /figure {fig.name} -->"
+    i, j = text.find(begin), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{fig.doc} has no markers for figure {fig.name}: add a line "
+                         f"'<!-- figure {fig.name} -->' and one '{end}' where it goes")
+    text = text[:i] + render(fig, rec) + text[j + len(end):]
+    with open(path, "w") as f:
+        f.write(text)
+    pub = os.path.join(top, "docs", "figures", fig.name + ".json")
+    os.makedirs(os.path.dirname(pub), exist_ok=True)
+    with open(pub, "w") as f:
+        json.dump({k: rec[k] for k in ("figure", "commit", "date", "cores", "load",
+                                       "loaded", "arms", "table")}, f, indent=1)
+        f.write("\n")
+
+
+def compare(published, rec, tol):
+    """[(label, column, published summary, new median, ok)] for every published cell."""
+    new = {(l, c): s for l, cells in rec["table"] for c, s in cells}
+    out = []
+    for label, cells in published["table"]:
+        for col, s in cells:
+            n = new.get((label, col))
+            m = None if n is None else n["median"]
+            lo, hi = s["min"] * (1 - tol), s["max"] * (1 + tol)
+            out.append((label, col, s, m, m is not None and lo <= m <= hi))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    for c in ("run", "check"):
+        p = sub.add_parser(c)
+        p.add_argument("names", nargs="+", help="figure names, or 'all'")
+        p.add_argument("--rounds", type=int, default=5)
+        p.add_argument("--loaded", action="store_true",
+                       help="accept a run at load above 1 per core (marked as such)")
+        p.add_argument("--out", default=os.path.join(TOP, "out", "figures"))
+        if c == "run":
+            p.add_argument("--write", action="store_true",
+                           help="replace the table in its doc and docs/figures/NAME.json")
+        else:
+            p.add_argument("--tol", type=float, default=0.10)
+    a = ap.parse_args(argv)
+    if a.cmd == "list":
+        for f in FIGURES.values():
+            print(f"{f.name:12} {f.doc}: {f.what}")
+        return 0
+    names = list(FIGURES) if a.names == ["all"] else a.names
+    for n in names:
+        if n not in FIGURES:
+            raise SystemExit(f"no figure {n!r}; the figures: {', '.join(FIGURES)}")
+    if not a.loaded and loadavg() > os.cpu_count():
+        print(f"load average {loadavg():.2f} is above 1 per core ({os.cpu_count()} cores): "
+              "wait for a quiet machine, or pass --loaded (the result is then marked)")
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    bad = 0
+    for n in names:
+        fig = FIGURES[n]
+        rec = measure(fig, a.rounds)
+        with open(os.path.join(a.out, n + ".json"), "w") as f:
+            json.dump(rec, f, indent=1)
+        print(render(fig, rec))
+        if rec["loaded"] and not a.loaded:
+            print(f"[{n}] the load rose above 1 per core during the run "
+                  f"(max {rec['load_max']:.2f}): not written, not compared")
+            bad = bad or 2
+            continue
+        if a.cmd == "run" and a.write:
+            write(fig, rec)
+            print(f"[{n}] written to {fig.doc} and docs/figures/{n}.json")
+        elif a.cmd == "check":
+            pub = os.path.join(TOP, "docs", "figures", n + ".json")
+            if not os.path.exists(pub):
+                print(f"[{n}] nothing published yet ({pub} missing)")
+                bad = 1
+                continue
+            with open(pub) as f:
+                published = json.load(f)
+            for label, col, s, m, ok in compare(published, rec, a.tol):
+                got = "missing" if m is None else fmt(m)
+                print(f"[{n}] {'ok' if ok else 'NOT REPRODUCED'}: {label} / {col}: published "
+                      f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}), now {got}")
+                bad = bad or (0 if ok else 1)
+    return bad
+
+
+if __name__ == "__main__":
+    sys.exit(main())
