@@ -274,19 +274,29 @@ at::Tensor indices_from_sequence(PyObject *obj)
     PyObject **items = PySequence_Fast_ITEMS(seq.ptr());
     at::Tensor out = at::empty({static_cast<int64_t>(n)}, at::kLong);
     int64_t *dst = out.data_ptr<int64_t>();
+    // (the "indices[i]" of a message is built only when it is raised: per
+    // row it cost more than the conversion itself)
+    auto at_i = [](Py_ssize_t i) { return "indices[" + std::to_string(i) + "]"; };
     for (Py_ssize_t i = 0; i < n; i++) {
-        const std::string at_i = "indices[" + std::to_string(i) + "]";
+        if (PyLong_CheckExact(items[i])) {   // the common case: a plain int
+            int overflow = 0;
+            const long long x = PyLong_AsLongLongAndOverflow(items[i], &overflow);
+            if (!overflow) {
+                dst[i] = static_cast<int64_t>(x);
+                continue;
+            }
+        }
         if (PyFloat_Check(items[i]))
-            throw_py(PyExc_TypeError, at_i + ": expected an integer, got float");
+            throw_py(PyExc_TypeError, at_i(i) + ": expected an integer, got float");
         const long long x = PyLong_AsLongLong(items[i]);
         if (x == -1 && PyErr_Occurred()) {
             if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
                 PyErr_Clear();
-                throw_py(PyExc_IndexError, at_i + " is out of range (does not fit in int64)");
+                throw_py(PyExc_IndexError, at_i(i) + " is out of range (does not fit in int64)");
             }
             if (PyErr_ExceptionMatches(PyExc_TypeError)) {
                 PyErr_Clear();
-                throw_py(PyExc_TypeError, at_i + ": expected an integer, got " +
+                throw_py(PyExc_TypeError, at_i(i) + ": expected an integer, got " +
                                               Py_TYPE(items[i])->tp_name);
             }
             throw py::error_already_set();

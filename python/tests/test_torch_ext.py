@@ -167,6 +167,34 @@ def test_checks_before_reading(st, case):
     assert np.array_equal(out.numpy(), _expected([0, 1, 2, 3], 6))
 
 
+@pytest.mark.parametrize("idx, exc, msg", [
+    ([0, 1.5, 2, 3], TypeError, "indices[1]: expected an integer, got float"),
+    ([0, 1, 2**70, 3], IndexError, "indices[2] is out of range (does not fit in int64)"),
+    ([0, 1, 2, "3"], TypeError, "indices[3]: expected an integer, got str"),
+    ([0, -2**70, 1, 2], IndexError, "indices[1] is out of range (does not fit in int64)"),
+])
+def test_index_list_errors_name_the_element(st, idx, exc, msg):
+    """A list of indices is converted element by element; a bad one is named
+    (the fast path for plain ints must not skip these checks)."""
+    s, total, comm = st
+    out = torch.full((4, 6), -1.0)
+    with pytest.raises(exc) as ei:
+        ext.get_batch(s, "v", out, idx)
+    assert msg in str(ei.value)
+    assert torch.equal(out, torch.full((4, 6), -1.0))
+
+
+def test_index_list_of_other_integers(st):
+    """numpy integers, bools and int subclasses in a list read the same rows."""
+    s, total, comm = st
+
+    class MyInt(int):
+        pass
+    out = torch.empty((4, 6))
+    ext.get_batch(s, "v", out, [np.int64(3), True, MyInt(2), np.uint8(0)])
+    assert np.array_equal(out.numpy(), _expected([3, 1, 2, 0], 6))
+
+
 def test_unwrap_errors(st):
     s, total, comm = st
     with pytest.raises(TypeError):
