@@ -1,8 +1,10 @@
 """DistDataset, DistDatasetReader, WindowedDataset and row_of.
 
 A DistDataset stores each field of a map-style dataset's samples as one
-ddstore variable (one row per sample): each rank loads only its share of the
-source, in one pass, and every rank reads every sample with one-sided reads.
+ddstore variable (one row per sample), or with pack_fields=True every fixed
+field of a sample in one row of one variable (packing.py): each rank loads
+only its share of the source, in one pass, and every rank reads every sample
+with one-sided reads.
 """
 
 import json
@@ -21,6 +23,7 @@ from pyddstore import _backends
 
 from . import env
 from . import comm as _comm
+from . import packing as _pk
 from . import ragged as _rg
 from ._ext import as_index_tensor, ext, stream_of
 from .schema import RAGGED_KINDS, Schema, _is_pyg
@@ -33,6 +36,7 @@ _META_VERSION = 3          # 2: run-scoped (exchange_ns, run_id, generation);
                            # 3: ragged fields ("axis" in a field's description;
                            #    written only when the dataset has ragged fields)
 _META_VERSION_FIXED = 2
+_META_VERSION_PACKED = 4   # 4: fixed fields packed into one row ("packed", "offset")
 _META_MAX_BYTES = 16 << 20
 _RECORD_MAX_BYTES = 1 << 30
 
@@ -177,30 +181,46 @@ class _Stored(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
     Subclasses set: ddstore, name, schema (the fields read back), total,
-    device, decode, method."""
+    device, decode, method, _pack (the RowLayout of packed fixed fields, or
+    None)."""
 
     def _init_reading(self):
         self._pid = os.getpid()
         self._tls = threading.local()
         self._fork = None            # (pid, reader) in a forked worker
-        self._forked = _ForkedProfile(self.ddstore, [f.var for f in self.schema.fields])
+        self._forked = _ForkedProfile(self.ddstore, self._vars_of(self.schema.fields))
         self._allocs = {}            # id(bufs) -> list of registered tensors
+        self._rowbufs = {}           # id(bufs) -> the packed row buffer of alloc()
         self._freed = False
         self._guess = {}             # ragged var -> element rows per sample seen (max)
         self._update_specs()
 
+    @staticmethod
+    def _vars_of(fields):
+        """The store variables of `fields` (packed fields share one), in order."""
+        return list(dict.fromkeys(f.var for f in fields))
+
     def _update_specs(self):
         dev = self.device
-        self._names = [f.var for f in self.schema.fields]
-        self._specs = [(f.var, f.row_shape, f.dtype, f.kind == "tensor" and dev is not None)
-                       for f in self.schema.fields if f.axis is None]
+        fixed = [f for f in self.schema.fields if f.axis is None]
+        # packed: the spec names only name the field in errors
+        self._specs = [(f"{f.var}[{f.key!r}]" if self._pack else f.var, f.row_shape,
+                        f.dtype, f.kind == "tensor" and dev is not None) for f in fixed]
+        self._packed_spec = self._pack.spec(fixed) if self._pack and fixed else None
         # the host direct collate of fixed fields, its specs parsed once (C++);
         # None with ragged fields (their batches are packed / padded in Python)
         st = self.schema
         self._collator = None if len(self._specs) != len(st.fields) else ext.Collator(
             self._specs, self.total, f"{type(self).__name__} '{self.name}'", st.structure,
             st.ntype if st.structure == "namedtuple" else
-            tuple(st.keys) if st.structure == "dict" else None)
+            tuple(st.keys) if st.structure == "dict" else None, self._packed_spec)
+
+    @property
+    def pack_fields(self):
+        """True when the fixed fields of a sample are packed into one row of
+        one store variable (DistDataset(pack_fields=True)): a batch is one
+        read of that variable."""
+        return self._pack is not None
 
     # -- which store object reads (thread readers, forked workers) ----------
     def _reader(self):
@@ -368,10 +388,14 @@ class _Stored(torch.utils.data.Dataset):
                                      f"rows, {n} are read")
                 outs.append(b[:n] if b.shape[0] != n else b)
         reader = self._reader()
-        ext.read_fields(reader, [f.var for f in fields], outs, idx,
-                        stream_of(dev) if dev is not None else 0)
+        stream = stream_of(dev) if dev is not None else 0
+        if self._pack is not None:     # one read of the packed rows, scattered in C++
+            ext.read_packed(reader, self._pack.spec(fields), outs, idx, stream,
+                            None if out is None else self._rowbufs.get(id(out)))
+        else:
+            ext.read_fields(reader, [f.var for f in fields], outs, idx, stream)
         if self._fork is not None and reader is self._fork[1]:
-            self._forked.flush(reader, [f.var for f in fields])
+            self._forked.flush(reader, self._vars_of(fields))
         return outs
 
     def _read_ragged(self, f, idx, device=None, pin_memory=False):
@@ -455,9 +479,17 @@ class _Stored(torch.utils.data.Dataset):
                              "ThreadDataLoader: reuse_buffers=False)")
         dev = self._read_device()
         ts = self._fresh(sel, n, dev)
+        reg = ts
+        rowbuf = None
+        if self._pack is not None:
+            # the reads land in one row buffer (registered), then are scattered
+            on_dev = dev is not None and any(f.kind == "tensor" for f in sel)
+            rowbuf = torch.empty((n, self._pack.row_bytes), dtype=torch.uint8,
+                                 device=dev if on_dev else "cpu")
+            reg = [rowbuf]
         done = []
         try:
-            for t in ts:
+            for t in reg:
                 ext.register_recv(self.ddstore, t, stream_of(t.device) if t.is_cuda else 0)
                 done.append(t)
         except BaseException:
@@ -468,7 +500,9 @@ class _Stored(torch.utils.data.Dataset):
                     pass
             raise
         bufs = {f.key: t for f, t in zip(sel, ts)}
-        self._allocs[id(bufs)] = ts
+        self._allocs[id(bufs)] = reg
+        if rowbuf is not None:
+            self._rowbufs[id(bufs)] = rowbuf
         return bufs
 
     def close(self):
@@ -485,6 +519,7 @@ class _Stored(torch.utils.data.Dataset):
             raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
                              "free()/close(): it already unregistered every alloc() buffer")
         ts = self._allocs.pop(id(bufs), None)
+        self._rowbufs.pop(id(bufs), None)
         if ts is None:
             raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
                              "buffers are not registered (released already, or not from "
@@ -501,14 +536,19 @@ class _Stored(torch.utils.data.Dataset):
     def get_profile(self, field=None):
         """Read counters of one field (key), or summed over every field (None).
         Sums over the store, the threads' readers and the reads of forked
-        DataLoader workers (each worker adds its counters after every read)."""
+        DataLoader workers (each worker adds its counters after every read).
+        With pack_fields the packed fields share one variable: a packed
+        field's counters are those of every packed field (one read serves
+        them all), and the sum counts them once.  "calls" counts planned
+        reads (one per batch and variable), "reads" the remote reads they
+        posted."""
         fields = [self.schema.field(field)] if field is not None else self.schema.fields
         total = {}
-        for f in fields:
+        for var in self._vars_of(fields):
             prof = (self._fork[1] if self._fork is not None and self._fork[0] == os.getpid()
-                    else self.ddstore).get_profile(f.var)
+                    else self.ddstore).get_profile(var)
             if os.getpid() == self._pid:
-                prof = self._forked.add_to(f.var, prof)
+                prof = self._forked.add_to(var, prof)
             for k, v in prof.items():
                 if isinstance(v, (int, float)):
                     total[k] = total.get(k, 0) + v
@@ -527,7 +567,8 @@ class _Stored(torch.utils.data.Dataset):
 
     def _collate(self, indices, pin_memory=False, out=None):
         """default_collate(self.__getitems__(indices)), read straight into the
-        batch tensors: one get_batch per field."""
+        batch tensors: one get_batch per field (pack_fields: one for the
+        packed fields)."""
         if out is None and not pin_memory and self.device is None and \
                 self._collator is not None:
             return self._collator(self._reader(), indices)    # the hot path, in C++
@@ -538,7 +579,8 @@ class _Stored(torch.utils.data.Dataset):
                 [(s[0], s[1], s[2], False) for s in self._specs]
             ts = ext.collate(self._reader(), specs, idx,
                              None if dev is None else str(dev), bool(pin_memory),
-                             stream_of(dev) if dev is not None else 0) if specs else []
+                             stream_of(dev) if dev is not None else 0,
+                             self._packed_spec) if specs else []
             if self.schema.ragged:
                 fixed = iter(ts)
                 mk = _rg.batch_of(self._ragged_batch)
@@ -553,6 +595,7 @@ class _Stored(torch.utils.data.Dataset):
         return [self]
 
     def _release_all(self):
+        self._rowbufs.clear()
         for key in list(self._allocs):
             ts = self._allocs.pop(key)
             for t in ts:
@@ -578,19 +621,26 @@ class DistDataset(_Stored):
 
     DistDataset(source, name, comm=None, ddstore_width=None, device=None,
     add_device=None, method=None, handshake_dir=None, chunk_size=None,
-    encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed")
+    encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed",
+    pack_fields=False)
 
     Collective over `comm`: every rank loads rows [lo, hi) of `source` (its
-    balanced share, one pass) and every rank reads every sample.  Errors
+    balanced share, one pass) and every rank reads every sample.  With
+    ``pack_fields=True`` the fixed fields of a sample are stored as one row
+    of one variable (a batch is one read, packing.py); ragged fields keep
+    their own variables.  Errors
     (including an exception raised by ``source[i]`` on one rank) are raised on
     every rank.  See docs/reference-torch.md.
     """
 
     def __init__(self, source, name, comm=None, ddstore_width=None, device=None,
                  add_device=None, method=None, handshake_dir=None, chunk_size=None,
-                 encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed"):
+                 encode=None, decode=None, fields=None, ragged=False, ragged_batch="packed",
+                 pack_fields=False):
         self._ragged_opt = ragged
         self._ragged_batch = ragged_batch
+        self._pack_opt = pack_fields
+        self._pack = None
         try:
             self._construct(source, name, comm, ddstore_width, device, add_device, method,
                             handshake_dir, chunk_size, encode, decode, fields)
@@ -641,6 +691,9 @@ class DistDataset(_Stored):
             if self._ragged_batch not in _rg.RAGGED_BATCH:
                 raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
                                  f"{self._ragged_batch!r}")
+            if not isinstance(self._pack_opt, (bool, np.bool_)):
+                raise TypeError(f"pack_fields must be True or False, got "
+                                f"{self._pack_opt!r}")
             if _rg.ragged_mode(self._ragged_opt) is not None and chunk_size is not None:
                 raise ValueError("chunk_size cannot be combined with ragged= (ragged fields "
                                  "are loaded in one pass: their sizes must all be known "
@@ -727,6 +780,9 @@ class DistDataset(_Stored):
         for i, f in enumerate(full.fields):
             f.var = f"{name}/{i}"
         self.schema = full
+        self._pack_opt = bool(self._pack_opt)
+        if self._pack_opt and self._mode_of is None:     # ragged: once they are known
+            self._pack = _pk.layout_of(name, full)
 
         # 5. the store and the shard
         try:
@@ -812,18 +868,36 @@ class DistDataset(_Stored):
         else:
             self.ddstore.add(f.var, f.for_store(flat))
 
-    def _load_whole(self, source, encode, first_stored, fields, share, bar):
-        def fill():
-            arrays = [np.empty((share,) + f.row_shape, dtype=f.np_dtype) for f in fields]
-            self._fill(source, encode, first_stored, fields, arrays, 0, share, bar)
-            return arrays
+    def _add_packed(self, rows):
+        """Collective: this rank's shard (share, row_bytes) of the packed
+        variable (add_device: in that device's memory, every packed field)."""
+        if self.add_device is not None:
+            t = torch.from_numpy(rows).to(self.add_device)
+            ext.add_tensor(self.ddstore, self._pack.var, t, stream_of(self.add_device))
+        else:
+            self.ddstore.add(self._pack.var, rows)
 
-        arrays = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
+    def _load_whole(self, source, encode, first_stored, fields, share, bar):
+        pack = self._pack
+
+        def fill():
+            if pack is not None:      # the fields' arrays are views into the rows
+                rows, arrays = pack.buffer(share)
+            else:
+                rows = None
+                arrays = [np.empty((share,) + f.row_shape, dtype=f.np_dtype) for f in fields]
+            self._fill(source, encode, first_stored, fields, arrays, 0, share, bar)
+            return rows, arrays
+
+        rows, arrays = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")
         if bar is not None:
             bar.n = share
             bar.refresh()
 
         def add():
+            if rows is not None:
+                self._add_packed(rows)
+                return
             for k, (f, a) in enumerate(zip(fields, arrays)):
                 self._add_fixed(f, a.reshape(share, -1))
                 arrays[k] = None   # the store has its copy: drop ours now
@@ -859,9 +933,22 @@ class DistDataset(_Stored):
         reports = self.comm.allgather([c.report() for c in cols], "ragged fields")
         _comm.run_agreed(self.comm, lambda: _rg.decide(self.schema, cols, reports, mode_of,
                                                         self.name), "ragged fields")
+        if self._pack_opt:       # the fixed fields are known now
+            self._pack = _pk.layout_of(self.name, self.schema)
+        pack = self._pack
 
         def add():
+            if pack is not None:
+                rows, views = pack.buffer(share)
+                by_key = {f.key: c for f, c in zip(self.schema.fields, cols)}
+                for f, v in zip(pack.fields, views):
+                    v[...] = by_key[f.key].arr.reshape(v.shape)
+                    by_key[f.key].drop()
+                self._add_packed(rows)
+                del rows, views
             for f, c in zip(self.schema.fields, cols):
+                if f.axis is None and pack is not None:
+                    continue
                 if f.axis is None:
                     self._add_fixed(f, c.arr.reshape(share, -1))
                 else:
@@ -871,7 +958,12 @@ class DistDataset(_Stored):
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
 
     def _load_chunked(self, source, encode, first_stored, fields, share, bar):
+        pack = self._pack
+
         def init():
+            if pack is not None:
+                self.ddstore.init(pack.var, share, pack.row_bytes, 1, "uint8")
+                return
             for f in fields:
                 self.ddstore.init(f.var, share, f.disp, f.np_dtype.itemsize, f.dtype)
         _comm.run_agreed(self.comm, init, f"storing '{self.name}'")
@@ -879,10 +971,16 @@ class DistDataset(_Stored):
         chunk = min(self.chunk_size, share)
 
         def fill_all():
-            arrays = [np.empty((chunk,) + f.row_shape, dtype=f.np_dtype) for f in fields]
+            if pack is not None:
+                rows, arrays = pack.buffer(chunk)
+            else:
+                arrays = [np.empty((chunk,) + f.row_shape, dtype=f.np_dtype) for f in fields]
             for j0 in range(0, share, chunk):
                 j1 = min(j0 + chunk, share)
                 self._fill(source, encode, first_stored, fields, arrays, j0, j1, bar)
+                if pack is not None:
+                    self.ddstore.update(pack.var, rows[:j1 - j0], j0)
+                    continue
                 for f, a in zip(fields, arrays):
                     self.ddstore.update(f.var, f.for_store(a[:j1 - j0].reshape(j1 - j0, -1)),
                                         j0)
@@ -894,7 +992,7 @@ class DistDataset(_Stored):
         namespace, the core store's run id and the generation (creation time)
         of every variable's record, which a reader checks against the records
         it joins.  Written by the rank that wrote the records."""
-        vars_ = [f.var for f in self.schema.fields]
+        vars_ = self._vars_of(self.schema.fields)
         recs = [_read_record(self.handshake_dir, v, self._ns) for v in vars_]
         for v, r in zip(vars_, recs):
             if r is None:
@@ -911,7 +1009,8 @@ class DistDataset(_Stored):
         run_id = f"{recs[0]['run_id']:016x}"
         meta = {
             "format": _META_FORMAT,
-            "version": _META_VERSION if self.schema.ragged else _META_VERSION_FIXED,
+            "version": _META_VERSION_PACKED if self._pack is not None else
+            _META_VERSION if self.schema.ragged else _META_VERSION_FIXED,
             "name": self.name,
             "n_core": self.store_comm.size, "total": self.total,
             "created": time.time(),
@@ -920,6 +1019,8 @@ class DistDataset(_Stored):
             "schema": self.schema.describe(),
             "vars": vars_,
         }
+        if self._pack is not None:
+            meta[_pk.META_KEY] = self._pack.describe()
         path = os.path.join(self.handshake_dir, _meta_file_name(self.name, self._ns))
         _write_json_atomic(path, meta)
         # removed by free(), or when the dataset is collected or the
@@ -951,9 +1052,11 @@ class DistDatasetReader(_Stored):
     """The same dataset, read from a separate (method 2) extra job.
 
     DistDatasetReader(name, handshake_dir=None, n_core=None, device=None,
-    decode=None, exchange_ns=None, ragged_batch="packed"): fields come from the core job's
-    ``{name}.meta.json`` in handshake_dir (written by its
-    DistDataset(method=2)), which names the core run (namespace, run id, the
+    decode=None, exchange_ns=None, ragged_batch="packed", pack_fields=None): fields
+    come from the core job's ``{name}.meta.json`` in handshake_dir (written by
+    its DistDataset(method=2)), with the layout (pack_fields: the packed row;
+    pack_fields=True / False asserts it and is a ValueError when the core job
+    stored the other layout), which names the core run (namespace, run id, the
     generation of every record); the reader joins only records of that run
     and waits (DDSTORE_HANDSHAKE_TIMEOUT_S) while the meta file is missing
     or belongs to another run than the records (a run still loading, a
@@ -962,10 +1065,12 @@ class DistDatasetReader(_Stored):
     """
 
     def __init__(self, name, handshake_dir=None, n_core=None, device=None, decode=None,
-                 exchange_ns=None, ragged_batch="packed"):
+                 exchange_ns=None, ragged_batch="packed", pack_fields=None):
         if ragged_batch not in _rg.RAGGED_BATCH:
             raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
                              f"{ragged_batch!r}")
+        if pack_fields is not None and not isinstance(pack_fields, (bool, np.bool_)):
+            raise TypeError(f"pack_fields must be None, True or False, got {pack_fields!r}")
         self._ragged_batch = ragged_batch
         hs = env.handshake_dir(handshake_dir)
         if not hs:
@@ -980,6 +1085,16 @@ class DistDatasetReader(_Stored):
             hs, name, env.exchange_ns(exchange_ns), n_core)
         self.total = int(self.meta["total"])
         self.n_core = int(n_core) if n_core else int(self.meta["n_core"])
+        pk = self.meta.get(_pk.META_KEY)
+        self._pack = None if pk is None else _pk.RowLayout(
+            pk["var"], [f for f in self.schema.fields if f.offset is not None],
+            pk["row_bytes"])
+        if pack_fields is not None and bool(pack_fields) != (pk is not None):
+            self.ddstore.free()
+            raise ValueError(
+                f"DistDatasetReader '{name}': pack_fields={bool(pack_fields)}, but the core "
+                f"job stored the dataset {'packed (one row per sample)' if pk else 'one variable per field'} "
+                "(its meta file); leave pack_fields=None to read what it stored")
         self._init_reading()
 
     def free(self):
@@ -1083,9 +1198,13 @@ def _parse_meta(path, data, name):
     if meta.get("format") != _META_FORMAT:
         raise _bad_meta(path, "format", f"must be {_META_FORMAT!r}")
     version = meta.get("version")
-    if type(version) is not int or version not in (1, _META_VERSION_FIXED, _META_VERSION):
+    if type(version) is not int or version not in (1, _META_VERSION_FIXED, _META_VERSION,
+                                                   _META_VERSION_PACKED):
         raise ValueError(f"{path}: not a pyddstore.torch meta file of version "
-                         f"{_META_VERSION} (field 'version' is {version!r})"[:400])
+                         f"{_META_VERSION_PACKED} (field 'version' is {version!r})"[:400])
+    if (_pk.META_KEY in meta) != (version == _META_VERSION_PACKED):
+        raise _bad_meta(path, _pk.META_KEY, f"is {'missing' if version == 4 else 'present'} "
+                        f"in a meta file of version {version}")
     if meta.get("name") != name:
         raise _bad_meta(path, "name", f"is {meta.get('name')!r}, expected {name!r}"[:300])
     _int_field(meta, path, "n_core", 1)
@@ -1096,9 +1215,7 @@ def _parse_meta(path, data, name):
     desc = meta.get("schema")
     if type(desc) is not dict or type(desc.get("fields")) is not list:
         raise _bad_meta(path, "schema", "must be an object with a list of fields")
-    if len(desc["fields"]) != len(vars_):
-        raise _bad_meta(path, "vars", f"has {len(vars_)} names for "
-                        f"{len(desc['fields'])} schema fields")
+    var_of, packed = _pk.layout_from_meta(meta, path, lambda f, w: _bad_meta(path, f, w))
     if version >= 2:
         if type(meta.get("exchange_ns")) is not str:
             raise _bad_meta(path, "exchange_ns", "must be a string")
@@ -1112,12 +1229,18 @@ def _parse_meta(path, data, name):
             raise _bad_meta(path, "generation", f"must be {len(vars_)} positive integers "
                             "(one record creation time per variable)")
     try:
-        schema = Schema.from_description(desc, lambda i: vars_[i])
+        schema = Schema.from_description(desc, lambda i: var_of[i])
     except RecursionError:
         raise _bad_meta(path, "schema", "is nested too deeply") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise _bad_meta(path, "schema", f"is not a valid sample description "
                         f"({type(e).__name__}: {e})"[:400]) from None
+    if packed is not None:
+        infix = [f for f in schema.fields if f.offset is not None]
+        if any(f.axis is None and f.offset is None for f in schema.fields) or not infix:
+            raise _bad_meta(path, "schema", "packed: every fixed field needs an offset")
+        _pk.check_layout(infix, packed["row_bytes"], path,
+                         lambda f, w: _bad_meta(path, f, w))
     return meta, schema
 
 
@@ -1217,6 +1340,13 @@ def _join_run(hs, name, ns, n_core):
                             raise ValueError(
                                 f"DistDatasetReader '{name}': {path} says {meta['total']} "
                                 f"rows, the core job's records {info[0]}")
+                        pk = meta.get(_pk.META_KEY)
+                        if pk is not None and int(info[1]) * int(info[2]) != pk["row_bytes"]:
+                            raise ValueError(
+                                f"DistDatasetReader '{name}': {path} says the packed rows "
+                                f"of '{pk['var']}' are {pk['row_bytes']} bytes, the core "
+                                f"job's record {int(info[1]) * int(info[2])}: the layout "
+                                "does not match the stored variable")
                         return meta, schema, store
                 except BaseException:
                     store.free()
