@@ -66,6 +66,10 @@ def _first_diff(comm, ds, ref, kind, n=N_ODD):
             w = same(a, b, f"read_rows[{k!r}]")
             if w:
                 return w
+    got, exp = ds.read_rows([]), ref.read_rows([])
+    for k in exp:
+        if tuple(got[k].shape) != tuple(exp[k].shape) or got[k].dtype != exp[k].dtype:
+            return f"read_rows([])[{k!r}]: {got[k].shape} vs {exp[k].shape}"
     if ds._fast_collate_ok():
         w = same(ds._collate(idx[:9]), default_collate([make_sample(kind, i) for i in idx[:9]]),
                  "direct collate")
@@ -281,7 +285,7 @@ def test_ragged_fields_beside_the_row():
     try:
         vs = {f.key: f.var for f in a.schema.fields}
         ok = vs["y"] == vs["n"] == f"{a.name}/packed" and len(set(vs.values())) == 3
-        assert ok, vs
+        assert ok and a.pack_fields, vs
         assert a.ragged_fields == b.ragged_fields == {"pos": 0, "z": 0}
         idx = [3, 0, 7, 7, 20]
         w = ""
@@ -297,6 +301,18 @@ def test_ragged_fields_beside_the_row():
     finally:
         a.free()
         b.free()
+
+
+def test_all_fields_ragged_nothing_to_pack():
+    comm = world()
+    ds = _make(Source("x", fn=lambda i: torch.arange(i % 5 + 1, dtype=torch.float32)),
+               fresh_name("Pn"), comm, pack_fields=True, ragged=True)
+    try:
+        ok = not ds.pack_fields and ds.ragged_fields == {0: 0} and \
+            torch.equal(ds[7], torch.arange(3, dtype=torch.float32))
+        assert_all(comm, ok, f"{ds.pack_fields} {ds.ragged_fields}")
+    finally:
+        ds.free()
 
 
 @pytest.mark.parametrize("workers", [0, 2])
