@@ -26,12 +26,24 @@ from . import metafile as _mf
 from . import packing as _pk
 from . import ragged as _rg
 from ._ext import ext, stream_of
-from .metafile import (parse_meta as _parse_meta, read_meta as _read_meta,  # noqa: F401
-                       write_json_atomic as _write_json_atomic)       # (tests)
-from .progress import _LogProgress, progress as _progress  # noqa: F401
+from .progress import progress as _progress
 from .schema import RAGGED_KINDS, Schema, _is_pyg
 from .stored import _device, _Stored
 from .windowed import WindowedDataset, WindowRangeError, row_of  # noqa: F401
+
+# The names this module had before its parts moved out (tests and user code
+# may import them from here).
+from .metafile import (FORMAT as _META_FORMAT, VERSION as _META_VERSION,  # noqa: F401,E402
+                       VERSION_FIXED as _META_VERSION_FIXED, MAX_BYTES as _META_MAX_BYTES,
+                       RECORD_MAX_BYTES as _RECORD_MAX_BYTES, _bad_meta, _enc_name,
+                       _int_field, _json_default, _load_meta, _record_path,
+                       _records_match, join_run as _join_run,
+                       meta_file_name as _meta_file_name, parse_meta as _parse_meta,
+                       read_meta as _read_meta, read_record as _read_record,
+                       remove_meta_file as _remove_meta_file,
+                       write_json_atomic as _write_json_atomic)
+from .progress import _LogProgress  # noqa: F401,E402
+from .stored import _ForkedProfile  # noqa: F401,E402
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs"]
