@@ -200,6 +200,30 @@ def test_thread_loader(workers, reuse, fast, monkeypatch):
             ds.free()
 
 
+def test_epoch_report_counts_reads_per_batch():
+    """The loader's epoch report shows planned and remote reads per batch:
+    1 planned read per batch packed, one per field otherwise."""
+    from pyddstore.torch.report import summary
+    comm = world()
+    ds, ref = _pair("dict", comm)
+    try:
+        figs = {}
+        for d in (ds, ref):
+            lo = ThreadDataLoader(d, batch_size=6, num_workers=1)
+            for _ in lo:
+                pass
+            figs[d.name] = lo.epoch_report()
+            lo.close()
+        a, b = figs[ds.name]["read"], figs[ref.name]["read"]
+        ok = a["calls_per_batch"] == 1 and b["calls_per_batch"] == len(ref.fields) and \
+            b["reads_per_batch"] == len(ref.fields) * a["reads_per_batch"] and \
+            "1.0 planned reads" in summary(figs[ds.name])
+        assert_all(comm, ok, f"{a} {b}")
+    finally:
+        ds.free()
+        ref.free()
+
+
 @pytest.mark.parametrize("persistent", [False, True])
 def test_forked_dataloader_workers(persistent):
     """torch DataLoader with forked workers over a method-0 packed dataset:
@@ -450,6 +474,9 @@ def test_extension_refuses_a_layout_that_overruns_the_row():
             ext.read_packed(ds.ddstore, (var, rb, [offs[0], rb + 8, offs[2]]), outs, [0, 1])
         with pytest.raises((ValueError, pyddstore.DDStoreError), match="row"):
             ext.read_packed(ds.ddstore, (var, rb + 8, offs), outs, [0, 1])
+        with pytest.raises(ValueError, match="row buffer"):
+            ext.read_packed(ds.ddstore, (var, rb, offs), outs, [0, 1],
+                            rowbuf=torch.empty(2, rb + 8, dtype=torch.uint8))
         ext.read_packed(ds.ddstore, (var, rb, offs), outs, [0, 1])
         w = same(outs[0], torch.stack([make_sample("dict", i)["x"] for i in (0, 1)]), "x")
         assert_all(comm, not w, w)
