@@ -109,9 +109,11 @@ void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
                      const std::vector<at::Tensor> &outs)
 {
     const int64_t n = rowbuf.size(0);
+    if (n == 0)
+        return;
     for (size_t k = 0; k < outs.size(); k++) {
         const at::Tensor &o = outs[k];
-        const int64_t nb = n ? o.numel() / n * o.element_size() : 0;
+        const int64_t nb = o.numel() / n * o.element_size();
         at::Tensor col = rowbuf.narrow(1, static_cast<int64_t>(p.offsets[k]), nb);
         if (o.scalar_type() != at::kByte)
             col = col.view(o.scalar_type());
@@ -154,14 +156,15 @@ void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
         }
     }
     at::Tensor rowbuf;
-    if (!rowbuf_obj.is_none() && host) {
+    if (!rowbuf_obj.is_none()) {   // alloc()'s registered row buffer: its device decides
         rowbuf = rowbuf_obj.cast<at::Tensor>();
         if (rowbuf.dim() != 2 || rowbuf.size(0) < n || rowbuf.scalar_type() != at::kByte ||
-            rowbuf.size(1) != static_cast<int64_t>(p.row_bytes) || !rowbuf.device().is_cpu())
+            rowbuf.size(1) != static_cast<int64_t>(p.row_bytes))
             throw_py(PyExc_ValueError, "packed variable '" + p.var + "': the row buffer must "
-                                       "be a CPU uint8 tensor (>= " + std::to_string(n) +
+                                       "be a uint8 tensor (>= " + std::to_string(n) +
                                            ", " + std::to_string(p.row_bytes) + ")");
         rowbuf = rowbuf.narrow(0, 0, n);
+        host = host && rowbuf.device().is_cpu();
     } else {
         auto opts = at::TensorOptions().dtype(at::kByte);
         if (dev.has_value())
