@@ -410,6 +410,16 @@ def test_method2_reader_reads_the_layout():
             DistDatasetReader(plain, handshake_dir=hs, pack_fields=True)
         rd = DistDatasetReader(plain, handshake_dir=hs, pack_fields=False)
         rd.free()
+        # a layout whose row is not the stored variable's: refused at the join
+        comm.Barrier()
+        if comm.Get_rank() == 0:
+            from pyddstore.torch.metafile import write_json_atomic
+            meta["packed"]["row_bytes"] += 8
+            os.unlink(os.path.join(hs, f"{name}.meta.json"))
+            write_json_atomic(os.path.join(hs, f"{name}.meta.json"), meta)
+        comm.Barrier()
+        with pytest.raises(ValueError, match="does not match the stored variable"):
+            DistDatasetReader(name, handshake_dir=hs)
         assert_all(comm, True)
     finally:
         ds.free()
