@@ -394,6 +394,7 @@ PY_RANKS = {
     "test_torch_faults.py": (2,),
     "test_torch_launch.py": (1,),
     "test_torch_loader.py": (2,),
+    "test_torch_pack.py": (1, 2),
     "test_torch_ragged.py": (2, 4),
     "test_torch_ragged_mpnn.py": (2,),
     "test_torch_random.py": (2,),

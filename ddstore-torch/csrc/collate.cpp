@@ -88,9 +88,13 @@ at::Tensor seq_indices(py::handle indices, int64_t total, const std::string &who
 }
 
 Collator::Collator(py::list specs, int64_t total, std::string who, std::string structure,
-                   py::object aux)
+                   py::object aux, py::object packed)
     : total_(total), who_(std::move(who)), aux_(std::move(aux))
 {
+    if (!packed.is_none()) {
+        packed_ = true;
+        pack_ = parse_packed(packed);
+    }
     if (structure == "value") kind_ = 0;
     else if (structure == "tuple" || structure == "list") kind_ = 1;
     else if (structure == "namedtuple") kind_ = 2;
@@ -104,6 +108,10 @@ Collator::Collator(py::list specs, int64_t total, std::string who, std::string s
     }
     if (kind_ == 0 && names_.size() != 1)
         throw_py(PyExc_ValueError, "collator: a 'value' structure has one field");
+    if (packed_ && pack_.offsets.size() != names_.size())
+        throw_py(PyExc_ValueError, "collator: " + std::to_string(pack_.offsets.size()) +
+                                       " packed offsets for " + std::to_string(names_.size()) +
+                                       " fields");
 }
 
 at::Tensor Collator::rows(py::handle indices) const
@@ -122,20 +130,31 @@ void Collator::alloc(int64_t n, std::vector<at::Tensor> *outs,
         shape[0] = n;
         outs->push_back(at::empty(shape, opts_[k]));
         bufs->push_back(describe(names_[k], outs->back(), n, 0));
+        if (packed_)
+            check_packed_out(pack_, k, bufs->back(), names_[k]);
+    }
+    if (packed_) {   // the row buffer rides along as the last out / buf
+        outs->push_back(at::empty({n, static_cast<int64_t>(pack_.row_bytes)}, at::kByte));
+        bufs->push_back(describe(pack_.var, outs->back(), n, 0));
     }
 }
 
 int Collator::read(dds_store_t *store, dds_reader_t *reader, const at::Tensor &idx,
                    std::vector<dds_buf_t> &bufs) const
 {
+    if (packed_)
+        return packed_read_host(store, reader, pack_, &bufs[names_.size()],
+                                idx.data_ptr<int64_t>(), static_cast<size_t>(idx.numel()),
+                                bufs, names_.size());
     return read_fields_into(store, reader, names_, bufs, idx.data_ptr<int64_t>(),
                             static_cast<size_t>(idx.numel()));
 }
 
 py::object Collator::build(const std::vector<at::Tensor> &outs) const
 {
-    // what default_collate returns for samples of this structure
-    const size_t nf = outs.size();
+    // what default_collate returns for samples of this structure (a packed
+    // collator's row buffer, behind the fields, is not part of it)
+    const size_t nf = names_.size();
     if (kind_ == 0)
         return py::cast(outs[0]);
     py::list vals(nf);
@@ -174,8 +193,13 @@ py::object Collator::call(py::handle obj, py::handle indices)
 // with on_device True are allocated on `device` (a torch device string or
 // None = CPU), the others on the CPU (pinned when pin_memory).
 std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indices,
-                                py::object device, bool pin_memory, uintptr_t stream)
+                                py::object device, bool pin_memory, uintptr_t stream,
+                                py::object packed)
 {
+    const bool is_packed = !packed.is_none();
+    PackedRow pk;
+    if (is_packed)
+        pk = parse_packed(packed);
     const Target t(obj);
     const at::Tensor idx = as_indices(indices);
     const int64_t n = idx.numel();
@@ -203,18 +227,46 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
         names.push_back(f.name);
         outs.push_back(at::empty(f.shape, f.opts));
     }
-    for (size_t k = 0; k < outs.size(); k++)
+    bool host = true;
+    for (size_t k = 0; k < outs.size(); k++) {
         bufs.push_back(describe(names[k], outs[k], n, stream));
+        if (is_packed)
+            check_packed_out(pk, k, bufs.back(), names[k]);
+        host = host && outs[k].device().is_cpu();
+    }
+    if (is_packed && pk.offsets.size() != outs.size())
+        throw_py(PyExc_ValueError, "collate: " + std::to_string(pk.offsets.size()) +
+                                       " packed offsets for " + std::to_string(outs.size()) +
+                                       " fields");
+    // packed: one read of the rows (on the device when a field lives there)
+    at::Tensor rowbuf;
+    dds_buf_t rb{};
+    if (is_packed) {
+        auto opts = at::TensorOptions().dtype(at::kByte);
+        if (!host)
+            opts = opts.device(*dev);
+        rowbuf = at::empty({n, static_cast<int64_t>(pk.row_bytes)}, opts);
+        rb = describe(pk.var, rowbuf, n, stream);
+    }
 
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
-                              static_cast<size_t>(n));
+        if (!is_packed)
+            rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
+                                  static_cast<size_t>(n));
+        else if (host)
+            rc = packed_read_host(t.store, t.reader, pk, &rb, idx.data_ptr<int64_t>(),
+                                  static_cast<size_t>(n), bufs, bufs.size());
+        else
+            rc = read_into(t.store, t.reader, pk.var.c_str(), &rb, idx.data_ptr<int64_t>(),
+                           static_cast<size_t>(n), 0, true);
         note_read(t0, now_ns());
     }
     check(rc);
+    if (is_packed && !host)
+        scatter_tensors(pk, rowbuf, outs);
     return outs;
 }
 

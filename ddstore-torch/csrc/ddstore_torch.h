@@ -140,10 +140,37 @@ void unregister_recv(py::handle obj, at::Tensor buf);
 // shard.cpp
 void add_tensor(py::handle obj, const std::string &name, at::Tensor t, uintptr_t stream);
 
+// rowpack.cpp: fixed fields packed into one row per sample.  A packed
+// variable `var` of uint8 rows of `row_bytes`; field k at offsets[k].
+struct PackedRow {
+    std::string var;
+    size_t row_bytes = 0;
+    std::vector<size_t> offsets;
+};
+// (variable, row_bytes, [offsets]) from Python; ValueError when malformed.
+PackedRow parse_packed(py::handle h);
+// ValueError unless output k (describe()d, for field `field`) lies inside
+// the row at an offset aligned to its element size.  GIL held.
+void check_packed_out(const PackedRow &p, size_t k, const dds_buf_t &out,
+                      const std::string &field);
+// Host scatter: outs[k] (k < nout) <- field k of the n rows at rowbuf.
+void scatter_host(const PackedRow &p, const void *rowbuf, int64_t n,
+                  const std::vector<dds_buf_t> &outs, size_t nout);
+// One get_batch of p.var into rowbuf (host), then scatter_host.  No GIL.
+int packed_read_host(dds_store_t *store, dds_reader_t *reader, const PackedRow &p,
+                     dds_buf_t *rowbuf, const int64_t *rows, size_t n,
+                     const std::vector<dds_buf_t> &outs, size_t nout);
+// Scatter with torch copies (any device; rowbuf (n, row_bytes) uint8).
+void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
+                     const std::vector<at::Tensor> &outs);
+void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
+                 py::handle indices, uintptr_t stream, py::object rowbuf);
+
 // collate.cpp
 std::vector<at::Tensor> collate(py::handle obj, py::list specs,
                                 py::handle indices, py::object device,
-                                bool pin_memory, uintptr_t stream);
+                                bool pin_memory, uintptr_t stream,
+                                py::object packed);
 std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
                                        std::vector<int64_t> row_shape,
                                        const std::string &dtype, py::handle indices,
@@ -161,11 +188,14 @@ at::Tensor seq_indices(py::handle indices, int64_t total, const std::string &who
 // (len(indices), *shape) per field, reads each field with one get_batch
 // under one GIL release, and returns what default_collate would: the
 // tensor ("value"), a list ("tuple"/"list"), aux(*tensors) ("namedtuple")
-// or {aux[k]: tensor} ("dict").
+// or {aux[k]: tensor} ("dict").  With `packed` (a PackedRow as Python
+// gives it, parse_packed) the fields are read with one get_batch of the
+// packed variable into a row buffer (allocated with the batch: the last
+// of alloc()'s outs and bufs) and scattered (rowpack.cpp).
 class Collator {
 public:
     Collator(py::list specs, int64_t total, std::string who, std::string structure,
-             py::object aux);
+             py::object aux, py::object packed);
     py::object call(py::handle obj, py::handle indices);
     // The steps of call(), for the pipeline: GIL held except for read().
     at::Tensor rows(py::handle indices) const;
@@ -182,6 +212,8 @@ private:
     std::vector<std::string> names_;
     std::vector<std::vector<int64_t>> shapes_;
     std::vector<at::TensorOptions> opts_;
+    bool packed_ = false;
+    PackedRow pack_;
 };
 
 // pipeline.cpp: ThreadDataLoader's native prefetch (see the file's head).

@@ -30,18 +30,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("collate", &dt::collate, py::arg("store"), py::arg("specs"),
           py::arg("indices"), py::arg("device") = py::none(),
           py::arg("pin_memory") = false, py::arg("stream") = 0,
+          py::arg("packed") = py::none(),
           "Direct collate: allocate (len(indices), *shape) per spec "
           "(name, shape, dtype name, on_device) and read every field with one "
-          "get_batch; returns the tensors in spec order.");
+          "get_batch (packed=(variable, row_bytes, offsets): one get_batch of the "
+          "packed rows, scattered); returns the tensors in spec order.");
+    m.def("read_packed", &dt::read_packed, py::arg("store"), py::arg("packed"),
+          py::arg("outs"), py::arg("indices"), py::arg("stream") = 0,
+          py::arg("rowbuf") = py::none(),
+          "outs[k][:len(indices)] <- field k (at packed[2][k]) of rows `indices` of "
+          "the packed variable packed[0] (rows of packed[1] bytes): one get_batch into "
+          "a row buffer (rowbuf, or a fresh one), scattered in C++.  Releases the GIL.");
     m.def("seq_indices", &dt::seq_indices, py::arg("indices"), py::arg("total"),
           py::arg("who"),
           "Sample indices with a Python sequence's meaning (negative ones count from "
           "the end) as a 1-D int64 CPU tensor; IndexError naming `who` otherwise.");
     py::class_<dt::Collator>(m, "Collator",
                              "The direct collate of a dataset's host fields, specs parsed once.")
-        .def(py::init<py::list, int64_t, std::string, std::string, py::object>(),
+        .def(py::init<py::list, int64_t, std::string, std::string, py::object, py::object>(),
              py::arg("specs"), py::arg("total"), py::arg("who"), py::arg("structure"),
-             py::arg("aux") = py::none())
+             py::arg("aux") = py::none(), py::arg("packed") = py::none())
         .def("__call__", &dt::Collator::call, py::arg("store"), py::arg("indices"));
     py::class_<dt::Pipeline>(m, "Pipeline",
                              "ThreadDataLoader's native prefetch: worker threads read "

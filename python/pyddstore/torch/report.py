@@ -160,6 +160,10 @@ class EpochStats:
             r = dict(read)
             for k in _READ_NS:
                 r[k[:-3] + "_s"] = r.pop(k) / 1e9
+            # planned reads (one per variable: 1 with pack_fields) and the
+            # remote reads they posted, per batch
+            r["calls_per_batch"] = r.get("calls", 0) / b
+            r["reads_per_batch"] = r.get("reads", 0) / b
             d["read"] = r
         if timeline:
             d["timeline"] = {
@@ -296,7 +300,9 @@ def summary(fig):
         lines.append("  store reads: " + ", ".join(
             f"{k[:-2]} {r[k]:.3f} s" for k in ("post_s", "complete_s", "lock_wait_s",
                                                "register_s", "gpu_sync_s", "other_s")
-            if r.get(k)) + f" (total {r.get('total_s', 0):.3f} s, {r.get('rows', 0)} rows)")
+            if r.get(k)) + f" (total {r.get('total_s', 0):.3f} s, {r.get('rows', 0)} rows; "
+            f"per batch {r.get('calls_per_batch', 0):.1f} planned reads, "
+            f"{r.get('reads_per_batch', 0):.1f} remote reads)")
     if "ranks" in fig and fig["ranks"] > 1:
         lines.append(f"  slowest rank {fig['slowest_rank']}: waited {fig['wait_max_s']:.3f} s "
                      f"(mean {fig['wait_mean_s']:.3f} s, spread {fig['wait_spread_s']:.3f} s)")

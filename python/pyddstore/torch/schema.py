@@ -117,7 +117,8 @@ class Field:
     """One field of a sample: one store variable."""
 
     __slots__ = ("key", "kind", "shape", "dtype", "rdtype", "rclass", "var",
-                 "np_dtype", "torch_dtype", "row_shape", "disp", "nbytes", "axis")
+                 "np_dtype", "torch_dtype", "row_shape", "disp", "nbytes", "axis",
+                 "offset")
 
     def __init__(self, key, kind, shape, dtype, rdtype=None, rclass=None, var=None,
                  axis=None):
@@ -129,6 +130,7 @@ class Field:
         self.rclass = rclass                    # "void" | "ndarray" | "recarray"
         self.var = var
         self.axis = axis                        # ragged: the varying axis; fixed: None
+        self.offset = None                      # packed (packing.py): bytes into the row
         self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
         if axis is not None:
@@ -162,6 +164,8 @@ class Field:
             d["rclass"] = self.rclass
         if self.axis is not None:
             d["axis"] = self.axis
+        if self.offset is not None:
+            d["offset"] = self.offset
         return d
 
     @classmethod
@@ -174,8 +178,14 @@ class Field:
         if axis is not None and (type(axis) is not int or axis < 0):
             raise ValueError(f"field {d['key']!r}: ragged axis must be an integer >= 0, "
                              f"got {axis!r}")
-        return cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype,
-                   d.get("rclass"), var, axis)
+        off = d.get("offset")
+        if off is not None and (type(off) is not int or off < 0 or axis is not None):
+            raise ValueError(f"field {d['key']!r}: packed offset must be an integer >= 0 "
+                             f"of a fixed field, got {off!r}")
+        f = cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype, d.get("rclass"), var,
+                axis)
+        f.offset = off
+        return f
 
     @property
     def ragged(self):

@@ -1,0 +1,525 @@
+"""The reading side shared by DistDataset and DistDatasetReader (_Stored):
+items, batches, read_rows, alloc, the direct collate, forked workers'
+profile counters (_ForkedProfile), readers per thread and per fork."""
+
+import operator
+import os
+import threading
+
+import numpy as np
+import torch
+
+import pyddstore
+from pyddstore import _backends
+
+from . import env
+from . import ragged as _rg
+from ._ext import as_index_tensor, ext, stream_of
+
+
+def _device(d):
+    """None for host memory, else a torch.device (cpu → None)."""
+    if d is None:
+        return None
+    d = torch.device(d)
+    if d.type == "cpu":
+        return None
+    if d.type == "cuda" and d.index is None:
+        d = torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
+class _ForkedProfile:
+    """Read counters of forked DataLoader workers, summed where the parent
+    sees them: a shared anonymous mapping made before the fork (one row of
+    counters per variable) and a lock; after each read a worker adds what its
+    reader counted since its last read.  get_profile() in the parent adds
+    the rows to the store's own counters."""
+
+    def __init__(self, store, variables):
+        self._vars = {v: i for i, v in enumerate(variables)}
+        self._keys = None
+        self._mem = None
+        self._lock = None
+        try:
+            sample = store.get_profile(variables[0]) if variables else {}
+        except Exception:  # noqa: BLE001 - no counters, nothing to share
+            return
+        self._keys = [k for k, v in sample.items() if isinstance(v, (int, float))
+                      and not isinstance(v, bool)]
+        if not self._keys:
+            return
+        import mmap
+        import multiprocessing
+        self._mem = mmap.mmap(-1, 8 * len(variables) * len(self._keys))   # MAP_SHARED
+        self._lock = multiprocessing.get_context("fork").Lock()
+        self._rows = np.frombuffer(self._mem, dtype=np.float64).reshape(
+            len(variables), len(self._keys))
+        self._last = {}
+
+    def _vector(self, prof):
+        return np.array([float(prof.get(k, 0)) for k in self._keys])
+
+    def start(self, reader):
+        """In a worker: what its new reader counts from now on is the worker's."""
+        if self._mem is not None:
+            self._last = {v: self._vector(reader.get_profile(v)) for v in self._vars}
+
+    def flush(self, reader, variables):
+        if self._mem is None:
+            return
+        with self._lock:
+            for v in variables:
+                cur = self._vector(reader.get_profile(v))
+                self._rows[self._vars[v]] += cur - self._last[v]
+                self._last[v] = cur
+
+    def add_to(self, var, prof):
+        if self._mem is None or var not in self._vars:
+            return prof
+        with self._lock:
+            row = self._rows[self._vars[var]].copy()
+        out = dict(prof)
+        for k, x in zip(self._keys, row):
+            if x:
+                out[k] = type(prof.get(k, 0))(out.get(k, 0) + x)
+        return out
+
+
+class _Stored(torch.utils.data.Dataset):
+    """Reading side shared by DistDataset and DistDatasetReader.
+
+    Subclasses set: ddstore, name, schema (the fields read back), total,
+    device, decode, method, _pack (the RowLayout of packed fixed fields, or
+    None)."""
+
+    def _init_reading(self):
+        self._pid = os.getpid()
+        self._tls = threading.local()
+        self._fork = None            # (pid, reader) in a forked worker
+        self._forked = _ForkedProfile(self.ddstore, self._vars_of(self.schema.fields))
+        self._allocs = {}            # id(bufs) -> list of registered tensors
+        self._rowbufs = {}           # id(bufs) -> the packed row buffer of alloc()
+        self._freed = False
+        self._guess = {}             # ragged var -> element rows per sample seen (max)
+        self._update_specs()
+
+    @staticmethod
+    def _vars_of(fields):
+        """The store variables of `fields` (packed fields share one), in order."""
+        return list(dict.fromkeys(f.var for f in fields))
+
+    def _update_specs(self):
+        dev = self.device
+        fixed = [f for f in self.schema.fields if f.axis is None]
+        # packed: the spec names only name the field in errors
+        self._specs = [(f"{f.var}[{f.key!r}]" if self._pack else f.var, f.row_shape,
+                        f.dtype, f.kind == "tensor" and dev is not None) for f in fixed]
+        self._packed_spec = self._pack.spec(fixed) if self._pack and fixed else None
+        # the host direct collate of fixed fields, its specs parsed once (C++);
+        # None with ragged fields (their batches are packed / padded in Python)
+        st = self.schema
+        self._collator = None if len(self._specs) != len(st.fields) else ext.Collator(
+            self._specs, self.total, f"{type(self).__name__} '{self.name}'", st.structure,
+            st.ntype if st.structure == "namedtuple" else
+            tuple(st.keys) if st.structure == "dict" else None, self._packed_spec)
+
+    @property
+    def pack_fields(self):
+        """True when the fixed fields of a sample are packed into one row of
+        one store variable (DistDataset(pack_fields=True)): a batch is one
+        read of that variable."""
+        return self._pack is not None
+
+    # -- which store object reads (thread readers, forked workers) ----------
+    def _reader(self):
+        if os.getpid() != self._pid:
+            return self._forked_reader()
+        r = getattr(self._tls, "reader", None)
+        return self.ddstore if r is None else r
+
+    def _bind_reader(self, reader):
+        """Reads from the calling thread go through `reader` (None: the store)."""
+        self._tls.reader = reader
+
+    def _forked_reader(self):
+        pid = os.getpid()
+        if self._fork is not None and self._fork[0] == pid:
+            return self._fork[1]
+        # method 0: no MPI after fork; the worker reads the shards of this node's
+        # ranks from the shared memory it inherited (no libfabric, so
+        # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
+        # error at the first read naming ThreadDataLoader and method 1.
+        if _backends.row(self.method)["fork_needs_env"] and not env.fork_workers():
+            raise RuntimeError(
+                f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
+                "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
+                "os.environ before importing pyddstore) so that each worker opens its own "
+                "reader")
+        reader = self.ddstore.fork_reader()
+        self._fork = (pid, reader)
+        self._forked.start(reader)
+        return reader
+
+    def _read_device(self):
+        return None if os.getpid() != self._pid else self.device
+
+    def _not_forked(self, what):
+        """Raise when called in a process forked after creation: free() there
+        would hang the other ranks (and then the parent), and remove files the
+        parent still owns."""
+        pid = os.getpid()
+        if pid != self._pid:
+            raise pyddstore.DDStoreError(
+                f"{type(self).__name__} '{self.name}': {what}() in a forked child process "
+                f"(pid {pid}) of the process that created it (pid {self._pid}): releasing "
+                "the store is the creating process's (collective over its ranks); a forked "
+                "process (a DataLoader worker) may only read")
+
+    # -- size and schema ----------------------------------------------------
+    def __len__(self):
+        return self.total
+
+    @property
+    def shapes(self):
+        """{key: per-sample shape of the field, a tuple of ints} (keys: dict
+        keys, tuple/list positions, or 0)."""
+        return {f.key: tuple(int(d) for d in f.shape) for f in self.schema.fields}
+
+    @property
+    def dtypes(self):
+        """{key: dtype name}, strings as the original: 'float32', 'int64',
+        'bfloat16', ... (the stored element type; Python int / float / bool
+        fields are 'int64' / 'float64' / 'bool'; records 'void<bits>')."""
+        return {f.key: f.dtype_name() for f in self.schema.fields}
+
+    @property
+    def fields(self):
+        """The keys of the stored fields, in order."""
+        return list(self.schema.keys)
+
+    @property
+    def ragged_fields(self):
+        """{key: varying axis} of the ragged fields ({} when every field is
+        fixed)."""
+        return {f.key: f.axis for f in self.schema.fields if f.axis is not None}
+
+    def sizes(self, field=None, indices=None):
+        """The sizes of samples `indices` (default: all) along ragged field
+        `field`'s varying axis (default: the dataset's only ragged field), a
+        numpy int64 array.  Reads the store's index entries only, never
+        payload."""
+        f = self._ragged_field(field, "sizes")
+        idx = self._indices(range(self.total) if indices is None else indices)
+        return np.asarray(self._reader().sizes(f.var, idx.numpy()), dtype=np.int64)
+
+    def _ragged_field(self, field, who):
+        rg = self.schema.ragged
+        if field is None:
+            if len(rg) != 1:
+                raise ValueError(f"{type(self).__name__} '{self.name}': {who}() needs field= "
+                                 f"(ragged fields: {[f.key for f in rg]!r})")
+            return rg[0]
+        f = self.schema.field(field)
+        if f.axis is None:
+            raise ValueError(f"{type(self).__name__} '{self.name}': {who}(): field "
+                             f"{field!r} is fixed (shape {f.shape}), not ragged (ragged "
+                             f"fields: {[g.key for g in rg]!r})")
+        return f
+
+    @property
+    def ragged_batch(self):
+        """How batches hold ragged fields: "packed" (Packed) or "padded"
+        (Padded)."""
+        return self._ragged_batch
+
+    def collate_fn(self, samples):
+        """The collate_fn for torch's DataLoader over a dataset with ragged
+        fields: ragged fields packed or padded (ragged_batch), the others
+        stacked as default_collate does.  Samples straight from
+        __getitems__ are batched from the reads they came from (no
+        per-sample work)."""
+        raw = getattr(samples, "raw", None)
+        if raw is not None:
+            fields, ts = raw
+            return self.schema.build_batch(self._batch_values(fields, ts))
+        return _rg.pack_samples(self.schema, samples, self._ragged_batch)
+
+    def _batch_values(self, fields, ts):
+        mk = _rg.batch_of(self._ragged_batch)
+        return [f.batch_value(t) if f.axis is None else mk(f, *t)
+                for f, t in zip(fields, ts)]
+
+    # -- reads --------------------------------------------------------------
+    def _index(self, i):
+        i = operator.index(i)
+        if not -self.total <= i < self.total:
+            raise IndexError(f"{type(self).__name__} '{self.name}': index {i} out of range "
+                             f"[-{self.total}, {self.total}) (negative indices count from "
+                             "the end)")
+        return i + self.total if i < 0 else i
+
+    def _indices(self, indices):
+        return ext.seq_indices(indices, self.total, f"{type(self).__name__} '{self.name}'")
+
+    def _fresh(self, fields, n, device):
+        return [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
+                            device=device if (device is not None and f.kind == "tensor") else "cpu")
+                for f in fields]
+
+    def _read(self, fields, idx, out=None):
+        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx; a
+        ragged field's (values, lengths, offsets, batch) of a packed read."""
+        if any(f.axis is not None for f in fields):
+            if out is not None:
+                bad = [f.key for f in fields if f.axis is not None]
+                raise ValueError(f"out=: buffers (alloc()) hold fixed fields only; "
+                                 f"{bad!r} {'is' if len(bad) == 1 else 'are'} ragged (read "
+                                 "them without out=, or select fixed fields)")
+            fixed = [f for f in fields if f.axis is None]
+            got = iter(self._read(fixed, idx) if fixed else ())
+            return [next(got) if f.axis is None else self._read_ragged(f, idx)
+                    for f in fields]
+        dev = self._read_device()
+        n = int(idx.numel())
+        if out is None:
+            outs = self._fresh(fields, n, dev)
+        else:
+            outs = []
+            for f in fields:
+                try:
+                    b = out[f.key]
+                except KeyError:
+                    raise ValueError(f"out=: no buffer for field {f.key!r} (alloc() them "
+                                     "with the same fields)") from None
+                if b.shape[0] < n:
+                    raise ValueError(f"out=: buffer for field {f.key!r} has {b.shape[0]} "
+                                     f"rows, {n} are read")
+                outs.append(b[:n] if b.shape[0] != n else b)
+        reader = self._reader()
+        stream = stream_of(dev) if dev is not None else 0
+        if self._pack is not None:     # one read of the packed rows, scattered in C++
+            ext.read_packed(reader, self._pack.spec(fields), outs, idx, stream,
+                            None if out is None else self._rowbufs.get(id(out)))
+        else:
+            ext.read_fields(reader, [f.var for f in fields], outs, idx, stream)
+        if self._fork is not None and reader is self._fork[1]:
+            self._forked.flush(reader, self._vars_of(fields))
+        return outs
+
+    def _read_ragged(self, f, idx, device=None, pin_memory=False):
+        """(values (total, *row_shape), lengths, offsets, batch): one packed
+        read of ragged field f (a guess of the total from the largest
+        element rows per sample read so far: one index read when it holds)."""
+        dev = self._read_device() if device is None else device
+        n = int(idx.numel())
+        ratio = self._guess.get(f.var)
+        guess = None if ratio is None else int(ratio * n * 1.25) + 16
+        reader = self._reader()
+        res = _rg.read_packed(reader, f, idx,
+                              dev if (dev is not None and f.kind == "tensor") else None,
+                              pin_memory, stream_of(dev) if dev is not None else 0, guess)
+        if n:
+            r = int(res[0].shape[0]) / n
+            if ratio is None or r > ratio:
+                self._guess[f.var] = r
+        if self._fork is not None and reader is self._fork[1]:
+            self._forked.flush(reader, [f.var])
+        return res
+
+    @staticmethod
+    def _single(f, t):
+        return f.single(t) if f.axis is None else _rg.sample_value(f, t[0])
+
+    def __getitem__(self, i):
+        i = self._index(i)
+        fields = self.schema.fields
+        ts = self._read(fields, torch.tensor([i], dtype=torch.int64))
+        sample = self.schema.build([self._single(f, t) for f, t in zip(fields, ts)])
+        if self.decode is not None:
+            sample = self.decode(sample, i)
+        return sample
+
+    def __getitems__(self, indices, out=None):
+        """Samples for `indices` (a list, as DataLoader's fetcher calls it): one
+        batched read per field (DDSTORE_BATCH_GET=0: one read per sample).  With
+        out= (from alloc()) the samples are views into those buffers."""
+        if not env.batch_get():
+            return [self[i] for i in indices]
+        idx = self._indices(indices)
+        fields = self.schema.fields
+        ts = self._read(fields, idx, out)
+        samples = self.schema.build_many([
+            f.split(t) if f.axis is None else _rg.split_values(f, t[0], t[1])
+            for f, t in zip(fields, ts)])
+        if self.decode is not None:
+            dec = self.decode
+            samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]
+        elif self.schema.ragged:
+            samples = _rg.RaggedSamples(samples)
+            samples.raw = (fields, ts)
+        return samples
+
+    def read_rows(self, rows, fields=None, out=None):
+        """Stored rows (any order, repeats allowed) as {key: (len(rows), *shape)}:
+        tensors (records: numpy structured arrays).  Skips decode.  With out=
+        (from alloc()) the values are views into those buffers."""
+        sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        idx = as_index_tensor(rows)
+        ts = self._read(sel, idx, out)
+        return dict(zip([f.key for f in sel], self._batch_values(sel, ts)))
+
+    def alloc(self, n, fields=None):
+        """Per-field buffers for n rows, registered with the store once: pass as
+        out= to read_rows() / __getitems__() to skip registration per read.
+        Returns {key: tensor}; release(bufs) (or free()) unregisters."""
+        n = operator.index(n)
+        if n < 1:
+            raise ValueError(f"alloc: n must be >= 1, got {n}")
+        if self._freed:
+            raise pyddstore.DDStoreError(f"{type(self).__name__} '{self.name}': alloc() "
+                                         "after free()")
+        sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
+        bad = [f.key for f in sel if f.axis is not None]
+        if bad:
+            raise ValueError(f"{type(self).__name__} '{self.name}': alloc(): {bad!r} "
+                             f"{'is' if len(bad) == 1 else 'are'} ragged (sizes vary per "
+                             "batch): alloc() buffers hold fixed fields only (fields=; "
+                             "ThreadDataLoader: reuse_buffers=False)")
+        dev = self._read_device()
+        ts = self._fresh(sel, n, dev)
+        reg = ts
+        rowbuf = None
+        if self._pack is not None:
+            # the reads land in one row buffer (registered), then are scattered
+            on_dev = dev is not None and any(f.kind == "tensor" for f in sel)
+            rowbuf = torch.empty((n, self._pack.row_bytes), dtype=torch.uint8,
+                                 device=dev if on_dev else "cpu")
+            reg = [rowbuf]
+        done = []
+        try:
+            for t in reg:
+                ext.register_recv(self.ddstore, t, stream_of(t.device) if t.is_cuda else 0)
+                done.append(t)
+        except BaseException:
+            for t in done:
+                try:
+                    ext.unregister_recv(self.ddstore, t)
+                except Exception:  # noqa: BLE001
+                    pass
+            raise
+        bufs = {f.key: t for f, t in zip(sel, ts)}
+        self._allocs[id(bufs)] = reg
+        if rowbuf is not None:
+            self._rowbufs[id(bufs)] = rowbuf
+        return bufs
+
+    def close(self):
+        """free() under the name loaders and files use: collective for method
+        0, idempotent; release() of alloc() buffers afterwards is a
+        ValueError."""
+        self.free()
+
+    def release(self, bufs):
+        """Unregister buffers from alloc().  ValueError for buffers that are
+        not registered (released already, as the original says, or not from
+        this dataset's alloc()) and after free() (which released them all)."""
+        if self._freed:
+            raise ValueError(f"{type(self).__name__} '{self.name}': release() after "
+                             "free()/close(): it already unregistered every alloc() buffer")
+        ts = self._allocs.pop(id(bufs), None)
+        self._rowbufs.pop(id(bufs), None)
+        if ts is None:
+            raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
+                             "buffers are not registered (released already, or not from "
+                             "this dataset's alloc())")
+        err = None
+        for t in ts:
+            try:
+                ext.unregister_recv(self.ddstore, t)
+            except Exception as e:  # noqa: BLE001 - keep unregistering the rest
+                err = err or e
+        if err is not None and not isinstance(err, pyddstore.DDStoreError):
+            raise err
+
+    def get_profile(self, field=None):
+        """Read counters of one field (key), or summed over every field (None).
+        Sums over the store, the threads' readers and the reads of forked
+        DataLoader workers (each worker adds its counters after every read).
+        With pack_fields the packed fields share one variable: a packed
+        field's counters are those of every packed field (one read serves
+        them all), and the sum counts them once.  "calls" counts planned
+        reads (one per batch and variable), "reads" the remote reads they
+        posted."""
+        fields = [self.schema.field(field)] if field is not None else self.schema.fields
+        total = {}
+        for var in self._vars_of(fields):
+            prof = (self._fork[1] if self._fork is not None and self._fork[0] == os.getpid()
+                    else self.ddstore).get_profile(var)
+            if os.getpid() == self._pid:
+                prof = self._forked.add_to(var, prof)
+            for k, v in prof.items():
+                if isinstance(v, (int, float)):
+                    total[k] = total.get(k, 0) + v
+        return total
+
+    # -- direct collate (ThreadDataLoader) ----------------------------------
+    def _fast_collate_ok(self):
+        return self.decode is None and not self.schema.has_records
+
+    def _pipeline(self):
+        """ThreadDataLoader's native prefetch of host batches (None: not for
+        this dataset: a device, a forked process, ragged fields)."""
+        if self.device is not None or os.getpid() != self._pid or self._collator is None:
+            return None
+        return ext.Pipeline(self._collator, self.ddstore)
+
+    def _collate(self, indices, pin_memory=False, out=None):
+        """default_collate(self.__getitems__(indices)), read straight into the
+        batch tensors: one get_batch per field (pack_fields: one for the
+        packed fields)."""
+        if out is None and not pin_memory and self.device is None and \
+                self._collator is not None:
+            return self._collator(self._reader(), indices)    # the hot path, in C++
+        idx = self._indices(indices)
+        if out is None:
+            dev = self._read_device()
+            specs = self._specs if dev is self.device else \
+                [(s[0], s[1], s[2], False) for s in self._specs]
+            ts = ext.collate(self._reader(), specs, idx,
+                             None if dev is None else str(dev), bool(pin_memory),
+                             stream_of(dev) if dev is not None else 0,
+                             self._packed_spec) if specs else []
+            if self.schema.ragged:
+                fixed = iter(ts)
+                mk = _rg.batch_of(self._ragged_batch)
+                ts = [next(fixed) if f.axis is None else
+                      mk(f, *self._read_ragged(f, idx, dev, pin_memory))
+                      for f in self.schema.fields]
+        else:
+            ts = self._batch_values(self.schema.fields, self._read(self.schema.fields, idx, out))
+        return self.schema.build_batch(ts)
+
+    def _store_datasets(self):
+        return [self]
+
+    def _release_all(self):
+        self._rowbufs.clear()
+        for key in list(self._allocs):
+            ts = self._allocs.pop(key)
+            for t in ts:
+                try:
+                    ext.unregister_recv(self.ddstore, t)
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def __reduce__(self):
+        raise TypeError(
+            f"{type(self).__name__} '{self.name}' cannot be pickled: its data lives in the "
+            "job's store.  DataLoader workers must be forked (the default on Linux; methods "
+            "1/2: set DDSTORE_FORK_WORKERS=1; method 0: every rank on one node) - "
+            "spawn/forkserver are not supported; or use ThreadDataLoader")
+
+    def __repr__(self):
+        return (f"{type(self).__name__}('{self.name}', {self.total} samples, "
+                f"fields {self.schema.fields}, method {self.method})")
