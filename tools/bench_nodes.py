@@ -27,7 +27,8 @@ measured with no delay and no limit), goodput the TCP payload share of an
 Ethernet frame at MTU 1500 (1448 / 1514), refill what the token bucket
 (tbf burst b) refills while the link idles for the round trip:
 min(b, rate x 2 D) / rate.  A sample of F fields read per field takes F
-calls: F x (2 D + max(t0 / F, ...)).  Prints measured and modelled ms per
+calls: F x (2 D + max(t0 / F, ...)).  t0 is fitted: the least of
+measured - F x 2 D over the points without a rate limit.  Prints measured and modelled ms per
 batch, writes OUT/bench_nodes.json and a measured-vs-modelled plot
 (--png, default OUT/bench_nodes.png).  --from JSON re-plots a saved run.
 """
@@ -68,10 +69,20 @@ def nbytes(b):
 
 
 def shape_bytes():
+    """name -> (bytes per get_batch call, calls per batch)."""
     out = {}
     for name, (_, n, b, _, nf) in nodes_job.bench_shapes(0, 1).items():
         out[name] = (n * b, nf)
     return out
+
+
+def path_cost(res, shape, nf):
+    """t0: the shape's own cost, the least of measured - nf x 2 D over the
+    conditions without a rate limit (the least disturbed figure: on a
+    loaded machine the delay-0 point alone is as noisy as any)."""
+    pts = [ms - nf * 2e3 * seconds(k.split("@")[1].split("/")[0])
+           for k, ms in res.items() if k.startswith(shape + "@") and k.endswith("/none/-")]
+    return min(pts) if pts else None
 
 
 def run_method(method, timeout):
@@ -98,12 +109,11 @@ def model_rows(meas):
         for key, ms in sorted(res.items()):
             shape, cond = key.split("@")
             delay, rate, burst = cond.split("/")
-            B, nf = sizes[shape]
-            t0 = res.get("%s@0/none/-" % shape)
+            per_call, nf = sizes[shape]
+            t0 = path_cost(res, shape, nf)
             if t0 is None:
                 continue
             rtt = 2e3 * seconds(delay)
-            per_call = B / nf
             xfer = 0.0
             if rate != "none":
                 bps = bits_per_s(rate)
