@@ -279,6 +279,19 @@ def read_all(s, total, rng):
     assert np.array_equal(got, values(order)), "a wrong row"
 
 
+def try_read_all(s, total, rng, errs):
+    """read_all; 1 if it returned, else 0 and its error (with the seconds it
+    took) appended to errs."""
+    import pyddstore
+    t0 = time.monotonic()
+    try:
+        read_all(s, total, rng)
+        return 1
+    except pyddstore.DDStoreError as e:
+        errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+        return 0
+
+
 def fault_job(case, d):
     """Method 1 over tcp on a FileComm (plain processes: the comm does not
     cross the links, the reads do) with a fault on node1's link."""
@@ -341,12 +354,7 @@ def fault_job(case, d):
             time.sleep(0.2)
         fc.barrier()
         for _ in range(2):
-            t0 = time.monotonic()
-            try:
-                read_all(s, total, rng)
-                ok += 1
-            except pyddstore.DDStoreError as e:
-                errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+            ok += try_read_all(s, total, rng, errs)
         fc.barrier()
         if rank == 0:
             clear_faults()
@@ -369,12 +377,7 @@ def fault_job(case, d):
             th = threading.Thread(target=toggle)
             th.start()
         while not os.path.exists(up):
-            t0 = time.monotonic()
-            try:
-                read_all(s, total, rng)
-                ok += 1
-            except pyddstore.DDStoreError as e:
-                errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+            ok += try_read_all(s, total, rng, errs)
         if th:
             th.join()
         fc.barrier()

@@ -173,12 +173,14 @@ def _have_nft():
     return subprocess.run(["sh", "-c", "command -v nft"], capture_output=True).returncode == 0
 
 
-@pytest.mark.parametrize("case", ["loss1", "loss10", "rate"])
-def test_lossy_or_slow_link_reads_every_row_right(tmp_path, case):
-    """1 % or 10 % of node1's packets dropped (nftables, both ways) or its
-    link limited to 20 Mbit/s (tc tbf, both ways): every read returns the
-    right rows (checked byte by byte in the job)."""
-    if case.startswith("loss") and not _have_nft():
+@pytest.mark.parametrize("case", ["loss1", "loss10", "rate"] + sorted(nodes_job.DELAYS))
+def test_lossy_slow_or_delayed_link_reads_every_row_right(tmp_path, case):
+    """1 % or 10 % of node1's packets dropped (nftables, both ways), its
+    link limited to 20 Mbit/s (tc tbf, both ways), or every connection
+    between the nodes held 50 us, 1 ms or 20 ms each way (ddrun --delay: a
+    relay per node, no netem here): every read returns the right rows
+    (checked byte by byte in the job)."""
+    if case.startswith(("loss", "delay")) and not _have_nft():
         pytest.skip("nft not installed (Debian package nftables; ./ddstore setup installs it)")
     rc, out, reps = run_fault(case, tmp_path)
     assert rc == 0, out
@@ -187,20 +189,6 @@ def test_lossy_or_slow_link_reads_every_row_right(tmp_path, case):
         assert r["ok"] == 4 and not r["errors"] and r["recovered"], r
     if case.startswith("loss"):
         assert [r["dropped"] for r in reps if r["rank"] == 0][0] > 0, reps   # the rule acted
-
-
-@pytest.mark.parametrize("case", sorted(nodes_job.DELAYS))
-def test_delayed_link_reads_every_row_right(tmp_path, case):
-    """Every connection between the nodes held 50 us, 1 ms or 20 ms each way
-    (ddrun --delay: a relay per node, no netem here): every read returns the
-    right rows (checked byte by byte in the job), before and after."""
-    if not _have_nft():
-        pytest.skip("nft not installed (Debian package nftables; ./ddstore setup installs it)")
-    rc, out, reps = run_fault(case, tmp_path)
-    assert rc == 0, out
-    assert sorted(r["rank"] for r in reps) == [0, 1, 2, 3], out
-    for r in reps:
-        assert r["ok"] == 4 and not r["errors"] and r["recovered"], r
 
 
 def test_delay_longer_than_the_read_timeout(tmp_path):
