@@ -14,7 +14,8 @@ every connection between the nodes (ddrun's relays: 0, 50 us, 1 ms, 5 ms,
 of 3,136 B (128 reads), the same bytes as 128 adjacent rows (1 read), 8 rows
 of 1 MiB (8 reads), and 128 rows of 4 fields of 784 B read one get_batch per
 field (4 x 128 reads; packing the fields into one row reads what the first
-shape reads).
+shape reads).  Then (nodes_job.py owners, 3 nodes x 1 rank) 128 scattered
+rows from one remote owner and from two, at 0, 5 and 20 ms.
 
 The model (docs/scale.md, "Checked across simulated nodes"), per get_batch
 call of B bytes:
@@ -27,7 +28,8 @@ measured with no delay and no limit), goodput the TCP payload share of an
 Ethernet frame at MTU 1500 (1448 / 1514), refill what the token bucket
 (tbf burst b) refills while the link idles for the round trip:
 min(b, rate x 2 D) / rate.  A sample of F fields read per field takes F
-calls: F x (2 D + max(t0 / F, ...)).  t0 is fitted: the least of
+calls: F x (2 D + max(t0 / F, ...)).  Owners: method 1 one round trip per
+call, method 0 one per owner.  t0 is fitted: the least of
 measured - F x 2 D over the points without a rate limit.  Prints measured and modelled ms per
 batch, writes OUT/bench_nodes.json and a measured-vs-modelled plot
 (--png, default OUT/bench_nodes.png).  --from JSON re-plots a saved run.
@@ -46,7 +48,8 @@ import nodes_job  # noqa: E402
 
 GOODPUT = 1448 / 1514
 SHAPE_LABEL = {"small": "128 x 3,136 B, 128 reads", "run": "128 x 3,136 B adjacent, 1 read",
-               "big": "8 x 1 MiB, 8 reads", "fields": "128 x 4 fields of 784 B, per field"}
+               "big": "8 x 1 MiB, 8 reads", "fields": "128 x 4 fields of 784 B, per field",
+               "owners2": "128 x 3,136 B from 2 owners (3 nodes)"}
 
 
 def seconds(d):
@@ -85,20 +88,39 @@ def path_cost(res, shape, nf):
     return min(pts) if pts else None
 
 
-def run_method(method, timeout):
-    """One ddrun of the bench job; its BENCH record, or raises."""
+def run_method(method, timeout, job="bench", nodes=2):
+    """One ddrun of a nodes_job.py job (bench: 2 nodes; owners: 3); its
+    BENCH / OWNERS record, or raises."""
+    tag = {"bench": "BENCH", "owners": "OWNERS"}[job]
     with tempfile.TemporaryDirectory(prefix="bench-nodes.", dir="/tmp") as d:
         env = dict(os.environ, DDSTORE_FABRIC="tcp", PYTHONPATH=os.path.join(TOP, "python"))
-        cmd = [os.path.join(TOP, "tools", "ddrun"), "--nodes", "2", "-n", "2", "--delay", "0",
-               "--timeout", str(timeout)] + (["--plain"] if method == 1 else []) + [
+        cmd = [os.path.join(TOP, "tools", "ddrun"), "--nodes", str(nodes), "-n", str(nodes),
+               "--delay", "0", "--timeout", str(timeout)] + (["--plain"] if method == 1 else []) + [
                "--", sys.executable, os.path.join(TOP, "python", "tests", "nodes_job.py"),
-               "bench", d, str(method)]
+               job, d, str(method)]
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    i = p.stdout.find("BENCH {")
+    i = p.stdout.find(tag + " {")
     if p.returncode != 0 or i < 0:
-        raise RuntimeError("method %d: ddrun exit %d\n%s%s" % (method, p.returncode,
-                                                               p.stdout[-3000:], p.stderr[-3000:]))
-    return json.JSONDecoder().raw_decode(p.stdout, i + len("BENCH "))[0]
+        raise RuntimeError("method %d, %s: ddrun exit %d\n%s%s" % (
+            method, job, p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+    return json.JSONDecoder().raw_decode(p.stdout, i + len(tag) + 1)[0]
+
+
+def owner_rows(owners):
+    """[(method, "owners1"/"owners2", delay, "none", "-", measured, modelled)]:
+    method 1 pays one round trip per batch whatever the owners, method 0
+    one per owner (MPI_Win_flush_local per owner, in turn: over osc/ucx on
+    tcp the later owners' gets progress only in their own flush)."""
+    rows = []
+    for method, res in sorted(owners.items()):
+        for name, k in (("one", 1), ("two", 2)):
+            trips = 1 if method == 1 else k
+            pts = {key.split("@")[1]: ms for key, ms in res.items() if key.startswith(name + "@")}
+            t0 = min(ms - trips * 2e3 * seconds(dl) for dl, ms in pts.items())
+            for dl, ms in sorted(pts.items()):
+                rows.append((method, "owners%d" % k, dl, "none", "-", ms,
+                             trips * 2e3 * seconds(dl) + t0))
+    return rows
 
 
 def model_rows(meas):
@@ -129,7 +151,7 @@ def plot(rows, path, note):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6.4, 5.2))
-    marks = {"small": "o", "run": "^", "big": "s", "fields": "D"}
+    marks = {"small": "o", "run": "^", "big": "s", "fields": "D", "owners2": "*"}
     colors = {1: "tab:blue", 0: "tab:orange"}
     for method in sorted({r[0] for r in rows}, reverse=True):
         for shape, mark in marks.items():
@@ -168,26 +190,28 @@ def main():
         with open(args.src) as f:
             saved = json.load(f)
         meas = {int(k): v for k, v in saved["measured_ms"].items()}
+        owners = {int(k): v for k, v in saved.get("owners_ms", {}).items()}
         load = saved.get("load", [])
     else:
-        meas, load = {}, [os.getloadavg()[0]]
+        meas, owners, load = {}, {}, [os.getloadavg()[0]]
         for method in (1,) if args.no_method0 else (1, 0):
             try:
                 meas[method] = run_method(method, args.timeout)
+                owners[method] = run_method(method, args.timeout, "owners", 3)
             except RuntimeError as e:
                 if method == 1:
                     sys.stderr.write(str(e))
                     return 1
                 sys.stderr.write("bench_nodes: %s\n(method 0 left out)\n" % e)
             load.append(os.getloadavg()[0])
-    rows = model_rows(meas)
+    rows = model_rows(meas) + owner_rows(owners)
     print("method shape   delay  rate     burst  measured ms  modelled ms")
     for m, shape, delay, rate, burst, ms, mod in rows:
         print("%6d %-7s %-6s %-8s %-6s %11.2f %12.2f" % (m, shape, delay, rate, burst, ms, mod))
     note = "load average %s (2 cores, shared): regenerate on a quiet machine" % (
         "-".join("%.1f" % x for x in (min(load), max(load))) if load else "?")
     with open(os.path.join(args.out, "bench_nodes.json"), "w") as f:
-        json.dump({"measured_ms": meas, "rows": rows, "goodput": GOODPUT, "load": load,
+        json.dump({"measured_ms": meas, "owners_ms": owners, "rows": rows, "goodput": GOODPUT, "load": load,
                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
     png = args.png or os.path.join(args.out, "bench_nodes.png")
     try:

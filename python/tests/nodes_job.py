@@ -472,6 +472,48 @@ def bench_job(d, method=1, conds=None):
     return 0
 
 
+def owners_job(d, method=1):
+    """3 ranks on 3 nodes (ddrun --nodes 3 -n 3 --delay 0): rank 0 times
+    batches of 128 scattered rows of 3,136 B from one remote owner (rank 1)
+    and from two (ranks 1 and 2, 64 each, interleaved) at each delay:
+    whether the owners' round trips overlap.  Prints "OWNERS {json}"."""
+    import pyddstore
+    rank, size = rank_size()
+    if method == 1:
+        fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="own", timeout=300)
+        barrier = fc.barrier
+    else:
+        fc = None
+        barrier = __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier
+    s = pyddstore.PyDDStore(fc, method=method)
+    s.add("small", np.full((1024 if rank else 0, DISP), 7, np.uint8))
+    barrier()
+    if rank == 0:
+        rng = np.random.default_rng(3)
+        a = np.sort(rng.choice(512, 128, replace=False)) * 2
+        one = rng.permutation(a)
+        two = rng.permutation(np.concatenate([a[:64], 1024 + a[64:]]))
+        res = {}
+        for delay in ("0", "5ms", "20ms"):
+            node_tool("delay", delay)
+            time.sleep(0.2)
+            for name, idx in (("one", one), ("two", two)):
+                got = np.zeros((128, DISP), np.uint8)
+                s.get_batch("small", got, idx)
+                ts = []
+                for _ in range(15):
+                    t0 = time.perf_counter()
+                    s.get_batch("small", got, idx)
+                    ts.append(time.perf_counter() - t0)
+                assert (got == 7).all()
+                res["%s@%s" % (name, delay)] = 1e3 * float(np.median(ts))
+        node_tool("delay", "0")
+        say("OWNERS " + json.dumps(res))
+    barrier()
+    s.free()
+    return 0
+
+
 def main(argv):
     if argv[0] == "store":
         return store_job(int(argv[1]), argv[2:])
@@ -479,6 +521,8 @@ def main(argv):
         return m2_job(argv[1])
     if argv[0] == "bench":
         return bench_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
+    if argv[0] == "owners":
+        return owners_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
     if argv[0] == "fault":
         return fault_job(argv[1], argv[2])
     raise SystemExit("nodes_job.py: unknown job %r" % argv[0])
