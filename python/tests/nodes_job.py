@@ -5,6 +5,8 @@ by tools/ddrun --nodes K (see docs/testing.md):
     tools/ddrun --nodes 2 -n 4 --plain -- python nodes_job.py m2 HANDSHAKE_DIR
     tools/ddrun --nodes 2 -n 4 [--plain] -- python nodes_job.py fault CASE DIR
     tools/ddrun --nodes 2 -n 2 --delay 0 [--plain] -- python nodes_job.py bench DIR [METHOD]
+    tools/ddrun --nodes 3 -n 3 --delay 0 [--plain] -- python nodes_job.py owners DIR [METHOD]
+    tools/ddrun --nodes 3 -n 3 --delay 0 -- python nodes_job.py flush
 
 store: every rank adds a shard of "v" (uint8 rows of 3,136 B, values from
 the row index) and of a ragged "rg", reads every row of every owner (get,
@@ -514,6 +516,47 @@ def owners_job(d, method=1):
     return 0
 
 
+def flush_job():
+    """3 ranks on 3 nodes, mpirun, ddrun --delay 0: MPI alone (mpi4py, no
+    ddstore): rank 0 gets 64 rows of 3,136 B from each of ranks 1 and 2 and
+    completes them as ddstore-mpi does (MPI_Win_flush_local per owner, in
+    turn) or with one MPI_Win_flush_local_all, at 0 and 20 ms one way.
+    Prints "FLUSH {json}" (median ms)."""
+    from mpi4py import MPI
+    c = MPI.COMM_WORLD
+    buf = np.full(1 << 20, c.Get_rank(), np.uint8)
+    win = MPI.Win.Create(buf, 1, comm=c)
+    win.Lock_all(MPI.MODE_NOCHECK)
+    c.Barrier()
+    if c.Get_rank() == 0:
+        out = [np.zeros(64 * DISP, np.uint8) for _ in range(2)]
+        res = {}
+        for delay in ("0", "20ms"):
+            node_tool("delay", delay)
+            time.sleep(0.2)
+            for mode in ("per-owner", "all"):
+                ts = []
+                for _ in range(8):
+                    t0 = time.perf_counter()
+                    for o in (1, 2):
+                        for k in range(64):
+                            win.Get([out[o - 1][k * DISP:(k + 1) * DISP], MPI.BYTE], o,
+                                    target=(2 * k * DISP, DISP, MPI.BYTE))
+                    if mode == "all":
+                        win.Flush_local_all()
+                    else:
+                        win.Flush_local(1)
+                        win.Flush_local(2)
+                    ts.append(time.perf_counter() - t0)
+                res["%s@%s" % (mode, delay)] = 1e3 * float(np.median(ts))
+        node_tool("delay", "0")
+        say("FLUSH " + json.dumps(res))
+    c.Barrier()
+    win.Unlock_all()
+    win.Free()
+    return 0
+
+
 def main(argv):
     if argv[0] == "store":
         return store_job(int(argv[1]), argv[2:])
@@ -521,6 +564,8 @@ def main(argv):
         return m2_job(argv[1])
     if argv[0] == "bench":
         return bench_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
+    if argv[0] == "flush":
+        return flush_job()
     if argv[0] == "owners":
         return owners_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
     if argv[0] == "fault":
