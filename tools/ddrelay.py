@@ -75,7 +75,7 @@ def set_timer_slack():
         pass
 
 
-def pump(src, dst, delay, done):
+def pump(src, dst, delay):
     """src -> dst, every chunk held until its receipt + delay, in order."""
     q = collections.deque()
     cv = threading.Condition()
@@ -143,8 +143,8 @@ def serve(client, delay, mark):
         return
     for s in (client, up):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    a = pump(client, up, delay, None)
-    b = pump(up, client, delay, None)
+    a = pump(client, up, delay)
+    b = pump(up, client, delay)
     a.join()
     b.join()
     client.close()
