@@ -94,6 +94,7 @@ def run_method(method, timeout, job="bench", nodes=2):
     tag = {"bench": "BENCH", "owners": "OWNERS"}[job]
     with tempfile.TemporaryDirectory(prefix="bench-nodes.", dir="/tmp") as d:
         env = dict(os.environ, DDSTORE_FABRIC="tcp", PYTHONPATH=os.path.join(TOP, "python"))
+        env.setdefault("DDRUN_PYTHON", sys.executable)   # the relays
         cmd = [os.path.join(TOP, "tools", "ddrun"), "--nodes", str(nodes), "-n", str(nodes),
                "--delay", "0", "--timeout", str(timeout)] + (["--plain"] if method == 1 else []) + [
                "--", sys.executable, os.path.join(TOP, "python", "tests", "nodes_job.py"),

@@ -49,6 +49,7 @@ def _env(extra=None):
            if not (k.startswith(_LAUNCH) and k not in _KEEP)}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(pyddstore.__file__)))
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("DDRUN_PYTHON", sys.executable)     # ddrun --delay's relays
     env.update(extra or {})
     return env
 
