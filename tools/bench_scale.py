@@ -115,21 +115,29 @@ def model(path_json):
     # what a reader holds once it has read from every rank (the model's "...
     # once every reader read from every rank" rows): more than an eager
     # reader at open (the provider's connection state comes with the reads)
-    read = sorted((r for r in d.get("scale_ofi", []) if r.get("reader_bytes_all_read", -1) > 0),
+    # (the slope between the smallest and largest R read that way: the
+    # provider's buffers do not depend on R)
+    read = sorted((r for r in d.get("scale_ofi", [])
+                   if r.get("peers") == "lazy" and r.get("reader_bytes_all_read", -1) > 0),
                   key=lambda r: r["nranks"])
-    if read:
-        a["av_entry_bytes"] = round(max(read[-1]["reader_bytes_all_read"] / read[-1]["nranks"]
-                                        - 8, 0))
-        a["av_entry_bytes_source"] = "measured with %s after reading from every rank" % (
-            read[-1]["provider"])
-    # the adapter's own work per variable (wall time of var_add over the real
-    # adapter less core's local work), per rank
-    adds = [r for r in d.get("scale_ofi", []) if r.get("add_ms", 0) > 0]
+    if len(read) >= 2 and read[-1]["nranks"] > read[0]["nranks"]:
+        per_peer = ((read[-1]["reader_bytes_all_read"] - read[0]["reader_bytes_all_read"])
+                    / (read[-1]["nranks"] - read[0]["nranks"]))
+        a["av_entry_bytes"] = round(max(per_peer - 8, 0))
+        a["av_entry_bytes_source"] = "measured with %s after reading from every rank, R %d-%d" % (
+            read[0]["provider"], read[0]["nranks"], read[-1]["nranks"])
+    # the adapter's own work per variable: var_add's wall time over the real
+    # adapter (lazy peers), interpolated at R; ASSUME's per-rank figure
+    # where the run has none
+    adds = [r for r in d.get("scale_ofi", []) if r.get("peers") == "lazy" and r.get("add_ms", 0) > 0]
     if adds:
-        big = max(adds, key=lambda r: r["nranks"])
-        core_us = _at(core, "nranks", big["nranks"], "add_us")
-        a["ofi_add_ns_per_rank"] = max(big["add_ms"] * 1e3 - core_us, 0) * 1e3 / big["nranks"]
-        a["ofi_add_source"] = "measured with %s at %d ranks" % (big["provider"], big["nranks"])
+        a["ofi_add_source"] = "measured with %s, R %d-%d" % (
+            adds[0]["provider"], min(r["nranks"] for r in adds), max(r["nranks"] for r in adds))
+
+    def ofi_add_us(R):
+        if adds:
+            return max(_at(adds, "nranks", R, "add_ms") * 1e3 - _at(core, "nranks", R, "add_us"), 0)
+        return a["ofi_add_ns_per_rank"] * R / 1e3
     bw = a["nic_gbps"] * 1e3 / a["ranks_per_nic"]        # bytes per µs per rank
     out = []
     for label, R, job in CASES:
@@ -150,7 +158,7 @@ def model(path_json):
         # agreements + 1 allgather of 80 B (the 48-byte registration blob and
         # the 32-byte shard record) and its local work, about linear in R
         add = (_at(core, "nranks", R, "add_us") + 6 * allreduce + allgather(40)
-               + allgather(80) + a["ofi_add_ns_per_rank"] * R / 1e3)
+               + allgather(80) + ofi_add_us(R))
         inserts_ms = a["readers"] * R * a["av_insert_us"] / 1e3
         startup_ms = (create + a["variables"] * add) / 1e3
         # memory kept per rank (bytes): at start (lazy) and once every reader
