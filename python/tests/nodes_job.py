@@ -421,21 +421,25 @@ def bench_shapes(rank, owner):
             "fields": ("f", 128, DISP // FIELDS, scattered, FIELDS)}
 
 
+def bench_store(d, method, rank, size):
+    """The benchmarks' store and barrier: method 1 over a FileComm (plain
+    processes), method 0 over MPI_COMM_WORLD (mpirun)."""
+    import pyddstore
+    if method == 1:
+        fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
+        return pyddstore.PyDDStore(fc, method=1), fc.barrier
+    return (pyddstore.PyDDStore(None, method=method),
+            __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier)
+
+
 def bench_job(d, method=1, conds=None):
     """2 ranks on 2 nodes (ddrun --nodes 2 -n 2 --delay 0; --plain for
     method 1 over a FileComm, mpirun for method 0): rank 0 times batches of
     rank 1's rows (bench_shapes) under each condition of BENCH_CONDS in
     turn (the relays' delay, tbf on node1's link); prints "BENCH {json}"
     (median ms per batch, "SHAPE@DELAY/RATE/BURST")."""
-    import pyddstore
     rank, size = rank_size()
-    if method == 1:
-        fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
-        barrier = fc.barrier
-    else:
-        fc = None
-        barrier = __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier
-    s = pyddstore.PyDDStore(fc, method=method)
+    s, barrier = bench_store(d, method, rank, size)
     s.add("small", np.full((1024 if rank == 1 else 0, DISP), 7, np.uint8))
     s.add("big", np.full((16 if rank == 1 else 0, 1 << 20), 7, np.uint8))
     for f in range(FIELDS):
@@ -479,15 +483,8 @@ def owners_job(d, method=1):
     batches of 128 scattered rows of 3,136 B from one remote owner (rank 1)
     and from two (ranks 1 and 2, 64 each, interleaved) at each delay:
     whether the owners' round trips overlap.  Prints "OWNERS {json}"."""
-    import pyddstore
     rank, size = rank_size()
-    if method == 1:
-        fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="own", timeout=300)
-        barrier = fc.barrier
-    else:
-        fc = None
-        barrier = __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier
-    s = pyddstore.PyDDStore(fc, method=method)
+    s, barrier = bench_store(d, method, rank, size)
     s.add("small", np.full((1024 if rank else 0, DISP), 7, np.uint8))
     barrier()
     if rank == 0:
