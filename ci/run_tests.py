@@ -488,7 +488,8 @@ STAGES = {
     "gpukit": ("the lent GPU machine's check as it runs there, without the GPU: ci/gpu-kit.sh + "
                "ci/gpu-check.sh --kit --dry-run", gpukit_stage),
     "nodes": ("2 simulated nodes x 2 ranks (tools/ddrun --nodes): store, ragged and torch ragged "
-              "suites, method 2 across nodes, faults on a link (test_nodes.py)", nodes_stage),
+              "suites, method 2 across nodes, faults on a link: loss, rate, delay, down, killed "
+              "(test_nodes.py)", nodes_stage),
     "docs": ("every runnable code block of README.md and docs/*.md (ci/doc_snippets.py)",
              docs_stage),
 }

@@ -60,6 +60,12 @@ ASSUME = {
     "av_entry_bytes": 32,       # endpoint + provider memory per peer and reader
                                 # (beyond ddstore's 8): replaced by the figure
                                 # measured with --ofi when the run has it
+    "ofi_add_ns_per_rank": 239.0,  # the adapter's local work per variable and rank
+                                # (region create: importing every rank's
+                                # registration and shard record): 17.9 ms per
+                                # variable at 75,000 ranks with tcp;ofi_rxm
+                                # (--ofi's add_ms); replaced by the figure
+                                # measured with --ofi when the run has it
     "readers": 4,               # reader threads per rank (each its own endpoint + AV)
     "variables": 3,             # variables per store (e.g. samples, labels, sizes)
     "mds_ops_per_s": 50000.0,   # parallel file system metadata operations per second
@@ -105,7 +111,33 @@ def model(path_json):
         span = ofi[-1]["nranks"] - ofi[0]["nranks"]
         per_peer = (ofi[-1]["reader_bytes"] - ofi[0]["reader_bytes"]) / span
         a["av_entry_bytes"] = round(max(per_peer - 8, 0))
-        a["av_entry_bytes_source"] = "measured with %s" % ofi[0]["provider"]
+        a["av_entry_bytes_source"] = "measured with %s at open" % ofi[0]["provider"]
+    # what a reader holds once it has read from every rank (the model's "...
+    # once every reader read from every rank" rows): more than an eager
+    # reader at open (the provider's connection state comes with the reads)
+    # (the slope between the smallest and largest R read that way: the
+    # provider's buffers do not depend on R)
+    read = sorted((r for r in d.get("scale_ofi", [])
+                   if r.get("peers") == "lazy" and r.get("reader_bytes_all_read", -1) > 0),
+                  key=lambda r: r["nranks"])
+    if len(read) >= 2 and read[-1]["nranks"] > read[0]["nranks"]:
+        per_peer = ((read[-1]["reader_bytes_all_read"] - read[0]["reader_bytes_all_read"])
+                    / (read[-1]["nranks"] - read[0]["nranks"]))
+        a["av_entry_bytes"] = round(max(per_peer - 8, 0))
+        a["av_entry_bytes_source"] = "measured with %s after reading from every rank, R %d-%d" % (
+            read[0]["provider"], read[0]["nranks"], read[-1]["nranks"])
+    # the adapter's own work per variable: var_add's wall time over the real
+    # adapter (lazy peers), interpolated at R; ASSUME's per-rank figure
+    # where the run has none
+    adds = [r for r in d.get("scale_ofi", []) if r.get("peers") == "lazy" and r.get("add_ms", 0) > 0]
+    if adds:
+        a["ofi_add_source"] = "measured with %s, R %d-%d" % (
+            adds[0]["provider"], min(r["nranks"] for r in adds), max(r["nranks"] for r in adds))
+
+    def ofi_add_us(R):
+        if adds:
+            return max(_at(adds, "nranks", R, "add_ms") * 1e3 - _at(core, "nranks", R, "add_us"), 0)
+        return a["ofi_add_ns_per_rank"] * R / 1e3
     bw = a["nic_gbps"] * 1e3 / a["ranks_per_nic"]        # bytes per µs per rank
     out = []
     for label, R, job in CASES:
@@ -114,16 +146,19 @@ def model(path_json):
 
         def allgather(b):
             return steps * a["alpha_us"] + (R - 1) * b / bw
-        # start-up: store create (method 1: 4 agreements, hosts gathered,
-        # addresses gathered at the longest one's length) and each
-        # variable's add; readers insert a peer at their first read from it
-        # (DDSTORE_OFI_PEERS=lazy, the default) or all when they open (eager)
+        # start-up: store create (method 1: 4 agreements, the allreduce of
+        # the longest address, hosts gathered, addresses gathered at that
+        # length: ddofi_transport_create) and each variable's add; readers
+        # insert a peer at their first read from it (DDSTORE_OFI_PEERS=lazy,
+        # the default) or all when they open (eager)
         blob = a["addr_blob_bytes"]
-        create = (_at(core, "nranks", R, "create_us") + 4 * allreduce + allgather(64)
+        create = (_at(core, "nranks", R, "create_us") + 5 * allreduce + allgather(64)
                   + allgather(blob))
-        # core: 4 agreements + 1 allgather; method 1's region: 2 + 1
+        # core: 4 agreements + 1 allgather of 40 B; method 1's region: 2
+        # agreements + 1 allgather of 80 B (the 48-byte registration blob and
+        # the 32-byte shard record) and its local work, about linear in R
         add = (_at(core, "nranks", R, "add_us") + 6 * allreduce + allgather(40)
-               + allgather(48))
+               + allgather(80) + ofi_add_us(R))
         inserts_ms = a["readers"] * R * a["av_insert_us"] / 1e3
         startup_ms = (create + a["variables"] * add) / 1e3
         # memory kept per rank (bytes): at start (lazy) and once every reader

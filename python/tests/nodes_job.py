@@ -4,6 +4,9 @@ by tools/ddrun --nodes K (see docs/testing.md):
     tools/ddrun --nodes 2 -n 4 [--plain] -- python nodes_job.py store METHOD [--comm mpi|file DIR]
     tools/ddrun --nodes 2 -n 4 --plain -- python nodes_job.py m2 HANDSHAKE_DIR
     tools/ddrun --nodes 2 -n 4 [--plain] -- python nodes_job.py fault CASE DIR
+    tools/ddrun --nodes 2 -n 2 --delay 0 [--plain] -- python nodes_job.py bench DIR [METHOD]
+    tools/ddrun --nodes 3 -n 3 --delay 0 [--plain] -- python nodes_job.py owners DIR [METHOD]
+    tools/ddrun --nodes 3 -n 3 --delay 0 -- python nodes_job.py flush
 
 store: every rank adds a shard of "v" (uint8 rows of 3,136 B, values from
 the row index) and of a ragged "rg", reads every row of every owner (get,
@@ -234,6 +237,9 @@ FAULTS = {
     "rate": [["tc", "qdisc add dev eth0 root tbf rate 20mbit burst 32kb latency 50ms"]],
 }
 FAULTS["loss10"] = [[c, a.replace("< 1 counter", "< 10 counter")] for c, a in FAULTS["loss1"]]
+# delay (ddrun --delay 0: every cross-node connection through a relay of the
+# node that opened it; $DDRUN_NODES_DIR/delay sets its one-way delay)
+DELAYS = {"delay-50us": "50us", "delay-1ms": "1ms", "delay-20ms": "20ms"}
 
 
 def dropped():
@@ -246,6 +252,10 @@ def dropped():
 
 
 def apply_fault(case):
+    if case in DELAYS:
+        node_tool("delay", DELAYS[case])
+        time.sleep(0.2)       # the relays poll the setting every 50 ms
+        return
     for cmd, args in FAULTS[case]:
         node_tool("on", 1, cmd, *args.split())
     if case == "rate":   # the other direction: the hub's end towards node1
@@ -258,7 +268,8 @@ def clear_faults():
     for cmd in (["on", "1", "nft", "delete", "table", "inet", "ddfault"],
                 ["on", "1", "tc", "qdisc", "del", "dev", "eth0", "root"],
                 ["hub", "tc", "qdisc", "del", "dev", "n1", "root"],
-                ["hub", "ip", "link", "set", "n1", "up"]):
+                ["hub", "ip", "link", "set", "n1", "up"]) + ((["delay", "0"],) if os.path.exists(
+                    os.path.join(d, "delay")) else ()):
         subprocess.run([os.path.join(d, cmd[0])] + cmd[1:], capture_output=True)
 
 
@@ -268,6 +279,19 @@ def read_all(s, total, rng):
     got = np.zeros((total, DISP), np.uint8)
     s.get_batch("v", got, order)
     assert np.array_equal(got, values(order)), "a wrong row"
+
+
+def try_read_all(s, total, rng, errs):
+    """read_all; 1 if it returned, else 0 and its error (with the seconds it
+    took) appended to errs."""
+    import pyddstore
+    t0 = time.monotonic()
+    try:
+        read_all(s, total, rng)
+        return 1
+    except pyddstore.DDStoreError as e:
+        errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+        return 0
 
 
 def fault_job(case, d):
@@ -306,7 +330,7 @@ def fault_job(case, d):
         say("FAULT " + json.dumps({"rank": rank, "errors": errs, "node1": node1}))
         os._exit(0)                   # free() is collective: the killed ranks cannot join
     ok, errs, drops = 0, [], 0
-    if case in FAULTS:
+    if case in FAULTS or case in DELAYS:
         if rank == 0:
             apply_fault(case)
         fc.barrier()
@@ -324,6 +348,22 @@ def fault_job(case, d):
         if rank == 0:
             drops = dropped()
             clear_faults()
+            time.sleep(0.2)
+    elif case == "delay-long":        # one-way delay 3 x DDSTORE_READ_TIMEOUT_S
+        tmo = float(os.environ["DDSTORE_READ_TIMEOUT_S"])
+        if rank == 0:
+            node_tool("delay", "%gs" % (3 * tmo))
+            time.sleep(0.2)
+        fc.barrier()
+        for _ in range(2):
+            ok += try_read_all(s, total, rng, errs)
+        fc.barrier()
+        if rank == 0:
+            clear_faults()
+        # what the relays hold was sent with the long delay and arrives at
+        # its time (as on a wire): the link is "back" once it has drained
+        time.sleep(3 * tmo + 0.5)
+        fc.barrier()
     else:                             # down-short, down-long: n1 down for a while, mid-epoch
         down_s = {"down-short": 1.0, "down-long": 3 * float(os.environ["DDSTORE_READ_TIMEOUT_S"])}[case]
         up = os.path.join(d, "up")
@@ -339,12 +379,7 @@ def fault_job(case, d):
             th = threading.Thread(target=toggle)
             th.start()
         while not os.path.exists(up):
-            t0 = time.monotonic()
-            try:
-                read_all(s, total, rng)
-                ok += 1
-            except pyddstore.DDStoreError as e:
-                errs.append("%.1f s: %s" % (time.monotonic() - t0, e))
+            ok += try_read_all(s, total, rng, errs)
         if th:
             th.join()
         fc.barrier()
@@ -357,42 +392,165 @@ def fault_job(case, d):
     return 0
 
 
-def bench_job(d):
-    """2 ranks on 2 nodes (--plain): rank 0 times batches of rank 1's rows
-    (128 x 3,136 B; 8 x 1 MiB) while node1's link is limited by tbf to each
-    rate in turn (both ways); prints "BENCH {json}" (median ms per batch)."""
+# bench conditions: (one-way delay, tbf rate on node1's link both ways, tbf
+# burst).  A token bucket refills while the link idles (a round trip per
+# batch), so with a delay the burst is small: a 256 KB burst would hide up
+# to 256 KB / rate of every round trip (bench_nodes.py models it).
+BENCH_CONDS = [("0", None, None), ("50us", None, None), ("1ms", None, None),
+               ("5ms", None, None), ("20ms", None, None),
+               ("0", "1gbit", "256kb"), ("0", "200mbit", "256kb"), ("0", "50mbit", "256kb"),
+               ("1ms", "200mbit", "16kb"), ("5ms", "200mbit", "16kb"), ("20ms", "50mbit", "16kb")]
+FIELDS = 4           # the per-field case: 4 variables of DISP / 4 bytes per row
+
+
+def bench_shapes(rank, owner):
+    """name -> (variable, rows per batch, row bytes, indices read, fields):
+    small: 128 rows of 3,136 B scattered over a 1,024-row shard (no two
+    adjacent: 128 single-row reads); run: the same bytes as 128 adjacent
+    rows (one read); big: 8 rows of 1 MiB (every other row of 16: 8 reads);
+    fields: 128 scattered rows of 4 variables of 784 B, one get_batch per
+    variable (4 x 128 reads: fields x owner-runs).  What packing a sample's
+    fields into one row would read is `small` (the same bytes in one
+    variable)."""
+    rng = np.random.default_rng(7)
+    scattered = np.sort(rng.choice(512, 128, replace=False)) * 2
+    rng.shuffle(scattered)
+    return {"small": ("small", 128, DISP, scattered, 1),
+            "run": ("small", 128, DISP, np.arange(128), 1),
+            "big": ("big", 8, 1 << 20, np.arange(0, 16, 2), 1),
+            "fields": ("f", 128, DISP // FIELDS, scattered, FIELDS)}
+
+
+def bench_store(d, method, rank, size):
+    """The benchmarks' store and barrier: method 1 over a FileComm (plain
+    processes), method 0 over MPI_COMM_WORLD (mpirun)."""
     import pyddstore
+    if method == 1:
+        fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
+        return pyddstore.PyDDStore(fc, method=1), fc.barrier
+    return (pyddstore.PyDDStore(None, method=method),
+            __import__("mpi4py.MPI").MPI.COMM_WORLD.Barrier)
+
+
+def bench_job(d, method=1, conds=None):
+    """2 ranks on 2 nodes (ddrun --nodes 2 -n 2 --delay 0; --plain for
+    method 1 over a FileComm, mpirun for method 0): rank 0 times batches of
+    rank 1's rows (bench_shapes) under each condition of BENCH_CONDS in
+    turn (the relays' delay, tbf on node1's link); prints "BENCH {json}"
+    (median ms per batch, "SHAPE@DELAY/RATE/BURST")."""
     rank, size = rank_size()
-    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="bench", timeout=300)
-    s = pyddstore.PyDDStore(fc, method=1)
-    shapes = {"small": (128, DISP), "big": (8, 1 << 20)}
-    for name, (n, b) in shapes.items():
-        s.add(name, np.full((n if rank == 1 else 0, b), 7, np.uint8))
-    fc.barrier()
+    s, barrier = bench_store(d, method, rank, size)
+    s.add("small", np.full((1024 if rank == 1 else 0, DISP), 7, np.uint8))
+    s.add("big", np.full((16 if rank == 1 else 0, 1 << 20), 7, np.uint8))
+    for f in range(FIELDS):
+        s.add("f%d" % f, np.full((1024 if rank == 1 else 0, DISP // FIELDS), 7, np.uint8))
+    barrier()
     res = {}
     if rank == 0:
-        for rate in (None, "1gbit", "200mbit", "50mbit"):
+        shapes = bench_shapes(rank, 1)
+        for delay, rate, burst in conds or BENCH_CONDS:
             clear_faults()
+            node_tool("delay", delay)
             if rate:
                 node_tool("on", 1, "tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate", rate,
-                          "burst", "256kb", "latency", "400ms")
+                          "burst", burst, "latency", "400ms")
                 node_tool("hub", "tc", "qdisc", "add", "dev", "n1", "root", "tbf", "rate", rate,
-                          "burst", "256kb", "latency", "400ms")
-            for name, (n, b) in shapes.items():
-                got = np.zeros((n, b), np.uint8)
-                idx = np.arange(n)
-                s.get_batch(name, got, idx)          # connected, warm
+                          "burst", burst, "latency", "400ms")
+            time.sleep(0.2)            # the relays poll the delay every 50 ms
+            for name, (var, n, b, idx, nf) in shapes.items():
+                got = [np.zeros((n, b), np.uint8) for _ in range(nf)]
+                names = [var] if nf == 1 else ["%s%d" % (var, f) for f in range(nf)]
+                for v, g in zip(names, got):
+                    s.get_batch(v, g, idx)          # connected, warm
                 ts = []
-                for _ in range(7 if name == "big" else 30):
+                for _ in range(5 if name == "big" else 15):
                     t0 = time.perf_counter()
-                    s.get_batch(name, got, idx)
+                    for v, g in zip(names, got):
+                        s.get_batch(v, g, idx)
                     ts.append(time.perf_counter() - t0)
-                assert (got == 7).all()
-                res["%s@%s" % (name, rate or "none")] = 1e3 * float(np.median(ts))
+                assert all((g == 7).all() for g in got)
+                res["%s@%s/%s/%s" % (name, delay, rate or "none", burst or "-")] = \
+                    1e3 * float(np.median(ts))
         clear_faults()
         say("BENCH " + json.dumps(res))
-    fc.barrier()
+    barrier()
     s.free()
+    return 0
+
+
+def owners_job(d, method=1):
+    """3 ranks on 3 nodes (ddrun --nodes 3 -n 3 --delay 0): rank 0 times
+    batches of 128 scattered rows of 3,136 B from one remote owner (rank 1)
+    and from two (ranks 1 and 2, 64 each, interleaved) at each delay:
+    whether the owners' round trips overlap.  Prints "OWNERS {json}"."""
+    rank, size = rank_size()
+    s, barrier = bench_store(d, method, rank, size)
+    s.add("small", np.full((1024 if rank else 0, DISP), 7, np.uint8))
+    barrier()
+    if rank == 0:
+        rng = np.random.default_rng(3)
+        a = np.sort(rng.choice(512, 128, replace=False)) * 2
+        one = rng.permutation(a)
+        two = rng.permutation(np.concatenate([a[:64], 1024 + a[64:]]))
+        res = {}
+        for delay in ("0", "5ms", "20ms"):
+            node_tool("delay", delay)
+            time.sleep(0.2)
+            for name, idx in (("one", one), ("two", two)):
+                got = np.zeros((128, DISP), np.uint8)
+                s.get_batch("small", got, idx)
+                ts = []
+                for _ in range(15):
+                    t0 = time.perf_counter()
+                    s.get_batch("small", got, idx)
+                    ts.append(time.perf_counter() - t0)
+                assert (got == 7).all()
+                res["%s@%s" % (name, delay)] = 1e3 * float(np.median(ts))
+        node_tool("delay", "0")
+        say("OWNERS " + json.dumps(res))
+    barrier()
+    s.free()
+    return 0
+
+
+def flush_job():
+    """3 ranks on 3 nodes, mpirun, ddrun --delay 0: MPI alone (mpi4py, no
+    ddstore): rank 0 gets 64 rows of 3,136 B from each of ranks 1 and 2 and
+    completes them as ddstore-mpi does (MPI_Win_flush_local per owner, in
+    turn) or with one MPI_Win_flush_local_all, at 0 and 20 ms one way.
+    Prints "FLUSH {json}" (median ms)."""
+    from mpi4py import MPI
+    c = MPI.COMM_WORLD
+    buf = np.full(1 << 20, c.Get_rank(), np.uint8)
+    win = MPI.Win.Create(buf, 1, comm=c)
+    win.Lock_all(MPI.MODE_NOCHECK)
+    c.Barrier()
+    if c.Get_rank() == 0:
+        out = [np.zeros(64 * DISP, np.uint8) for _ in range(2)]
+        res = {}
+        for delay in ("0", "20ms"):
+            node_tool("delay", delay)
+            time.sleep(0.2)
+            for mode in ("per-owner", "all"):
+                ts = []
+                for _ in range(8):
+                    t0 = time.perf_counter()
+                    for o in (1, 2):
+                        for k in range(64):
+                            win.Get([out[o - 1][k * DISP:(k + 1) * DISP], MPI.BYTE], o,
+                                    target=(2 * k * DISP, DISP, MPI.BYTE))
+                    if mode == "all":
+                        win.Flush_local_all()
+                    else:
+                        win.Flush_local(1)
+                        win.Flush_local(2)
+                    ts.append(time.perf_counter() - t0)
+                res["%s@%s" % (mode, delay)] = 1e3 * float(np.median(ts))
+        node_tool("delay", "0")
+        say("FLUSH " + json.dumps(res))
+    c.Barrier()
+    win.Unlock_all()
+    win.Free()
     return 0
 
 
@@ -402,7 +560,11 @@ def main(argv):
     if argv[0] == "m2":
         return m2_job(argv[1])
     if argv[0] == "bench":
-        return bench_job(argv[1])
+        return bench_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
+    if argv[0] == "flush":
+        return flush_job()
+    if argv[0] == "owners":
+        return owners_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
     if argv[0] == "fault":
         return fault_job(argv[1], argv[2])
     raise SystemExit("nodes_job.py: unknown job %r" % argv[0])

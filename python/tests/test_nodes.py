@@ -49,6 +49,7 @@ def _env(extra=None):
            if not (k.startswith(_LAUNCH) and k not in _KEEP)}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(pyddstore.__file__)))
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("DDRUN_PYTHON", sys.executable)     # ddrun --delay's relays
     env.update(extra or {})
     return env
 
@@ -158,11 +159,13 @@ def test_method2_local_only_core_refuses_remote_reader(tmp_path):
 FAULT_ENV = {"DDSTORE_FABRIC": "tcp", "DDSTORE_READ_TIMEOUT_S": "4"}
 
 
-def run_fault(case, tmp_path, keep_going=False):
+def run_fault(case, tmp_path, keep_going=False, env=None):
     cmd_extra = ["--keep-going"] if keep_going else []
+    cmd_extra += ["--delay", "0"] if case.startswith("delay") else []
     cmd = [DDRUN, "--nodes", "2", "-n", "4", "--timeout", "240", "--plain", *cmd_extra, "--",
            sys.executable, JOB, "fault", case, str(tmp_path)]
-    p = subprocess.run(cmd, env=_env(FAULT_ENV), capture_output=True, text=True, timeout=300)
+    p = subprocess.run(cmd, env=_env(dict(FAULT_ENV, **(env or {}))), capture_output=True,
+                       text=True, timeout=300)
     reps = tagged(p.stdout, "FAULT")
     return p.returncode, p.stdout + p.stderr, reps
 
@@ -171,12 +174,14 @@ def _have_nft():
     return subprocess.run(["sh", "-c", "command -v nft"], capture_output=True).returncode == 0
 
 
-@pytest.mark.parametrize("case", ["loss1", "loss10", "rate"])
-def test_lossy_or_slow_link_reads_every_row_right(tmp_path, case):
-    """1 % or 10 % of node1's packets dropped (nftables, both ways) or its
-    link limited to 20 Mbit/s (tc tbf, both ways): every read returns the
-    right rows (checked byte by byte in the job)."""
-    if case.startswith("loss") and not _have_nft():
+@pytest.mark.parametrize("case", ["loss1", "loss10", "rate"] + sorted(nodes_job.DELAYS))
+def test_lossy_slow_or_delayed_link_reads_every_row_right(tmp_path, case):
+    """1 % or 10 % of node1's packets dropped (nftables, both ways), its
+    link limited to 20 Mbit/s (tc tbf, both ways), or every connection
+    between the nodes held 50 us, 1 ms or 20 ms each way (ddrun --delay: a
+    relay per node, no netem here): every read returns the right rows
+    (checked byte by byte in the job)."""
+    if case.startswith(("loss", "delay")) and not _have_nft():
         pytest.skip("nft not installed (Debian package nftables; ./ddstore setup installs it)")
     rc, out, reps = run_fault(case, tmp_path)
     assert rc == 0, out
@@ -185,6 +190,22 @@ def test_lossy_or_slow_link_reads_every_row_right(tmp_path, case):
         assert r["ok"] == 4 and not r["errors"] and r["recovered"], r
     if case.startswith("loss"):
         assert [r["dropped"] for r in reps if r["rank"] == 0][0] > 0, reps   # the rule acted
+
+
+def test_delay_longer_than_the_read_timeout(tmp_path):
+    """A one-way delay of 3 x DDSTORE_READ_TIMEOUT_S (1 s): reads that need
+    the other node fail with the timeout error naming the setting (never a
+    wrong row, never a hang: the run's own timeout bounds it); with the delay
+    back to 0 every rank reads every row again."""
+    if not _have_nft():
+        pytest.skip("nft not installed (Debian package nftables; ./ddstore setup installs it)")
+    rc, out, reps = run_fault("delay-long", tmp_path, env={"DDSTORE_READ_TIMEOUT_S": "1"})
+    assert rc == 0, out
+    assert sorted(r["rank"] for r in reps) == [0, 1, 2, 3], out
+    for r in reps:
+        assert r["recovered"] and r["ok"] == 0 and len(r["errors"]) == 2, r
+        for e in r["errors"]:
+            assert "DDSTORE_READ_TIMEOUT_S" in e and "provider tcp" in e, e
 
 
 def test_link_down_briefly_mid_epoch(tmp_path):
