@@ -96,6 +96,10 @@ fi
 
 mkdir -p "$BUILD_DIR"
 BUILD_DIR=$(cd "$BUILD_DIR" && pwd)     # hooks cd elsewhere
+# the hooks' marker "this run's build of the tree failed" (it saves the later
+# hooks a rebuild): a new run tries again (a build killed by a timeout in an
+# earlier run otherwise failed every hook at once)
+rm -f "$BUILD_DIR/py-torch-cuda.failed"
 LOG="$BUILD_DIR/gpu-check.log"
 SUMMARY="$BUILD_DIR/summary.txt"
 : >"$LOG"

@@ -122,7 +122,9 @@ def skipped_in_log(target):
 
 
 # ----------------------------------------------------------------- pytest --
-def pytest_ranks(name, nranks, paths, extra_env=None, timeout=900):
+def pytest_ranks(name, nranks, paths, extra_env=None, timeout=1500):
+    # timeout: a guard against a hung run (each test's jobs have their own);
+    # py1 took 639 s beside another stage on this machine at load 10
     d = os.path.join(OUT, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(d)
@@ -209,9 +211,14 @@ def gpukit_stage(timeout=2400):
         c.failures.append(f"gpukit: ci/gpu-kit.sh exited {rc}")
         return c
     report = os.path.join(d, "gpu-check.json")
+    # GPU_CHECK_TIMEOUT_S is gpu-check.sh's limit per program (300 s, kept on
+    # the device): here the first hook that needs it also builds the tree
+    # with CMake (six torch-extension files), which on 2 cores shared with
+    # another stage took over 300 s (killed: 4 hooks failed, none hung)
     rc, _ = run([os.path.join(TOP, "ci", "gpu-check.sh"), "--kit", kit, "--dry-run",
                  "--build-dir", os.path.join(TOP, "out", "gpu-check-dry"), "--json", report],
-                env={"PYTHON": PY}, timeout=timeout)
+                env={"PYTHON": PY, "GPU_CHECK_TIMEOUT_S": os.environ.get("GPU_CHECK_TIMEOUT_S", "900")},
+                timeout=timeout)
     try:
         with open(report) as f:
             checks = json.load(f)["checks"]
@@ -468,10 +475,17 @@ def have_torch_ext():
 STAGES = {
     "c": ("C unit and multi-rank tests (bazel test -c opt //...)",
           lambda: bazel_tests("c", BAZEL_OPT, ["//..."])),
+    # The sanitizer stages build only the tests they run and what those
+    # need (--build_tests_only): the other targets of the packages are built,
+    # with -Werror, by stage c; under TSan, 16 of 63 compiles and 16 of 36
+    # links were binaries that stage never runs (tests the tag filter leaves
+    # out, benchmarks).
     "asan": ("C tests under AddressSanitizer + UBSan",
-             lambda: bazel_tests("asan", ["--config=asan"], ["//ddstore-core/...", "//ddstore-ofi/..."])),
+             lambda: bazel_tests("asan", ["--config=asan", "--build_tests_only"],
+                                 ["//ddstore-core/...", "//ddstore-ofi/..."])),
     "tsan": ("threaded read paths under ThreadSanitizer",
-             lambda: bazel_tests("tsan", ["--config=tsan", "--test_tag_filters=threads"],
+             lambda: bazel_tests("tsan", ["--config=tsan", "--test_tag_filters=threads",
+                                          "--build_tests_only"],
                                  ["//ddstore-core/...", "//ddstore-ofi/..."])),
     "fuzz": ("method 2's record parser under libFuzzer for 30 s (ci/fuzz-handshake.sh)",
              fuzz_stage),
@@ -503,6 +517,95 @@ QUICK_STAGES = {
                 lambda: py_stage("pyquick", 2, quick=True)),
 }
 
+# ------------------------------------------------------------ overlapping --
+# Several stages run two at a time (--jobs, default 2 where there are 2
+# cores): most of the suite is one busy core (a torch-extension compile, a
+# pip install, one pytest process) or none (a test waiting for a timeout), so
+# two stages side by side use the second core.  Each stage runs as a child
+# `ci/run_tests.py --counts-json FILE STAGE` with its output in
+# out/tests/STAGE.log, printed whole when it ends: every stage's output stays
+# in one piece, with its own "==== stage" lines and counts.
+#
+# Stages of one group never overlap: the Bazel ones (one server per tree;
+# skipped_in_log reads bazel-testlogs, which the last command points at its
+# own configuration), and the ones running 2-4 ranks of pytest or jobs of
+# their own (two of those on 2 cores only slow each other down).
+GROUPS = {"bazel": ("c", "asan", "tsan", "nompi", "cunit"),
+          "ranks": ("py1", "py2", "py4", "nodes", "pyquick")}
+# The order stages start in when they overlap: py1 (the longest, mostly
+# jobs waiting out timeouts) beside the Bazel stages, which must follow one
+# another (so they start at once and do not end the run in single file), then
+# the pip builds (one busy core each), the short stages last to fill the gaps
+# (times of a whole run: docs/testing.md).
+START_ORDER = ["py1", "c", "tsan", "asan", "nompi", "gpukit", "wheel", "docs", "nodes",
+               "pipmpi", "fuzz", "py2", "py4", "cunit", "pyquick"]
+
+
+def group_of(name):
+    return next((g for g, members in GROUPS.items() if name in members), None)
+
+
+def default_jobs():
+    env = os.environ.get("DDSTORE_TEST_JOBS")
+    if env:
+        return max(1, int(env))
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def run_stage_here(name, every):
+    print(f"\n==== stage {name}: {every[name][0]}", flush=True)
+    t0 = time.time()
+    c = every[name][1]()
+    took = time.time() - t0
+    print(f"==== stage {name}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped "
+          f"({took:.0f} s)", flush=True)
+    return c, took
+
+
+def run_stages_overlapped(names, every, jobs):
+    """Run the stages `jobs` at a time (groups apart), each as a child
+    process; print each stage's log whole when it ends.  {name: (Counts, s)}."""
+    order = [n for n in START_ORDER if n in names] + [n for n in names if n not in START_ORDER]
+    running = {}        # name -> (Popen, t0, log path, counts path)
+    done = {}
+    while order or running:
+        while len(running) < jobs:
+            busy = {group_of(n) for n in running} - {None}
+            nxt = next((n for n in order if group_of(n) not in busy), None)
+            if nxt is None:
+                break
+            order.remove(nxt)
+            log = os.path.join(OUT, nxt + ".log")
+            counts = os.path.join(OUT, nxt + ".counts.json")
+            if os.path.exists(counts):
+                os.remove(counts)
+            with open(log, "w") as f:
+                p = subprocess.Popen([PY, os.path.abspath(__file__), "--jobs", "1",
+                                      "--counts-json", counts, nxt], cwd=TOP,
+                                     stdout=f, stderr=subprocess.STDOUT)
+            beside = ", ".join(sorted(running)) or "nothing"
+            print(f"==== stage {nxt}: started beside {beside} (log: "
+                  f"{os.path.relpath(log, TOP)})", flush=True)
+            running[nxt] = (p, time.time(), log, counts)
+        time.sleep(1)
+        for n in [n for n, (p, *_) in running.items() if p.poll() is not None]:
+            p, t0, log, counts = running.pop(n)
+            with open(log, errors="replace") as f:
+                sys.stdout.write(f.read())
+            c = Counts()
+            try:
+                with open(counts) as f:
+                    d = json.load(f)
+                c.passed, c.failed, c.skipped = d["passed"], d["failed"], d["skipped"]
+                c.failures = d["failures"]
+            except (OSError, ValueError, KeyError):
+                c.failed += 1
+                c.failures.append(f"{n}: the stage's runner exited {p.returncode} "
+                                  f"without counts (log: {os.path.relpath(log, TOP)})")
+                print(f"==== stage {n}: exited {p.returncode} without counts", flush=True)
+            done[n] = (c, time.time() - t0)
+    return done
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -510,6 +613,10 @@ def main():
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--quick", action="store_true",
                     help="the everyday loop: stages " + " ".join(QUICK_STAGES))
+    ap.add_argument("--jobs", "-j", type=int, default=None,
+                    help="stages run at once (default: $DDSTORE_TEST_JOBS, else 2 on 2 "
+                         "or more cores); 1 runs them one after the other in this process")
+    ap.add_argument("--counts-json", help=argparse.SUPPRESS)   # a child of --jobs N
     args = ap.parse_args()
     every = dict(STAGES, **QUICK_STAGES)
     if args.list:
@@ -529,15 +636,29 @@ def main():
             print(f"unknown stage {n!r}; --list shows them", file=sys.stderr)
             return 2
     os.makedirs(OUT, exist_ok=True)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
     total = Counts()
     t0 = time.time()
+    if jobs > 1 and len(names) > 1:
+        print(f"running {len(names)} stages, {jobs} at a time (--jobs; groups apart: "
+              + "; ".join(f"{g}: {' '.join(m)}" for g, m in GROUPS.items()) + ")", flush=True)
+        results = run_stages_overlapped(names, every, jobs)
+    else:
+        results = {n: run_stage_here(n, every) for n in names}
     for n in names:
-        print(f"\n==== stage {n}: {every[n][0]}", flush=True)
-        c = every[n][1]()
-        print(f"==== stage {n}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped", flush=True)
-        total.add(c)
+        total.add(results[n][0])
+    if args.counts_json:
+        with open(args.counts_json, "w") as f:
+            json.dump({"passed": total.passed, "failed": total.failed,
+                       "skipped": total.skipped, "failures": total.failures}, f)
+        return 1 if total.failed else 0
     if shutil.which("bazel") and os.environ.get("CI"):
         subprocess.run(["bazel", "shutdown"], cwd=TOP)
+    if len(names) > 1:
+        print("\nstage     seconds  passed  failed  skipped")
+        for n in names:
+            c, took = results[n]
+            print(f"{n:8s} {took:8.0f} {c.passed:7d} {c.failed:7d} {c.skipped:8d}")
     print(f"\nsuite time {time.time() - t0:.0f} s")
     for f in total.failures:
         print("FAILED " + f)
