@@ -65,8 +65,11 @@ class Arm:
             if "{json}" in " ".join(self.argv):
                 with open(path) as f:
                     text = f.read()
-                lines = [json.loads(l) for l in text.splitlines() if l.strip()]
-                return lines if len(lines) != 1 else lines[0]
+                try:                    # one JSON document
+                    return json.loads(text)
+                except json.JSONDecodeError:  # JSON lines
+                    lines = [json.loads(l) for l in text.splitlines() if l.strip()]
+                    return lines if len(lines) != 1 else lines[0]
             last = [l for l in p.stdout.splitlines() if l.startswith("{")]
             if not last:
                 raise RuntimeError(f"arm {self.name} printed no JSON line: {self.shell()}")
@@ -127,6 +130,24 @@ def _torch_path_cells(rounds):
     return out
 
 
+def _pack_cells(rounds):
+    """bench_pack.py's results (packed and per-field interleaved inside each run):
+    rank 0's reads per batch and median time per batch, per method and sample."""
+    out = []
+    first = [r for r in rounds[0]["pack"]["results"] if r["rank"] == 0]
+    for key in [(r["method"], r["sample"]) for r in first]:
+        got = [next(x for x in r["pack"]["results"]
+                    if x["rank"] == 0 and (x["method"], x["sample"]) == key) for r in rounds]
+        out.append((f"method {key[0]}, {key[1]} ({got[0]['fields']} fields)", [
+            ("remote reads/batch, packed", [g["packed"]["reads_per_batch"] for g in got]),
+            ("remote reads/batch, per field", [g["per_field"]["reads_per_batch"] for g in got]),
+            ("µs/batch, packed", [g["packed"]["us_per_batch_median"] for g in got]),
+            ("µs/batch, per field", [g["per_field"]["us_per_batch_median"] for g in got]),
+            ("packed speed / per field", [g["per_field"]["us_per_batch_median"] /
+                                          g["packed"]["us_per_batch_median"] for g in got])]))
+    return out
+
+
 _BENCH_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_bench"]
 _TORCH_PATH = [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
                os.path.join(TOP, "tools", "bench_torch_path.py"), "8192", "5"]
@@ -145,6 +166,13 @@ FIGURES = {f.name: f for f in [
            [Arm("m0", _TORCH_PATH, {"DDSTORE_METHOD": "0"}),
             Arm("m1", _TORCH_PATH, {"DDSTORE_METHOD": "1"})],
            "case", None, _torch_path_cells),
+    Figure("pack", "docs/measurements.md",
+           "DistDataset(pack_fields=True) against one variable per field: batches of 128 "
+           "random samples through the direct collate, 2 ranks, methods 0 and 1, packed and "
+           "per-field interleaved inside each run (tools/bench_pack.py)",
+           [Arm("pack", [DDRUN, "-n", "2", "--timeout", "900", "--", PY,
+                         os.path.join(TOP, "tools", "bench_pack.py"), "--json", "{json}"])],
+           "method, sample", None, _pack_cells),
 ]}
 
 

@@ -90,3 +90,14 @@ def test_every_figure_has_its_markers():
     for f in figures.FIGURES.values():
         text = open(os.path.join(TOP, f.doc)).read()
         assert f"<!-- figure {f.name}" in text and f"<!-- /figure {f.name} -->" in text, f.name
+
+
+@pytest.mark.parametrize("text, want", [
+    ('{\n "a": 1,\n "b": [2]\n}\n', {"a": 1, "b": [2]}),            # one indented document
+    ('{"a": 1}\n{"a": 2}\n', [{"a": 1}, {"a": 2}]),                 # JSON lines
+    ('{"a": 3}\n', {"a": 3}),
+])
+def test_arm_result_file(text, want):
+    """An arm that writes its result to {json}: one document or JSON lines."""
+    code = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
+    assert figures.Arm("w", [sys.executable, "-c", code, "{json}", text]).run(60) == want
