@@ -47,6 +47,14 @@ def _check(s, k, n=5):
     np.testing.assert_array_equal(b, want[idx])
 
 
+def _check_all_shared(stores):
+    """Every store reads its rows, and all of them share one fabric, one
+    server endpoint and one reading endpoint."""
+    for k, s in enumerate(stores):
+        _check(s, k)
+    assert _counts() == (1, 2)
+
+
 def _open(k):
     s = pyddstore.PyDDStore(None, method=1)
     s.add("v", _rows(s.rank, k))
@@ -64,10 +72,7 @@ def fabric(request, monkeypatch):
 def test_three_stores_share_one_fabric_and_two_endpoints(fabric):
     stores = [_open(k) for k in range(3)]
     try:
-        for k, s in enumerate(stores):
-            _check(s, k)
-        # one fabric, one server endpoint, one reading endpoint for all three
-        assert _counts() == (1, 2)
+        _check_all_shared(stores)
     finally:
         for s in stores:
             s.free()
@@ -155,9 +160,35 @@ def test_forked_children_read_every_store(fabric, monkeypatch):
         os.close(r)
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, msg
-        for k, s in enumerate(stores):
-            _check(s, k)
-        assert _counts() == (1, 2)
+        _check_all_shared(stores)
     finally:
         for s in stores:
             s.free()
+
+
+def test_method2_core_and_reader_next_to_a_method1_store(fabric, tmp_path):
+    """A method-1 store, a method-2 core store and a method-2 reader of that
+    core job in one process: each reads its own rows, closed in any order."""
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    hs = comm.bcast(str(tmp_path / "hs") if comm.rank == 0 else None, root=0)
+    a = _open(1)
+    core = pyddstore.PyDDStore(None, method=2, handshake_dir=hs)
+    core.add("v", _rows(core.rank, 5))
+    comm.Barrier()
+    reader = pyddstore.PyDDStore(None, method=2, handshake_dir=hs, n_core=core.size)
+    try:
+        reader.join("v")
+        _check(reader, 5)
+        _check(core, 5)
+        _check(a, 1)
+        a.free()
+        a = None
+        _check(reader, 5)
+        _check(core, 5)
+    finally:
+        comm.Barrier()
+        reader.free()
+        if a is not None:
+            a.free()
+        core.free()
