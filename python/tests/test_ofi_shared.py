@@ -192,3 +192,29 @@ def test_method2_core_and_reader_next_to_a_method1_store(fabric, tmp_path):
         if a is not None:
             a.free()
         core.free()
+
+
+def _env_after_import(top, extra):
+    """FI_OFI_RXM_MSG_RX_SIZE as a fresh interpreter sees it after importing
+    pyddstore (no MPI, no store), with `extra` set and the inherited
+    FI_/DDSTORE_ settings removed."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_"))}
+    env.update(extra)
+    env["PYTHONPATH"] = top
+    code = "import os, pyddstore; print(os.environ.get('FI_OFI_RXM_MSG_RX_SIZE', 'unset'))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return out.stdout.strip()
+
+
+def test_rx_buffers_setting(top):
+    """DDSTORE_OFI_RX_BUFFERS sizes ofi_rxm's receive queue (64 by default),
+    never over the user's own FI_OFI_RXM_MSG_RX_SIZE; 0 leaves libfabric's."""
+    assert _env_after_import(top, {}) == "64"
+    assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "256"}) == "256"
+    assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "0"}) == "unset"
+    assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "-3"}) == "unset"
+    assert _env_after_import(top, {"FI_OFI_RXM_MSG_RX_SIZE": "300"}) == "300"
