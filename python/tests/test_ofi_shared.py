@@ -218,3 +218,37 @@ def test_rx_buffers_setting(top):
     assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "0"}) == "unset"
     assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "-3"}) == "unset"
     assert _env_after_import(top, {"FI_OFI_RXM_MSG_RX_SIZE": "300"}) == "300"
+
+
+def test_closing_a_store_while_another_is_read_from_threads(fabric):
+    keep, gone = _open(1), _open(2)
+    stop = threading.Event()
+    errors, rounds = [], [0]
+
+    def work():
+        try:
+            while not stop.is_set() or rounds[0] < 5:
+                _check(keep, 1)
+                rounds[0] += 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    th = [threading.Thread(target=work) for _ in range(2)]
+    for t in th:
+        t.start()
+    try:
+        gone.free()          # collective, while both threads read `keep`
+        gone = None
+        stop.set()
+        for t in th:
+            t.join()
+        assert not errors, errors
+        _check(keep, 1)
+        assert _counts() == (1, 2)
+    finally:
+        stop.set()
+        for t in th:
+            t.join()
+        if gone is not None:
+            gone.free()
+        keep.free()
