@@ -387,6 +387,7 @@ PY_RANKS = {
     "test_examples_data.py": (1,),
     "test_filecomm.py": (1,),
     "test_method2.py": (1,),
+    "test_ofi_shared.py": (2,),
     "test_ragged.py": (2, 4),
     "test_ragged_gpu.py": (2,),
     "test_ragged_method2.py": (1,),

@@ -18,7 +18,7 @@
 
 /* The adapter's settings, declared once (settings.h).  The library's own
  * parameters that ddstore does not own here are mirrored into the registry
- * as DDSTORE_OFI_<NAME> (ddofi_tr_transport.c). */
+ * as DDSTORE_OFI_<NAME> (ddofi_tr_settings.c). */
 #define DDOFI_TR_SETTINGS(X)                                                   \
     X(fabric, "DDSTORE_FABRIC", STRING, "auto", NULL, "ofi",                   \
       "libfabric provider for methods 1/2: auto, cxi, verbs, efa, shm, tcp, "  \
@@ -52,7 +52,12 @@
       "forked DataLoader workers read with methods 1/2: sets "                 \
       "FI_MR_CACHE_MONITOR=memhooks (when unset or kdreg2) before libfabric "   \
       "starts (FI_CXI_DISABLE_HOST_REGISTER=1 is set unless given, either "    \
-      "way)")
+      "way)")                                                                  \
+    X(rx_buffers, "DDSTORE_OFI_RX_BUFFERS", INT, "64", NULL, "ofi",            \
+      "methods 1/2 over ofi_rxm (tcp, verbs): receive buffers (16 KiB each) "  \
+      "an endpoint posts, set as FI_OFI_RXM_MSG_RX_SIZE before libfabric "     \
+      "starts unless that is set (libfabric's default, 4096, costs 64 MiB "    \
+      "an endpoint; reads use none); 0 leaves libfabric's default")
 
 typedef struct ddofi_tr_settings {
     DDS_SETTINGS_FIELDS(DDOFI_TR_SETTINGS)
@@ -66,9 +71,15 @@ int ddofi_tr_settings_read(ddofi_tr_settings_t *s);
 
 typedef struct ddofi_tr ddofi_tr_t;
 
+typedef struct ddofi_tr_share ddofi_tr_share_t;
+
 typedef struct ddofi_tr_reader {
     ddofi_tr_t *tr;
     int flags;                 /* DDS_READER_*                               */
+    int shared;                /* reads on the process's shared endpoint (the
+                                  default reader, forked readers); else an
+                                  endpoint of its own (reader_open)          */
+    ddofi_tr_share_t *share;   /* forked: the child's share it holds, or NULL */
     pid_t pid;                 /* process whose endpoint this is (0: none)   */
     ddofi_fabric_t *fab;       /* tr->fab, or its own (forked)               */
     ddofi_ep_t *ep;
@@ -136,9 +147,12 @@ struct ddofi_tr {
     pid_t pid;
     ddofi_fabric_params_t fparams; /* as opened (forked readers reopen them) */
     char prov[64], domain[64];
-    ddofi_fabric_t *fab;       /* method-2 reader: NULL until the first join */
+    ddofi_tr_share_t *share;   /* fabric, server, reading endpoint shared by
+                                  the process's stores (ddofi_tr_share.c)    */
+    ddofi_fabric_t *fab;       /* share's; method-2 reader: NULL until the
+                                  first join                                 */
     ddofi_fabric_attr_t attr;
-    ddofi_ep_t *server;        /* NULL for a method-2 reader                 */
+    ddofi_ep_t *server;        /* share's; NULL for a method-2 reader        */
     unsigned char *addrs;      /* nranks x addr_stride: address blobs        */
     size_t addr_stride;        /* the longest blob of any rank (<= DDOFI_ADDR_BLOB_MAX) */
     int eager_peers;           /* DDSTORE_OFI_PEERS=eager                    */
@@ -164,10 +178,19 @@ static inline const unsigned char *ddofi_tr_addr(const ddofi_tr_t *t, int i)
     return t->addrs + (size_t)i * t->addr_stride;
 }
 
+/* The files of the adapter call downwards only (no circle):
+ *   ddofi_tr_transport.c  core's ops, creation, release
+ *     -> ddofi_tr_method2.c (method 2's core setup, publish, join)
+ *     -> ddofi_tr_reader.c  -> ddofi_tr_share.c  -> ddofi_tr_settings.c
+ *   (method2.c calls reader.c, share.c and settings.c too)
+ *   ddofi_tr_map.c / ddofi_tr_live.c / ddofi_hs.c: leaves. */
+
 /* ddofi_tr_transport.c */
 extern const dds_transport_ops_t ddofi_tr_ops;
-int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p);
-void ddofi_tr_reader_free(ddofi_tr_reader_t *r);
+void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p);
+void ddofi_tr_free(ddofi_tr_t *t);
+
+/* ddofi_tr_settings.c */
 /* ddofi_env_prepare with DDSTORE_FORK_WORKERS from `set` (NULL: read now):
  * 0 or a dds error. */
 int ddofi_tr_env_prepare(const ddofi_tr_settings_t *set);
@@ -177,8 +200,48 @@ int ddofi_tr_settings_load(ddofi_tr_t *t, const ddofi_transport_params_t *tp);
 /* t's settings (ddofi_tr_settings_load) into the library's params. */
 int ddofi_tr_read_settings(const ddofi_tr_t *t, const ddofi_transport_params_t *tp,
                            int single_node, int local_rank, ddofi_fabric_params_t *p);
-void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p);
-void ddofi_tr_free(ddofi_tr_t *t);
+/* The library's log lines into core's logger (once per process). */
+void ddofi_tr_log_init(void);
+
+/* ddofi_tr_share.c: one fabric, server endpoint and reading endpoint per
+ * process and fabric parameters, counted (see the file's comment).  dds
+ * error codes; `what` prefixes the detail. */
+int ddofi_tr_share_get(const ddofi_fabric_params_t *p, const char *what, ddofi_tr_share_t **s_p);
+void ddofi_tr_share_put(ddofi_tr_share_t *s);
+ddofi_fabric_t *ddofi_tr_share_fabric(const ddofi_tr_share_t *s);
+/* The share's server / reading endpoint, opened at the first call. */
+int ddofi_tr_share_server(ddofi_tr_share_t *s, ddofi_ep_t **ep_p);
+int ddofi_tr_share_reader(ddofi_tr_share_t *s, ddofi_ep_t **ep_p);
+/* The peer of a server address on the share's reading endpoint (inserted
+ * once per process, whichever store asks). */
+int ddofi_tr_share_peer(ddofi_tr_share_t *s, const void *blob, size_t len, const char *what,
+                        ddofi_peer_t *peer_p);
+
+/* ddofi_tr_reader.c */
+/* shared: read on the share's endpoint (t's default reader; forked readers
+ * always do), else open an endpoint of its own. */
+int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int shared, int connect_now,
+                        ddofi_tr_reader_t **r_p);
+void ddofi_tr_reader_free(ddofi_tr_reader_t *r);
+/* The reader connected in this process (a forked reader opens here at its
+ * first use): 0 or a dds error. */
+int ddofi_tr_reader_ready(ddofi_tr_reader_t *r);
+/* Put rank `owner`'s server address into the reader's endpoint (once). */
+int ddofi_tr_reader_insert(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p);
+/* Rank `owner`'s peer on the reader's endpoint, inserted on first use. */
+static inline int ddofi_tr_reader_peer(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p)
+{
+    ddofi_peer_t pe = __atomic_load_n(&r->peers[owner], __ATOMIC_ACQUIRE);
+    if (pe != DDOFI_TR_NO_PEER) {
+        *peer_p = pe;
+        return 0;
+    }
+    return ddofi_tr_reader_insert(r, owner, peer_p);
+}
+/* This thread's op array for ddofi_read, at least n long (NULL: no memory). */
+ddofi_read_op_t *ddofi_tr_scratch_ops(size_t n);
+/* Put a region on the transport's list (released by destroy if the store
+ * did not). */
 void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g);
 
 /* ddofi_tr_map.c: method 1's host shards in shared memory (memfd), mapped
@@ -233,13 +296,12 @@ void ddofi_tr_map_count(uint64_t ops, uint64_t bytes);
 void ddofi_tr_map_counts(uint64_t *ops, uint64_t *bytes);
 
 /* ddofi_tr_method2.c */
+/* handshake_dir, namespace, timeout, host name into hs: 0 or a dds error. */
+int ddofi_hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp);
 /* Creation (collective for a core job): handshake_dir, namespace, run id,
  * every rank's pid/start time/host (hosts: nranks x HOST_MAX, gathered by
  * the caller).  Called after the server addresses are exchanged. */
 int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const char *hosts);
-/* Create a method-2 reader transport (no collective). */
-int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
-                         dds_transport_t *transport_p);
 /* Core rank 0: write the record of a registered variable (mr_blobs: every
  * rank's DDOFI_MR_BLOB_SIZE export). */
 int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,

@@ -53,7 +53,7 @@ static uint64_t random_id(void)
 }
 
 /* handshake_dir, namespace, timeout, host name. */
-static int hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
+int ddofi_hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp)
 {
     const char *dir = tp->handshake_dir, *ns = tp->exchange_ns;
     dds_filecomm_settings_t set;
@@ -111,7 +111,7 @@ int ddofi_hs_core_setup(ddofi_tr_t *t, const ddofi_transport_params_t *tp, const
 {
     const dds_comm_t *c = &t->comm;
     hs_ident_t me, *all = NULL;
-    int rc = hs_params(&t->hs, tp);
+    int rc = ddofi_hs_params(&t->hs, tp);
     if (!rc && t->rank == 0)
         rc = ddofi_hs_dir_prepare(t->hs.dir);
     if (!rc) {
@@ -254,45 +254,6 @@ void ddofi_hs_unpublish(ddofi_tr_t *t, ddofi_tr_region_t *g)
 }
 
 /* ---------------- reader job ---------------- */
-
-int ddofi_hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
-                         dds_transport_t *transport_p)
-{
-    ddofi_tr_t *t = calloc(1, sizeof *t);
-    int rc;
-    if (!t)
-        return dds_error(-DDS_ENOMEM, "method 2: out of memory");
-    t->comm = *comm;
-    t->rank = comm->rank;
-    t->nranks = 0;
-    t->pid = getpid();
-    pthread_mutex_init(&t->lock, NULL);
-    rc = hs_params(&t->hs, tp);
-    if (!rc && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
-        tp->nic_map[0]) {
-        if (strlen(tp->nic_map) >= sizeof t->hs.nic_map)
-            rc = dds_error(-DDS_ECONFIG, "nic_map is longer than %zu bytes",
-                           sizeof t->hs.nic_map - 1);
-        snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
-    }
-    if (!rc)
-        rc = ddofi_tr_settings_load(t, tp);
-    if (!rc) {
-        /* libfabric reads its fork settings once, at its first use */
-        rc = ddofi_tr_env_prepare(&t->set);
-    }
-    if (rc) {
-        char saved[768];
-        snprintf(saved, sizeof saved, "%s", dds_last_error());
-        ddofi_tr_free(t);
-        return dds_error(rc, "%s", saved);
-    }
-    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
-            "method 2 reader of %d core ranks: records in %s, namespace '%s'", t->hs.n_core,
-            t->hs.dir, t->hs.ns[0] ? t->hs.ns : "(any)");
-    ddofi_tr_fill(t, transport_p);
-    return 0;
-}
 
 /* 0: usable; 1: stale (`why` says why; keep waiting for a fresh record);
  * < 0: an error to report now. */
@@ -514,9 +475,10 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
         fp.field_mask |= DDOFI_FABRIC_FIELD_IFACE;
         fp.iface = rec->domain;
     }
-    rc = ddofi_fabric_open(&fp, &t->fab);
+    rc = ddofi_tr_share_get(&fp, "method 2: opening the core job's fabric", &t->share);
     if (rc)
-        return ddofi_transport_error(rc, "method 2: opening the core job's fabric");
+        return rc;
+    t->fab = ddofi_tr_share_fabric(t->share);
     ddofi_fabric_query(t->fab, &t->attr);
     if (strcmp(t->attr.provider, rec->provider) != 0) {
         rc = dds_error(-DDS_ECONFIG,
@@ -551,7 +513,7 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
     /* the default reader first: nobody sees `ready` before it exists */
     t->attacher = pthread_self();
     __atomic_store_n(&t->attaching, 1, __ATOMIC_RELEASE);
-    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, 1, &t->dflt);
     __atomic_store_n(&t->attaching, 0, __ATOMIC_RELEASE);
     if (rc)
         goto fail;
@@ -563,7 +525,8 @@ static int hs_attach_locked(ddofi_tr_t *t, const ddofi_hs_record_t *rec)
 fail: {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", dds_last_error());
-    ddofi_fabric_close(t->fab);
+    ddofi_tr_share_put(t->share);
+    t->share = NULL;
     t->fab = NULL;
     memset(&t->attr, 0, sizeof t->attr);
     free(t->addrs);

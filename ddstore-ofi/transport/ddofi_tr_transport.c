@@ -2,13 +2,16 @@
  * standalone ddstore-ofi library.
  *
  * Objects:
- *   ddofi_tr_t      one per store: the fabric, the server endpoint (target of
- *                 every variable; progress thread where the provider needs
- *                 one), every rank's server address, the default reader.
- *   ddofi_tr_reader_t  an endpoint with every rank inserted as a peer.  Thread
- *                 readers share the store's fabric; a forked reader opens a
- *                 fabric of its own, lazily, in the process that first reads
- *                 with it (the inherited fabric is unusable after fork).
+ *   ddofi_tr_t      one per store: every rank's server address, the default
+ *                 reader, the variables.  The fabric, the server endpoint
+ *                 (target of every variable; progress thread where the
+ *                 provider needs one) and the reading endpoint are the
+ *                 process's, shared by its stores (ddofi_tr_share.c).
+ *   ddofi_tr_reader_t  every rank's peer on an endpoint: the default reader
+ *                 reads on the shared endpoint, a thread reader
+ *                 (reader_open) on one of its own; a forked reader on the
+ *                 shared endpoint of the process that first reads with it,
+ *                 opened then (the inherited fabric is unusable after fork).
  *   ddofi_tr_region_t  one per variable: the local registration and every rank's
  *                 imported region (base, key, size).
  *   ddofi_tr_recv_t    a registered destination (recv_register).
@@ -37,113 +40,6 @@
 #include "ddstore/profile.h"
 #include "ddstore/settings.h"
 #include "ddofi_tr_internal.h"
-
-static const dds_config_entry_t ddofi_tr_config_table[] = {
-    DDS_SETTINGS_TABLE(DDOFI_TR_SETTINGS)};
-
-static DDS_SETTINGS_READER(read_tr_settings, ddofi_tr_settings_t, DDOFI_TR_SETTINGS)
-
-int ddofi_tr_settings_read(ddofi_tr_settings_t *s)
-{
-    ddofi_transport_register_config();
-    return read_tr_settings(s);
-}
-
-/* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
- * (DDSTORE_OFI_PROGRESS, DDSTORE_OFI_CMA ...).  The ones that ddstore
- * declares above or in core (provider, interface, nic_map, local_only, read
- * size and timeout, fork workers) are passed as parameters instead
- * (ddofi_tr_read_settings), so the library does not read them itself. */
-#define OFI_PARAM_PREFIX "DDSTORE_OFI_"
-static const char *const ddofi_tr_host_owned[] = {
-    "PROVIDER=DDSTORE_FABRIC",
-    "IFACE=FABRIC_IFACE",
-    "NIC_MAP=DDSTORE_NIC_MAP",
-    "LOCAL_ONLY=DDSTORE_FABRIC_LOCAL_ONLY",
-    "MAX_READ_BYTES=DDSTORE_MAX_READ_BYTES",
-    "READ_TIMEOUT_S=DDSTORE_READ_TIMEOUT_S",
-    "FORK_WORKERS=DDSTORE_FORK_WORKERS",
-    NULL};
-static dds_config_entry_t *g_lib_table; /* the rest, mirrored into core's registry */
-
-static dds_config_type_t core_type(ddofi_param_type_t t)
-{
-    switch (t) {
-    case DDOFI_PARAM_BOOL: return DDS_CONFIG_BOOL;
-    case DDOFI_PARAM_SIZE: return DDS_CONFIG_INT;
-    case DDOFI_PARAM_DOUBLE: return DDS_CONFIG_DOUBLE;
-    case DDOFI_PARAM_ENUM: return DDS_CONFIG_ENUM;
-    case DDOFI_PARAM_STRING: break;
-    }
-    return DDS_CONFIG_STRING;
-}
-
-static pthread_once_t g_cfg_once = PTHREAD_ONCE_INIT;
-static void cfg_once(void)
-{
-    (void)dds_config_register(ddofi_tr_config_table,
-                              sizeof ddofi_tr_config_table / sizeof ddofi_tr_config_table[0]);
-    if (ddofi_param_set_prefix(OFI_PARAM_PREFIX, ddofi_tr_host_owned) != 0)
-        return; /* a name above is not the library's: its unit test says which */
-    /* One block, kept for the life of the process (registered tables are
-     * not copied): the entries, then their names. */
-    size_t n = ddofi_param_count(), k = 0;
-    const size_t name_max = sizeof OFI_PARAM_PREFIX + 32;
-    dds_config_entry_t *t = calloc(n, sizeof *t + name_max);
-    if (!t)
-        return;
-    char *names = (char *)(t + n);
-    for (size_t i = 0; i < n; i++) {
-        const ddofi_param_t *p = ddofi_param_at(i);
-        char *name = names + i * name_max;
-        if (ddofi_param_env_name(p->name, name, name_max) != 0)
-            continue; /* host-owned */
-        t[k++] = (dds_config_entry_t){name, core_type(p->type), p->defval, p->choices, "ofi",
-                                      p->help};
-    }
-    g_lib_table = t;
-    (void)dds_config_register(t, k);
-}
-void ddofi_transport_register_config(void) { pthread_once(&g_cfg_once, cfg_once); }
-
-int ddofi_transport_env_prepare(void)
-{
-    ddofi_transport_register_config();
-    int rc = ddofi_tr_env_prepare(NULL);
-    if (rc < 0) {
-        /* keep the detail of the bad value; apply the rest */
-        char why[256];
-        snprintf(why, sizeof why, "%s", dds_last_error());
-        (void)ddofi_env_prepare(0);
-        return dds_error(rc, "%s", why);
-    }
-    return 0;
-}
-
-/* ---------------- errors ---------------- */
-
-int ddofi_transport_error(int rc, const char *what)
-{
-    if (rc == 0)
-        return 0;
-    int code;
-    switch (-rc) {
-    case DDOFI_ENOPROV:
-    case DDOFI_ECONFIG: code = -DDS_ECONFIG; break;
-    case DDOFI_EPEER: code = -DDS_EIO; break;
-    case DDOFI_ENOHMEM:
-    case ENOSYS: code = -DDS_ENOSYS; break;
-    case DDOFI_EFORKED:
-    case EINVAL: code = -DDS_EINVAL; break;
-    case ETIMEDOUT: code = -DDS_ETIMEDOUT; break;
-    case ENOMEM: code = -DDS_ENOMEM; break;
-    case EBUSY: code = -DDS_EBUSY; break;
-    default: code = -DDS_ETRANSPORT; break;
-    }
-    const char *d = ddofi_last_error();
-    return dds_error(code, "%s%s%s", what ? what : "", what ? ": " : "",
-                     d[0] ? d : ddofi_strerror(rc));
-}
 
 static int mem_iface(const dds_mem_t *m)
 {
@@ -181,237 +77,7 @@ static void thp_advise(const ddofi_tr_t *t, void *buf, size_t bytes)
         (void)madvise((void *)lo, hi - lo, MADV_COLLAPSE);
 }
 
-/* ---------------- thread-local scratch ---------------- */
-
-typedef struct scratch {
-    ddofi_read_op_t *ops;
-    size_t cap;
-} scratch_t;
-
-static pthread_key_t g_scratch_key;
-static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
-static void scratch_free(void *p)
-{
-    scratch_t *s = p;
-    if (s) {
-        free(s->ops);
-        free(s);
-    }
-}
-static void scratch_key_make(void) { (void)pthread_key_create(&g_scratch_key, scratch_free); }
-
-static ddofi_read_op_t *scratch_ops(size_t n)
-{
-    pthread_once(&g_scratch_once, scratch_key_make);
-    scratch_t *s = pthread_getspecific(g_scratch_key);
-    if (!s) {
-        s = calloc(1, sizeof *s);
-        if (!s || pthread_setspecific(g_scratch_key, s)) {
-            free(s);
-            return NULL;
-        }
-    }
-    if (n > s->cap) {
-        size_t cap = n < 64 ? 64 : n;
-        ddofi_read_op_t *o = realloc(s->ops, cap * sizeof *o);
-        if (!o)
-            return NULL;
-        s->ops = o;
-        s->cap = cap;
-    }
-    return s->ops;
-}
-
-/* ---------------- readers ---------------- */
-
-/* Put rank `owner`'s server address into the reader's endpoint (once). */
-static int reader_insert(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p)
-{
-    ddofi_tr_t *t = r->tr;
-    int rc = 0;
-    pthread_mutex_lock(&r->peer_lock);
-    ddofi_peer_t pe = r->peers[owner];
-    if (pe == DDOFI_TR_NO_PEER) {
-        rc = ddofi_peer_insert(r->ep, ddofi_tr_addr(t, owner), t->addr_stride, &pe);
-        if (rc) {
-            char what[64];
-            snprintf(what, sizeof what, "reader: address of rank %d", owner);
-            rc = ddofi_transport_error(rc, what);
-        } else {
-            __atomic_store_n(&r->peers[owner], pe, __ATOMIC_RELEASE);
-        }
-    }
-    pthread_mutex_unlock(&r->peer_lock);
-    *peer_p = pe;
-    return rc;
-}
-
-/* Rank `owner`'s peer on the reader's endpoint, inserted on first use. */
-static inline int reader_peer(ddofi_tr_reader_t *r, int owner, ddofi_peer_t *peer_p)
-{
-    ddofi_peer_t pe = __atomic_load_n(&r->peers[owner], __ATOMIC_ACQUIRE);
-    if (pe != DDOFI_TR_NO_PEER) {
-        *peer_p = pe;
-        return 0;
-    }
-    return reader_insert(r, owner, peer_p);
-}
-
-/* Open the reader's endpoint (and, for forked readers, its fabric) in this
- * process.  Every rank's address blob is checked now (a rank of another
- * provider fails here, not at a read); the peers are inserted at their first
- * read (DDSTORE_OFI_PEERS=lazy, docs/scale.md) or all now (eager). */
-static int reader_connect(ddofi_tr_reader_t *r)
-{
-    ddofi_tr_t *t = r->tr;
-    int rc;
-    if (r->flags == DDS_READER_FORKED) {
-        ddofi_fabric_params_t p = t->fparams;
-        /* The same provider and domain as the store's fabric. */
-        p.field_mask |= DDOFI_FABRIC_FIELD_PROVIDER | DDOFI_FABRIC_FIELD_IFACE;
-        p.provider = t->prov;
-        p.iface = t->domain;
-        p.field_mask &= ~(uint64_t)DDOFI_FABRIC_FIELD_NIC_MAP;
-        rc = ddofi_fabric_open(&p, &r->fab);
-        if (rc)
-            return ddofi_transport_error(rc, "forked reader: opening the fabric");
-    } else {
-        /* ready, or the first join of a method-2 reader making its default
-         * reader (t->lock held by this thread) */
-        if (!__atomic_load_n(&t->ready, __ATOMIC_ACQUIRE) &&
-            !(__atomic_load_n(&t->attaching, __ATOMIC_ACQUIRE) &&
-              pthread_equal(t->attacher, pthread_self())))
-            return dds_error(-DDS_EINVAL, "reader: no variable has been joined yet "
-                             "(method 2: join() opens the fabric)");
-        r->fab = t->fab;
-    }
-    /* One peer per rank of the store (a method-2 reader opened before the
-     * first join knew no ranks yet). */
-    ddofi_peer_t *np = malloc((size_t)(t->nranks > 0 ? t->nranks : 1) * sizeof *np);
-    if (!np) {
-        rc = dds_error(-DDS_ENOMEM, "reader: out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < t->nranks; i++)
-        np[i] = DDOFI_TR_NO_PEER;
-    free(r->peers);
-    r->peers = np;
-    rc = ddofi_ep_open(r->fab, NULL, &r->ep);
-    if (rc) {
-        rc = ddofi_transport_error(rc, "reader: opening an endpoint");
-        goto fail;
-    }
-    for (int i = 0; i < t->nranks; i++) {
-        ddofi_peer_t pe;
-        rc = t->eager_peers ? reader_insert(r, i, &pe)
-                            : ddofi_peer_check(r->ep, ddofi_tr_addr(t, i), t->addr_stride);
-        if (rc) {
-            char what[64];
-            snprintf(what, sizeof what, "reader: address of rank %d", i);
-            rc = t->eager_peers ? rc : ddofi_transport_error(rc, what);
-            goto fail;
-        }
-    }
-    __atomic_store_n(&r->pid, getpid(), __ATOMIC_RELEASE);
-    return 0;
-fail:
-    ddofi_ep_close(r->ep);
-    r->ep = NULL;
-    if (r->flags == DDS_READER_FORKED)
-        ddofi_fabric_close(r->fab);
-    r->fab = NULL;
-    return rc;
-}
-
-static void reader_disconnect(ddofi_tr_reader_t *r)
-{
-    /* In a process that did not open them, these only free memory. */
-    if (r->ep)
-        ddofi_ep_close(r->ep);
-    if (r->flags == DDS_READER_FORKED && r->fab)
-        ddofi_fabric_close(r->fab);
-    r->ep = NULL;
-    r->fab = NULL;
-    r->pid = 0;
-}
-
-int ddofi_tr_reader_new(ddofi_tr_t *t, int flags, int connect_now, ddofi_tr_reader_t **r_p)
-{
-    ddofi_tr_reader_t *r = calloc(1, sizeof *r);
-    if (!r)
-        return dds_error(-DDS_ENOMEM, "reader: out of memory");
-    r->peers = calloc((size_t)t->nranks, sizeof *r->peers);
-    if (!r->peers) {
-        free(r);
-        return dds_error(-DDS_ENOMEM, "reader: out of memory");
-    }
-    r->tr = t;
-    r->flags = flags;
-    pthread_mutex_init(&r->open_lock, NULL);
-    pthread_mutex_init(&r->peer_lock, NULL);
-    if (connect_now) {
-        int rc = reader_connect(r);
-        if (rc) {
-            pthread_mutex_destroy(&r->peer_lock);
-            pthread_mutex_destroy(&r->open_lock);
-            free(r->peers);
-            free(r);
-            return rc;
-        }
-    }
-    *r_p = r;
-    return 0;
-}
-
-void ddofi_tr_reader_free(ddofi_tr_reader_t *r)
-{
-    if (!r)
-        return;
-    reader_disconnect(r);
-    pthread_mutex_destroy(&r->peer_lock);
-    pthread_mutex_destroy(&r->open_lock);
-    free(r->peers);
-    free(r);
-}
-
-/* The reader to use in this process, connected. */
-static int reader_ready(ddofi_tr_reader_t *r)
-{
-    pid_t me = getpid();
-    pid_t was = __atomic_load_n(&r->pid, __ATOMIC_ACQUIRE);
-    if (was == me)
-        return 0;
-    if (r->flags != DDS_READER_FORKED && was != 0) {
-        return dds_error(-DDS_EINVAL,
-                         "this reader was opened in process %d and cannot be used in "
-                         "process %d (after fork): open a reader for forked processes "
-                         "(PyDDStore.fork_reader(), DDS_READER_FORKED) in the child",
-                         (int)was, (int)me);
-    }
-    pthread_mutex_lock(&r->open_lock);
-    int rc = 0;
-    if (r->pid != me) {
-        if (r->pid != 0)
-            reader_disconnect(r); /* inherited: frees the copy only */
-        rc = reader_connect(r);
-    }
-    pthread_mutex_unlock(&r->open_lock);
-    return rc;
-}
-
 /* ---------------- ops ---------------- */
-
-/* Put a region on the transport's list (released by destroy if the store
- * did not). */
-void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g)
-{
-    pthread_mutex_lock(&t->lock);
-    g->next = t->regions;
-    if (t->regions)
-        t->regions->prev = g;
-    t->regions = g;
-    pthread_mutex_unlock(&t->lock);
-}
 
 static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_p)
 {
@@ -575,10 +241,10 @@ static int t_reader_open(void *ctx, int flags, void **reader_p)
         return dds_error(-DDS_EINVAL, "reader_open: unknown flags %d", flags);
     /* A thread reader connects now; a forked reader connects in the process
      * that first reads with it. */
-    int rc = ddofi_tr_reader_new(t, flags,
-                            flags == DDS_READER_THREAD &&
-                                __atomic_load_n(&t->ready, __ATOMIC_ACQUIRE),
-                            &r);
+    int rc = ddofi_tr_reader_new(t, flags, 0,
+                                 flags == DDS_READER_THREAD &&
+                                     __atomic_load_n(&t->ready, __ATOMIC_ACQUIRE),
+                                 &r);
     if (rc)
         return rc;
     *reader_p = r;
@@ -619,12 +285,12 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     ddofi_tr_t *t = ctx;
     ddofi_tr_region_t *g = region;
     ddofi_tr_reader_t *r = reader ? reader : t->dflt;
-    int rc = reader_ready(r);
+    int rc = ddofi_tr_reader_ready(r);
     if (rc)
         return rc;
     if (nops == 0)
         return 0;
-    ddofi_read_op_t *o = scratch_ops(nops);
+    ddofi_read_op_t *o = ddofi_tr_scratch_ops(nops);
     if (!o)
         return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
 
@@ -669,7 +335,7 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
             smax = end > smax ? end : smax;
         else
             dmax = end > dmax ? end : dmax;
-        if ((rc = reader_peer(r, p->owner, &o[k].peer)) != 0)
+        if ((rc = ddofi_tr_reader_peer(r, p->owner, &o[k].peer)) != 0)
             return rc;
         if (!nowners || owners[nowners - 1] != p->owner) { /* ops come grouped by owner */
             if (nowners < (int)(sizeof owners / sizeof owners[0]))
@@ -829,13 +495,11 @@ void ddofi_tr_free(ddofi_tr_t *t)
         ddofi_tr_live_core_unref();
         t->hs.live_ref = 0;
     }
-    int rc = ddofi_ep_close(t->server);
-    if (rc)
-        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the server endpoint: %s",
-                ddofi_last_error());
-    rc = ddofi_fabric_close(t->fab);
-    if (rc)
-        DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_OFI, "closing the fabric: %s", ddofi_last_error());
+    /* the process's fabric and endpoints: closed with the last store */
+    ddofi_tr_share_put(t->share);
+    t->share = NULL;
+    t->server = NULL;
+    t->fab = NULL;
     pthread_mutex_destroy(&t->lock);
     ddofi_hs_free(&t->hs);
     free(t->same_host);
@@ -866,112 +530,6 @@ const dds_transport_ops_t ddofi_tr_ops = {
 
 /* ---------------- create ---------------- */
 
-static void ddofi_log_to_core(void *arg, ddofi_log_level_t level, const char *msg)
-{
-    (void)arg;
-    dds_log_level_t l = level == DDOFI_LOG_ERROR  ? DDS_LOG_ERROR
-                        : level == DDOFI_LOG_WARN ? DDS_LOG_WARN
-                        : level == DDOFI_LOG_INFO ? DDS_LOG_INFO
-                        : level == DDOFI_LOG_DEBUG ? DDS_LOG_DEBUG
-                                                   : DDS_LOG_TRACE;
-    DDS_LOG(l, DDS_SUBSYS_OFI, "%s", msg);
-}
-
-static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
-static void log_once(void)
-{
-    ddofi_log_level_t max = DDOFI_LOG_TRACE;
-    while ((int)max > 0 && !dds_log_enabled((dds_log_level_t)max, DDS_SUBSYS_OFI))
-        max = (ddofi_log_level_t)((int)max - 1);
-    if (dds_log_enabled((dds_log_level_t)max, DDS_SUBSYS_OFI))
-        ddofi_log_set_sink(ddofi_log_to_core, NULL, max);
-}
-
-/* libfabric's fork settings (read once, at its first use) with
- * DDSTORE_FORK_WORKERS from core's registry. */
-int ddofi_tr_env_prepare(const ddofi_tr_settings_t *given)
-{
-    ddofi_tr_settings_t set;
-    int rc = 0;
-    if (!given) {
-        rc = ddofi_tr_settings_read(&set);
-        if (rc)
-            return rc;
-        given = &set;
-    }
-    rc = ddofi_env_prepare(given->fork_workers);
-    return rc < 0 ? ddofi_transport_error(rc, NULL) : 0;
-}
-
-int ddofi_tr_settings_load(ddofi_tr_t *t, const ddofi_transport_params_t *tp)
-{
-    int rc = 0;
-    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_SETTINGS) && tp->settings)
-        t->core_set = *tp->settings;
-    else
-        rc = dds_settings_read(&t->core_set);
-    if (!rc)
-        rc = ddofi_tr_settings_read(&t->set);
-    if (!rc)
-        t->eager_peers = !strcmp(t->set.peers, "eager");
-    return rc;
-}
-
-/* ddstore's typed settings (core's and the adapter's, read once into t)
- * into the library's params: the library does not read its own variables
- * for them.  DDSTORE_READ_TIMEOUT_S has core's one meaning (> 0, or inf for
- * no limit); the library's "no limit" is 0. */
-int ddofi_tr_read_settings(const ddofi_tr_t *t, const ddofi_transport_params_t *tp,
-                           int single_node, int local_rank, ddofi_fabric_params_t *p)
-{
-    const dds_settings_t *core = &t->core_set;
-    const ddofi_tr_settings_t *set = &t->set;
-    memset(p, 0, sizeof *p);
-    p->field_mask = DDOFI_FABRIC_FIELD_READ_TIMEOUT | DDOFI_FABRIC_FIELD_MAX_READ_BYTES |
-                    DDOFI_FABRIC_FIELD_SINGLE_NODE | DDOFI_FABRIC_FIELD_LOCAL_RANK |
-                    DDOFI_FABRIC_FIELD_HMEM;
-    p->read_timeout_s = isinf(core->read_timeout_s) ? 0 : core->read_timeout_s;
-    p->max_read_bytes = (size_t)core->max_read_bytes;
-    p->single_node = single_node;
-    p->local_rank = local_rank;
-    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_PROVIDER) && tp->provider &&
-        tp->provider[0]) {
-        p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
-        p->provider = tp->provider;
-    }
-    int named_iface = 0;
-    if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
-        tp->nic_map[0]) {
-        p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
-        p->nic_map = tp->nic_map;
-        named_iface = 1;
-    }
-    if (!named_iface && set->iface && *set->iface) {
-        p->field_mask |= DDOFI_FABRIC_FIELD_IFACE;
-        p->iface = set->iface;
-        named_iface = 1;
-    } else if (!named_iface && set->nic_map && *set->nic_map) {
-        p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
-        p->nic_map = set->nic_map;
-        named_iface = 1;
-    }
-    if (!(p->field_mask & DDOFI_FABRIC_FIELD_PROVIDER)) {
-        p->field_mask |= DDOFI_FABRIC_FIELD_PROVIDER;
-        p->provider = set->fabric && *set->fabric ? set->fabric : "auto";
-    }
-    p->field_mask |= DDOFI_FABRIC_FIELD_LOCAL_ONLY;
-    if (!strcmp(set->local_only, "1"))
-        p->local_only = 1;
-    else if (!strcmp(set->local_only, "0"))
-        p->local_only = 0;
-    else
-        p->local_only = single_node && !named_iface;
-    p->hmem = !strcmp(set->hmem, "1")   ? DDOFI_FABRIC_HMEM_REQUIRE
-              : !strcmp(set->hmem, "0") ? DDOFI_FABRIC_HMEM_OFF
-                                       : DDOFI_FABRIC_HMEM_PREFER;
-    return 0;
-}
-
 /* The transport handle for `t`.  A method-2 reader's fabric opens at the
  * first join: until then max_read_bytes is 0 (ddofi_read splits at the
  * endpoint's limit anyway) and HMEM is not advertised. */
@@ -988,6 +546,47 @@ void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p)
         t->attr.max_read_bytes == SIZE_MAX ? 0 : t->attr.max_read_bytes;
 }
 
+/* A method-2 reader transport (no collective): its fabric opens at the
+ * first join (ddofi_tr_method2.c). */
+static int hs_reader_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
+                            dds_transport_t *transport_p)
+{
+    ddofi_tr_t *t = calloc(1, sizeof *t);
+    int rc;
+    if (!t)
+        return dds_error(-DDS_ENOMEM, "method 2: out of memory");
+    t->comm = *comm;
+    t->rank = comm->rank;
+    t->nranks = 0;
+    t->pid = getpid();
+    pthread_mutex_init(&t->lock, NULL);
+    rc = ddofi_hs_params(&t->hs, tp);
+    if (!rc && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
+        tp->nic_map[0]) {
+        if (strlen(tp->nic_map) >= sizeof t->hs.nic_map)
+            rc = dds_error(-DDS_ECONFIG, "nic_map is longer than %zu bytes",
+                           sizeof t->hs.nic_map - 1);
+        snprintf(t->hs.nic_map, sizeof t->hs.nic_map, "%s", tp->nic_map);
+    }
+    if (!rc)
+        rc = ddofi_tr_settings_load(t, tp);
+    if (!rc) {
+        /* libfabric reads its fork settings once, at its first use */
+        rc = ddofi_tr_env_prepare(&t->set);
+    }
+    if (rc) {
+        char saved[768];
+        snprintf(saved, sizeof saved, "%s", dds_last_error());
+        ddofi_tr_free(t);
+        return dds_error(rc, "%s", saved);
+    }
+    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_OFI,
+            "method 2 reader of %d core ranks: records in %s, namespace '%s'", t->hs.n_core,
+            t->hs.dir, t->hs.ns[0] ? t->hs.ns : "(any)");
+    ddofi_tr_fill(t, transport_p);
+    return 0;
+}
+
 int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_t *tp,
                            dds_transport_t *transport_p)
 {
@@ -998,12 +597,12 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
     ddofi_transport_register_config();
     dds_config_register_core();
     dds_comm_file_register_config();
-    pthread_once(&g_log_once, log_once);
+    ddofi_tr_log_init();
     const int method2 = tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_HANDSHAKE);
     if (method2 && tp->n_core < 0)
         return dds_error(-DDS_EINVAL, "method 2: n_core must be >= 0, got %d", tp->n_core);
     if (method2 && tp->n_core > 0)
-        return ddofi_hs_reader_create(comm, tp, transport_p);
+        return hs_reader_create(comm, tp, transport_p);
 
     ddofi_tr_t *t = calloc(1, sizeof *t);
     char *hosts = NULL;
@@ -1054,9 +653,9 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
 
     rc = ddofi_tr_read_settings(t, tp, single, local_rank, &t->fparams);
     if (!rc) {
-        int r = ddofi_fabric_open(&t->fparams, &t->fab);
-        if (r)
-            rc = ddofi_transport_error(r, "method 1");
+        rc = ddofi_tr_share_get(&t->fparams, "method 1", &t->share);
+        if (!rc)
+            t->fab = ddofi_tr_share_fabric(t->share);
     }
     if (!rc) {
         ddofi_fabric_query(t->fab, &t->attr);
@@ -1065,10 +664,8 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         t->need_local_mr = t->attr.mr_local;
         t->thp = t->set.thp;
         t->map_on = t->set.map_shards && t->same_host != NULL;
-        int r = ddofi_ep_open(t->fab, &(ddofi_ep_params_t){DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE},
-                              &t->server);
-        if (!r)
-            r = ddofi_ep_address(t->server, mine, &mine_len);
+        rc = ddofi_tr_share_server(t->share, &t->server);
+        int r = rc ? 0 : ddofi_ep_address(t->server, mine, &mine_len);
         if (r)
             rc = ddofi_transport_error(r, "method 1: server endpoint");
     }
@@ -1096,7 +693,7 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         goto fail;
     }
     __atomic_store_n(&t->ready, 1, __ATOMIC_RELEASE);
-    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, &t->dflt);
+    rc = ddofi_tr_reader_new(t, DDS_READER_THREAD, 1, 1, &t->dflt);
     rc = dds_comm_agree(comm, rc);
     if (rc)
         goto fail;
@@ -1124,3 +721,4 @@ fail:
     }
     return rc;
 }
+

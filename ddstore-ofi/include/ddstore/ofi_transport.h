@@ -76,7 +76,8 @@ typedef struct ddofi_transport_params {
  * DDSTORE_FABRIC, FABRIC_IFACE, DDSTORE_NIC_MAP, DDSTORE_OFI_PROGRESS,
  * DDSTORE_OFI_PROGRESS_WAIT, DDSTORE_OFI_BACKOFF_MAX_US,
  * DDSTORE_OFI_MAX_OUTSTANDING, DDSTORE_OFI_HMEM, DDSTORE_OFI_CMA,
- * DDSTORE_OFI_THP, DDSTORE_FABRIC_LOCAL_ONLY, DDSTORE_FORK_WORKERS, and
+ * DDSTORE_OFI_THP, DDSTORE_OFI_RX_BUFFERS, DDSTORE_FABRIC_LOCAL_ONLY,
+ * DDSTORE_FORK_WORKERS, and
  * core's DDSTORE_READ_TIMEOUT_S (time without progress) /
  * DDSTORE_MAX_READ_BYTES.
  *
@@ -96,6 +97,13 @@ DDS_API void ddofi_transport_register_config(void);
  * negative DDS_E* code with dds_error() detail (a bad DDSTORE_FORK_WORKERS:
  * what does not depend on it is applied all the same). */
 DDS_API int ddofi_transport_env_prepare(void);
+
+/* The stores and readers of a process share one fabric (and domain), one
+ * server endpoint and one reading endpoint per set of fabric parameters,
+ * created by the first and closed with the last.  How many fabrics and
+ * shared endpoints this process holds open now (a debug/test hook; NULL
+ * pointers accepted). */
+DDS_API void ddofi_transport_shared_counts(int *fabrics_p, int *endpoints_p);
 
 /* Translate a ddstore-ofi return code to a core code (0 stays 0), copying
  * ddofi_last_error() into dds_last_error() with `what` as a prefix. */

@@ -207,7 +207,8 @@ static PyObject *mod_launch_env(PyObject *m, PyObject *unused)
 static PyObject *mod_fabric_env(PyObject *m, PyObject *unused)
 {
     static const char *const names[] = {"FI_CXI_DISABLE_HOST_REGISTER",
-                                        "FI_MR_CACHE_MONITOR", NULL};
+                                        "FI_MR_CACHE_MONITOR", "FI_OFI_RXM_MSG_RX_SIZE",
+                                        NULL};
     PyObject *d = PyDict_New();
     int i;
     (void)m;
