@@ -145,8 +145,10 @@ void pydds_reader_close_locked(pydds_reader_obj *r);
  * default reader). */
 PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
                        PyObject *args, PyObject *kw);
+/* get_batch is METH_FASTCALL | METH_KEYWORDS (the per-batch call). */
 PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
-                             PyObject *args, PyObject *kw);
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
 /* Ragged variables: sizes(name, indices), get_ragged(name, indices,
  * out=None). */
 PyObject *pydds_do_sizes(pydds_store_obj *s, pydds_reader_obj *r,
@@ -164,8 +166,11 @@ void pydds_live_remove(pydds_store_obj *s);
 /* The first live store that has its C store and was created by process
  * `pid`, or NULL. */
 pydds_store_obj *pydds_live_next_own(pid_t pid);
-/* In a forked child: start every live store's life lock afresh. */
+/* In a forked child: start every live store's life lock afresh (and note
+ * the child's pid for pydds_pid). */
 void pydds_live_after_fork(void);
+/* getpid() without the system call (a cached value, renewed after fork). */
+pid_t pydds_pid(void);
 /* Destroy the C store of `s` (readers closed first).  GIL held on entry;
  * local, never collective (dds_store_destroy_local: deallocation and
  * interpreter exit must not wait for a peer; only free() is collective).

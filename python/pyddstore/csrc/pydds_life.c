@@ -6,6 +6,8 @@
  */
 #include "pydds_store.h"
 
+#include <unistd.h>
+
 /* ---- life lock ---------------------------------------------------------- */
 
 int pydds_store_gone(void)
@@ -101,9 +103,25 @@ pydds_store_obj *pydds_live_next_own(pid_t pid)
     return NULL;
 }
 
+/* This process's id, kept here (getpid() is a system call): set at the
+ * first call, and again in a forked child (pydds_live_after_fork runs from
+ * the module's pthread_atfork child handler). */
+static pid_t g_pid;
+
+pid_t pydds_pid(void)
+{
+    pid_t p = __atomic_load_n(&g_pid, __ATOMIC_RELAXED);
+    if (p == 0) {
+        p = getpid();
+        __atomic_store_n(&g_pid, p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
 void pydds_live_after_fork(void)
 {
     pydds_store_obj *s;
+    __atomic_store_n(&g_pid, getpid(), __ATOMIC_RELAXED);
     for (s = g_live_head; s; s = s->live_next)
         ddstore_pin_after_fork(s->pin);
 }

@@ -138,7 +138,7 @@ static void store_dealloc(pydds_store_obj *s)
  * after fork.  0, or -1 with an exception. */
 static int read_reader(pydds_store_obj *s, pydds_reader_obj **r_p)
 {
-    pid_t me = getpid();
+    pid_t me = pydds_pid();      /* per read: no getpid() system call */
     int on = 0;
     PyObject *r;
     *r_p = NULL;
@@ -166,12 +166,13 @@ static PyObject *store_get(pydds_store_obj *s, PyObject *args, PyObject *kw)
     return read_reader(s, &r) < 0 ? NULL : pydds_do_get(s, r, args, kw);
 }
 
-static PyObject *store_get_batch(pydds_store_obj *s, PyObject *args,
-                                 PyObject *kw)
+static PyObject *store_get_batch(pydds_store_obj *s, PyObject *const *args,
+                                 Py_ssize_t nargs, PyObject *kwnames)
 {
     pydds_reader_obj *r;
-    return read_reader(s, &r) < 0 ? NULL
-                                  : pydds_do_get_batch(s, r, args, kw);
+    return read_reader(s, &r) < 0
+               ? NULL
+               : pydds_do_get_batch(s, r, args, nargs, kwnames);
 }
 
 static PyObject *store_info(pydds_store_obj *s, PyObject *name)
@@ -411,7 +412,7 @@ static PyMethodDef store_methods[] = {
      "(__cuda_array_interface__): the rows are ready for the next kernel on "
      "its stream (docs/gpudirect.md)."},
     {"get_batch", (PyCFunction)(void (*)(void))store_get_batch,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "get_batch(name, arr, indices)\n\n"
      "Row i of `arr` <- global row indices[i] (any order, repeats allowed; "
      "every index is checked before anything is read).  `indices`: any "

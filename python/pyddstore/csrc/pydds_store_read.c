@@ -132,19 +132,60 @@ PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
     Py_RETURN_NONE;
 }
 
-PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
-                             PyObject *args, PyObject *kw)
+/* get_batch's arguments the slow way: keywords, or a wrong count; the same
+ * parser (and messages) as every other method.  Borrowed references (the
+ * caller's arguments hold them). */
+static int get_batch_args(PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames, PyObject **name_p,
+                          PyObject **arr_p, PyObject **idx_p)
 {
     static char *kwlist[] = {"name", "arr", "indices", NULL};
+    PyObject *tuple, *kw = NULL;
+    Py_ssize_t i, nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    int ok;
+    tuple = PyTuple_New(nargs);
+    if (tuple == NULL)
+        return -1;
+    for (i = 0; i < nargs; i++)
+        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    if (nkw > 0 && (kw = PyDict_New()) == NULL) {
+        Py_DECREF(tuple);
+        return -1;
+    }
+    for (i = 0; i < nkw; i++)
+        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i),
+                           args[nargs + i]) < 0) {
+            Py_DECREF(tuple);
+            Py_DECREF(kw);
+            return -1;
+        }
+    ok = PyArg_ParseTupleAndKeywords(tuple, kw, "OOO:get_batch", kwlist,
+                                     name_p, arr_p, idx_p);
+    Py_DECREF(tuple);
+    Py_XDECREF(kw);
+    return ok ? 0 : -1;
+}
+
+/* METH_FASTCALL: get_batch(name, arr, indices), the hot call of a training
+ * loop; three positional arguments skip the argument parser. */
+PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
+{
     PyObject *name_o, *arr, *idx_o;
     const char *name;
     pydds_buffer_t b;
     pydds_indices_t ix;
     read_req_t q = {0};
     int rc;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO:get_batch", kwlist,
-                                     &name_o, &arr, &idx_o))
+    if (kwnames == NULL && nargs == 3) {
+        name_o = args[0];
+        arr = args[1];
+        idx_o = args[2];
+    } else if (get_batch_args(args, nargs, kwnames, &name_o, &arr, &idx_o) <
+               0) {
         return NULL;
+    }
     if ((name = pydds_var_name(name_o)) == NULL)
         return NULL;
     if (pydds_buffer_get(arr, "arr", 1, &b) < 0)
