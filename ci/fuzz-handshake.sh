@@ -36,9 +36,11 @@ if [ "$replay" = 1 ] && [ "$merge" = 1 ]; then
 fi
 
 CORPUS=$TOP/ddstore-ofi/fuzz/corpus
-# What the fuzz target links: the record module and the core files it calls
-# (dds_error, DDS_LOG, dds_dtype_size/_name, files.h).  No generated header needed.
+# What the fuzz target links: the record module (codec and file names) and
+# the core files it calls (dds_error, DDS_LOG, dds_dtype_size/_name,
+# files.h).  No generated header needed.
 SRCS=(ddstore-ofi/fuzz/handshake_fuzz.c ddstore-ofi/transport/ddofi_hs.c
+      ddstore-ofi/transport/ddofi_hs_files.c
       ddstore-core/src/dds_errors.c ddstore-core/src/dds_log.c
       ddstore-core/src/dds_types.c ddstore-core/src/dds_files.c)
 INCS=(-Iddstore-core/include -Iddstore-core/src -Iddstore-ofi/include)

@@ -462,6 +462,29 @@ def py_stage(name, nranks, quick=False):
     return c
 
 
+def shape_check():
+    """ci/check_shape.py (its self-test, then the tree): no production
+    source over 1,000 lines, no call circle between the C files of a
+    package.  Two tests; run first by the c and cunit stages."""
+    c = Counts()
+    for args, what in ((["--self-test"], "self-test"), ([], "tree")):
+        rc, _ = run([sys.executable, os.path.join(TOP, "ci", "check_shape.py")] + args,
+                    timeout=300)
+        if rc == 0:
+            c.passed += 1
+        else:
+            c.failed += 1
+            c.failures.append(f"shape: ci/check_shape.py {' '.join(args)} exited {rc} ({what})")
+    return c
+
+
+def with_shape(stage):
+    """The stage's counts with shape_check's added."""
+    c = shape_check()
+    c.add(stage())
+    return c
+
+
 def bazel_cunit():
     """C unit tests only (tag unit, not exclusive): no multi-rank MPI tests,
     no libfabric loopback tests."""
@@ -474,8 +497,8 @@ def have_torch_ext():
 
 
 STAGES = {
-    "c": ("C unit and multi-rank tests (bazel test -c opt //...)",
-          lambda: bazel_tests("c", BAZEL_OPT, ["//..."])),
+    "c": ("file shape (ci/check_shape.py), C unit and multi-rank tests (bazel test -c opt //...)",
+          lambda: with_shape(lambda: bazel_tests("c", BAZEL_OPT, ["//..."]))),
     # The sanitizer stages build only the tests they run and what those
     # need (--build_tests_only): the other targets of the packages are built,
     # with -Werror, by stage c; under TSan, 16 of 63 compiles and 16 of 36
@@ -512,8 +535,9 @@ STAGES = {
 
 # Not part of the whole suite: the everyday loop (--quick).
 QUICK_STAGES = {
-    "cunit": ("C unit tests (bazel test -c opt --test_tag_filters=unit,-exclusive //...)",
-              bazel_cunit),
+    "cunit": ("file shape (ci/check_shape.py), C unit tests (bazel test -c opt "
+              "--test_tag_filters=unit,-exclusive //...)",
+              lambda: with_shape(bazel_cunit)),
     "pyquick": ("the py2 files but the slow ones (PY_SLOW), 2 ranks",
                 lambda: py_stage("pyquick", 2, quick=True)),
 }

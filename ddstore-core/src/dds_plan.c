@@ -168,10 +168,13 @@ static void insertion_sort_u64(uint64_t *a, size_t n)
     }
 }
 
-/* LSD radix sort of n keys of `bits` significant bits; returns the array
- * (a or tmp) holding the result. */
+/* Stable LSD radix sort of n keys by their bits [lo, lo + bits); returns
+ * the array (a or tmp) holding the result.  The bits below `lo` keep their
+ * order (the batch planner's keys are in position order already, so only
+ * the row bits above the position bits are sorted: one pass fewer for a
+ * typical batch). */
 static uint64_t *radix_sort_u64(uint64_t *a, uint64_t *tmp, size_t n,
-                                unsigned bits)
+                                unsigned lo, unsigned bits)
 {
     uint32_t hist[8][256];
     unsigned passes = (bits + 7) / 8;
@@ -181,13 +184,13 @@ static uint64_t *radix_sort_u64(uint64_t *a, uint64_t *tmp, size_t n,
         return a;
     memset(hist, 0, passes * sizeof(hist[0]));
     for (size_t i = 0; i < n; i++) {
-        uint64_t k = a[i];
+        uint64_t k = a[i] >> lo;
         for (unsigned p = 0; p < passes; p++)
             hist[p][(k >> (8 * p)) & 255u]++;
     }
     for (unsigned p = 0; p < passes; p++) {
         uint32_t *h = hist[p];
-        unsigned shift = 8 * p;
+        unsigned shift = lo + 8 * p;
         uint32_t sum = 0;
         if (h[(src[0] >> shift) & 255u] == n)
             continue; /* every key has this digit */
@@ -481,7 +484,9 @@ int dds_plan_batch(const dds_plan_params_t *params, const int64_t *rows,
             insertion_sort_u64(keys, n);
             out = keys;
         } else {
-            out = radix_sort_u64(keys, keys + n, n, rowbits + posbits);
+            /* keys[i] holds position i: already in position order, so
+             * a stable sort of the row bits orders by (row, position) */
+            out = radix_sort_u64(keys, keys + n, n, posbits, rowbits);
         }
         for (size_t i = 0; i < n; i++) {
             uint64_t k = out[i];
@@ -632,7 +637,8 @@ int dds_plan_spans(int nranks, size_t max_read_bytes, const dds_span_t *spans,
         insertion_sort_u64(keys, m);
         order = keys;
     } else {
-        order = radix_sort_u64(keys, keys + n, m, posbits + ownbits);
+        /* keys in position order already: sort the owner bits only */
+        order = radix_sort_u64(keys, keys + n, m, posbits, ownbits);
     }
 
     /* 3. per owner, in request order: merge continuations, split, emit */

@@ -136,11 +136,13 @@ enum {
 enum { RELEASED_BY_FREE = 0, RELEASED_BY_VAR_FREE = 1 };
 
 /* Incremented in every child forked after the first store was created
- * (dds_store.c).  Pinned memory (the host mirrors of GPU shards) is not
+ * (dds_store_common.c).  Pinned memory (the host mirrors of GPU shards) is not
  * inherited by a forked child (the GPU runtimes map it MADV_DONTFORK), so a
  * child must not touch a mirror: its own rows then go through the
  * transport. */
 extern _Atomic unsigned dds_st_fork_gen;
+/* Count forks in dds_st_fork_gen from now on (once per process). */
+void dds_st_fork_watch(void);
 
 /* "host", "cuda", "rocm" ... for messages. */
 const char *dds_st_mem_name(dds_mem_kind_t k);

@@ -24,13 +24,14 @@
  * memcpy from the MAP_SHARED mappings they inherited, which works when every
  * rank's shard is mapped here (one node); otherwise the read fails with an
  * error naming the alternatives (ddmpi_read_forked).
+ *
+ * Files: this one (settings, windows, epochs, create/destroy), ddmpi_read.c
+ * (reads), ddmpi_shard.c (shards in shared memory);
+ * ddmpi_transport_internal.h is what they share.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,9 +42,7 @@
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
 #include "ddstore/mpi.h"
-#include "ddmpi_internal.h"
-
-#define DDMPI_NAME_MAX 127  /* variable names are kept for messages only */
+#include "ddmpi_transport_internal.h"
 
 static const dds_config_entry_t ddmpi_config_table[] = {
     DDS_SETTINGS_TABLE(DDMPI_SETTINGS)};
@@ -70,54 +69,6 @@ int ddmpi_settings_read(ddmpi_settings_t *s)
     return rc;
 }
 
-typedef struct ddmpi_transport {
-    MPI_Comm comm;          /* our duplicate                                 */
-    int rank;
-    int size;
-    int serial;             /* MPI below THREAD_MULTIPLE: serialise calls    */
-    size_t max_read;        /* largest MPI_Get count (<= INT_MAX)            */
-    MPI_Comm node;          /* our ranks on this node (MPI_COMM_TYPE_SHARED) */
-    int *node_rank;         /* per rank of comm: its rank in `node`, or -1  */
-    ddmpi_cid_plan_t cids;  /* Open MPI 4.x: context ids of our windows     */
-    int shm;                /* DDSTORE_MPI_SHM: map same-node shards        */
-    uint64_t n_gets;        /* MPI_Get calls (atomic; for tests)            */
-    uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
-} ddmpi_transport_t;
-
-/* shard_alloc's token: this rank's shard and its node peers' mappings. */
-#define DDMPI_SHM_NAME 64
-typedef struct ddmpi_shard {
-    void *base;             /* this rank's shard                             */
-    size_t bytes;
-    int mapped;             /* base is a MAP_SHARED mapping (a POSIX shared
-                               memory object, or anonymous), shared with
-                               forked children; else malloc                */
-    int nnode;              /* ranks of the node communicator                */
-    const char **peer;      /* per node rank: its shard mapped here, or NULL */
-    size_t *peer_bytes;
-} ddmpi_shard_t;
-
-typedef struct ddmpi_region {
-    MPI_Win win;            /* MPI_WIN_NULL when not created                 */
-    void *base;             /* local shard (not owned)                       */
-    size_t bytes;
-    uint64_t *shard_bytes;  /* every rank's shard size, for bounds checks    */
-    const char **peer_base; /* per rank: its shard mapped here (same node,
-                               shared window), or NULL: MPI_Get          */
-    int *shared;            /* region_create scratch: ranks whose shard is
-                               in a shared window                        */
-    int local_only;         /* one-rank communicator: no window (all reads
-                               are of our own shard)                         */
-    int fork_bad;           /* -1: every rank's rows are in MAP_SHARED memory
-                               mapped here, so a forked child reads them all
-                               with memcpy; else the first rank whose
-                               shard is not (on another node, no shared
-                               memory, DDSTORE_MPI_SHM=0)                  */
-    int serial;             /* the transport's serial flag                   */
-    struct ddmpi_region *prev, *next;   /* live windows, creation order      */
-    char name[DDMPI_NAME_MAX + 1];
-} ddmpi_region_t;
-
 /* ---- windows still open at MPI_Finalize --------------------------------------
  *
  * A store that is never freed (a Python program that exits without free())
@@ -133,16 +84,6 @@ typedef struct ddmpi_region {
 static pthread_mutex_t ddmpi_live_lock = PTHREAD_MUTEX_INITIALIZER;
 static ddmpi_region_t *ddmpi_live_head, *ddmpi_live_tail;
 static int ddmpi_finalize_keyval = MPI_KEYVAL_INVALID;
-
-/* Set when MPI_Finalize starts (by the hook): the read path tests this flag
- * instead of calling MPI_Finalized, which takes a process-wide lock in some
- * MPIs. */
-static int ddmpi_mpi_gone;
-
-static int ddmpi_gone(void)
-{
-    return __atomic_load_n(&ddmpi_mpi_gone, __ATOMIC_ACQUIRE);
-}
 
 static void ddmpi_window_close(ddmpi_region_t *r, int *rc_p)
 {
@@ -164,7 +105,7 @@ static int ddmpi_at_finalize(MPI_Comm comm, int keyval, void *attr, void *extra)
 
     (void)comm; (void)keyval; (void)attr; (void)extra;
     pthread_mutex_lock(&ddmpi_live_lock);
-    __atomic_store_n(&ddmpi_mpi_gone, 1, __ATOMIC_RELEASE);
+    ddmpi_set_gone();
     for (r = ddmpi_live_head; r; r = next) {
         next = r->next;
         if (r->win != MPI_WIN_NULL) {
@@ -522,228 +463,6 @@ static void ddmpi_region_abandon(void *ctx, void *region)
     ddmpi_region_free_local(r);
 }
 
-/* ---- read ------------------------------------------------------------------ */
-
-/* The ops against the region, and transport.h's contract on what the store
- * plans: every op within max_read_bytes (so one MPI_Get each) and, unless
- * `forked`, none of our own shard (the store serves those itself:
- * DDS_TRANSPORT_CAP_LOCAL_SELF; a forked child's store cannot serve the
- * rows of a GPU shard, whose host mirror it did not inherit). */
-static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
-                            const dds_read_op_t *ops, size_t nops, void *dst,
-                            void *staging, int forked)
-{
-    size_t i;
-
-    for (i = 0; i < nops; i++) {
-        const dds_read_op_t *op = &ops[i];
-        uint64_t have;
-
-        if (op->owner < 0 || op->owner >= t->size)
-            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: owner "
-                             "%d outside [0, %d)", r->name, i, op->owner,
-                             t->size);
-        if (op->len == 0)
-            continue;
-        if (op->len > t->max_read)
-            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu of %zu "
-                             "bytes: above max_read_bytes %zu (the store "
-                             "splits reads there: transport.h)", r->name, i,
-                             op->len, t->max_read);
-        have = r->shard_bytes[op->owner];
-        if (op->src_offset < 0 || (uint64_t)op->len > have ||
-            (uint64_t)op->src_offset > have - (uint64_t)op->len)
-            return dds_error(-DDS_ERANGE, "variable '%s': read op %zu: bytes "
-                             "[%lld, +%zu) outside rank %d's shard of %llu "
-                             "bytes", r->name, i, (long long)op->src_offset,
-                             op->len, op->owner, (unsigned long long)have);
-        if (op->staged ? !staging : !dst)
-            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: NULL "
-                             "%s buffer", r->name, i,
-                             op->staged ? "staging" : "destination");
-        if (!forked && op->owner == t->rank)
-            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: rows "
-                             "of this rank's own shard, which the store "
-                             "serves itself (DDS_TRANSPORT_CAP_LOCAL_SELF, "
-                             "transport.h)", r->name, i);
-    }
-    return 0;
-}
-
-/* ---- reads in a forked child ------------------------------------------------
- *
- * A process forked from a rank (a DataLoader worker) must not call MPI.  It
- * inherited the rank's mappings, which are MAP_SHARED: its own shard and
- * those of the same-node ranks it mapped (shard_alloc).  When every rank's
- * shard of the variable is among them (fork_bad < 0: one node, shared memory
- * available), the child reads every row with memcpy and sees each update
- * as the ranks' own reads do; otherwise every read that needs another rank
- * is refused with an error naming the alternatives (nothing is copied). */
-
-static int ddmpi_in_child;
-static pthread_once_t ddmpi_fork_once = PTHREAD_ONCE_INIT;
-
-static void ddmpi_fork_child(void)
-{
-    __atomic_store_n(&ddmpi_in_child, 1, __ATOMIC_RELAXED);
-}
-
-static void ddmpi_fork_hook(void)
-{
-    (void)pthread_atfork(NULL, NULL, ddmpi_fork_child);
-}
-
-/* Non-zero in a process forked after the first transport was created. */
-static int ddmpi_forked(void)
-{
-    return __atomic_load_n(&ddmpi_in_child, __ATOMIC_RELAXED);
-}
-
-static int ddmpi_read_forked(const ddmpi_transport_t *t,
-                             const ddmpi_region_t *r, const dds_read_op_t *ops,
-                             size_t nops, void *dst, void *staging,
-                             dds_prof_t *prof)
-{
-    uint64_t t0;
-    size_t i;
-    int rc;
-
-    if (r->win == MPI_WIN_NULL && !r->local_only)
-        return dds_error(-DDS_EIO, "variable '%s': read in a forked process "
-                         "after the window was freed", r->name);
-    if (r->fork_bad >= 0)
-        return dds_error(-DDS_ENOSYS, "variable '%s': a forked process (a "
-                         "DataLoader worker) cannot read it with method 0: "
-                         "rank %d's shard is not in shared memory on this "
-                         "node (%s), and MPI cannot be used after fork. Use "
-                         "ThreadDataLoader (threads), or method=1 with "
-                         "DDSTORE_FORK_WORKERS=1 for forked workers",
-                         r->name, r->fork_bad,
-                         r->fork_bad == t->rank
-                         ? "no shared memory for it"
-                         : t->shm ? "another node, or no shared memory"
-                                  : "DDSTORE_MPI_SHM=0");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 1)) != 0)
-        return rc;
-    t0 = dds_prof_now();
-    for (i = 0; i < nops; i++) {
-        const dds_read_op_t *op = &ops[i];
-        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
-        const char *from = op->owner == t->rank ? (const char *)r->base
-                                                : r->peer_base[op->owner];
-
-        if (op->len == 0)
-            continue;
-        memcpy(to, from + op->src_offset, op->len);
-    }
-    if (t0)
-        dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - t0);
-    return 0;
-}
-
-static int ddmpi_read(void *ctx, void *reader, void *region,
-                      const dds_read_op_t *ops, size_t nops, void *dst,
-                      void *dst_handle, const dds_mem_t *dst_mem,
-                      void *staging, void *staging_handle, dds_prof_t *prof)
-{
-    ddmpi_transport_t *t = ctx;
-    ddmpi_region_t *r = region;
-    uint64_t t0, t1, t2;
-    size_t i, posted = 0;
-    uint64_t ngets = 0, nshm = 0;
-    int rc, mrc, prev_owner;
-
-    (void)reader;          /* one default reader: MPI has no endpoints     */
-    (void)dst_handle;      /* MPI needs no registration of destinations   */
-    (void)staging_handle;
-
-    if (!t || !r || (nops && !ops))
-        return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
-    if (nops == 0)
-        return 0;
-    if (dst_mem && dst_mem->kind != DDS_MEM_HOST)
-        return dds_error(-DDS_ENOSYS, "variable '%s': method 0 (MPI RMA) "
-                         "reads only into host memory; GPU destinations "
-                         "(memory kind %d) need staging, which the MPI "
-                         "transport does not do yet", r->name,
-                         (int)dst_mem->kind);
-    if (ddmpi_forked())
-        return ddmpi_read_forked(t, r, ops, nops, dst, staging, prof);
-    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
-        return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
-                         r->name, ddmpi_gone() ? "MPI_Finalize"
-                                               : "the window was freed");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 0)) != 0)
-        return rc;
-
-    ddmpi_serial_lock(t->serial);
-    t0 = dds_prof_now();
-    for (i = 0; i < nops && rc == 0; i++) {
-        const dds_read_op_t *op = &ops[i];
-        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
-
-        if (op->len == 0) {
-            posted = i + 1;
-            continue;
-        }
-        if (r->peer_base[op->owner]) {
-            /* same node: the owner's shard is mapped here */
-            memcpy(to, r->peer_base[op->owner] + op->src_offset, op->len);
-            nshm++;
-            posted = i + 1;
-            continue;
-        }
-        /* op->len <= max_read <= INT_MAX (ddmpi_read_check) */
-        mrc = MPI_Get(to, (int)op->len, MPI_BYTE, op->owner,
-                      (MPI_Aint)op->src_offset, (int)op->len, MPI_BYTE,
-                      r->win);
-        if (mrc != MPI_SUCCESS) {
-            char what[DDMPI_NAME_MAX + 64];
-
-            snprintf(what, sizeof(what), "variable '%s': MPI_Get from "
-                     "rank %d", r->name, op->owner);
-            rc = ddmpi_translate_error(mrc, what);
-            break;
-        }
-        ngets++;
-        posted = i + 1;   /* op i is in flight: flush its owner */
-    }
-    t1 = dds_prof_now();
-
-    /* complete everything posted, even after an error: flush each run of
-     * ops with the same owner once (the planner groups ops by owner) */
-    prev_owner = -1;
-    for (i = 0; i < posted; i++) {
-        int owner = ops[i].owner;
-
-        if (owner == prev_owner || ops[i].len == 0 || r->peer_base[owner])
-            continue;
-        prev_owner = owner;
-        mrc = MPI_Win_flush_local(owner, r->win);
-        if (mrc != MPI_SUCCESS && rc == 0) {
-            char what[DDMPI_NAME_MAX + 64];
-
-            snprintf(what, sizeof(what), "variable '%s': "
-                     "MPI_Win_flush_local(rank %d)", r->name, owner);
-            rc = ddmpi_translate_error(mrc, what);
-        }
-    }
-    t2 = dds_prof_now();
-    ddmpi_serial_unlock(t->serial);
-    if (ngets)
-        __atomic_add_fetch(&t->n_gets, ngets, __ATOMIC_RELAXED);
-    if (nshm)
-        __atomic_add_fetch(&t->n_shm, nshm, __ATOMIC_RELAXED);
-
-    /* the store counts DDS_PROF_READS (one per op it hands us; its ops are
-     * already split at our max_read_bytes, so that is our MPI_Get count) */
-    if (t0) {
-        dds_prof_add(prof, DDS_PROF_NS_POST, t1 - t0);
-        dds_prof_add(prof, DDS_PROF_NS_COMPLETE, t2 - t1);
-    }
-    return rc;
-}
-
 /* ---- epochs, destroy, create ---------------------------------------------- */
 
 /* For each rank of comm: its rank in node (a sub-communicator), or -1. */
@@ -803,195 +522,6 @@ static int ddmpi_epoch_sync(void *ctx)
     return rc;
 }
 
-/* ---- shard_alloc / shard_free ---------------------------------------------
- *
- * Host shards the store allocates (var_init, var_add with DDS_ADD_COPY) are
- * POSIX shared memory: each rank creates an object (shm_open, sized with
- * posix_fallocate so that a full /dev/shm is an error here, not a SIGBUS
- * later), the names are exchanged over the node communicator, every rank
- * maps its node peers' objects read-only, one agreement over comm follows
- * and then each rank unlinks its name (the mappings stay).  region_create
- * later hands these mappings to read().
- *
- * Not MPI_Win_allocate_shared: Open MPI unmaps such windows in MPI_Finalize,
- * and the store serves a rank's own rows from its shard after MPI_Finalize;
- * these mappings belong to us, outlive MPI, and shard_free (local, no MPI
- * call) unmaps them.  A rank whose object cannot be created uses malloc (its
- * peers read it with MPI_Get); a peer that cannot be mapped is read with
- * MPI_Get.  Collective over comm, called in the same order everywhere. */
-
-static uint64_t ddmpi_shm_seq;
-
-static void ddmpi_shard_release(ddmpi_shard_t *sh)
-{
-    if (!sh)
-        return;
-    if (sh->peer) {
-        for (int i = 0; i < sh->nnode; i++)
-            if (sh->peer[i] && sh->peer_bytes[i])
-                munmap((void *)sh->peer[i], sh->peer_bytes[i]);
-    }
-    if (sh->mapped && sh->base)
-        munmap(sh->base, sh->bytes);
-    else
-        free(sh->base);
-    free(sh->peer);
-    free(sh->peer_bytes);
-    free(sh);
-}
-
-/* Our object: fills sh->base (mapped) and name; 0 = not created. */
-static int ddmpi_shm_create(ddmpi_shard_t *sh, size_t bytes, char *name)
-{
-    int fd;
-    void *p;
-
-    snprintf(name, DDMPI_SHM_NAME, "/ddstore.%ld.%llu.%llx", (long)getpid(),
-             (unsigned long long)__atomic_add_fetch(&ddmpi_shm_seq, 1,
-                                                    __ATOMIC_RELAXED),
-             (unsigned long long)(uintptr_t)sh);
-    fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0)
-        goto fail;
-    if (posix_fallocate(fd, 0, (off_t)bytes) != 0) {
-        close(fd);
-        shm_unlink(name);
-        goto fail;
-    }
-    p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED) {
-        shm_unlink(name);
-        goto fail;
-    }
-    sh->base = p;
-    sh->mapped = 1;
-    return 1;
-fail:
-    DDS_LOG(DDS_LOG_INFO, DDS_SUBSYS_MPI, "shard of %zu bytes: no shared "
-            "memory object (%s); same-node peers read it with MPI_Get",
-            bytes, strerror(errno));
-    name[0] = '\0';
-    return 0;
-}
-
-static int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
-                             void **token_p)
-{
-    ddmpi_transport_t *t = ctx;
-    ddmpi_shard_t *sh = NULL;
-    char *names = NULL, mine[DDMPI_SHM_NAME];
-    int mrc = MPI_SUCCESS, ok, nnode = 0;
-
-    if (!t || !base_p || !token_p)
-        return dds_error(-DDS_EINVAL, "mpi shard_alloc: NULL argument");
-    *base_p = NULL;
-    *token_p = NULL;
-    if (ddmpi_finalized())
-        return dds_error(-DDS_EIO, "mpi shard_alloc: MPI is already "
-                         "finalized");
-    mine[0] = '\0';
-    if (t->node != MPI_COMM_NULL)
-        MPI_Comm_size(t->node, &nnode);
-    sh = calloc(1, sizeof(*sh));
-    if (sh) {
-        sh->nnode = nnode;
-        sh->bytes = bytes;
-        sh->peer = calloc((size_t)(nnode ? nnode : 1), sizeof(char *));
-        sh->peer_bytes = calloc((size_t)(nnode ? nnode : 1), sizeof(size_t));
-    }
-    names = calloc((size_t)(nnode ? nnode : 1), DDMPI_SHM_NAME);
-    ok = sh && sh->peer && sh->peer_bytes && names;
-    if (ok && bytes > 0 &&
-        !(nnode > 1 && t->shm && ddmpi_shm_create(sh, bytes, mine))) {
-        /* not shared with peers: anonymous MAP_SHARED memory still is
-         * shared with forked children (they see later updates) */
-        void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-
-        if (p != MAP_FAILED) {
-            sh->base = p;
-            sh->mapped = 1;
-        } else {
-            sh->base = malloc(bytes);
-            ok = sh->base != NULL;
-        }
-    }
-    if (!ok)
-        mine[0] = '\0';
-
-    ddmpi_serial_lock(t->serial);
-    /* every rank takes part, also after a local failure */
-    if (nnode > 1) {
-        mrc = MPI_Allgather(mine, DDMPI_SHM_NAME, MPI_CHAR,
-                            names ? names : mine, names ? DDMPI_SHM_NAME : 0,
-                            MPI_CHAR, t->node);
-        if (mrc != MPI_SUCCESS)
-            ok = 0;
-    }
-    if (ok && nnode > 1) {
-        int me = -1;
-
-        MPI_Comm_rank(t->node, &me);
-        for (int i = 0; i < nnode; i++) {
-            const char *nm = names + (size_t)i * DDMPI_SHM_NAME;
-            struct stat st;
-            void *p;
-            int fd;
-
-            if (i == me || nm[0] == '\0' || !t->shm)
-                continue;
-            fd = shm_open(nm, O_RDONLY, 0);
-            if (fd < 0)
-                continue;           /* not reachable: MPI_Get for this peer */
-            if (fstat(fd, &st) == 0 && st.st_size > 0) {
-                p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd,
-                         0);
-                if (p != MAP_FAILED) {
-                    sh->peer[i] = p;
-                    sh->peer_bytes[i] = (size_t)st.st_size;
-                }
-            }
-            close(fd);
-        }
-    }
-    {
-        int agree = ok;
-
-        mrc = MPI_Allreduce(MPI_IN_PLACE, &agree, 1, MPI_INT, MPI_MIN,
-                            t->comm);
-        if (mrc != MPI_SUCCESS)
-            agree = 0;
-        /* everybody has mapped (or given up on) our object: the name can go */
-        if (mine[0])
-            shm_unlink(mine);
-        ddmpi_serial_unlock(t->serial);
-        free(names);
-        if (agree) {
-            *base_p = bytes ? sh->base : NULL;
-            *token_p = sh;
-            return 0;
-        }
-    }
-    ddmpi_shard_release(sh);
-    if (!ok)
-        return dds_error(-DDS_ENOMEM, "mpi shard_alloc: cannot allocate "
-                         "%zu bytes", bytes);
-    if (mrc != MPI_SUCCESS)
-        return ddmpi_translate_error(mrc, "mpi shard_alloc");
-    return dds_error(-DDS_EIO, "mpi shard_alloc of %zu bytes failed on "
-                     "another rank", bytes);
-}
-
-/* Local: unmaps (or frees) our shard and our view of the peers'. */
-static void ddmpi_shard_free(void *ctx, void *base, void *token)
-{
-    (void)ctx;
-    (void)base;
-    ddmpi_shard_release(token);
-}
-
-/* Test hook (ddmpi_internal.h): MPI_Get calls and same-node memcpy ops. */
 void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,
                             uint64_t *shm)
 {
@@ -1137,7 +667,7 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
     t->serial = serial;
     t->shm = set.shm;
     t->max_read = (size_t)set.max_read_bytes;
-    pthread_once(&ddmpi_fork_once, ddmpi_fork_hook);
+    ddmpi_fork_watch();
 
     transport_p->ops = &ddmpi_transport_ops;
     transport_p->ctx = t;

@@ -313,8 +313,10 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
     return 0;
 }
 
-/* Set by ddofi_fabric.c the first time fi_getinfo runs. */
-extern _Atomic int ddofi_libfabric_started;
+/* Set by ddofi_fabric.c the first time fi_getinfo runs (defined here, where
+ * it is read, so that this file calls nothing of ddofi_fabric.c, which calls
+ * it). */
+_Atomic int ddofi_libfabric_started;
 
 int ddofi_env_prepare(int fork_workers)
 {

@@ -7,7 +7,7 @@
 
 #include "ddofi_internal.h"
 
-_Atomic int ddofi_libfabric_started;
+extern _Atomic int ddofi_libfabric_started; /* ddofi_config.c */
 _Atomic int ddofi_test_mr_local;
 
 static int getinfo(const char *node, uint64_t flags, struct fi_info *hints,

@@ -30,6 +30,22 @@
 #include "ddstore/loop.h"
 #endif
 
+/* Bazel and CMake generate ddstore/hub_version.h from VERSION; builds
+ * without it (tools/dev-build.sh) pass -DDDSTORE_HUB_VERSION='"x.y.z"'. */
+#if defined(__has_include)
+#if __has_include("ddstore/hub_version.h")
+#include "ddstore/hub_version.h"
+#endif
+#endif
+#ifndef DDSTORE_HUB_VERSION
+#define DDSTORE_HUB_VERSION "0.0.0-unknown"
+#endif
+
+const char *ddstore_version(void)
+{
+    return DDSTORE_HUB_VERSION;
+}
+
 static inline const char *str_or_empty(uint64_t mask, uint64_t bit, const char *s)
 {
     return (mask & bit) && s != NULL ? s : "";

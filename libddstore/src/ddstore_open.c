@@ -16,22 +16,6 @@
 #include "ddstore/errors.h"
 #include "ddstore/settings.h"
 
-/* Bazel and CMake generate ddstore/hub_version.h from VERSION; builds
- * without it (tools/dev-build.sh) pass -DDDSTORE_HUB_VERSION='"x.y.z"'. */
-#if defined(__has_include)
-#if __has_include("ddstore/hub_version.h")
-#include "ddstore/hub_version.h"
-#endif
-#endif
-#ifndef DDSTORE_HUB_VERSION
-#define DDSTORE_HUB_VERSION "0.0.0-unknown"
-#endif
-
-const char *ddstore_version(void)
-{
-    return DDSTORE_HUB_VERSION;
-}
-
 static int open_method(const ddstore_open_params_t *p, int *method_p)
 {
     if (!(p->field_mask & DDSTORE_OPEN_FIELD_METHOD))

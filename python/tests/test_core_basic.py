@@ -454,3 +454,38 @@ def test_free_then_add_again(store):
     out = np.zeros((off[-1], 3), np.int32)
     store.get("v", out)
     np.testing.assert_array_equal(out, values(np.int32, range(off[-1]), 3))
+
+
+def test_get_batch_arguments_by_keyword_and_position(store):
+    """get_batch takes its three arguments positionally (the fast path) or
+    by keyword, on the store and on a reader, with the same rows; a wrong
+    argument list is the same TypeError as for any other method."""
+    off = add_var(store, "v", np.float32, 3)
+    idx = np.array([off[-1] - 1, 0, off[-1] - 1], dtype=np.int64)
+    want = values(np.float32, idx, 3)
+    rd = store.open_reader()
+    try:
+        for obj in (store, rd):
+            for call in (lambda o: obj.get_batch("v", o, idx),
+                         lambda o: obj.get_batch("v", o, indices=idx),
+                         lambda o: obj.get_batch(name="v", arr=o, indices=idx),
+                         lambda o: obj.get_batch(indices=idx, arr=o, name="v")):
+                out = np.zeros((len(idx), 3), np.float32)
+                assert call(out) is None
+                np.testing.assert_array_equal(out, want)
+            out = np.zeros((len(idx), 3), np.float32)
+            with pytest.raises(TypeError, match=r"get_batch\(\) missing required argument 'indices'"):
+                obj.get_batch("v", out)
+            with pytest.raises(TypeError, match=r"get_batch\(\) takes at most 3 arguments \(4 given\)"):
+                obj.get_batch("v", out, idx, 0)
+            for kw in ({"name": "v"}, {"bogus": 1}):
+                with pytest.raises(TypeError, match=r"get_batch\(\) takes at most 3 arguments \(4 given\)"):
+                    obj.get_batch("v", out, idx, **kw)
+            with pytest.raises(TypeError, match=r"get_batch\(\) missing required argument 'name' \(pos 1\)"):
+                obj.get_batch()
+            with pytest.raises(TypeError, match=r"get_batch\(\) missing required argument 'indices' \(pos 3\)"):
+                obj.get_batch("v", out, arr=out)
+            with pytest.raises(TypeError, match="name: expected str"):
+                obj.get_batch(1, out, idx)
+    finally:
+        rd.close()

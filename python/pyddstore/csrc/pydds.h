@@ -3,9 +3,10 @@
  * Files:
  *   pydds_module.c    module init, exceptions, atexit, fork
  *   pydds_errors.c    error mapping (DDS_E* <-> Python exceptions)
- *   pydds_store.c     the PyDDStore type
+ *   pydds_store*.c    the PyDDStore type (pydds_store.h: its files)
+ *   pydds_life.c      life lock of a PyDDStore, list of live stores
  *   pydds_reader.c    the Reader type (fork_reader / open_reader)
- *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion
+ *   pydds_buffer.c    Py_buffer -> dds_buf_t, index conversion, names
  *   pydds_gpu.c       __cuda_array_interface__ -> dds_buf_t, GPU test hooks
  *   pydds_comm.c      communicator resolution (None / mpi4py / _dds_comm)
  *
@@ -144,8 +145,10 @@ void pydds_reader_close_locked(pydds_reader_obj *r);
  * default reader). */
 PyObject *pydds_do_get(pydds_store_obj *s, pydds_reader_obj *r,
                        PyObject *args, PyObject *kw);
+/* get_batch is METH_FASTCALL | METH_KEYWORDS (the per-batch call). */
 PyObject *pydds_do_get_batch(pydds_store_obj *s, pydds_reader_obj *r,
-                             PyObject *args, PyObject *kw);
+                             PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames);
 /* Ragged variables: sizes(name, indices), get_ragged(name, indices,
  * out=None). */
 PyObject *pydds_do_sizes(pydds_store_obj *s, pydds_reader_obj *r,
@@ -157,9 +160,17 @@ PyObject *pydds_do_info_full(pydds_store_obj *s, PyObject *name);
 PyObject *pydds_do_offsets(pydds_store_obj *s, PyObject *name);
 PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name);
 
-/* Live-store registry (GIL held). */
+/* Live-store registry (GIL held; pydds_life.c). */
 void pydds_live_add(pydds_store_obj *s);
 void pydds_live_remove(pydds_store_obj *s);
+/* The first live store that has its C store and was created by process
+ * `pid`, or NULL. */
+pydds_store_obj *pydds_live_next_own(pid_t pid);
+/* In a forked child: start every live store's life lock afresh (and note
+ * the child's pid for pydds_pid). */
+void pydds_live_after_fork(void);
+/* getpid() without the system call (a cached value, renewed after fork). */
+pid_t pydds_pid(void);
 /* Destroy the C store of `s` (readers closed first).  GIL held on entry;
  * local, never collective (dds_store_destroy_local: deallocation and
  * interpreter exit must not wait for a peer; only free() is collective).
@@ -221,6 +232,11 @@ int pydds_indices_get(PyObject *obj, pydds_indices_t *ix);
  * 1-D (a scalar or an N-D array is a ValueError), messages name "lengths". */
 int pydds_lengths_get(PyObject *obj, pydds_indices_t *ix);
 void pydds_indices_release(pydds_indices_t *ix);
+
+/* UTF-8 name of a variable: a str without NUL; NULL + exception. */
+const char *pydds_var_name(PyObject *o);
+/* A Python int as int64, `what` naming it in messages; -1 + exception. */
+int pydds_as_i64(PyObject *o, const char *what, int64_t *v_p);
 
 /* ---- communicators (pydds_comm.c) --------------------------------------- */
 

@@ -773,3 +773,47 @@ void pydds_indices_release(pydds_indices_t *ix)
     ix->rows = NULL;
     ix->n = 0;
 }
+
+/* ---- names and integers ------------------------------------------------- */
+
+/* UTF-8 name of a variable: str without NUL.  NULL + exception. */
+const char *pydds_var_name(PyObject *o)
+{
+    Py_ssize_t n;
+    const char *s;
+    if (!PyUnicode_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "name: expected str, got %s",
+                     Py_TYPE(o)->tp_name);
+        return NULL;
+    }
+    s = PyUnicode_AsUTF8AndSize(o, &n);
+    if (s == NULL)
+        return NULL;
+    if ((size_t)n != strlen(s)) {
+        PyErr_SetString(PyExc_ValueError, "name: contains a NUL character");
+        return NULL;
+    }
+    return s;
+}
+
+/* A Python int as int64 with a name for messages; -1 + exception. */
+int pydds_as_i64(PyObject *o, const char *what, int64_t *v_p)
+{
+    long long v;
+    if (PyFloat_Check(o) || !PyIndex_Check(o)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an integer, got %s", what,
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: does not fit in int64", what);
+        }
+        return -1;
+    }
+    *v_p = (int64_t)v;
+    return 0;
+}
+

@@ -10,35 +10,7 @@
 #include "ddstore/gpu.h"
 #include "ddstore/log.h"
 
-/* ---- live stores, interpreter exit, fork -------------------------------- */
-
-static pydds_store_obj *g_live_head = NULL, *g_live_tail = NULL;
-
-void pydds_live_add(pydds_store_obj *s)
-{
-    s->live_prev = g_live_tail;
-    s->live_next = NULL;
-    if (g_live_tail)
-        g_live_tail->live_next = s;
-    else
-        g_live_head = s;
-    g_live_tail = s;
-}
-
-void pydds_live_remove(pydds_store_obj *s)
-{
-    if (s->live_prev)
-        s->live_prev->live_next = s->live_next;
-    else if (g_live_head == s)
-        g_live_head = s->live_next;
-    else
-        return; /* not linked */
-    if (s->live_next)
-        s->live_next->live_prev = s->live_prev;
-    else
-        g_live_tail = s->live_prev;
-    s->live_prev = s->live_next = NULL;
-}
+/* ---- interpreter exit, fork --------------------------------------------- */
 
 /* Registered with Python's atexit (which runs before mpi4py's Py_AtExit
  * finalisation): destroy this process's stores locally (no collective: a
@@ -50,10 +22,7 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
     (void)m;
     (void)unused;
     for (;;) {
-        pydds_store_obj *s;
-        for (s = g_live_head; s; s = s->live_next)
-            if (PYDDS_STORE(s) != NULL && s->pid == me)
-                break;
+        pydds_store_obj *s = pydds_live_next_own(me);
         if (s == NULL)
             break;
         Py_INCREF(s);
@@ -80,9 +49,7 @@ static PyObject *mod_atexit(PyObject *m, PyObject *unused)
  * parent's stores: their pid differs.) */
 static void after_fork_child(void)
 {
-    pydds_store_obj *s;
-    for (s = g_live_head; s; s = s->live_next)
-        ddstore_pin_after_fork(s->pin);
+    pydds_live_after_fork();
 }
 
 /* ---- module functions --------------------------------------------------- */

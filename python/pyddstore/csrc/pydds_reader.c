@@ -151,11 +151,12 @@ static PyObject *reader_get(pydds_reader_obj *r, PyObject *args, PyObject *kw)
     return s ? pydds_do_get(s, r, args, kw) : NULL;
 }
 
-static PyObject *reader_get_batch(pydds_reader_obj *r, PyObject *args,
-                                  PyObject *kw)
+static PyObject *reader_get_batch(pydds_reader_obj *r,
+                                  PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
 {
     pydds_store_obj *s = owner_of(r);
-    return s ? pydds_do_get_batch(s, r, args, kw) : NULL;
+    return s ? pydds_do_get_batch(s, r, args, nargs, kwnames) : NULL;
 }
 
 static PyObject *reader_sizes(pydds_reader_obj *r, PyObject *args,
@@ -275,7 +276,7 @@ static PyMethodDef reader_methods[] = {
      METH_VARARGS | METH_KEYWORDS,
      "get(name, arr, start=0): as PyDDStore.get, through this reader."},
     {"get_batch", (PyCFunction)(void (*)(void))reader_get_batch,
-     METH_VARARGS | METH_KEYWORDS,
+     METH_FASTCALL | METH_KEYWORDS,
      "get_batch(name, arr, indices): as PyDDStore.get_batch, through this "
      "reader."},
     {"sizes", (PyCFunction)(void (*)(void))reader_sizes,

@@ -1,0 +1,258 @@
+/* ddstore-mpi: the read path of the MPI RMA transport (method 0): one
+ * MPI_Get per planned op completed with MPI_Win_flush_local per owner, or
+ * memcpy from a same-node owner's shard mapped here (shard_alloc,
+ * ddmpi_shard.c); in a forked child memcpy only (ddmpi_transport.c's top
+ * comment describes the transport).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ddstore/errors.h"
+#include "ddmpi_transport_internal.h"
+
+/* ---- MPI_Finalize started -------------------------------------------------
+ *
+ * Set by ddmpi_transport.c's finalize hook when MPI_Finalize starts: the
+ * read path tests this flag instead of calling MPI_Finalized, which takes a
+ * process-wide lock in some MPIs. */
+static int ddmpi_mpi_gone;
+
+int ddmpi_gone(void)
+{
+    return __atomic_load_n(&ddmpi_mpi_gone, __ATOMIC_ACQUIRE);
+}
+
+void ddmpi_set_gone(void)
+{
+    __atomic_store_n(&ddmpi_mpi_gone, 1, __ATOMIC_RELEASE);
+}
+
+/* ---- read ------------------------------------------------------------------ */
+
+/* The ops against the region, and transport.h's contract on what the store
+ * plans: every op within max_read_bytes (so one MPI_Get each) and, unless
+ * `forked`, none of our own shard (the store serves those itself:
+ * DDS_TRANSPORT_CAP_LOCAL_SELF; a forked child's store cannot serve the
+ * rows of a GPU shard, whose host mirror it did not inherit). */
+static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
+                            const dds_read_op_t *ops, size_t nops, void *dst,
+                            void *staging, int forked)
+{
+    size_t i;
+
+    for (i = 0; i < nops; i++) {
+        const dds_read_op_t *op = &ops[i];
+        uint64_t have;
+
+        if (op->owner < 0 || op->owner >= t->size)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: owner "
+                             "%d outside [0, %d)", r->name, i, op->owner,
+                             t->size);
+        if (op->len == 0)
+            continue;
+        if (op->len > t->max_read)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu of %zu "
+                             "bytes: above max_read_bytes %zu (the store "
+                             "splits reads there: transport.h)", r->name, i,
+                             op->len, t->max_read);
+        have = r->shard_bytes[op->owner];
+        if (op->src_offset < 0 || (uint64_t)op->len > have ||
+            (uint64_t)op->src_offset > have - (uint64_t)op->len)
+            return dds_error(-DDS_ERANGE, "variable '%s': read op %zu: bytes "
+                             "[%lld, +%zu) outside rank %d's shard of %llu "
+                             "bytes", r->name, i, (long long)op->src_offset,
+                             op->len, op->owner, (unsigned long long)have);
+        if (op->staged ? !staging : !dst)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: NULL "
+                             "%s buffer", r->name, i,
+                             op->staged ? "staging" : "destination");
+        if (!forked && op->owner == t->rank)
+            return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: rows "
+                             "of this rank's own shard, which the store "
+                             "serves itself (DDS_TRANSPORT_CAP_LOCAL_SELF, "
+                             "transport.h)", r->name, i);
+    }
+    return 0;
+}
+
+/* ---- reads in a forked child ------------------------------------------------
+ *
+ * A process forked from a rank (a DataLoader worker) must not call MPI.  It
+ * inherited the rank's mappings, which are MAP_SHARED: its own shard and
+ * those of the same-node ranks it mapped (shard_alloc).  When every rank's
+ * shard of the variable is among them (fork_bad < 0: one node, shared memory
+ * available), the child reads every row with memcpy and sees each update
+ * as the ranks' own reads do; otherwise every read that needs another rank
+ * is refused with an error naming the alternatives (nothing is copied). */
+
+static int ddmpi_in_child;
+
+static void ddmpi_fork_child(void)
+{
+    __atomic_store_n(&ddmpi_in_child, 1, __ATOMIC_RELAXED);
+}
+
+static void ddmpi_fork_hook(void)
+{
+    (void)pthread_atfork(NULL, NULL, ddmpi_fork_child);
+}
+
+void ddmpi_fork_watch(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, ddmpi_fork_hook);
+}
+
+/* Non-zero in a process forked after the first transport was created. */
+static int ddmpi_forked(void)
+{
+    return __atomic_load_n(&ddmpi_in_child, __ATOMIC_RELAXED);
+}
+
+static int ddmpi_read_forked(const ddmpi_transport_t *t,
+                             const ddmpi_region_t *r, const dds_read_op_t *ops,
+                             size_t nops, void *dst, void *staging,
+                             dds_prof_t *prof)
+{
+    uint64_t t0;
+    size_t i;
+    int rc;
+
+    if (r->win == MPI_WIN_NULL && !r->local_only)
+        return dds_error(-DDS_EIO, "variable '%s': read in a forked process "
+                         "after the window was freed", r->name);
+    if (r->fork_bad >= 0)
+        return dds_error(-DDS_ENOSYS, "variable '%s': a forked process (a "
+                         "DataLoader worker) cannot read it with method 0: "
+                         "rank %d's shard is not in shared memory on this "
+                         "node (%s), and MPI cannot be used after fork. Use "
+                         "ThreadDataLoader (threads), or method=1 with "
+                         "DDSTORE_FORK_WORKERS=1 for forked workers",
+                         r->name, r->fork_bad,
+                         r->fork_bad == t->rank
+                         ? "no shared memory for it"
+                         : t->shm ? "another node, or no shared memory"
+                                  : "DDSTORE_MPI_SHM=0");
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 1)) != 0)
+        return rc;
+    t0 = dds_prof_now();
+    for (i = 0; i < nops; i++) {
+        const dds_read_op_t *op = &ops[i];
+        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
+        const char *from = op->owner == t->rank ? (const char *)r->base
+                                                : r->peer_base[op->owner];
+
+        if (op->len == 0)
+            continue;
+        memcpy(to, from + op->src_offset, op->len);
+    }
+    if (t0)
+        dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - t0);
+    return 0;
+}
+
+int ddmpi_read(void *ctx, void *reader, void *region,
+               const dds_read_op_t *ops, size_t nops, void *dst,
+               void *dst_handle, const dds_mem_t *dst_mem, void *staging,
+               void *staging_handle, dds_prof_t *prof)
+{
+    ddmpi_transport_t *t = ctx;
+    ddmpi_region_t *r = region;
+    uint64_t t0, t1, t2;
+    size_t i, posted = 0;
+    uint64_t ngets = 0, nshm = 0;
+    int rc, mrc, prev_owner;
+
+    (void)reader;          /* one default reader: MPI has no endpoints     */
+    (void)dst_handle;      /* MPI needs no registration of destinations   */
+    (void)staging_handle;
+
+    if (!t || !r || (nops && !ops))
+        return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
+    if (nops == 0)
+        return 0;
+    if (dst_mem && dst_mem->kind != DDS_MEM_HOST)
+        return dds_error(-DDS_ENOSYS, "variable '%s': method 0 (MPI RMA) "
+                         "reads only into host memory; GPU destinations "
+                         "(memory kind %d) need staging, which the MPI "
+                         "transport does not do yet", r->name,
+                         (int)dst_mem->kind);
+    if (ddmpi_forked())
+        return ddmpi_read_forked(t, r, ops, nops, dst, staging, prof);
+    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
+        return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
+                         r->name, ddmpi_gone() ? "MPI_Finalize"
+                                               : "the window was freed");
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 0)) != 0)
+        return rc;
+
+    ddmpi_serial_lock(t->serial);
+    t0 = dds_prof_now();
+    for (i = 0; i < nops && rc == 0; i++) {
+        const dds_read_op_t *op = &ops[i];
+        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
+
+        if (op->len == 0) {
+            posted = i + 1;
+            continue;
+        }
+        if (r->peer_base[op->owner]) {
+            /* same node: the owner's shard is mapped here */
+            memcpy(to, r->peer_base[op->owner] + op->src_offset, op->len);
+            nshm++;
+            posted = i + 1;
+            continue;
+        }
+        /* op->len <= max_read <= INT_MAX (ddmpi_read_check) */
+        mrc = MPI_Get(to, (int)op->len, MPI_BYTE, op->owner,
+                      (MPI_Aint)op->src_offset, (int)op->len, MPI_BYTE,
+                      r->win);
+        if (mrc != MPI_SUCCESS) {
+            char what[DDMPI_NAME_MAX + 64];
+
+            snprintf(what, sizeof(what), "variable '%s': MPI_Get from "
+                     "rank %d", r->name, op->owner);
+            rc = ddmpi_translate_error(mrc, what);
+            break;
+        }
+        ngets++;
+        posted = i + 1;   /* op i is in flight: flush its owner */
+    }
+    t1 = dds_prof_now();
+
+    /* complete everything posted, even after an error: flush each run of
+     * ops with the same owner once (the planner groups ops by owner) */
+    prev_owner = -1;
+    for (i = 0; i < posted; i++) {
+        int owner = ops[i].owner;
+
+        if (owner == prev_owner || ops[i].len == 0 || r->peer_base[owner])
+            continue;
+        prev_owner = owner;
+        mrc = MPI_Win_flush_local(owner, r->win);
+        if (mrc != MPI_SUCCESS && rc == 0) {
+            char what[DDMPI_NAME_MAX + 64];
+
+            snprintf(what, sizeof(what), "variable '%s': "
+                     "MPI_Win_flush_local(rank %d)", r->name, owner);
+            rc = ddmpi_translate_error(mrc, what);
+        }
+    }
+    t2 = dds_prof_now();
+    ddmpi_serial_unlock(t->serial);
+    if (ngets)
+        __atomic_add_fetch(&t->n_gets, ngets, __ATOMIC_RELAXED);
+    if (nshm)
+        __atomic_add_fetch(&t->n_shm, nshm, __ATOMIC_RELAXED);
+
+    /* the store counts DDS_PROF_READS (one per op it hands us; its ops are
+     * already split at our max_read_bytes, so that is our MPI_Get count) */
+    if (t0) {
+        dds_prof_add(prof, DDS_PROF_NS_POST, t1 - t0);
+        dds_prof_add(prof, DDS_PROF_NS_COMPLETE, t2 - t1);
+    }
+    return rc;
+}
+
