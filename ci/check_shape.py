@@ -45,11 +45,8 @@ NOT_PRODUCTION = ("test", "tests", "fuzz", "bench", "examples")
 # coordinator empties this list after merging their branches; a file listed
 # here is exempt from both rules (its size and the circles it is part of).
 ALLOWED = {
-    "ddstore-ofi/transport/ddofi_tr_transport.c",   # split, and its circle
-    "ddstore-ofi/transport/ddofi_tr_method2.c",     # with _method2, elsewhere
     "ddstore-gpu/src/ddgpu_common.c",
     "ddstore-core/src/dds_comm_file.c",
-    "python/pyddstore/torch/dataset.py",
 }
 
 
