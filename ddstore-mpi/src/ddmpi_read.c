@@ -1,5 +1,8 @@
 /* ddstore-mpi: the read path of the MPI RMA transport (method 0): one
- * MPI_Get per planned op completed with MPI_Win_flush_local per owner, or
+ * MPI_Get per planned op completed with one MPI_Win_flush_local (one owner)
+ * or MPI_Win_flush_local_all (several: an MPI that moves an owner's gets
+ * only inside its flush, as Open MPI's osc/ucx over tcp does, would else pay
+ * one round trip per owner, in turn; docs/scale.md), or
  * memcpy from a same-node owner's shard mapped here (shard_alloc,
  * ddmpi_shard.c); in a forked child memcpy only (ddmpi_transport.c's top
  * comment describes the transport).
@@ -161,9 +164,10 @@ int ddmpi_read(void *ctx, void *reader, void *region,
     ddmpi_transport_t *t = ctx;
     ddmpi_region_t *r = region;
     uint64_t t0, t1, t2;
-    size_t i, posted = 0;
+    size_t i;
     uint64_t ngets = 0, nshm = 0;
-    int rc, mrc, prev_owner;
+    int rc, mrc, prev_owner = -1;
+    int owners[8], nowners = 0, more_owners = 0; /* remote, named by errors */
 
     (void)reader;          /* one default reader: MPI has no endpoints     */
     (void)dst_handle;      /* MPI needs no registration of destinations   */
@@ -194,15 +198,12 @@ int ddmpi_read(void *ctx, void *reader, void *region,
         const dds_read_op_t *op = &ops[i];
         char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
 
-        if (op->len == 0) {
-            posted = i + 1;
+        if (op->len == 0)
             continue;
-        }
         if (r->peer_base[op->owner]) {
             /* same node: the owner's shard is mapped here */
             memcpy(to, r->peer_base[op->owner] + op->src_offset, op->len);
             nshm++;
-            posted = i + 1;
             continue;
         }
         /* op->len <= max_read <= INT_MAX (ddmpi_read_check) */
@@ -217,26 +218,34 @@ int ddmpi_read(void *ctx, void *reader, void *region,
             rc = ddmpi_translate_error(mrc, what);
             break;
         }
-        ngets++;
-        posted = i + 1;   /* op i is in flight: flush its owner */
+        ngets++;          /* op i is in flight: flush its owner */
+        if (op->owner != prev_owner) { /* the planner groups ops by owner */
+            prev_owner = op->owner;
+            if (nowners < (int)(sizeof owners / sizeof owners[0]))
+                owners[nowners++] = op->owner;
+            else
+                more_owners = 1;
+        }
     }
     t1 = dds_prof_now();
 
-    /* complete everything posted, even after an error: flush each run of
-     * ops with the same owner once (the planner groups ops by owner) */
-    prev_owner = -1;
-    for (i = 0; i < posted; i++) {
-        int owner = ops[i].owner;
-
-        if (owner == prev_owner || ops[i].len == 0 || r->peer_base[owner])
-            continue;
-        prev_owner = owner;
-        mrc = MPI_Win_flush_local(owner, r->win);
+    /* complete everything posted, even after an error: one flush for the
+     * batch (flush_local_all where several owners have gets in flight; it
+     * may also wait for other threads' gets on this window, never less) */
+    if (nowners > 0) {
+        mrc = nowners == 1 ? MPI_Win_flush_local(owners[0], r->win)
+                           : MPI_Win_flush_local_all(r->win);
         if (mrc != MPI_SUCCESS && rc == 0) {
-            char what[DDMPI_NAME_MAX + 64];
-
-            snprintf(what, sizeof(what), "variable '%s': "
-                     "MPI_Win_flush_local(rank %d)", r->name, owner);
+            char what[DDMPI_NAME_MAX + 160];
+            int n = snprintf(what, sizeof(what), "variable '%s': %s (reading from rank%s",
+                             r->name, nowners == 1 ? "MPI_Win_flush_local"
+                                                   : "MPI_Win_flush_local_all",
+                             nowners == 1 ? "" : "s");
+            for (int k = 0; k < nowners && n > 0 && (size_t)n < sizeof(what); k++)
+                n += snprintf(what + n, sizeof(what) - (size_t)n, "%s %d", k ? "," : "",
+                              owners[k]);
+            if (n > 0 && (size_t)n < sizeof(what))
+                snprintf(what + n, sizeof(what) - (size_t)n, "%s)", more_owners ? ", ..." : "");
             rc = ddmpi_translate_error(mrc, what);
         }
     }

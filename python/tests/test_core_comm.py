@@ -336,6 +336,34 @@ def test_fork_reader_method0_other_node_is_a_clear_error(monkeypatch):
         s.free()
 
 
+@needs_mpi
+@pytest.mark.parametrize("shape", ["one_owner", "every_owner"])
+def test_method0_gets_from_several_owners(monkeypatch, shape):
+    """Rows of other nodes (DDSTORE_MPI_SHM=0: every owner's rows by MPI_Get):
+    a batch from one owner is completed by that owner's flush, a batch from
+    several by one MPI_Win_flush_local_all; every row right either way, with
+    repeats and any order."""
+    from mpi4py import MPI
+    monkeypatch.setenv("DDSTORE_MPI_SHM", "0")
+    s = pyddstore.PyDDStore(MPI.COMM_WORLD)
+    try:
+        off = add_var(s, "v", np.int64, 3)
+        total = off[-1]
+        rng = np.random.default_rng(s.rank)
+        if shape == "one_owner":
+            peer = (s.rank + 1) % s.size
+            idx = rng.integers(off[peer], off[peer + 1], 40)
+        else:
+            idx = rng.integers(0, total, 200)
+            idx[:s.size] = off[:-1]              # every owner at least once
+        for _ in range(3):
+            out = np.full((len(idx), 3), -1, np.int64)
+            s.get_batch("v", out, idx)
+            np.testing.assert_array_equal(out, values(np.int64, idx, 3))
+    finally:
+        s.free()
+
+
 def test_join_needs_method2(store):
     with pytest.raises(ValueError, match="method=2"):
         store.join("v")
