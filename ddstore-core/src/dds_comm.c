@@ -148,6 +148,15 @@ static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named);
  * its record's length and bytes and every other rank INT64_MAX, which
  * carries the record to every rank without any memory that grows with the
  * number of ranks. */
+static int agree_args(const dds_comm_t *comm, int64_t tag)
+{
+    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if (tag < 0)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
+    return 0;
+}
+
 int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const void *rec,
                           size_t len, int *frank_p, void **rec_p, size_t *len_p)
 {
@@ -161,12 +170,10 @@ int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const voi
         *rec_p = NULL;
     if (len_p != NULL)
         *len_p = 0;
-    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if ((xrc = agree_args(comm, tag)) != 0)
+        return xrc;
     if (rc > 0)
         rc = -rc;
-    if (tag < 0)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
     if (rc == 0 || rec == NULL)
         len = 0;
     if (len > DDS_AGREE_RECORD_MAX)
@@ -258,12 +265,10 @@ static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named)
     size_t len = 0;
     int xrc, frank = -1;
 
-    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if ((xrc = agree_args(comm, tag)) != 0)
+        return xrc;
     if (rc > 0)
         rc = -rc;
-    if (tag < 0)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
     if (comm->size <= 1) {
         if (rc != 0 && named)
             name_self(comm, rc);

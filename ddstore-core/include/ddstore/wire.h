@@ -20,7 +20,8 @@
  *   't', 'l' u32 n, n values    a tuple, a list
  *   'd' u32 n, 2n values        a dict: key, value, key, value, ...; a key is
  *                               N, T, F, I, S or a tuple of keys
- * u32: little-endian.  At most DDS_WIRE_MAX_DEPTH nested containers.
+ * u32: little-endian.  Values nest at most DDS_WIRE_MAX_DEPTH levels below
+ * the top one (an empty container may sit at that depth).
  */
 #ifndef DDSTORE_WIRE_H
 #define DDSTORE_WIRE_H
