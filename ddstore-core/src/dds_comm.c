@@ -140,14 +140,14 @@ static void name_self(const dds_comm_t *comm, int rc)
 static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named);
 
 /* The protocol (dds_comm_agree_record).  Success path: one
- * allreduce(MIN) of four int64: one encoding (rank, code) of every failing
- * rank (INT64_MAX for success), so the lowest failing rank wins, the call's
- * tag and its negation (mismatch check), and minus the failing ranks'
- * record lengths (the longest).  Failure path only: a second allreduce(MIN)
- * of 1 + ceil(longest / 8) int64 words where the winning rank contributes
- * its record's length and bytes and every other rank INT64_MAX, which
- * carries the record to every rank without any memory that grows with the
- * number of ranks. */
+ * allreduce(MIN) of three int64: one encoding (rank, code) of every failing
+ * rank (INT64_MAX for success), so the lowest failing rank wins, and the
+ * call's tag and its negation (mismatch check).  Failure path only: an
+ * allreduce(MIN) of one word, the winning rank's record length (every other
+ * rank INT64_MAX), then one of ceil(length / 8) words where the winner
+ * contributes its record and every other rank INT64_MAX, which carries the
+ * record to every rank without any memory that grows with the number of
+ * ranks. */
 static int agree_args(const dds_comm_t *comm, int64_t tag)
 {
     if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
@@ -160,8 +160,8 @@ static int agree_args(const dds_comm_t *comm, int64_t tag)
 int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const void *rec,
                           size_t len, int *frank_p, void **rec_p, size_t *len_p)
 {
-    int64_t first[4], words[1 + DDS_AGREE_RECORD_MAX / 8];
-    size_t longest, nwords;
+    int64_t first[3], words[1 + DDS_AGREE_RECORD_MAX / 8];
+    size_t nwords;
     int xrc, frank, fcode;
 
     if (frank_p != NULL)
@@ -193,8 +193,7 @@ int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const voi
                        : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
     first[1] = tag;
     first[2] = -tag;
-    first[3] = -(int64_t)len;
-    xrc = comm->ops->allreduce_i64(comm->ctx, first, 4, DDS_REDUCE_MIN);
+    xrc = comm->ops->allreduce_i64(comm->ctx, first, 3, DDS_REDUCE_MIN);
     if (xrc != 0)
         return xrc > 0 ? -xrc : xrc;
     if (first[1] != -first[2])
@@ -209,22 +208,28 @@ int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const voi
         return 0;
     frank = (int)(first[0] >> 32);
     fcode = -(int)(uint32_t)(first[0] & 0xffffffffu);
-    longest = first[3] < -(int64_t)DDS_AGREE_RECORD_MAX || first[3] > 0
-                  ? DDS_AGREE_RECORD_MAX
-                  : (size_t)-first[3];
-    nwords = 1 + (longest + 7) / 8;
+    /* the winner's record length, then the record */
+    words[0] = comm->rank == frank ? (int64_t)len : INT64_MAX;
+    xrc = comm->ops->allreduce_i64(comm->ctx, words, 1, DDS_REDUCE_MIN);
+    if (xrc != 0 || words[0] < 0 || words[0] > DDS_AGREE_RECORD_MAX) {
+        words[0] = 0; /* the record is lost: the code and rank still agree */
+        goto winner;
+    }
+    len = (size_t)words[0];
+    nwords = (len + 7) / 8;
     if (comm->rank == frank) {
-        memset(words, 0, nwords * sizeof(int64_t));
-        words[0] = (int64_t)len;
+        memset(words + 1, 0, nwords * sizeof(int64_t));
         if (len > 0)
             memcpy(words + 1, rec, len);
     } else {
-        for (size_t i = 0; i < nwords; i++)
+        for (size_t i = 1; i <= nwords; i++)
             words[i] = INT64_MAX;
     }
-    xrc = comm->ops->allreduce_i64(comm->ctx, words, nwords, DDS_REDUCE_MIN);
-    if (xrc != 0 || words[0] < 0 || (uint64_t)words[0] > longest)
-        words[0] = 0; /* the record is lost: the code and rank still agree */
+    if (nwords > 0) {
+        xrc = comm->ops->allreduce_i64(comm->ctx, words + 1, nwords, DDS_REDUCE_MIN);
+        if (xrc != 0)
+            words[0] = 0;
+    }
 winner:
     if (frank_p != NULL)
         *frank_p = frank;

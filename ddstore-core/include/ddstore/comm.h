@@ -76,7 +76,8 @@ DDS_API int dds_comm_agree_named(const dds_comm_t *comm, int rc);
  * when the record could not be carried).  When the exchange itself fails
  * (or the tags differ: "collective mismatch", -DDS_ETIMEDOUT) its error is
  * returned with *frank_p = -1.  tag: as dds_comm_agree_tag.  One allreduce
- * of four int64 on success, one more of at most 2048 on failure. */
+ * of three int64 on success (as dds_comm_agree), two more on failure (the
+ * record's length, then at most 2047 int64 words of it). */
 #define DDS_AGREE_RECORD_MAX 16376
 DDS_API int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag,
                                   const void *rec, size_t len, int *frank_p,
