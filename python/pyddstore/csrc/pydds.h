@@ -257,8 +257,9 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 /* Destroy the communicator if it was not handed to a store. */
 void pydds_comm_res_cleanup(pydds_comm_res_t *res);
 
-/* pydds_filecomm.c: obj's own communicator and lock when obj is a
- * pyddstore.FileComm (1; 0 for any other object, or -1... never). */
+/* pydds_filecomm.c: 1 and obj's own communicator and lock when obj is a
+ * pyddstore.FileComm; else 0 (with RuntimeError set for a FileComm that
+ * was never initialised). */
 int pydds_filecomm_comm(PyObject *obj, dds_comm_t **comm_p, PyThread_type_lock *lock_p);
 /* pydds_coll.c: Collective, wire_encode/decode/gather, comm_capsule. */
 int pydds_coll_ready(PyObject *module);
