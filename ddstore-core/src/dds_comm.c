@@ -137,14 +137,114 @@ static void name_self(const dds_comm_t *comm, int rc)
               text[0] != '\0' ? text : dds_strerror(rc));
 }
 
-/* Success path: one allreduce(MIN) of three int64: one encoding (rank,
- * code) of every failing rank (INT64_MAX for success), so the lowest failing
- * rank wins, and the call's tag and its negation (mismatch check).
- * Failure path only: a second allreduce(MIN) of 64 int64 words where the
- * winning rank contributes its detail text and every other rank INT64_MAX,
- * which carries the text to every rank without any memory that grows with
- * the number of ranks. */
 static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named);
+
+/* The protocol (dds_comm_agree_record).  Success path: one
+ * allreduce(MIN) of three int64: one encoding (rank, code) of every failing
+ * rank (INT64_MAX for success), so the lowest failing rank wins, and the
+ * call's tag and its negation (mismatch check).  Failure path only: an
+ * allreduce(MIN) of one word, the winning rank's record length (every other
+ * rank INT64_MAX), then one of ceil(length / 8) words where the winner
+ * contributes its record and every other rank INT64_MAX, which carries the
+ * record to every rank without any memory that grows with the number of
+ * ranks. */
+static int agree_args(const dds_comm_t *comm, int64_t tag)
+{
+    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if (tag < 0)
+        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
+    return 0;
+}
+
+int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag, const void *rec,
+                          size_t len, int *frank_p, void **rec_p, size_t *len_p)
+{
+    int64_t first[3], words[1 + DDS_AGREE_RECORD_MAX / 8];
+    size_t nwords;
+    int xrc, frank, fcode;
+
+    if (frank_p != NULL)
+        *frank_p = -1;
+    if (rec_p != NULL)
+        *rec_p = NULL;
+    if (len_p != NULL)
+        *len_p = 0;
+    if ((xrc = agree_args(comm, tag)) != 0)
+        return xrc;
+    if (rc > 0)
+        rc = -rc;
+    if (rc == 0 || rec == NULL)
+        len = 0;
+    if (len > DDS_AGREE_RECORD_MAX)
+        len = DDS_AGREE_RECORD_MAX;
+    if (comm->size <= 1) {
+        if (rc == 0)
+            return 0;
+        frank = 0;
+        fcode = rc;
+        if (len > 0)
+            memcpy(words + 1, rec, len);
+        words[0] = (int64_t)len;
+        goto winner;
+    }
+
+    first[0] = rc == 0 ? INT64_MAX
+                       : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
+    first[1] = tag;
+    first[2] = -tag;
+    xrc = comm->ops->allreduce_i64(comm->ctx, first, 3, DDS_REDUCE_MIN);
+    if (xrc != 0)
+        return xrc > 0 ? -xrc : xrc;
+    if (first[1] != -first[2])
+        return dds_error(-DDS_ETIMEDOUT,
+                         "collective mismatch: the ranks are in different "
+                         "collective calls (tags %lld .. %lld, this rank "
+                         "%lld): a rank skipped, added or reordered a "
+                         "collective call, so the ranks are out of step",
+                         (long long)first[1], (long long)-first[2],
+                         (long long)tag);
+    if (first[0] == INT64_MAX)
+        return 0;
+    frank = (int)(first[0] >> 32);
+    fcode = -(int)(uint32_t)(first[0] & 0xffffffffu);
+    /* the winner's record length, then the record */
+    words[0] = comm->rank == frank ? (int64_t)len : INT64_MAX;
+    xrc = comm->ops->allreduce_i64(comm->ctx, words, 1, DDS_REDUCE_MIN);
+    if (xrc != 0 || words[0] < 0 || words[0] > DDS_AGREE_RECORD_MAX) {
+        words[0] = 0; /* the record is lost: the code and rank still agree */
+        goto winner;
+    }
+    len = (size_t)words[0];
+    nwords = (len + 7) / 8;
+    if (comm->rank == frank) {
+        memset(words + 1, 0, nwords * sizeof(int64_t));
+        if (len > 0)
+            memcpy(words + 1, rec, len);
+    } else {
+        for (size_t i = 1; i <= nwords; i++)
+            words[i] = INT64_MAX;
+    }
+    if (nwords > 0) {
+        xrc = comm->ops->allreduce_i64(comm->ctx, words + 1, nwords, DDS_REDUCE_MIN);
+        if (xrc != 0)
+            words[0] = 0;
+    }
+winner:
+    if (frank_p != NULL)
+        *frank_p = frank;
+    if (rec_p != NULL) {
+        char *copy = malloc((size_t)words[0] + 1);
+        if (copy != NULL) {
+            memcpy(copy, words + 1, (size_t)words[0]);
+            copy[words[0]] = '\0';
+            *rec_p = copy;
+            if (len_p != NULL)
+                *len_p = (size_t)words[0];
+        }
+    }
+    return fcode;
+}
 
 int dds_comm_agree(const dds_comm_t *comm, int rc)
 {
@@ -161,81 +261,50 @@ int dds_comm_agree_named(const dds_comm_t *comm, int rc)
     return agree(comm, rc, 0, 1);
 }
 
+/* The store's agreement: the record is the failing rank's dds_last_error()
+ * (at most 511 bytes, as always). */
 static int agree(const dds_comm_t *comm, int rc, int64_t tag, int named)
 {
-    int64_t key, words[AGREE_WORDS], first[3];
-    int xrc, frank, fcode;
+    char text[AGREE_WORDS * 8];
+    void *rec = NULL;
+    size_t len = 0;
+    int xrc, frank = -1;
 
-    if (comm == NULL || comm->ops == NULL || comm->ops->allreduce_i64 == NULL)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: invalid communicator");
+    if ((xrc = agree_args(comm, tag)) != 0)
+        return xrc;
     if (rc > 0)
         rc = -rc;
-    if (tag < 0)
-        return dds_error(-DDS_EINVAL, "dds_comm_agree: negative tag");
     if (comm->size <= 1) {
         if (rc != 0 && named)
             name_self(comm, rc);
         return rc;
     }
-
-    /* MIN of (key, tag, -tag): the lowest failing rank, and the smallest
-     * and largest tag */
-    first[0] = rc == 0 ? INT64_MAX
-                       : ((int64_t)comm->rank << 32) | (int64_t)(uint32_t)(-rc);
-    first[1] = tag;
-    first[2] = -tag;
-    xrc = comm->ops->allreduce_i64(comm->ctx, first, 3, DDS_REDUCE_MIN);
-    if (xrc != 0)
-        goto exchange_failed;
-    if (first[1] != -first[2])
-        return dds_error(-DDS_ETIMEDOUT,
-                         "collective mismatch: the ranks are in different "
-                         "collective calls (tags %lld .. %lld, this rank "
-                         "%lld): a rank skipped, added or reordered a "
-                         "collective call, so the ranks are out of step",
-                         (long long)first[1], (long long)-first[2],
-                         (long long)tag);
-    key = first[0];
-    if (key == INT64_MAX)
-        return 0;
-    frank = (int)(key >> 32);
-    fcode = -(int)(uint32_t)(key & 0xffffffffu);
-
-    if (comm->rank == frank) {
-        char text[AGREE_WORDS * 8];
-        memset(text, 0, sizeof(text));
+    text[0] = '\0';
+    if (rc != 0)
         snprintf(text, sizeof(text), "%s", dds_last_error());
-        memcpy(words, text, sizeof(words));
-    } else {
-        for (int i = 0; i < AGREE_WORDS; i++)
-            words[i] = INT64_MAX;
+    xrc = dds_comm_agree_record(comm, rc, tag, text, strlen(text), &frank, &rec, &len);
+    if (xrc == 0)
+        return 0;
+    if (frank < 0)
+        goto exchange_failed;
+    if (comm->rank == frank) {
+        free(rec);
+        if (named)
+            name_self(comm, xrc);
+        return xrc;
     }
-    xrc = comm->ops->allreduce_i64(comm->ctx, words, AGREE_WORDS,
-                                   DDS_REDUCE_MIN);
-    if (comm->rank == frank && named)
-        name_self(comm, fcode);
-    if (comm->rank != frank) {
-        char text[AGREE_WORDS * 8];
-        if (xrc == 0) {
-            memcpy(text, words, sizeof(text));
-            text[sizeof(text) - 1] = '\0';
-        } else {
-            text[0] = '\0';
-        }
-        if (names_a_rank(text))
-            dds_error(fcode, "%s", text);
-        else
-            dds_error(fcode, "rank %d: %s", frank,
-                      text[0] != '\0' ? text : dds_strerror(fcode));
-    }
-    return fcode;
+    snprintf(text, sizeof(text), "%s", rec != NULL ? (const char *)rec : "");
+    free(rec);
+    if (names_a_rank(text))
+        dds_error(xrc, "%s", text);
+    else
+        dds_error(xrc, "rank %d: %s", frank, text[0] != '\0' ? text : dds_strerror(xrc));
+    return xrc;
 
 exchange_failed:
-    if (xrc > 0)
-        xrc = -xrc;
-    /* the communicator's message says it all: a timeout, or a setting
-     * agreed bad by the communicator's own first step ("rank R: ...", the
-     * same on every rank; FileComm) */
+    /* the communicator's message says it all: a timeout (or a collective
+     * mismatch), or a setting agreed bad by the communicator's own first
+     * step ("rank R: ...", the same on every rank; FileComm) */
     if (xrc == -DDS_ETIMEDOUT ||
         (xrc == -DDS_ECONFIG && names_a_rank(dds_last_error())))
         return xrc;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "ddstore/comm.h"
+#include "ddstore/wire.h"
 #include "ddstore/errors.h"
 #include "ddstore/store.h"
 #include "ddstore/transport.h"
@@ -141,21 +142,8 @@ static inline int fw_allreduce_i64(void *ctx, int64_t *inout, size_t n,
     fw_comm_ctx_t *c = ctx;
     int64_t *all = malloc((size_t)c->w->n * n * sizeof(int64_t) + 1);
     int rc = fw_exchange(c->w, c->rank, inout, n * sizeof(int64_t), all);
-    if (rc == 0) {
-        for (size_t i = 0; i < n; i++) {
-            int64_t acc = all[i];
-            for (int r = 1; r < c->w->n; r++) {
-                int64_t x = all[(size_t)r * n + i];
-                if (op == DDS_REDUCE_MIN)
-                    acc = x < acc ? x : acc;
-                else if (op == DDS_REDUCE_MAX)
-                    acc = x > acc ? x : acc;
-                else
-                    acc += x;
-            }
-            inout[i] = acc;
-        }
-    }
+    if (rc == 0)
+        dds_reduce_i64(all, c->w->n, n, op, inout);
     free(all);
     return rc;
 }

@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "ddstore/comm_provider.h"
 #include "ddstore/errors.h"
 #include "ddstore/exc.h"
 #include "ddstore/log.h"
@@ -69,10 +68,6 @@ public:
 private:
     ddstore_pin_t *pin_ = nullptr;
 };
-
-// A capsule for a Python communicator object (comm.cpp): the value of its
-// `_dds_comm` attribute, which PyDDStore(comm) accepts.
-py::object comm_capsule(py::object obj);
 
 // Where GPU tensors live, set from Python (torch.version.hip) at import.
 void set_gpu_kind(int kind);

@@ -71,10 +71,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "offsets (n+1 prefix sums), batch (sample of every element row)); values "
           "allocated for `guess` element rows first (-1: sizes first) and reallocated "
           "on DDS_ENOSPC.  Releases the GIL for the reads.");
-    m.def("comm_capsule", &dt::comm_capsule, py::arg("comm"),
-          "A pyddstore communicator capsule (for a `_dds_comm` attribute) over a "
-          "Python object with rank, size, allgather_bytes(bytes) -> bytes and "
-          "barrier(); used for torch.distributed groups.");
     m.def("register_recv", &dt::register_recv, py::arg("store"), py::arg("buf"),
           py::arg("stream") = 0,
           "Register a tensor as a read destination (reads into it or any slice of "

@@ -96,17 +96,22 @@ def test_wire_refuses_deep_nesting_and_foreign_bytes(tmp_path):
 
 def test_gather_never_unpickles_a_peer(tmp_path):
     """What a peer (or a file posing as one) sends is decoded, never
-    unpickled: a pickle payload is an error naming the rank, on every rank."""
+    unpickled: a pickle payload is an error naming the rank, on every rank
+    (the gathered messages' decoding of _core.Collective.allgather)."""
     marker = tmp_path / "pwned"
-
-    class FakeComm:
-        size = 2
-
-    def gather(data):
-        return [data, pickle.dumps(_Evil(marker))]
+    parts = [tcomm.wire_encode(("x",)), pickle.dumps(_Evil(marker))]
     with pytest.raises(pyddstore.DDStoreError, match="message of rank 1 is not valid"):
-        tcomm._gather_objects(FakeComm(), ("x",), "allgather", gather)
+        pyddstore._core.wire_gather(parts, "allgather")
     assert not marker.exists()
+    # a rank that could not encode: TypeError naming it, on every rank
+    with pytest.raises(TypeError, match=r"rank 1 \(allgather\): cannot"):
+        pyddstore._core.wire_gather([parts[0], _error_message("cannot")], "allgather")
+
+
+def _error_message(text):
+    """A wire message saying the sender could not encode its value."""
+    b = text.encode()
+    return b"DDW1E" + len(b).to_bytes(4, "little") + b
 
 
 _GATHER = """
@@ -134,6 +139,39 @@ def test_type_error_on_every_rank_over_filecomm(tmp_path):
         assert f"ok {r}" in out
     assert "TypeError: rank 1 (allgather)" in res[0][1] and "float" in res[0][1]
     assert "TypeError: allgather: a builtins.float" in res[1][1]
+
+
+_AGREE = """
+    import pyddstore
+    from pyddstore.torch.comm import Comm, agree, run_agreed
+    fc = pyddstore.FileComm(%r, ns="agree", timeout=60)
+    c = Comm("file", fc, fc.rank, fc.size, fc)
+    agree(c, None, "nothing")                       # every rank passed
+    def step():
+        if fc.rank >= 1:                            # ranks 1 and 2 fail: rank 1 wins
+            raise KeyError("x" * 20000 if fc.rank == 1 else "two")
+    try:
+        run_agreed(c, step, "step")
+    except KeyError as e:
+        print("KeyError:", len(str(e)), str(e)[:40])
+    else:
+        raise AssertionError("no KeyError")
+    assert c.allgather(fc.rank) == list(range(fc.size))   # still in step
+    print("ok", fc.rank)
+"""
+
+
+def test_agreement_over_filecomm(tmp_path):
+    """core's agreement (dds_comm_agree_record) under the Python layer's
+    agree(): the lowest failing rank's exception type and message reach
+    every rank (a long message cut, never lost), the ranks stay in step."""
+    res = spawn_plain(PKG, 3, _AGREE % str(tmp_path / "fc"))
+    for r, (rc, out, err) in enumerate(res):
+        assert rc == 0, f"rank {r}: {out}\n{err}"
+        assert f"ok {r}" in out
+    assert "KeyError: " in res[0][1] and "rank 1 (step): 'xxxx" in res[0][1], res[0][1]
+    assert "KeyError: 5 'two'" in res[2][1]              # a failing rank: its own
+    assert "KeyError: 20002 'xxxx" in res[1][1]          # its own, whole
 
 
 # -- meta.json ---------------------------------------------------------------------

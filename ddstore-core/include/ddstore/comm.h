@@ -65,6 +65,24 @@ DDS_API int dds_comm_agree_tag(const dds_comm_t *comm, int rc, int64_t tag);
  * has the bad value must be named on every rank. */
 DDS_API int dds_comm_agree_named(const dds_comm_t *comm, int rc);
 
+/* The agreement protocol behind the three calls above, for any record:
+ * every rank passes its status, 0 (rec ignored) or a negative code with a
+ * record of `len` bytes (the store's: its dds_last_error() text;
+ * pyddstore's Python layer: a wire message naming an exception,
+ * ddstore/wire.h; at most DDS_AGREE_RECORD_MAX bytes, the rest is cut).
+ * Returns 0 on every rank when all passed; else on every rank the code of
+ * the lowest failing rank, its rank in *frank_p and a copy of its record in
+ * *rec_p / *len_p (malloc'ed and NUL-terminated, the caller frees; NULL
+ * when the record could not be carried).  When the exchange itself fails
+ * (or the tags differ: "collective mismatch", -DDS_ETIMEDOUT) its error is
+ * returned with *frank_p = -1.  tag: as dds_comm_agree_tag.  One allreduce
+ * of three int64 on success (as dds_comm_agree), two more on failure (the
+ * record's length, then at most 2047 int64 words of it). */
+#define DDS_AGREE_RECORD_MAX 16376
+DDS_API int dds_comm_agree_record(const dds_comm_t *comm, int rc, int64_t tag,
+                                  const void *rec, size_t len, int *frank_p,
+                                  void **rec_p, size_t *len_p);
+
 /* How long a collective may wait for the other ranks:
  * DDSTORE_COLLECTIVE_TIMEOUT_S (seconds, > 0; "inf" = no limit; default
  * 1800).  Implementations of this interface (MPI, FileComm, torch) read it

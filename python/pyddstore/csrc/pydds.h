@@ -273,6 +273,13 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
 /* Destroy the communicator if it was not handed to a store. */
 void pydds_comm_res_cleanup(pydds_comm_res_t *res);
 
+/* pydds_filecomm.c: 1 and obj's own communicator and lock when obj is a
+ * pyddstore.FileComm; else 0 (with RuntimeError set for a FileComm that
+ * was never initialised). */
+int pydds_filecomm_comm(PyObject *obj, dds_comm_t **comm_p, PyThread_type_lock *lock_p);
+/* pydds_coll.c: Collective, wire_encode/decode/gather, comm_capsule. */
+int pydds_coll_ready(PyObject *module);
+
 /* Keep `ref` alive until variable `name` is freed (free(), destroy). */
 int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref);
 

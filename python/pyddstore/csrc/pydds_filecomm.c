@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "ddstore/comm_file.h"
+#include "ddstore/wire.h"
 
 typedef struct {
     PyObject_HEAD
@@ -31,6 +32,8 @@ typedef struct {
     pid_t pid;
     PyThread_type_lock lock; /* one collective at a time on `comm` */
 } pydds_filecomm_obj;
+
+static PyTypeObject pydds_FileCommType;
 
 static int filecomm_provider_create(void *arg, dds_comm_t *comm_p)
 {
@@ -182,9 +185,8 @@ static PyObject *filecomm_allgather_bytes(pydds_filecomm_obj *self,
                                           PyObject *arg)
 {
     Py_buffer view;
-    int64_t len, *lens = NULL;
-    char *send = NULL, *recv = NULL;
-    size_t maxlen = 0, nr;
+    size_t *lens, at = 0;
+    void *recv = NULL;
     PyObject *out = NULL;
     int rc;
 
@@ -192,39 +194,14 @@ static PyObject *filecomm_allgather_bytes(pydds_filecomm_obj *self,
         return NULL;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    nr = (size_t)self->comm.size;
-    len = (int64_t)view.len;
-    lens = PyMem_RawMalloc(nr * sizeof(int64_t));
+    lens = PyMem_RawCalloc((size_t)self->comm.size, sizeof *lens);
     if (lens == NULL) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
-    /* Two steps: the lengths, then every payload padded to the longest. */
     Py_BEGIN_ALLOW_THREADS
     PyThread_acquire_lock(self->lock, WAIT_LOCK);
-    rc = self->comm.ops->allgather(self->comm.ctx, &len, sizeof len, lens);
-    if (rc == 0) {
-        for (size_t i = 0; i < nr; i++)
-            if ((size_t)lens[i] > maxlen)
-                maxlen = (size_t)lens[i];
-        send = calloc(1, maxlen ? maxlen : 1);
-        recv = maxlen ? malloc(maxlen * nr) : NULL;
-        if (send == NULL || (maxlen && recv == NULL)) {
-            rc = dds_error(-DDS_ENOMEM, "FileComm.allgather_bytes: out of "
-                                        "memory for %zu x %zu bytes",
-                           nr, maxlen);
-            /* still take part, so the peers do not wait for us */
-            free(send);
-            free(recv);
-            send = recv = NULL;
-            (void)self->comm.ops->barrier(self->comm.ctx);
-        } else {
-            if (view.len)
-                memcpy(send, view.buf, (size_t)view.len);
-            rc = self->comm.ops->allgather(self->comm.ctx, send, maxlen,
-                                           recv);
-        }
-    }
+    rc = dds_comm_allgatherv(&self->comm, view.buf, (size_t)view.len, &recv, lens);
     PyThread_release_lock(self->lock);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
@@ -232,23 +209,33 @@ static PyObject *filecomm_allgather_bytes(pydds_filecomm_obj *self,
         pydds_raise(rc);
         goto out;
     }
-    out = PyList_New((Py_ssize_t)nr);
-    if (out == NULL)
-        goto out;
-    for (size_t i = 0; i < nr; i++) {
-        PyObject *b = PyBytes_FromStringAndSize(recv ? recv + i * maxlen : "",
+    out = PyList_New(self->comm.size);
+    for (int i = 0; out != NULL && i < self->comm.size; at += lens[i], i++) {
+        PyObject *b = PyBytes_FromStringAndSize(recv ? (char *)recv + at : "",
                                                 (Py_ssize_t)lens[i]);
-        if (b == NULL) {
+        if (b == NULL)
             Py_CLEAR(out);
-            goto out;
-        }
-        PyList_SET_ITEM(out, (Py_ssize_t)i, b);
+        else
+            PyList_SET_ITEM(out, i, b);
     }
 out:
     PyMem_RawFree(lens);
-    free(send);
     free(recv);
     return out;
+}
+
+/* obj's own communicator and lock when obj is a FileComm (1), else 0. */
+int pydds_filecomm_comm(PyObject *obj, dds_comm_t **comm_p, PyThread_type_lock *lock_p)
+{
+    pydds_filecomm_obj *self;
+    if (!PyObject_TypeCheck(obj, &pydds_FileCommType))
+        return 0;
+    self = (pydds_filecomm_obj *)obj;
+    if (check_ready(self) < 0)
+        return 0;
+    *comm_p = &self->comm;
+    *lock_p = self->lock;
+    return 1;
 }
 
 static PyObject *filecomm_get_rank(pydds_filecomm_obj *self, void *c)

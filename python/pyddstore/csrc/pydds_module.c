@@ -319,7 +319,7 @@ PyMODINIT_FUNC PyInit__core(void)
     if (add_exceptions(m) < 0)
         goto fail;
     if (pydds_store_type_ready(m) < 0 || pydds_reader_type_ready(m) < 0 ||
-        pydds_filecomm_type_ready(m) < 0)
+        pydds_filecomm_type_ready(m) < 0 || pydds_coll_ready(m) < 0)
         goto fail;
 #ifdef HAVE_MPI
     if (PyModule_AddObject(m, "HAVE_MPI", Py_NewRef(Py_True)) < 0)

@@ -25,19 +25,21 @@ object collectives it needs (``allgather``, ``barrier``, ``split``) and the
 object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
 of the Python layer fails on every rank together.
 
-What ``Comm.allgather`` carries travels as tagged JSON (:func:`wire_encode` /
-:func:`wire_decode`), never as pickle: over a FileComm the bytes come from
-files in a shared directory, and unpickling them would run whatever code a
-planted file holds.  The codec round-trips exactly None, bool, int, str and
-tuples / lists / dicts of them (dict keys: str, int, bool, None or tuples of
-those) and refuses anything else with a TypeError at the sender (on every
-rank: the collective still completes).
+The collectives themselves are C (``pyddstore._core.Collective``, over
+ddstore-core's wire codec and agreement protocol, ``ddstore/wire.h``): this
+module only supplies byte movers (an mpi4py communicator, a
+torch.distributed group: fixed-size allgather and barrier, each bounded by
+DDSTORE_COLLECTIVE_TIMEOUT_S) and builds Python exceptions.  What
+``Comm.allgather`` carries is never pickled: over a FileComm the bytes come
+from files in a shared directory.  None, bool, int, str and tuples / lists
+/ dicts of them (dict keys: str, int, bool, None or tuples of those) round
+trip exactly; anything else is a TypeError at the sender, on every rank.
 """
 
 import builtins
-import json
 
 import pyddstore
+from pyddstore import _core
 
 from . import env
 
@@ -61,150 +63,24 @@ def _is_filecomm(obj):
     return fc is not None and isinstance(obj, fc)
 
 
-# -- the wire format of the Python layer's collectives ------------------------
-
-_WIRE_VERSION = 1
-_WIRE_MAX_DEPTH = 64
-
-
-def _wire_tree(obj, depth, where):
-    """obj as a JSON tree: None/bool/int/str as themselves, containers as
-    arrays tagged by their first element ("t" tuple, "l" list, "d" dict of
-    [key, value] pairs).  Exact types only (a subclass would not come back
-    as itself)."""
-    if depth > _WIRE_MAX_DEPTH:
-        raise TypeError(f"{where}: nested deeper than {_WIRE_MAX_DEPTH} levels")
-    t = type(obj)
-    if obj is None or t is bool or t is int or t is str:
-        return obj
-    if t is tuple or t is list:
-        return ["t" if t is tuple else "l"] + [
-            _wire_tree(x, depth + 1, f"{where}[{i}]") for i, x in enumerate(obj)]
-    if t is dict:
-        out = ["d"]
-        for k, v in obj.items():
-            _wire_key_check(k, f"{where} key {k!r}")
-            out.append([_wire_tree(k, depth + 1, f"{where} key"),
-                        _wire_tree(v, depth + 1, f"{where}[{k!r}]")])
-        return out
-    raise TypeError(f"{where}: a {t.__module__}.{t.__qualname__} cannot be sent between "
-                    "ranks (only None, bool, int, str and tuples, lists and dicts of them)")
-
-
-def _wire_key_check(k, where):
-    t = type(k)
-    if k is None or t is bool or t is int or t is str:
-        return
-    if t is tuple:
-        for x in k:
-            _wire_key_check(x, where)
-        return
-    raise TypeError(f"{where}: a dict key of type {t.__module__}.{t.__qualname__} cannot be "
-                    "sent between ranks (only str, int, bool, None and tuples of them)")
-
-
-def wire_encode(obj, what="allgather"):
-    """bytes for `obj`; TypeError naming what cannot be sent."""
-    tree = _wire_tree(obj, 0, what)
-    return json.dumps({"v": _WIRE_VERSION, "ok": tree}, separators=(",", ":"),
-                      ensure_ascii=True, allow_nan=False).encode("ascii")
-
-
-def _wire_error(msg):
-    return json.dumps({"v": _WIRE_VERSION, "err": str(msg)}, ensure_ascii=True).encode("ascii")
-
-
-def _wire_untree(x, depth):
-    if depth > _WIRE_MAX_DEPTH:
-        raise ValueError(f"nested deeper than {_WIRE_MAX_DEPTH} levels")
-    t = type(x)
-    if x is None or t is bool or t is int or t is str:
-        return x
-    if t is list and x and type(x[0]) is str:
-        tag, items = x[0], x[1:]
-        if tag == "t":
-            return tuple(_wire_untree(y, depth + 1) for y in items)
-        if tag == "l":
-            return [_wire_untree(y, depth + 1) for y in items]
-        if tag == "d":
-            out = {}
-            for pair in items:
-                if type(pair) is not list or len(pair) != 2:
-                    raise ValueError("a dict entry is not a [key, value] pair")
-                k = _wire_untree(pair[0], depth + 1)
-                _wire_key_check(k, "dict key")
-                out[k] = _wire_untree(pair[1], depth + 1)
-            return out
-        raise ValueError(f"unknown container tag {tag!r}")
-    raise ValueError(f"unexpected JSON value of type {t.__name__}")
-
-
-def _reject_constant(c):
-    raise ValueError(f"non-finite number {c}")
-
-
-def wire_decode(data):
-    """(True, obj) or (False, error message of the sender); ValueError when
-    `data` is not a message of this format (nothing but the documented types
-    is ever built from it)."""
-    try:
-        top = json.loads(bytes(data).decode("ascii"), parse_float=_reject_float,
-                         parse_constant=_reject_constant)
-        if type(top) is not dict or top.get("v") != _WIRE_VERSION or \
-                set(top) not in ({"v", "ok"}, {"v", "err"}):
-            raise ValueError("not a pyddstore wire message of version "
-                             f"{_WIRE_VERSION}")
-        if "err" in top:
-            if type(top["err"]) is not str:
-                raise ValueError("error message is not a string")
-            return False, top["err"]
-        return True, _wire_untree(top["ok"], 0)
-    except RecursionError:
-        raise ValueError(f"nested deeper than {_WIRE_MAX_DEPTH} levels") from None
-    except (UnicodeDecodeError, TypeError) as e:
-        raise ValueError(str(e)) from None
-
-
-def _reject_float(s):
-    raise ValueError(f"a float ({s}) is not part of the format")
-
-
-def _gather_objects(comm, obj, what, gather_bytes):
-    """The object allgather over a bytes allgather: every rank's `obj` in
-    rank order.  A rank whose `obj` cannot be encoded still takes part
-    (sending its error), so every rank raises the TypeError together."""
-    try:
-        data, mine = wire_encode(obj, what), None
-    except TypeError as e:
-        data, mine = _wire_error(e), e
-    parts = gather_bytes(data)
-    if len(parts) != comm.size:
-        raise RuntimeError(f"{what}: got {len(parts)} parts for {comm.size} ranks")
-    out, first_err = [], None
-    for r, p in enumerate(parts):
-        try:
-            ok, val = wire_decode(p)
-        except ValueError as e:
-            raise pyddstore.DDStoreError(
-                f"{what}: the message of rank {r} is not valid ({e})") from None
-        if not ok and first_err is None:
-            first_err = (r, val)
-        out.append(val)
-    if mine is not None:
-        raise mine
-    if first_err is not None:
-        raise TypeError(f"rank {first_err[0]} ({what}): {first_err[1]}")
-    return out
+# The wire codec (C, ddstore/wire.h): bytes for a value (TypeError naming
+# what cannot be sent) and (True, value) / (False, the sender's error) back
+# (ValueError for bytes that are not a message of the format).
+wire_encode = _core.wire_encode
+wire_decode = _core.wire_decode
 
 
 class TorchComm:
     """A torch.distributed group as a ddstore communicator.
 
     ``PyDDStore(TorchComm(group))`` runs the store's collectives (address
-    exchange, error agreement) through the group's ``all_gather_object`` /
-    ``barrier`` via the ``_dds_comm`` capsule of the torch extension.  With
-    NCCL/RCCL call ``torch.cuda.set_device()`` first.
+    exchange, error agreement) through the group: torch.distributed only
+    moves bytes (``allgather_bytes``, ``barrier``), the protocol is core's
+    (``_core.comm_capsule``).  With NCCL/RCCL call
+    ``torch.cuda.set_device()`` first.
     """
+
+    name = "torch.distributed"
 
     def __init__(self, group=None):
         import torch.distributed as dist
@@ -222,16 +98,7 @@ class TorchComm:
     def _dds_comm(self):
         # A fresh capsule per access: it references self, and self must not
         # hold it (capsules are not garbage-collected).
-        from ._ext import ext
-        return ext.comm_capsule(self)
-
-    # -- collectives, each bounded by DDSTORE_COLLECTIVE_TIMEOUT_S ---------------
-    def _device(self):
-        import torch
-        import torch.distributed as dist
-        if dist.get_backend(self.group) == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        return _core.comm_capsule(self)
 
     def _wait(self, work, what):
         import datetime
@@ -249,30 +116,35 @@ class TorchComm:
 
     def allgather(self, obj):
         """Every rank's `obj`, in rank order (None, bool, int, str and
-        tuples / lists / dicts of them: see wire_encode)."""
-        return _gather_objects(self, obj, "allgather",
-                               lambda b: self._allgather_parts(b, "allgather"))
-
-    def _allgather_parts(self, data, what):
-        import torch
-        import torch.distributed as dist
-        _check_in_step(self, what)
-        dev = self._device()
-        n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
-        lens = [torch.zeros_like(n) for _ in range(self.size)]
-        self._wait(dist.all_gather(lens, n, group=self.group, async_op=True), what)
-        lens = [int(t.item()) for t in lens]
-        longest = max(lens)
-        buf = torch.zeros(max(longest, 1), dtype=torch.uint8)
-        if data:
-            buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        buf = buf.to(dev)
-        outs = [torch.empty_like(buf) for _ in range(self.size)]
-        self._wait(dist.all_gather(outs, buf, group=self.group, async_op=True), what)
-        return [bytes(o[:k].cpu().numpy().tobytes()) for o, k in zip(outs, lens)]
+        tuples / lists / dicts of them)."""
+        return _core.Collective(self).allgather(obj, "allgather")
 
     def allgather_bytes(self, data):
-        return b"".join(self._allgather_parts(bytes(data), "allgather"))
+        """Every rank's `data` (the same length on every rank) joined in
+        rank order: the byte mover under core's collectives.  Two steps, the
+        lengths first: ranks in different collectives fail (a "collective
+        mismatch"), and a late rank cannot complete a collective the others
+        gave up (gloo finishes an abandoned step when the peer comes: the
+        second finds none, and times out)."""
+        import torch
+        import torch.distributed as dist
+        _check_in_step(self, "allgather")
+        dev = torch.device("cpu")
+        if dist.get_backend(self.group) == "nccl":
+            dev = torch.device("cuda", torch.cuda.current_device())
+        n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
+        lens = [torch.empty_like(n) for _ in range(self.size)]
+        self._wait(dist.all_gather(lens, n, group=self.group, async_op=True), "allgather")
+        lens = [int(t.item()) for t in lens]
+        if any(k != len(data) for k in lens):
+            raise pyddstore.DDStoreError(f"allgather: collective mismatch: the ranks send {lens} "
+                                         "bytes (they are in different collective calls)")
+        if not data:
+            return b""
+        buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
+        outs = [torch.empty_like(buf) for _ in range(self.size)]
+        self._wait(dist.all_gather(outs, buf, group=self.group, async_op=True), "allgather")
+        return b"".join(o.cpu().numpy().tobytes() for o in outs)
 
     def barrier(self):
         import torch.distributed as dist
@@ -286,6 +158,31 @@ class TorchComm:
         return list(dist.get_process_group_ranks(self.group))
 
 
+class _MpiBytes:
+    """An mpi4py communicator as a byte mover for ``_core.Collective``:
+    fixed-size allgather and barrier with nonblocking MPI, polled within
+    DDSTORE_COLLECTIVE_TIMEOUT_S."""
+
+    name = "MPI"
+
+    def __init__(self, comm):
+        self.comm, self.rank, self.size = comm, comm.Get_rank(), comm.Get_size()
+
+    def allgather_bytes(self, data):
+        import numpy as np
+        from mpi4py import MPI
+        _check_in_step(self, "allgather")
+        send = np.frombuffer(bytes(data), dtype=np.uint8)
+        out = np.empty(send.size * self.size, dtype=np.uint8)
+        _mpi_wait(self, self.comm.Iallgather([send, MPI.BYTE], [out, MPI.BYTE]), "allgather",
+                  (send, out))
+        return out.tobytes()
+
+    def barrier(self):
+        _check_in_step(self, "barrier")
+        _mpi_wait(self, self.comm.Ibarrier(), "barrier")
+
+
 class Comm:
     """What the Python layer needs from a communicator."""
 
@@ -297,42 +194,34 @@ class Comm:
         self.store_comm = store_comm  # what PyDDStore(comm_or_none) gets
         self.handshake_dir = handshake_dir
         self.ns = ns
+        self._coll = None
 
     def __repr__(self):
         return f"Comm({self.kind}, rank {self.rank} of {self.size})"
 
     # -- collectives ---------------------------------------------------------
-    # Each is bounded by DDSTORE_COLLECTIVE_TIMEOUT_S: when not every rank
-    # enters it in time, the ranks that did raise DDStoreError, and this
-    # Comm refuses every later collective (the ranks are out of step).
+    # C (_core.Collective) over the FileComm or a byte mover.  Each is bounded
+    # by DDSTORE_COLLECTIVE_TIMEOUT_S: when not every rank enters it in time,
+    # the ranks that did raise DDStoreError, and every later collective is
+    # refused (the ranks are out of step).
+    def collective(self):
+        if self._coll is None:
+            self._coll = _core.Collective(_MpiBytes(self.obj) if self.kind == "mpi"
+                                          else self.obj)
+        return self._coll
+
     def allgather(self, obj, what="allgather"):
         """Every rank's `obj`, in rank order.  `obj`: None, bool, int, str,
-        or tuples / lists / dicts of them (see wire_encode); anything else is
-        a TypeError on every rank."""
+        or tuples / lists / dicts of them; anything else is a TypeError on
+        every rank."""
         if self.size == 1:
             wire_encode(obj, what)      # the same TypeError as with more ranks
             return [obj]
-        _check_in_step(self, what)
-        if self.kind == "mpi":
-            return _gather_objects(self, obj, what, lambda b: _mpi_allgather(self, b, what))
-        if self.kind == "torch":
-            return _gather_objects(self, obj, what,
-                                   lambda b: self.obj._allgather_parts(b, what))
-        return _gather_objects(self, obj, what,
-                               lambda b: _file_allgather(self.obj, b, self.size))
+        return self.collective().allgather(obj, what)
 
     def barrier(self, what="barrier"):
-        if self.size == 1:
-            return
-        _check_in_step(self, what)
-        if self.kind == "mpi":
-            _mpi_wait(self, self.obj.Ibarrier(), what)
-        elif self.kind == "torch":
-            self.obj.barrier()
-        elif hasattr(self.obj, "barrier"):
-            self.obj.barrier()
-        else:
-            self.allgather(None, what)
+        if self.size > 1:
+            self.collective().barrier(what)
 
     def split(self, width):
         """Groups of `width` consecutive ranks (the last may be smaller)."""
@@ -417,41 +306,6 @@ def _mpi_wait(comm, req, what, keep=()):
         if waited > 0.002:
             pause = min(max(pause * 2, 2e-5), 1e-3)
             time.sleep(pause)
-
-
-def _mpi_allgather(comm, payload, what):
-    """allgather of bytes (lengths may differ) with nonblocking MPI (bounded
-    wait): every rank's bytes in rank order."""
-    import numpy as np
-    from mpi4py import MPI
-    c = comm.obj
-    data = np.frombuffer(bytes(payload), dtype=np.uint8)
-    n = np.array([data.size], dtype=np.int64)
-    lens = np.zeros(comm.size, dtype=np.int64)
-    _mpi_wait(comm, c.Iallgather([n, MPI.INT64_T], [lens, MPI.INT64_T]), what, (n, lens))
-    counts = [int(k) for k in lens]
-    displs = [0] * comm.size
-    for i in range(1, comm.size):
-        displs[i] = displs[i - 1] + counts[i - 1]
-    out = np.empty(max(sum(counts), 1), dtype=np.uint8)
-    _mpi_wait(comm, c.Iallgatherv([data, MPI.BYTE], [out, (counts, displs), MPI.BYTE]), what,
-              (data, out))
-    return [out[d:d + k].tobytes() for d, k in zip(displs, counts)]
-
-
-def _file_allgather(fc, data, size):
-    """allgather of bytes over a pyddstore.FileComm: every rank's bytes in
-    rank order.  Never unpickled: the caller decodes them (wire_decode)."""
-    if hasattr(fc, "allgather_bytes"):
-        # FileComm.allgather_bytes(b) -> every rank's bytes in rank order
-        # (lengths may differ)
-        parts = fc.allgather_bytes(data)
-        if len(parts) != size:
-            raise RuntimeError(f"FileComm.allgather_bytes returned {len(parts)} parts "
-                               f"for {size} ranks")
-        return parts
-    raise TypeError(f"{type(fc).__name__} has no allgather_bytes(); cannot run Python "
-                    "collectives over it")
 
 
 def _make_filecomm(handshake_dir, rank, size, ns):
@@ -639,27 +493,32 @@ def agree(comm, exc, what=""):
     names the rank.  A BaseException that is not an Exception
     (KeyboardInterrupt, SystemExit, GeneratorExit, ...) is agreed like any
     other: the others raise RuntimeError naming it and the rank.  Returns
-    normally when every rank passed None."""
+    normally when every rank passed None.  The protocol is core's
+    (dds_comm_agree_record): one small exchange when every rank passed."""
+    info = None
     if exc is not None:
         cls = type(exc)
-        info = (cls.__module__, cls.__qualname__, str(exc))
+        info = (cls.__module__, cls.__qualname__, str(exc)[:3000])
+    if comm.size == 1:
+        failed = None if info is None else (0, info)
     else:
-        info = None
-    try:
-        infos = comm.allgather(info, f"error agreement ({what})" if what
-                               else "error agreement")
-    except BaseException:
-        if exc is not None:
-            raise exc   # the original error matters more than the agreement's
-        raise
-    failed = [(r, i) for r, i in enumerate(infos) if i is not None]
-    if not failed:
+        try:
+            failed = comm.collective().agree(info, f"error agreement ({what})" if what
+                                             else "error agreement")
+        except BaseException:
+            if exc is not None:
+                raise exc   # the original error matters more than the agreement's
+            raise
+    if failed is None:
         return
     if exc is not None:
         raise exc
-    r, (module, qualname, msg) = failed[0]
-    cls = _exception_class(module, qualname)
+    r, info = failed
     where = f"rank {r}" + (f" ({what})" if what else "")
+    if type(info) is not tuple or len(info) != 3:
+        raise RuntimeError(f"{where}: an error (its message did not reach this rank)")
+    module, qualname, msg = info
+    cls = _exception_class(module, qualname)
     if cls is None:
         raise RuntimeError(f"{where}: {qualname}" + (f": {msg}" if msg else ""))
     try:
