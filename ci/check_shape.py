@@ -45,8 +45,6 @@ NOT_PRODUCTION = ("test", "tests", "fuzz", "bench", "examples")
 # coordinator empties this list after merging their branches; a file listed
 # here is exempt from both rules (its size and the circles it is part of).
 ALLOWED = {
-    "ddstore-gpu/src/ddgpu_common.c",
-    "ddstore-core/src/dds_comm_file.c",
 }
 
 

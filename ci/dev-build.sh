@@ -23,7 +23,7 @@ OUT=${OUT:-python/pyddstore/_core$EXT}
 
 shopt -s nullglob
 pysrcs=(python/pyddstore/csrc/*.c)
-srcs=(libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c)
+srcs=(libddstore/src/*.c ddstore-core/src/*.c ddstore-gpu/src/ddgpu_common.c ddstore-gpu/src/ddgpu_stream.c ddstore-gpu/src/ddgpu_copy.c ddstore-gpu/src/ddgpu_staging.c ddstore-gpu/src/ddgpu_memsys.c)
 incs=(-Ipython/pyddstore/csrc -Ilibddstore/include -Iddstore-core/include -Iddstore-core/src -Iddstore-gpu/include -I"$PYINC")
 defs=(-DDDGPU_VERSION="\"$(tr -d ' \t\r\n' <ddstore-gpu/VERSION)\""
       -DDDSTORE_HUB_VERSION="\"$(tr -d ' \t\r\n' <libddstore/VERSION)\""

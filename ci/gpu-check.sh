@@ -280,11 +280,13 @@ build_backend() {
     local b=$1 d="$BUILD_DIR/$1" f o t
     backend_flags "$b"
     mkdir -p "$d"
-    for f in ddgpu_common "$BSRC"; do
+    # the API files (every src/*.c but the backends) and the backend
+    local api="ddgpu_common ddgpu_stream ddgpu_copy ddgpu_staging ddgpu_memsys"
+    for f in $api "$BSRC"; do
         "$CC" "${CFLAGS_COMMON[@]}" "${BFLAGS[@]}" -DDDGPU_VERSION="\"$VERSION\"" \
             -c "$ROOT/ddstore-gpu/src/$f.c" -o "$d/$f.o" || return 1
     done
-    rm -f "$d/libddgpu.a" && ar rcs "$d/libddgpu.a" "$d/ddgpu_common.o" "$d/$BSRC.o" || return 1
+    rm -f "$d/libddgpu.a" && ar rcs "$d/libddgpu.a" $(for f in $api; do echo "$d/$f.o"; done) "$d/$BSRC.o" || return 1
     for t in "$ROOT"/ddstore-gpu/test/*_test.c; do
         o="$d/$(basename "${t%.c}")"
         "$CC" "${CFLAGS_COMMON[@]}" -I"$ROOT/ddstore-gpu/src" -I"$ROOT/ddstore-core/test" \

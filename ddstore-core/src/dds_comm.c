@@ -10,6 +10,7 @@
 #include "ddstore/comm.h"
 #include "ddstore/config.h"
 #include "ddstore/errors.h"
+#include "ddstore/settings.h"
 
 /* ---- self ------------------------------------------------------------- */
 
@@ -59,8 +60,7 @@ int dds_comm_timeout_s(double *timeout_s_p)
     int rc;
     if (timeout_s_p == NULL)
         return dds_error(-DDS_EINVAL, "dds_comm_timeout_s: NULL output");
-    dds_config_register_core();
-    rc = dds_config_get_seconds("DDSTORE_COLLECTIVE_TIMEOUT_S", &t);
+    rc = dds_setting_collective_timeout_s(&t);
     if (rc != 0)
         return rc;
     *timeout_s_p = t;
@@ -73,8 +73,7 @@ int dds_comm_warn_s(double *warn_s_p)
     int rc;
     if (warn_s_p == NULL)
         return dds_error(-DDS_EINVAL, "dds_comm_warn_s: NULL output");
-    dds_config_register_core();
-    rc = dds_config_get_seconds("DDSTORE_COLLECTIVE_WARN_S", &t);
+    rc = dds_setting_collective_warn_s(&t);
     if (rc != 0)
         return rc;
     *warn_s_p = t;

@@ -318,8 +318,9 @@ static int timeout_error(fc_ctx_t *c, uint32_t op)
                      "(%s)%s%s",
                      c->path, op_name(op), (unsigned long long)c->seq,
                      c->timeout_s, nmiss, c->size, list,
-                     c->timeout_from_env ? "DDSTORE_COLLECTIVE_TIMEOUT_S"
-                                         : "FileComm timeout=",
+                     c->timeout_from_env
+                         ? dds_setting_entry_collective_timeout_s()->name
+                         : "FileComm timeout=",
                      c->skipped[0] ? "; last seen: " : "", c->skipped);
 }
 
@@ -673,9 +674,8 @@ static void remove_leftovers(const fc_ctx_t *c)
 }
 
 /* A SECONDS setting's default, for a rank whose value did not parse. */
-static double default_seconds(const char *name, double fallback)
+static double default_seconds(const dds_config_entry_t *e, double fallback)
 {
-    const dds_config_entry_t *e = dds_config_find(name);
     char *end;
     double v;
     if (e == NULL || e->defval == NULL)
@@ -721,7 +721,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
         if (rc < 0) {
             settings_rc = rc;
             snprintf(settings_why, sizeof settings_why, "%s", dds_last_error());
-            timeout_s = default_seconds("DDSTORE_COLLECTIVE_TIMEOUT_S", 1800);
+            timeout_s = default_seconds(dds_setting_entry_collective_timeout_s(), 1800);
         }
     }
     rc = dds_filecomm_settings_read(&set);
@@ -738,7 +738,7 @@ int dds_comm_file_create(const char *dir, int rank, int size, const char *ns,
             snprintf(settings_why, sizeof settings_why, "%s",
                      dds_last_error());
         }
-        warn_s = default_seconds("DDSTORE_COLLECTIVE_WARN_S", 60);
+        warn_s = default_seconds(dds_setting_entry_collective_warn_s(), 60);
     }
     if (settings_rc != 0 && size == 1)
         return dds_error(settings_rc, "%s", settings_why);

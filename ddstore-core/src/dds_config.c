@@ -530,6 +530,10 @@ int dds_config_validate_all(void)
 
 static const dds_config_entry_t core_table[] = {
     DDS_SETTINGS_TABLE(DDS_CORE_SETTINGS)};
+/* The Python layer's settings (settings.h): registered with core's, read
+ * by Python through the registry only. */
+static const dds_config_entry_t torch_table[] = {
+    DDS_SETTINGS_TABLE(DDS_TORCH_SETTINGS)};
 
 static pthread_once_t g_core_once = PTHREAD_ONCE_INIT;
 
@@ -537,6 +541,8 @@ static void register_core_once(void)
 {
     (void)dds_config_register(core_table,
                               sizeof(core_table) / sizeof(core_table[0]));
+    (void)dds_config_register(torch_table,
+                              sizeof(torch_table) / sizeof(torch_table[0]));
 }
 
 void dds_config_register_core(void)

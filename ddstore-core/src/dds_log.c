@@ -4,7 +4,8 @@
  * g_level[s] are emitted, -1 = subsystem off).  Before the environment has
  * been read the thresholds hold LEVEL_UNREAD, which is above every level, so
  * the first dds_log_enabled() call of any level takes the slow path once and
- * reads DDSTORE_LOG_LEVEL / DDSTORE_LOG_SUBSYS under pthread_once.  After
+ * reads DDSTORE_LOG_LEVEL / DDSTORE_LOG_SUBSYS (their typed accessors,
+ * settings.h) under pthread_once.  After
  * that, a disabled level costs one relaxed load and one compare.
  */
 #ifndef _GNU_SOURCE
@@ -22,6 +23,7 @@
 #include "dds_internal.h"
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
+#include "ddstore/settings.h"
 
 #define LEVEL_UNREAD 100
 #define LOG_LINE_MAX 1024
@@ -127,39 +129,43 @@ static void apply_thresholds(void)
                               memory_order_relaxed);
 }
 
+/* DDSTORE_LOG_LEVEL and DDSTORE_LOG_SUBSYS, read once at the first log
+ * call of the process through their declaration (settings.h; the
+ * registry's parse and rule, as everywhere else).  A bad value is logged
+ * once and the default kept: logging never fails a caller. */
 static void log_init_once(void)
 {
-    const char *lv = getenv("DDSTORE_LOG_LEVEL");
-    const char *ss = getenv("DDSTORE_LOG_SUBSYS");
+    const char *lv = NULL, *ss = NULL;
     int level = DDS_LOG_WARN;
     unsigned mask = (1u << DDS_SUBSYS_COUNT) - 1u;
-    int bad_level = 0, bad_subsys = 0;
+    char saved[512], bad_level[300] = "", bad_subsys[300] = "";
 
-    if (lv != NULL && lv[0] != '\0' && dds_log_parse_level(lv, &level) != 0) {
+    /* Reading may record an error detail; keep the caller's. */
+    snprintf(saved, sizeof(saved), "%s", dds_last_error());
+    if (dds_setting_log_level(&lv) != 0 ||
+        (lv != NULL && dds_log_parse_level(lv, &level) != 0)) {
         level = DDS_LOG_WARN;
-        bad_level = 1;
+        snprintf(bad_level, sizeof(bad_level), "%s", dds_last_error());
     }
-    if (ss != NULL && ss[0] != '\0') {
-        char saved[512];
-        /* Parsing may record an error detail; keep the caller's. */
-        snprintf(saved, sizeof(saved), "%s", dds_last_error());
-        if (dds_log_parse_subsys(ss, &mask) != 0) {
-            mask = (1u << DDS_SUBSYS_COUNT) - 1u;
-            bad_subsys = 1;
-        }
-        dds_error(0, "%s", saved);
+    if (dds_setting_log_subsys(&ss) != 0) {
+        snprintf(bad_subsys, sizeof(bad_subsys), "%s", dds_last_error());
+    } else if (ss != NULL && ss[0] != '\0' &&
+               dds_log_parse_subsys(ss, &mask) != 0) {
+        mask = (1u << DDS_SUBSYS_COUNT) - 1u;
+        snprintf(bad_subsys, sizeof(bad_subsys),
+                 "DDSTORE_LOG_SUBSYS='%s' is not a comma list of "
+                 "core,mpi,ofi,gpu,torch,py or all", ss);
     }
+    dds_error(0, "%s", saved);
     atomic_store_explicit(&g_base_level, level, memory_order_relaxed);
     atomic_store_explicit(&g_mask, mask, memory_order_relaxed);
     apply_thresholds();
-    if (bad_level)
-        dds_log_write(DDS_LOG_WARN, DDS_SUBSYS_CORE,
-                      "DDSTORE_LOG_LEVEL='%s' is not one of "
-                      "error|warn|info|debug|trace; using warn", lv);
-    if (bad_subsys)
-        dds_log_write(DDS_LOG_WARN, DDS_SUBSYS_CORE,
-                      "DDSTORE_LOG_SUBSYS='%s' is not a comma list of "
-                      "core,mpi,ofi,gpu,torch,py or all; using all", ss);
+    if (bad_level[0])
+        dds_log_write(DDS_LOG_WARN, DDS_SUBSYS_CORE, "%s; using warn",
+                      bad_level);
+    if (bad_subsys[0])
+        dds_log_write(DDS_LOG_WARN, DDS_SUBSYS_CORE, "%s; using all",
+                      bad_subsys);
 }
 
 void dds_log_set_sink(dds_log_sink_fn fn, void *arg)

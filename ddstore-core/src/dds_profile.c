@@ -11,6 +11,7 @@
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
 #include "ddstore/profile.h"
+#include "ddstore/settings.h"
 
 static const char *const counter_names[DDS_PROF_COUNT] = {
     "calls",        "rows",          "bytes",         "reads",
@@ -49,15 +50,14 @@ void dds_prof_snapshot(const dds_prof_t *p, dds_profile_t *out)
                                     memory_order_relaxed);
 }
 
-/* DDSTORE_PROFILE, read once. */
+/* DDSTORE_PROFILE, read once (its typed accessor, settings.h). */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_timing = 1;
 
 static void timing_init(void)
 {
     int on = 1;
-    dds_config_register_core();
-    if (dds_config_get_bool("DDSTORE_PROFILE", &on) != 0) {
+    if (dds_setting_profile(&on) != 0) {
         DDS_LOG(DDS_LOG_WARN, DDS_SUBSYS_CORE, "%s; timing stays on",
                 dds_last_error());
         on = 1;

@@ -334,6 +334,55 @@ static void test_typed_settings(void)
     CHECK_RC(dds_config_parse_bool("", &b), -DDS_EINVAL);
 }
 
+/* The typed accessors (dds_setting_<field>) read the declared variable
+ * with its type and rule; the Python layer's table (owner "torch") is
+ * registered with core's, so C parses and checks those too (issue 22). */
+static void test_accessors_and_torch_table(void)
+{
+    double d = 0;
+    int64_t v = -1;
+    int b = -1;
+    const char *s = NULL;
+    const dds_config_entry_t *e;
+
+    setenv("DDSTORE_COLLECTIVE_WARN_S", "7.5", 1);
+    CHECK_OK(dds_setting_collective_warn_s(&d));
+    CHECK(d == 7.5);
+    setenv("DDSTORE_COLLECTIVE_WARN_S", "0", 1);
+    CHECK_RC(dds_setting_collective_warn_s(&d), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_COLLECTIVE_WARN_S='0'");
+    unsetenv("DDSTORE_COLLECTIVE_WARN_S");
+    e = dds_setting_entry_collective_timeout_s();
+    CHECK(e != NULL && strcmp(e->defval, "1800") == 0);
+    setenv("DDSTORE_GPU_STAGING_BYTES", "1M", 1);
+    CHECK_OK(dds_setting_gpu_staging_bytes(&v));
+    CHECK_EQ(v, 1 << 20);
+    unsetenv("DDSTORE_GPU_STAGING_BYTES");
+    setenv("DDSTORE_PROFILE", "off", 1);
+    CHECK_OK(dds_setting_profile(&b));
+    CHECK_EQ(b, 0);
+    unsetenv("DDSTORE_PROFILE");
+    setenv("DDSTORE_LOG_LEVEL", "Trace", 1);
+    CHECK_OK(dds_setting_log_level(&s));
+    CHECK_STREQ(s, "trace");
+    unsetenv("DDSTORE_LOG_LEVEL");
+
+    e = dds_config_find("DDSTORE_BATCH_GET");
+    CHECK(e != NULL && strcmp(e->library, "torch") == 0);
+    setenv("DDSTORE_BATCH_GET", "maybe", 1);
+    CHECK_RC(dds_config_get_bool("DDSTORE_BATCH_GET", &b), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_BATCH_GET='maybe'");
+    CHECK_RC(dds_config_validate_all(), -DDS_ECONFIG);
+    unsetenv("DDSTORE_BATCH_GET");
+    setenv("DDSTORE_COMM", "FILE", 1);
+    CHECK_OK(dds_config_get_string("DDSTORE_COMM", &s));
+    CHECK_STREQ(s, "file");
+    unsetenv("DDSTORE_COMM");
+    setenv("DDSTORE_AFFINITY_WIDTH", "-2", 1);
+    CHECK_RC(dds_config_get_int("DDSTORE_AFFINITY_WIDTH", &v), -DDS_ECONFIG);
+    unsetenv("DDSTORE_AFFINITY_WIDTH");
+}
+
 int main(void)
 {
     RUN_TEST(test_register_and_iterate);
@@ -346,5 +395,6 @@ int main(void)
     RUN_TEST(test_core_table);
     RUN_TEST(test_seconds);
     RUN_TEST(test_typed_settings);
+    RUN_TEST(test_accessors_and_torch_table);
     return CHECK_SUMMARY();
 }

@@ -23,8 +23,8 @@
  *   gcc -std=c11 -D_GNU_SOURCE -pthread -Iddstore-core/include
  *     -Iddstore-core/src -Iddstore-core/test -Iddstore-gpu/include
  *     -DDDGPU_VERSION='"x.y.z"' ddstore-core/test/store_gpu_test.c
- *     ddstore-core/src/dds_[a-z]*.c ddstore-gpu/src/ddgpu_common.c
- *     ddstore-gpu/src/ddgpu_none.c -lm
+ *     ddstore-core/src/dds_[a-z]*.c ddstore-gpu/src/ddgpu_[a-mo-z]*.c
+ *     ddstore-gpu/src/ddgpu_none.c -lm   (every src file but ddgpu_rt.c)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */

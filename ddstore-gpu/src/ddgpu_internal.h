@@ -1,7 +1,7 @@
 /* ddstore-gpu internal: the runtime layer each backend implements.
  *
  * Exactly one of ddgpu_rt.c (cuda or hip), ddgpu_none.c is linked with
- * ddgpu_common.c.  The backend translates its runtime's errors (one
+ * the API files (ddgpu_common.c and its siblings).  The backend translates its runtime's errors (one
  * function per backend) and knows nothing about pools, segments or
  * validation; ddgpu_common.c implements the public API on top of it:
  * probing once, the no-GPU and forked-child checks, argument checks, the
@@ -79,5 +79,46 @@ int ddgpu_rt_stream_wait_event(void *stream, void *event);
 
 /* ddgpu_test_host_emulation (none: the emulator; cuda/hip: -DDS_ENOSYS). */
 int ddgpu_rt_test_host_emulation(int enable);
+
+/* ---- shared by the files of the public API (ddgpu_common.c's map) ---- */
+
+/* 0 when the runtime is usable in this process (probed once, not a forked
+ * child of a process that used it), else the error naming `fn`. */
+int ddgpu_gpu_ready(const char *fn);
+
+/* Current-device guard: switch the calling thread to the device of `on`
+ * for one call and back (ddgpu_common.c). */
+typedef struct ddgpu_guard {
+    int device;      /* current device inside the guard */
+    int prev;
+    int switched;
+    void *stream;
+} ddgpu_guard_t;
+/* Switch to `device` (checked against the device count). */
+int ddgpu_guard_device(const char *fn, int device, ddgpu_guard_t *g);
+int ddgpu_guard_enter(const char *fn, const dds_mem_t *on, ddgpu_guard_t *g);
+void ddgpu_guard_exit(ddgpu_guard_t *g);
+
+/* The process-wide event pool (ddgpu_stream.c). */
+typedef struct ddgpu_pevent {
+    void *event;
+    int device;
+    struct ddgpu_pevent *next;
+} ddgpu_pevent_t;
+/* Inside a guard (current device g->device). */
+int ddgpu_evpool_get(const ddgpu_guard_t *g, ddgpu_pevent_t **pe_p);
+void ddgpu_evpool_put(ddgpu_pevent_t *pe);
+void ddgpu_evpool_clear(void);
+
+/* Segment lists (ddgpu_copy.c). */
+/* Every segment inside [0, cap_src) and [0, cap_dst); the error names
+ * `fn` and the segment. */
+int ddgpu_segs_check(const char *fn, const dds_memseg_t *segs, size_t nsegs,
+                     size_t cap_src, size_t cap_dst);
+/* The copies of checked segments on `stream` (no checks); counts out. */
+int ddgpu_segs_copy_raw(dds_copy_dir_t dir, void *dst, const void *src,
+                        const dds_memseg_t *segs, size_t nsegs, void *stream,
+                        size_t *ncopies_p, size_t *bytes_p);
+int ddgpu_segs_nonempty(const dds_memseg_t *segs, size_t nsegs);
 
 #endif

@@ -30,6 +30,15 @@ int ddofi_tr_settings_read(ddofi_tr_settings_t *s)
     return read_tr_settings(s);
 }
 
+int ddofi_transport_fork_workers(int *on_p)
+{
+    ddofi_tr_settings_t s;
+    int rc = ddofi_tr_settings_read(&s);
+    if (rc == 0 && on_p != NULL)
+        *on_p = s.fork_workers;
+    return rc;
+}
+
 /* The library's own parameters under ddstore's prefix: DDSTORE_OFI_<NAME>
  * (DDSTORE_OFI_PROGRESS, DDSTORE_OFI_CMA ...).  The ones that ddstore
  * declares above or in core (provider, interface, nic_map, local_only, read

@@ -177,7 +177,8 @@ class Dist:
 
     def __init__(self, comm_kind=None):
         if comm_kind is None:
-            comm_kind = "torch" if os.environ.get("DDSTORE_MPI", "1") == "0" else "mpi"
+            from pyddstore.torch import env   # DDSTORE_MPI, ddstore's boolean rule
+            comm_kind = "mpi" if env.use_mpi() else "torch"
         self.kind = comm_kind
         self.mpi = None
         if comm_kind == "mpi":

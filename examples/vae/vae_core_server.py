@@ -34,7 +34,8 @@ def main(argv=None):
     ap.add_argument("--serve-timeout", type=float, default=3600.0)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    hs = args.handshake_dir or os.environ.get("DDSTORE_HANDSHAKE_DIR")
+    from pyddstore.torch import env   # --handshake-dir, else DDSTORE_HANDSHAKE_DIR
+    hs = env.handshake_dir(args.handshake_dir)
     if not hs:
         raise SystemExit("vae_core_server: --handshake-dir (or DDSTORE_HANDSHAKE_DIR) is needed")
     os.makedirs(hs, mode=0o700, exist_ok=True)

@@ -27,7 +27,8 @@ def main(argv=None):
                     help="ranks of the core job (default: from the core's meta.json)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
-    hs = args.handshake_dir or os.environ.get("DDSTORE_HANDSHAKE_DIR")
+    from pyddstore.torch import env   # --handshake-dir, else DDSTORE_HANDSHAKE_DIR
+    hs = env.handshake_dir(args.handshake_dir)
     if not hs:
         raise SystemExit("vae_extra_train: --handshake-dir (or DDSTORE_HANDSHAKE_DIR) is needed")
     from pyddstore.torch import DistDatasetReader

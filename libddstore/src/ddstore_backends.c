@@ -285,6 +285,18 @@ int ddstore_env_prepare(void)
 #endif
 }
 
+int ddstore_fork_workers(int *on_p)
+{
+    if (on_p == NULL)
+        return dds_error(-DDS_EINVAL, "ddstore_fork_workers: NULL argument");
+    *on_p = 0;
+#ifdef DDSTORE_HAVE_OFI
+    return ddofi_transport_fork_workers(on_p);
+#else
+    return 0;
+#endif
+}
+
 /* ---- MPI lifetime ------------------------------------------------------- */
 
 int ddstore_mpi_init(int *provided_p, int *started_p)

@@ -19,6 +19,7 @@
 #include "ddstore/gpu.h"
 #include "ddstore/log.h"
 #include "ddstore/memops.h"
+#include "ddstore/settings.h"
 
 /* ---- the lazy memsys ---------------------------------------------------- */
 
@@ -144,6 +145,11 @@ static void lz_destroy(void *ctx)
 
 int ddstore_gpu_memsys_create(dds_memsys_t *ms)
 {
+    return ddstore_gpu_memsys_open(NULL, ms);
+}
+
+int ddstore_gpu_memsys_open(const dds_settings_t *settings, dds_memsys_t *ms)
+{
     dds_mem_kind_t kind = ddgpu_backend_kind();
     int64_t bytes = 0;
     lazy_ms_t *z;
@@ -158,13 +164,18 @@ int ddstore_gpu_memsys_create(dds_memsys_t *ms)
     if (z == NULL)
         return dds_error(-DDS_ENOMEM, "GPU memsys: out of memory");
     pthread_mutex_init(&z->mu, NULL);
-    dds_config_register_core();
-    if (dds_config_get_int("DDSTORE_GPU_STAGING_BYTES", &bytes) == 0 &&
-        bytes > 0) {
+    /* DDSTORE_GPU_STAGING_BYTES: from the settings ddstore_open read once,
+     * else its typed accessor (a bad value fails dds_store_create, by
+     * name; here the default stays) */
+    if (settings != NULL)
+        bytes = settings->gpu_staging_bytes;
+    else if (dds_setting_gpu_staging_bytes(&bytes) != 0)
+        bytes = 0;
+    if (bytes > 0) {
         z->params.field_mask = DDGPU_STAGING_PARAM_MAX_BYTES;
         z->params.max_bytes = (size_t)bytes;
     }
-    dds_error_clear();   /* a bad value fails dds_store_create, by name */
+    dds_error_clear();
     z->ops.size = sizeof z->ops;
     z->ops.name = ddgpu_backend_name();
     z->ops.kind = kind;

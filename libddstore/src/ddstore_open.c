@@ -18,8 +18,12 @@
 
 static int open_method(const ddstore_open_params_t *p, int *method_p)
 {
-    if (!(p->field_mask & DDSTORE_OPEN_FIELD_METHOD))
+    if (!(p->field_mask & DDSTORE_OPEN_FIELD_METHOD)) {
+        /* the settings read once by ddstore_open, else the environment */
+        if ((p->field_mask & DDSTORE_OPEN_FIELD_SETTINGS) && p->settings)
+            return ddstore_method_check(p->settings->method, method_p);
         return ddstore_method_from_env(method_p);
+    }
     *method_p = p->method;
     return 0;
 }
@@ -53,27 +57,31 @@ int ddstore_transport_create(const ddstore_open_params_t *params,
     return rc;
 }
 
+int ddstore_method_check(int64_t m, int *method_p)
+{
+    /* core's declaration of DDSTORE_METHOD is an int; its values are the
+     * rows of the backend table */
+    if (method_p == NULL)
+        return dds_error(-DDS_EINVAL, "ddstore_method_check: NULL argument");
+    if (m < 0 || m > 1 << 20 || ddstore_backend_find((int)m) == NULL) {
+        char list[512];
+        ddstore_backend_list(list, sizeof list);
+        return dds_error(-DDS_ECONFIG, "%s='%lld': expected one of %s",
+                         dds_setting_entry_method()->name, (long long)m,
+                         list);
+    }
+    *method_p = (int)m;
+    return 0;
+}
+
 int ddstore_method_from_env(int *method_p)
 {
-    /* core's registry declares DDSTORE_METHOD (an int, default 0); its
-     * values are the rows of the backend table */
     int64_t m = 0;
     int rc;
     if (method_p == NULL)
         return dds_error(-DDS_EINVAL, "ddstore_method_from_env: NULL argument");
-    dds_config_register_core();
-    rc = dds_config_get_int("DDSTORE_METHOD", &m);
-    if (rc < 0)
-        return rc;
-    if (m < 0 || m > 1 << 20 || ddstore_backend_find((int)m) == NULL) {
-        char list[512];
-        ddstore_backend_list(list, sizeof list);
-        return dds_error(-DDS_ECONFIG,
-                         "DDSTORE_METHOD='%s': expected one of %s",
-                         getenv("DDSTORE_METHOD"), list);
-    }
-    *method_p = (int)m;
-    return 0;
+    rc = dds_setting_method(&m);
+    return rc < 0 ? rc : ddstore_method_check(m, method_p);
 }
 
 int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
@@ -133,7 +141,7 @@ int ddstore_open(const ddstore_open_params_t *params, dds_store_t **store_p)
     /* GPU memory operations (lazy: nothing is probed until a GPU buffer is
      * used); none in a build without GPU support: the host path */
     if (!(params->field_mask & DDSTORE_OPEN_FIELD_NO_GPU)) {
-        if (ddstore_gpu_memsys_create(&sp.memsys) == 0)
+        if (ddstore_gpu_memsys_open(&settings, &sp.memsys) == 0)
             sp.field_mask |= DDS_STORE_PARAM_MEMSYS;
         else
             dds_error_clear();

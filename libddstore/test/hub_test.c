@@ -99,6 +99,16 @@ static void test_backend_table(void)
     CHECK_RC(ddstore_method_from_env(&m), -DDS_ECONFIG);
     CHECK_CONTAINS(dds_last_error(), "DDSTORE_METHOD");
     unsetenv("DDSTORE_METHOD");
+    /* the same check of a value read once (dds_settings_t.method) */
+    CHECK_OK(ddstore_method_check(1, &m));
+    CHECK_EQ(m, 1);
+    CHECK_RC(ddstore_method_check(4242, &m), -DDS_ECONFIG);
+    CHECK_CONTAINS(dds_last_error(), "DDSTORE_METHOD='4242'");
+    {
+        int on = -1;
+        CHECK_OK(ddstore_fork_workers(&on));
+        CHECK(on == 0 || on == 1);
+    }
 
     /* versions: the hub, core, gpu, then every row's library once */
     ddstore_version_entry_t v[32];

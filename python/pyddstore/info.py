@@ -14,19 +14,6 @@ def _core():
     return _core
 
 
-def _torch_entries():
-    """pyddstore.torch's variables, read from its env module by path (no torch import)."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch", "env.py")
-    spec = importlib.util.spec_from_file_location("_pyddstore_torch_env", path)
-    if spec is None or not os.path.exists(path):
-        return []
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return [{"name": n, "type": t, "default": d, "choices": None, "library": "torch (python)",
-             "help": h} for (n, t, d, h) in mod.ENTRIES]
-
-
 # Variables read by the test programs only (never by the libraries; not in
 # any library's registry): listed so that they are documented in one place.
 TEST_ENTRIES = (
@@ -38,11 +25,9 @@ TEST_ENTRIES = (
 
 def entries():
     """Every registered DDSTORE_* variable: dicts with name, type, default, choices,
-    library, help (the C libraries' registries, then pyddstore.torch's own)."""
-    out = list(_core().config_entries())
-    seen = {e["name"] for e in out}
-    out += [e for e in _torch_entries() if e["name"] not in seen]
-    return out
+    library, help (the C libraries' registries, where every setting is declared once,
+    pyddstore.torch's too: owner "torch")."""
+    return list(_core().config_entries())
 
 
 def summary():

@@ -3,8 +3,12 @@
 - A DDSTORE_* name in a string of a shipped C/C++/Python source (a getenv, a
   registry query, a #define used for one, an error message naming it) is a
   variable of a registry: core's (with the tables of the libraries built in,
-  _core.config_entries()), pyddstore.torch's env.ENTRIES, or the test-only
-  list of pyddstore.info.
+  pyddstore.torch's too, _core.config_entries()), or the test-only list of
+  pyddstore.info.
+- No source reads a DDSTORE_* setting by its name outside the declarations
+  (issue 22): the C X-macro lists (settings.h and the libraries' *_SETTINGS)
+  name each variable once; code reads the typed struct or accessor, Python
+  the registry's view (pyddstore/torch/env.py's Settings, by attribute).
 - ddstore-ofi's parameter getters name a parameter of its own table
   (src/ddofi_param.c).
 - A direct getenv / os.environ read of any other name is a launcher's or
@@ -78,7 +82,6 @@ def _py_strings(text):
 def _declared():
     from pyddstore import _core, info
     names = {e["name"] for e in _core.config_entries()}
-    names |= {e["name"] for e in info._torch_entries()}
     names |= {e["name"] for e in info.TEST_ENTRIES}
     return names
 
@@ -165,12 +168,119 @@ def test_environment_md_is_generated():
                                 ".venv/bin/python -m pyddstore.info --markdown > docs/environment.md")
 
 
-def test_registries_agree_on_shared_names():
-    """Python no longer declares what a C library declares (one declaration)."""
-    from pyddstore import _core, info
-    c = {e["name"] for e in _core.config_entries()}
-    py = {e["name"] for e in info._torch_entries()}
-    assert not (c & py), sorted(c & py)
+def test_python_declares_no_setting():
+    """One declaration: pyddstore.torch's settings are rows of the C registry
+    (owner "torch"), not a Python table."""
+    from pyddstore import _core
+    from pyddstore.torch import env
+    assert not hasattr(env, "ENTRIES")
+    torch_rows = [e for e in _core.config_entries() if e["library"] == "torch"]
+    assert {"DDSTORE_BATCH_GET", "DDSTORE_COMM", "DDSTORE_AFFINITY_WIDTH"} <= \
+        {e["name"] for e in torch_rows}
+    assert "DDSTORE_BATCH_GET" in _core.settings()
+
+
+# ---- no read of a setting by its name outside the declarations -------------
+
+# Where code may name a setting in a string that is exactly its name:
+# the declarations themselves (#define *_SETTINGS(X) lists, found below) and
+# this allowlist, each with why.
+ALLOW_NAME = {
+    # the list of the variables only test programs read (no library reads
+    # them, so no library declares them): a declaration, not a read
+    ("python/pyddstore/info.py", "DDSTORE_TEST_STRICT"),
+}
+# tools/ may set a variable for the library it starts (setenv/unsetenv):
+# a write, not a read.
+SETENV_ARG_C = re.compile(r'\b(?:setenv|unsetenv)\s*\(\s*$')
+EXACT_NAME_C = re.compile(r'"(DDSTORE_[A-Z0-9_]*[A-Z0-9])"')
+DECL_C = re.compile(r"^[ \t]*#[ \t]*define[ \t]+\w*SETTINGS\w*\(X\)(?:[^\n]*\\\n)*[^\n]*",
+                    re.M)
+NAME_SCAN_C_DIRS = C_DIRS + ["tools"]
+
+
+def scan_names(top):
+    """'file:line: what' for every string that is exactly a DDSTORE_* name
+    outside the declarations (C/C++) or anywhere (Python)."""
+    bad = []
+    for path in _files([os.path.join(top, d) for d in NAME_SCAN_C_DIRS],
+                       (".c", ".h", ".cpp", ".cc", ".cu")):
+        rel = os.path.relpath(path, top)
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = _strip_c_comments(f.read())
+        decl = [(m.start(), m.end()) for m in DECL_C.finditer(text)]
+        for m in EXACT_NAME_C.finditer(text):
+            if any(a <= m.start() < b for a, b in decl):
+                continue
+            if rel.startswith("tools/") and SETENV_ARG_C.search(text[:m.start()][-40:]):
+                continue
+            if (rel, m.group(1)) in ALLOW_NAME:
+                continue
+            line = text.count("\n", 0, m.start()) + 1
+            bad.append(f"{rel}:{line}: names {m.group(1)} (read it through its "
+                       "declaration: the typed struct or dds_setting_<field>)")
+    for path in _files([os.path.join(top, d) for d in PY_DIRS], (".py",)):
+        rel = os.path.relpath(path, top)
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        for line, tok in _py_strings(text):
+            try:
+                value = eval(tok, {})   # noqa: S307 - a literal token of our source
+            except Exception:  # noqa: BLE001 - f-strings: messages, not names
+                continue
+            if (isinstance(value, str) and re.fullmatch(r"DDSTORE_[A-Z0-9_]*[A-Z0-9]", value)
+                    and (rel, value) not in ALLOW_NAME):
+                bad.append(f"{rel}:{line}: names {value} (read it through "
+                           "pyddstore.torch.env's Settings view)")
+    return bad
+
+
+def test_no_setting_read_by_name():
+    bad = scan_names(TOP)
+    assert not bad, "settings named outside their declaration:\n" + "\n".join(bad)
+
+
+def test_name_scan_finds_planted_reads(tmp_path):
+    """The scan is not vacuous: a read by name in C and in Python fails; the
+    declaration list and a tool's setenv do not."""
+    d = tmp_path / "ddstore-core" / "src"
+    d.mkdir(parents=True)
+    (d / "planted.c").write_text(
+        '#define PLANT_SETTINGS(X) \\\n    X(f, "DDSTORE_DECLARED", INT, "0", NULL, "core", "h")\n'
+        'int a = dds_config_get_int("DDSTORE_PLANTED_C", &v);\n'
+        'const char *msg = "DDSTORE_IN_A_MESSAGE=%s is bad";\n')
+    t = tmp_path / "tools"
+    t.mkdir()
+    (t / "tool.c").write_text('setenv("DDSTORE_SET_BY_TOOL", "1", 1);\n'
+                              'getenv("DDSTORE_READ_BY_TOOL");\n')
+    p = tmp_path / "python" / "pyddstore"
+    p.mkdir(parents=True)
+    (p / "planted.py").write_text('import os\nv = _core.config_get("DDSTORE_PLANTED_PY")\n'
+                                  'm = f"DDSTORE_X={v!r}: bad"\n')
+    bad = "\n".join(scan_names(str(tmp_path)))
+    for what in ("DDSTORE_PLANTED_C", "DDSTORE_READ_BY_TOOL", "DDSTORE_PLANTED_PY"):
+        assert what in bad, bad
+    for ok in ("DDSTORE_DECLARED", "DDSTORE_SET_BY_TOOL", "DDSTORE_IN_A_MESSAGE", "DDSTORE_X"):
+        assert ok not in bad, bad
+
+
+def test_python_view_reads_the_registry(monkeypatch):
+    """env.Settings: one attribute per declared setting, parsed and checked
+    by C (a bad value names the variable and the value), kept once read."""
+    from pyddstore.torch import env
+    monkeypatch.setenv("DDSTORE_AFFINITY_WIDTH", "2K")
+    s = env.read()
+    assert s.affinity_width == 2048            # C's SIZE rule (K suffix)
+    monkeypatch.setenv("DDSTORE_AFFINITY_WIDTH", "3")
+    assert s.affinity_width == 2048            # read once per view
+    assert env.read().affinity_width == 3
+    monkeypatch.setenv("DDSTORE_COMM", "TORCH")
+    assert env.comm_kind() == "torch"          # ENUM: the canonical spelling
+    monkeypatch.setenv("DDSTORE_COMM", "bogus")
+    with pytest.raises(ValueError, match="DDSTORE_COMM='bogus'"):
+        env.comm_kind()
+    with pytest.raises(AttributeError, match="no_such_setting"):
+        env.read().no_such_setting
 
 
 @pytest.mark.parametrize("name", ["DDSTORE_METHOD", "DDSTORE_HANDSHAKE_TIMEOUT_S",

@@ -116,6 +116,45 @@ static inline int dds_setting_read_ENUM(const char *n, const char **v) { return 
       "pinned host bytes the GPU staging pool keeps for reuse (soft limit; "   \
       "0 = 256M)")
 
+/* Settings of the Python layer (pyddstore.torch's DistDataset,
+ * ThreadDataLoader and communicator choice), declared here in the same form
+ * so that they have one declaration, one parser and one rule with the rest:
+ * registered with core's table, read by Python through _core's view
+ * (pyddstore/torch/env.py), listed by `ddstore-info` and
+ * docs/environment.md.  No C code reads them. */
+#define DDS_TORCH_SETTINGS(X)                                                  \
+    X(batch_get, "DDSTORE_BATCH_GET", BOOL, "1", NULL, "torch",                \
+      "DistDataset.__getitems__ reads one batch per field (0: one read per "   \
+      "sample)")                                                               \
+    X(fast_collate, "DDSTORE_FAST_COLLATE", BOOL, "1", NULL, "torch",          \
+      "ThreadDataLoader reads batches straight into the collated tensors "     \
+      "(0: per-sample path + collate_fn)")                                     \
+    X(thread_readers, "DDSTORE_THREAD_READERS", BOOL, "1", NULL, "torch",      \
+      "ThreadDataLoader opens one reader (endpoint) per worker thread for "    \
+      "methods 1/2 (0: threads share the store's reader)")                     \
+    X(loader_help, "DDSTORE_LOADER_HELP", BOOL, "1", NULL, "torch",            \
+      "ThreadDataLoader: when the training loop asks for a batch that no "     \
+      "worker has started, it reads that batch itself instead of waiting for " \
+      "a worker (0: only the workers read)")                                   \
+    X(comm, "DDSTORE_COMM", ENUM, "auto", "auto|mpi|torch|file", "torch",      \
+      "the communicator kind for comm=None: auto (MPI when pyddstore has it, " \
+      "the torch.distributed group under torchrun or without MPI, else a "     \
+      "FileComm), mpi, torch or file")                                         \
+    X(affinity_width, "DDSTORE_AFFINITY_WIDTH", SIZE, "0", NULL, "torch",      \
+      "pin ThreadDataLoader workers: CPUs per local rank (0 = no pinning)")    \
+    X(affinity_offset, "DDSTORE_AFFINITY_OFFSET", SIZE, "0", NULL, "torch",    \
+      "first CPU used for worker pinning")                                     \
+    X(progress, "DDSTORE_PROGRESS", BOOL, "1", NULL, "torch",                  \
+      "loading progress on rank 0 while a DistDataset loads: a tqdm bar on a " \
+      "terminal, else a line on stderr every 5 s (percent, samples/s, ETA)")   \
+    X(mpi, "DDSTORE_MPI", BOOL, "1", NULL, "torch",                            \
+      "0: do not use MPI for comm=None even when pyddstore has it")            \
+    X(loader_report, "DDSTORE_LOADER_REPORT", STRING, "0", NULL, "torch",      \
+      "ThreadDataLoader(report=None): 1 = a summary of where each epoch's "    \
+      "time went on rank 0 at epoch end (collective: gathers the per-rank "    \
+      "spread); a path = also append the figures there as one JSON line per "  \
+      "epoch; 0 = off")
+
 /* Core's settings, read once by dds_settings_read. */
 typedef struct dds_settings {
     DDS_SETTINGS_FIELDS(DDS_CORE_SETTINGS)
@@ -124,6 +163,29 @@ typedef struct dds_settings {
 /* Register core's table and read every core setting.  0 or -DDS_ECONFIG
  * (detail: "VARIABLE='value': expected ..."). */
 DDS_API int dds_settings_read(dds_settings_t *s);
+
+/* Typed accessors, one per core setting, generated from the declaration
+ * (aws-ofi-nccl's OFI_NCCL_PARAM getters): for the few readers that run
+ * before any store hands them the struct (the logger and the profiler at
+ * process start, a communicator created before its store):
+ *   int dds_setting_<field>(ctype *v)   the value (environment, else the
+ *                                        default), checked; -DDS_ECONFIG
+ *                                        names the variable and the value
+ *   const dds_config_entry_t *dds_setting_entry_<field>(void)
+ *                                        its registry row (default, help)
+ * They register core's table first.  Code never names a setting by string. */
+#define DDS_SETTINGS_ACCESSOR_(f, name, type, def, choices, owner, help)      \
+    static inline int dds_setting_##f(DDS_SETTING_CTYPE_##type *v)           \
+    {                                                                          \
+        dds_config_register_core();                                            \
+        return dds_setting_read_##type(name, v);                               \
+    }                                                                          \
+    static inline const dds_config_entry_t *dds_setting_entry_##f(void)       \
+    {                                                                          \
+        dds_config_register_core();                                            \
+        return dds_config_find(name);                                          \
+    }
+DDS_CORE_SETTINGS(DDS_SETTINGS_ACCESSOR_)
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,11 @@ DDS_API int ddofi_transport_env_prepare(void);
  * pointers accepted). */
 DDS_API void ddofi_transport_shared_counts(int *fabrics_p, int *endpoints_p);
 
+/* DDSTORE_FORK_WORKERS (the adapter's declaration, read with its settings):
+ * whether a forked child opens a reader of its own.  0 and *on_p, or the
+ * first bad value of the adapter's settings (-DDS_ECONFIG naming it). */
+DDS_API int ddofi_transport_fork_workers(int *on_p);
+
 /* Translate a ddstore-ofi return code to a core code (0 stays 0), copying
  * ddofi_last_error() into dds_last_error() with `what` as a prefix. */
 DDS_API int ddofi_transport_error(int ddofi_rc, const char *what);

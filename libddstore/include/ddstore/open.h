@@ -30,6 +30,7 @@
 #include "ddstore/comm.h"
 #include "ddstore/errors.h"
 #include "ddstore/memops.h"
+#include "ddstore/settings.h"
 #include "ddstore/store.h"
 #include "ddstore/transport.h"
 #include "ddstore/visibility.h"
@@ -54,6 +55,12 @@ DDS_API const char *ddstore_version(void);
  * dds_last_error()).  Not thread-safe (setenv): call from the main thread,
  * first thing.  pyddstore._core calls it when it is imported. */
 DDS_API int ddstore_env_prepare(void);
+
+/* DDSTORE_FORK_WORKERS as the libfabric adapter declares it (read now):
+ * whether a child created by fork() opens a reader of its own.  0 and
+ * *on_p; without libfabric 0 and *on_p = 0; else the adapter's first bad
+ * setting (-DDS_ECONFIG naming it). */
+DDS_API int ddstore_fork_workers(int *on_p);
 
 /* ---- opening a store ----------------------------------------------------- */
 
@@ -117,6 +124,8 @@ DDS_API int ddstore_open(const ddstore_open_params_t *params, dds_store_t **stor
  * empty: 0), checked against the backend table (backends.h).  0, or
  * -DDS_ECONFIG naming the value and listing the methods. */
 DDS_API int ddstore_method_from_env(int *method_p);
+/* The same check of a value already read (dds_settings_t.method). */
+DDS_API int ddstore_method_check(int64_t value, int *method_p);
 
 /* Only the transport of ddstore_open (for callers that build the store
  * themselves).  Collective over params->comm, which must be set (borrowed).
@@ -131,6 +140,10 @@ DDS_API int ddstore_transport_create(const ddstore_open_params_t *params,
  * the caller: ms->ops->destroy(ms->ctx), or to a store), or -DDS_ENOGPU in
  * a build without GPU support, -DDS_ENOMEM. */
 DDS_API int ddstore_gpu_memsys_create(dds_memsys_t *ms);
+/* The same with core's settings already read (ddstore_open hands down the
+ * struct it read once; NULL reads DDSTORE_GPU_STAGING_BYTES here). */
+DDS_API int ddstore_gpu_memsys_open(const dds_settings_t *settings,
+                                    dds_memsys_t *ms);
 
 /* ---- names --------------------------------------------------------------- */
 

@@ -1,7 +1,7 @@
-/* pyddstore._core: values from the C registries, so that Python reads the
- * variables it shares with the C libraries (DDSTORE_METHOD,
- * DDSTORE_HANDSHAKE_TIMEOUT_S, DDSTORE_HANDSHAKE_DIR ...) through the one
- * declaration and the one parser (pyddstore/torch/env.py). */
+/* pyddstore._core: values from the C registries, so that Python reads
+ * every setting (the C libraries' and its own, declared in C with the owner
+ * "torch") through the one declaration and the one parser: the registry's
+ * view is pyddstore/torch/env.py's Settings (by attribute, never by name). */
 #include "pydds.h"
 
 #include "ddstore/config.h"

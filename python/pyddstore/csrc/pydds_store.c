@@ -148,8 +148,8 @@ static int read_reader(pydds_store_obj *s, pydds_reader_obj **r_p)
         *r_p = s->fork_reader;
         return 0;
     }
-    if (dds_config_get_bool("DDSTORE_FORK_WORKERS", &on) < 0)
-        on = 0; /* not declared (no libfabric): no forked readers */
+    if (ddstore_fork_workers(&on) < 0)
+        on = 0; /* a bad value failed the store's creation already */
     if (!on)
         return 0;
     if ((r = pydds_reader_new(s, DDS_READER_FORKED)) == NULL)

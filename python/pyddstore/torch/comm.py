@@ -276,11 +276,7 @@ def _collective_timeout():
     try:
         return env.collective_timeout()
     except ValueError:
-        from pyddstore import _core
-        for e in _core.config_entries():
-            if e["name"] == "DDSTORE_COLLECTIVE_TIMEOUT_S":
-                return float(e["default"])
-        raise
+        return env.collective_timeout_default()
 
 
 def _timed_out(comm, what, timeout, size, detail=""):

@@ -1,93 +1,87 @@
-"""Environment variables read by pyddstore.torch — the one place they are read.
+"""Settings read by pyddstore.torch, through the C registry's view.
 
-Every variable is read at the moment it is needed (not at import), so a job
-script, ``os.environ`` before the call, or a test's ``monkeypatch`` all work.
-``ENTRIES`` declares the variables only Python reads, for ``ddstore-info`` and
-docs/environment.md.  Booleans follow the C libraries' one rule
-(``_core.parse_bool``; blank = unset, as in C).  Variables the C libraries declare too (DDSTORE_METHOD,
-DDSTORE_FORK_WORKERS, DDSTORE_HANDSHAKE_DIR, DDSTORE_HANDSHAKE_TIMEOUT_S,
-DDSTORE_COLLECTIVE_TIMEOUT_S, DDSTORE_EXCHANGE_NS) are read through their
-registry (``_core.config_get``): one declaration, one parser, one default.
+Every DDSTORE_* setting is declared once, in C (ddstore-core's settings.h,
+one X-macro line: name, type, default, range, help, owner; the ones only
+this layer uses have the owner "torch"), and parsed and checked there: this
+module holds no declaration, no parser and no variable name.  `Settings` is
+the Python view of that registry: one attribute per declared setting, the
+variable without ``DDSTORE_`` in lower case (DDSTORE_BATCH_GET ->
+``batch_get``), read through ``_core.config_get`` the first time it is
+asked for and then kept.  A bad value is a ValueError naming the variable
+and the value (the C message); an attribute that names no declared setting
+is an AttributeError.
+
+The getters below read a fresh view, at the moment they are called (a job
+script, ``os.environ`` before the call or a test's ``monkeypatch`` all
+work); a getter that reads several (affinity()) reads them from one view.
+The launcher variables (SLURM_*, RANK ...) are not settings: they are read
+directly.
 """
 
 import os
 
-__all__ = ["ENTRIES", "method", "batch_get", "fast_collate", "thread_readers",
+__all__ = ["Settings", "read", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout", "launch_sizes", "exchange_ns", "loader_report"]
+           "collective_timeout", "collective_timeout_default", "launch_sizes",
+           "exchange_ns", "loader_report"]
 
-# (name, type, default, help) — same shape as core's config registry; only
-# the variables no C library declares.
-ENTRIES = (
-    ("DDSTORE_BATCH_GET", "bool", "1",
-     "DistDataset.__getitems__ reads one batch per field (0: one read per sample)"),
-    ("DDSTORE_FAST_COLLATE", "bool", "1",
-     "ThreadDataLoader reads batches straight into the collated tensors "
-     "(0: per-sample path + collate_fn)"),
-    ("DDSTORE_THREAD_READERS", "bool", "1",
-     "ThreadDataLoader opens one reader (endpoint) per worker thread for methods "
-     "1/2 (0: threads share the store's reader)"),
-    ("DDSTORE_LOADER_HELP", "bool", "1",
-     "ThreadDataLoader: when the training loop asks for a batch that no worker has "
-     "started, it reads that batch itself instead of waiting for a worker (0: only the "
-     "workers read)"),
-    ("DDSTORE_COMM", "enum", "",
-     "force the communicator kind for comm=None: mpi | torch | file"),
-    ("DDSTORE_AFFINITY_WIDTH", "int", "0",
-     "pin ThreadDataLoader workers: CPUs per local rank (0 = no pinning)"),
-    ("DDSTORE_AFFINITY_OFFSET", "int", "0",
-     "first CPU used for worker pinning"),
-    ("DDSTORE_PROGRESS", "bool", "1",
-     "loading progress on rank 0 while a DistDataset loads: a tqdm bar on a terminal, "
-     "else a line on stderr every 5 s (percent, samples/s, ETA)"),
-    ("DDSTORE_MPI", "bool", "1",
-     "0: do not use MPI for comm=None even when pyddstore has it"),
-    ("DDSTORE_LOADER_REPORT", "string", "0",
-     "ThreadDataLoader(report=None): 1 = a summary of where each epoch's time went on "
-     "rank 0 at epoch end (collective: gathers the per-rank spread); a path = also "
-     "append the figures there as one JSON line per epoch"),
-)
-
-def _raw(name):
-    return os.environ.get(name)
+_PREFIX = "DDSTORE_"
+_fields = None   # attribute -> registered variable (the registry is static)
 
 
-def _parse_bool(text):
-    """The one boolean rule of ddstore (C's, dds_config_parse_bool):
-    1/true/yes/on/y/t or 0/false/no/off/n/f, any case; ValueError else."""
-    from pyddstore import _core
-    return _core.parse_bool(text)
+def _registry():
+    global _fields
+    if _fields is None:
+        from pyddstore import _core
+        _fields = {e["name"][len(_PREFIX):].lower(): e["name"]
+                   for e in _core.config_entries() if e["name"].startswith(_PREFIX)}
+    return _fields
 
 
-def _bool(name, default):
-    """A boolean setting: unset or blank = the default (as in C)."""
-    v = _raw(name)
-    if v is None or v.strip() == "":
-        return default
-    try:
-        return _parse_bool(v)
-    except ValueError:
-        raise ValueError(f"{name}={v!r}: expected a boolean (0/1, true/false, yes/no, "
-                         "on/off)") from None
+class Settings:
+    """The settings of the C registry as attributes (see the module's doc)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self):
+        self._values = {}
+
+    @staticmethod
+    def variable(field):
+        """The variable behind attribute `field` (AttributeError: not declared)."""
+        name = _registry().get(field)
+        if name is None:
+            raise AttributeError(f"no DDSTORE_* setting is declared as {field!r} in this "
+                                 "build (ddstore-info --env lists them)")
+        return name
+
+    def __getattr__(self, field):
+        if field.startswith("_"):
+            raise AttributeError(field)
+        values = self._values
+        if field not in values:
+            from pyddstore import _core
+            values[field] = _core.config_get(self.variable(field))
+        return values[field]
+
+    @staticmethod
+    def entry(field):
+        """The registry's row of `field`: dict(name, type, default, choices,
+        library, help)."""
+        from pyddstore import _core
+        name = Settings.variable(field)
+        return next(e for e in _core.config_entries() if e["name"] == name)
+
+    def is_set(self, field):
+        """True when the environment gives `field` a value (not blank)."""
+        v = os.environ.get(self.variable(field))
+        return v is not None and v.strip() != ""
 
 
-def _int(name, default):
-    v = _raw(name)
-    if v is None or v.strip() == "":
-        return default
-    try:
-        return int(v.strip(), 10)
-    except ValueError:
-        raise ValueError(f"{name}={v!r}: expected an integer") from None
-
-
-def _c(name, seconds=False):
-    """A variable the C libraries declare: its value through their registry
-    (the environment's, else the declared default), validated there; a bad
-    value is a ValueError naming the variable."""
-    from pyddstore import _core
-    return _core.config_get_seconds(name) if seconds else _core.config_get(name)
+def read():
+    """A fresh view of the settings (values read when first asked for)."""
+    return Settings()
 
 
 def method(default=0):
@@ -98,82 +92,75 @@ def method(default=0):
 
 
 def method_is_set():
-    v = _raw("DDSTORE_METHOD")
-    return v is not None and v.strip() != ""
+    return read().is_set("method")
 
 
 def batch_get():
-    return _bool("DDSTORE_BATCH_GET", True)
+    return read().batch_get
 
 
 def loader_help():
-    return _bool("DDSTORE_LOADER_HELP", True)
+    return read().loader_help
 
 
 def fast_collate():
-    return _bool("DDSTORE_FAST_COLLATE", True)
+    return read().fast_collate
 
 
 def thread_readers():
-    return _bool("DDSTORE_THREAD_READERS", True)
+    return read().thread_readers
 
 
 def fork_workers():
     """DDSTORE_FORK_WORKERS (declared by the libfabric adapter; False in a
     build without it, where only method 0 exists)."""
     try:
-        return _c("DDSTORE_FORK_WORKERS")
-    except KeyError:
+        return read().fork_workers
+    except AttributeError:
         return False
 
 
 def comm_kind():
     """DDSTORE_COMM: None (auto) or 'mpi' / 'torch' / 'file'."""
-    v = (_raw("DDSTORE_COMM") or "").strip().lower()
-    if v in ("", "auto"):
-        return None
-    if v not in ("mpi", "torch", "file"):
-        raise ValueError(f"DDSTORE_COMM={v!r}: expected mpi, torch or file")
-    return v
+    v = read().comm
+    return None if v in (None, "auto") else v
 
 
 def use_mpi():
-    return _bool("DDSTORE_MPI", True)
+    return read().mpi
 
 
 def affinity():
     """(width, offset): width 0 = no pinning.  A bad value is a ValueError
     naming the variable and the value."""
-    out = []
-    for name in ("DDSTORE_AFFINITY_WIDTH", "DDSTORE_AFFINITY_OFFSET"):
-        v = _int(name, 0)
-        if v < 0:
-            raise ValueError(f"{name}={_raw(name)!r}: expected an integer >= 0 "
-                             "(CPUs for ThreadDataLoader worker pinning)")
-        out.append(v)
-    return tuple(out)
+    s = read()
+    return s.affinity_width, s.affinity_offset
 
 
 def progress():
-    return _bool("DDSTORE_PROGRESS", True)
+    return read().progress
 
 
 def handshake_dir(given=None):
     if given:
         return os.fspath(given)
-    return _c("DDSTORE_HANDSHAKE_DIR") or None
+    return read().handshake_dir or None
 
 
 def handshake_timeout():
-    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's variable, the same rule as in C):
-    seconds > 0, or inf."""
-    return _c("DDSTORE_HANDSHAKE_TIMEOUT_S")
+    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's rule): seconds > 0, or inf."""
+    return read().handshake_timeout_s
 
 
 def collective_timeout():
-    """DDSTORE_COLLECTIVE_TIMEOUT_S (core's variable, core's rule): seconds
-    > 0, or inf for no limit; default 1800."""
-    return _c("DDSTORE_COLLECTIVE_TIMEOUT_S", seconds=True)
+    """DDSTORE_COLLECTIVE_TIMEOUT_S (core's rule): seconds > 0, or inf for
+    no limit; default 1800."""
+    return read().collective_timeout_s
+
+
+def collective_timeout_default():
+    """DDSTORE_COLLECTIVE_TIMEOUT_S's declared default, in seconds."""
+    return float(Settings.entry("collective_timeout_s")["default"])
 
 
 def local_rank():
@@ -202,7 +189,12 @@ def exchange_ns(given=None):
     variable, read by the store the same way), else ""."""
     if given:
         return str(given)
-    return _c("DDSTORE_EXCHANGE_NS") or ""
+    return read().exchange_ns or ""
+
+
+def _raw(name):
+    """A launcher's variable (not a ddstore setting)."""
+    return os.environ.get(name)
 
 
 def job_step():
@@ -230,14 +222,12 @@ def loader_report(given=None):
     lines).  `given` (the argument) wins over DDSTORE_LOADER_REPORT."""
     v = given
     if v is None:
-        raw = _raw("DDSTORE_LOADER_REPORT")
-        if raw is None:
-            return None
-        s = raw.strip()
+        s = (read().loader_report or "").strip()
         if s == "":
             return None
+        from pyddstore import _core
         try:
-            return True if _parse_bool(s) else None
+            return True if _core.parse_bool(s) else None
         except ValueError:
             return s
     if v is False:
