@@ -28,8 +28,8 @@ measured with no delay and no limit), goodput the TCP payload share of an
 Ethernet frame at MTU 1500 (1448 / 1514), refill what the token bucket
 (tbf burst b) refills while the link idles for the round trip:
 min(b, rate x 2 D) / rate.  A sample of F fields read per field takes F
-calls: F x (2 D + max(t0 / F, ...)).  Owners: method 1 one round trip per
-call, method 0 one per owner.  t0 is fitted: the least of
+calls: F x (2 D + max(t0 / F, ...)).  Owners: one round trip per call
+(both methods).  t0 is fitted: the least of
 measured - F x 2 D over the points without a rate limit.  Prints measured and modelled ms per
 batch, writes OUT/bench_nodes.json and a measured-vs-modelled plot
 (--png, default OUT/bench_nodes.png).  --from JSON re-plots a saved run.
@@ -109,13 +109,14 @@ def run_method(method, timeout, job="bench", nodes=2):
 
 def owner_rows(owners):
     """[(method, "owners1"/"owners2", delay, "none", "-", measured, modelled)]:
-    method 1 pays one round trip per batch whatever the owners, method 0
-    one per owner (MPI_Win_flush_local per owner, in turn: over osc/ucx on
-    tcp the later owners' gets progress only in their own flush)."""
+    one round trip per batch whatever the owners, both methods (method 0
+    completes a batch's gets to several owners with one
+    MPI_Win_flush_local_all; it used to flush each owner in turn, and
+    osc/ucx over tcp then paid one round trip per owner)."""
     rows = []
     for method, res in sorted(owners.items()):
         for name, k in (("one", 1), ("two", 2)):
-            trips = 1 if method == 1 else k
+            trips = 1
             pts = {key.split("@")[1]: ms for key, ms in res.items() if key.startswith(name + "@")}
             t0 = min(ms - trips * 2e3 * seconds(dl) for dl, ms in pts.items())
             for dl, ms in sorted(pts.items()):
