@@ -91,7 +91,7 @@ def path_cost(res, shape, nf):
 def run_method(method, timeout, job="bench", nodes=2):
     """One ddrun of a nodes_job.py job (bench: 2 nodes; owners: 3); its
     BENCH / OWNERS record, or raises."""
-    tag = {"bench": "BENCH", "owners": "OWNERS"}[job]
+    tag = {"bench": "BENCH", "owners": "OWNERS", "pack": "PACK"}[job]
     with tempfile.TemporaryDirectory(prefix="bench-nodes.", dir="/tmp") as d:
         env = dict(os.environ, DDSTORE_FABRIC="tcp", PYTHONPATH=os.path.join(TOP, "python"))
         env.setdefault("DDRUN_PYTHON", sys.executable)   # the relays

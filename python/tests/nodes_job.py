@@ -554,6 +554,64 @@ def flush_job():
     return 0
 
 
+def pack_job(d, method=1):
+    """2 ranks on 2 nodes (ddrun --nodes 2 -n 2 --delay 0 --plain): a
+    DistDataset of samples of 4 fields of 784 B (3,136 B a sample), stored
+    one variable per field and packed (pack_fields=True); rank 0 times
+    batches of 128 scattered samples of rank 1 through the direct collate
+    (what ThreadDataLoader runs) at each delay, and counts the planned and
+    remote reads per batch from the datasets' profiles.  Prints
+    "PACK {json}": "LAYOUT@DELAY" -> median ms per batch, and
+    "LAYOUT:calls" / "LAYOUT:reads" per batch."""
+    import pyddstore
+    import torch
+    from pyddstore.torch import DistDataset
+    rank, size = rank_size()
+    fc = pyddstore.FileComm(os.path.join(d, "fc"), rank=rank, size=size, ns="pack", timeout=300)
+    n = 2048                                    # samples, 1,024 a rank
+
+    class Src(torch.utils.data.Dataset):
+        def __len__(self):
+            return n
+
+        def __getitem__(self, i):
+            return {"f%d" % k: torch.full((784,), (i + k) % 251, dtype=torch.uint8)
+                    for k in range(4)}
+    ds = {lay: DistDataset(Src(), "pk_" + lay, fc, method=method, pack_fields=(lay == "packed"))
+          for lay in ("fields", "packed")}
+    fc.barrier()
+    res = {}
+    if rank == 0:
+        rng = np.random.default_rng(5)
+        idx = (1024 + np.sort(rng.choice(512, 128, replace=False)) * 2).tolist()
+        rng.shuffle(idx)
+        want = [torch.tensor([[(i + k) % 251] * 784 for i in idx], dtype=torch.uint8)
+                for k in range(4)]
+        for delay in ("0", "1ms", "20ms"):
+            node_tool("delay", delay)
+            time.sleep(0.2)
+            for lay, x in ds.items():
+                b = x._collate(idx)                 # connected, warm
+                assert all(torch.equal(b["f%d" % k], want[k]) for k in range(4)), lay
+                p0 = x.get_profile()
+                ts = []
+                for _ in range(15):
+                    t0 = time.perf_counter()
+                    x._collate(idx)
+                    ts.append(time.perf_counter() - t0)
+                p1 = x.get_profile()
+                res["%s@%s" % (lay, delay)] = 1e3 * float(np.median(ts))
+                if delay == "0":
+                    res[lay + ":calls"] = (p1["calls"] - p0["calls"]) / 15
+                    res[lay + ":reads"] = (p1["reads"] - p0["reads"]) / 15
+        node_tool("delay", "0")
+        say("PACK " + json.dumps(res))
+    fc.barrier()
+    for x in ds.values():
+        x.free()
+    return 0
+
+
 def main(argv):
     if argv[0] == "store":
         return store_job(int(argv[1]), argv[2:])
@@ -565,6 +623,8 @@ def main(argv):
         return flush_job()
     if argv[0] == "owners":
         return owners_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
+    if argv[0] == "pack":
+        return pack_job(argv[1], int(argv[2]) if len(argv) > 2 else 1)
     if argv[0] == "fault":
         return fault_job(argv[1], argv[2])
     raise SystemExit("nodes_job.py: unknown job %r" % argv[0])
