@@ -148,6 +148,23 @@ def _pack_cells(rounds):
     return out
 
 
+def _get_batch_cells(rounds):
+    """bench_get_batch.py's JSON lines: per method and rank count, the medians
+    of the program's own interleaved rounds (get_batch, np.take, clip)."""
+    out = []
+    res = lambda r: [x for x in r["get_batch"] if x.get("kind") == "get_batch_vs_take"]
+    for first in res(rounds[0]):
+        key = (first["method"], first["ranks"])
+        got = [next(x for x in res(r) if (x["method"], x["ranks"]) == key) for r in rounds]
+        out.append((f"method {key[0]}, {key[1]} rank{'s' if key[1] > 1 else ''}", [
+            ("get_batch µs", [g["get_batch_us_median"] for g in got]),
+            ("np.take µs", [g["np_take_us_median"] for g in got]),
+            ("np.take clip µs", [g["np_take_clip_us_median"] for g in got]),
+            ("get_batch / np.take (≤ 1.1 wanted)", [g["ratio_median"] for g in got]),
+            ("get_batch / clip", [g["ratio_clip_median"] for g in got])]))
+    return out
+
+
 _BENCH_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_bench"]
 _TORCH_PATH = [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
                os.path.join(TOP, "tools", "bench_torch_path.py"), "8192", "5"]
@@ -173,6 +190,14 @@ FIGURES = {f.name: f for f in [
            [Arm("pack", [DDRUN, "-n", "2", "--timeout", "900", "--", PY,
                          os.path.join(TOP, "tools", "bench_pack.py"), "--json", "{json}"])],
            "method, sample", None, _pack_cells),
+    Figure("get_batch", "docs/measurements.md",
+           "Python get_batch of 128 random rows of 3,136 B into a preallocated array against "
+           "numpy gathering the same rows from a local copy (np.take(..., out=), and with "
+           "mode='clip'), interleaved inside the program, 15 rounds of 400 batches, methods 0 "
+           "and 1 at 1 and 2 ranks (tools/bench_get_batch.py)",
+           [Arm("get_batch", [PY, os.path.join(TOP, "tools", "bench_get_batch.py"),
+                              "--out", "{json}"])],
+           "method, ranks", None, _get_batch_cells),
 ]}
 
 
