@@ -42,11 +42,13 @@ DDRUN = os.path.join(TOP, "tools", "ddrun")
 
 class Arm:
     """One command of a figure. `{json}` in argv is replaced by a fresh file the
-    command writes its result to (JSON, or JSON lines); without it the last stdout
-    line that starts with '{' is the result."""
+    command writes its result to (JSON, or JSON lines); `{dir}` by a fresh folder,
+    with the result read from the file `result` in it; without either the last
+    stdout line that starts with '{' is the result."""
 
-    def __init__(self, name, argv, env=None):
+    def __init__(self, name, argv, env=None, result=None):
         self.name, self.argv, self.env = name, list(argv), dict(env or {})
+        self.result = result        # a file the command writes under {dir}
 
     def shell(self):
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
@@ -55,14 +57,16 @@ class Arm:
     def run(self, timeout):
         with tempfile.TemporaryDirectory(prefix="ddfig.") as d:
             path = os.path.join(d, "result.json")
-            argv = [a.replace("{json}", path) for a in self.argv]
+            argv = [a.replace("{json}", path).replace("{dir}", d) for a in self.argv]
+            if self.result:
+                path = os.path.join(d, self.result)
             env = dict(os.environ, **self.env)
             p = subprocess.run(argv, env=env, cwd=TOP, capture_output=True, text=True,
                                timeout=timeout)
             if p.returncode != 0:
                 raise RuntimeError(f"arm {self.name} failed (exit {p.returncode}): "
                                    f"{self.shell()}\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-            if "{json}" in " ".join(self.argv):
+            if "{json}" in " ".join(self.argv) or self.result:
                 with open(path) as f:
                     text = f.read()
                 try:                    # one JSON document
@@ -165,6 +169,45 @@ def _get_batch_cells(rounds):
     return out
 
 
+def _loaders_cells(rounds):
+    """bench_loaders.py: per dataset and loader the median epoch's samples/s without
+    and with compute and the node's PSS added by data + loader; per dataset ddstore's
+    samples/s over the best other loader's of the same run, and its memory over the
+    in-memory baseline's (torch-w0)."""
+    def ok(r):
+        return [x for x in r["loaders"]["results"] if "epochs" in x and "failed" not in x
+                and "skipped" not in x]
+
+    def sps(x, label):
+        es = sorted((e["samples_per_s"] for e in x["epochs"] if e["epoch"] == label))
+        return es[len(es) // 2]
+    out = []
+    first = ok(rounds[0])
+    for dset in dict.fromkeys(x["dataset"] for x in first):
+        cases = [x["case"] for x in first if x["dataset"] == dset]
+        per = [{x["case"]: x for x in ok(r) if x["dataset"] == dset} for r in rounds]
+        for c in cases:
+            out.append((f"{dset}, {c}", [
+                ("samples/s, no compute", [sps(p[c], "no compute") for p in per]),
+                ("samples/s, compute", [sps(p[c], "compute") for p in per]),
+                ("node PSS added, MiB", [p[c]["node_peak_pss_above_start_mib"] for p in per])]))
+        others = [c for c in cases if not c.startswith("ddstore")]
+        for c in [c for c in cases if c.startswith("ddstore")]:
+            if not others:
+                continue
+            row = []
+            for label in ("no compute", "compute"):
+                row.append((f"× best other, {label}",
+                            [sps(p[c], label) / max(sps(p[o], label) for o in others)
+                             for p in per]))
+            if "torch-w0" in cases:
+                row.append(("memory / torch-w0's", [p[c]["node_peak_pss_above_start_mib"] /
+                                                    p["torch-w0"]["node_peak_pss_above_start_mib"]
+                                                    for p in per]))
+            out.append((f"{dset}, {c} against the others", row))
+    return out
+
+
 _BENCH_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_bench"]
 _TORCH_PATH = [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
                os.path.join(TOP, "tools", "bench_torch_path.py"), "8192", "5"]
@@ -198,6 +241,15 @@ FIGURES = {f.name: f for f in [
            [Arm("get_batch", [PY, os.path.join(TOP, "tools", "bench_get_batch.py"),
                               "--out", "{json}"])],
            "method, ranks", None, _get_batch_cells),
+    Figure("loaders", "docs/measurements.md",
+           "one epoch per loader (a first, then the median of 3 without compute and of 3 with "
+           "a fixed compute step), 4 ranks, batch 128, every epoch checked for coverage and "
+           "content; Fashion-MNIST and 100,000 synthetic 3 KB samples "
+           "(tools/bench_loaders.py)",
+           [Arm("loaders", [PY, os.path.join(TOP, "tools", "bench_loaders.py"), "--datasets",
+                            "fmnist,synthetic", "--synthetic-n", "100000", "--out", "{dir}"],
+                result="bench_loaders.json")],
+           "dataset, loader", None, _loaders_cells, timeout=5400),
 ]}
 
 

@@ -101,3 +101,29 @@ def test_arm_result_file(text, want):
     """An arm that writes its result to {json}: one document or JSON lines."""
     code = "import sys; open(sys.argv[1], 'w').write(sys.argv[2])"
     assert figures.Arm("w", [sys.executable, "-c", code, "{json}", text]).run(60) == want
+
+
+def test_result_file_under_dir():
+    """An arm with {dir}: the result is the named file the command wrote there."""
+    code = "import sys, os; open(os.path.join(sys.argv[1], 'r.json'), 'w').write('{\"x\": 5}')"
+    arm = figures.Arm("d", [sys.executable, "-c", code, "{dir}"], result="r.json")
+    assert arm.run(60) == {"x": 5}
+
+
+def test_loaders_cells_ratios_inside_a_round():
+    """The loaders figure: ddstore over the best other loader of the same round."""
+    def case(c, nc, co, mem):
+        return {"case": c, "dataset": "d", "node_peak_pss_above_start_mib": mem,
+                "epochs": [{"epoch": "no compute", "samples_per_s": nc},
+                           {"epoch": "compute", "samples_per_s": co}]}
+    rounds = [{"loaders": {"results": [case("ddstore-m0", 100, 10, 25), case("torch-w0", 20, 5, 100),
+                                       case("torchdata-w0", 25, 4, 90),
+                                       {"case": "mosaic-w0", "dataset": "d", "skipped": "x"}]}},
+              {"loaders": {"results": [case("ddstore-m0", 50, 10, 30), case("torch-w0", 10, 2, 100),
+                                       case("torchdata-w0", 5, 4, 90)]}}]
+    cells = dict(figures._loaders_cells(rounds))
+    vs = dict(cells["d, ddstore-m0 against the others"])
+    assert vs["× best other, no compute"] == [4.0, 5.0]
+    assert vs["× best other, compute"] == [2.0, 2.5]
+    assert vs["memory / torch-w0's"] == [0.25, 0.3]
+    assert "d, mosaic-w0" not in cells
