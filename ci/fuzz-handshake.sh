@@ -37,12 +37,13 @@ fi
 
 CORPUS=$TOP/ddstore-ofi/fuzz/corpus
 # What the fuzz target links: the record module (codec and file names) and
-# the core files it calls (dds_error, DDS_LOG, dds_dtype_size/_name,
-# files.h).  No generated header needed.
+# the core files it calls (dds_error, DDS_LOG and the logger's settings,
+# dds_dtype_size/_name, files.h).  No generated header needed.
 SRCS=(ddstore-ofi/fuzz/handshake_fuzz.c ddstore-ofi/transport/ddofi_hs.c
       ddstore-ofi/transport/ddofi_hs_files.c
       ddstore-core/src/dds_errors.c ddstore-core/src/dds_log.c
-      ddstore-core/src/dds_types.c ddstore-core/src/dds_files.c)
+      ddstore-core/src/dds_types.c ddstore-core/src/dds_files.c
+      ddstore-core/src/dds_config.c)
 INCS=(-Iddstore-core/include -Iddstore-core/src -Iddstore-ofi/include)
 COPTS=(-std=c11 -D_GNU_SOURCE -g -O1 -Wall -Wextra -Werror)
 
