@@ -210,8 +210,11 @@ def main():
     print("method shape   delay  rate     burst  measured ms  modelled ms")
     for m, shape, delay, rate, burst, ms, mod in rows:
         print("%6d %-7s %-6s %-8s %-6s %11.2f %12.2f" % (m, shape, delay, rate, burst, ms, mod))
-    note = "load average %s (2 cores, shared): regenerate on a quiet machine" % (
-        "-".join("%.1f" % x for x in (min(load), max(load))) if load else "?")
+    cores = os.cpu_count() or 1
+    note = "load average %s on %d cores%s" % (
+        "-".join("%.1f" % x for x in (min(load), max(load))) if load else "?", cores,
+        ": above 1 per core, regenerate on a quiet machine" if load and max(load) > cores
+        else "")
     with open(os.path.join(args.out, "bench_nodes.json"), "w") as f:
         json.dump({"measured_ms": meas, "owners_ms": owners, "rows": rows, "goodput": GOODPUT, "load": load,
                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, f, indent=1)
