@@ -10,7 +10,9 @@ not reproduce.
 A figure has arms (commands: A, B, C ...). `run` runs them A B C A B C ... for R
 rounds, reads each arm's JSON result of each round, and writes out/figures/NAME.json:
 the commit (and whether the tree was dirty), the DDSTORE_*/FI_* settings, the cores,
-the load average before every arm's run, and every round's raw result. The table's
+the load average before every arm's run (each arm first waits, up to --settle
+seconds, for it to fall to 1 per core: an arm's own load decays over a minute or
+two), and every round's raw result. The table's
 cells are the median over rounds and the min–max spread; a ratio between two arms is
 taken inside each round (the two ran back to back) and then summarised the same way.
 
@@ -276,8 +278,25 @@ def fmt(v):
     return f"{v:.3g}" if a < 100 else f"{v:.0f}"
 
 
-def measure(fig, rounds, log=print):
-    """Run fig's arms interleaved for `rounds` rounds; return the record."""
+def settle(limit, seconds, log=print, poll=5.0):
+    """Wait (up to `seconds`) for the 1-minute load average to fall to `limit`:
+    an arm that loads the machine itself (4 ranks on 2 cores) leaves a load
+    average that decays over a minute or two, which is not another job's.
+    Returns the load average when it returns."""
+    end = time.monotonic() + seconds
+    load = loadavg()
+    while load > limit and time.monotonic() < end:
+        time.sleep(poll)
+        load = loadavg()
+    if load > limit:
+        log(f"load average still {load:.2f} after {seconds:.0f} s")
+    return load
+
+
+def measure(fig, rounds, log=print, settle_s=0.0):
+    """Run fig's arms interleaved for `rounds` rounds; return the record.
+    With settle_s, each arm first waits up to that long for the load average
+    to fall to 1 per core (what it then is, is what the record keeps)."""
     if fig.build:
         log("+ " + " ".join(fig.build))
         subprocess.run(fig.build, cwd=TOP, check=True)
@@ -293,7 +312,7 @@ def measure(fig, rounds, log=print):
     for r in range(rounds):
         got = {}
         for a in fig.arms:
-            rec["load"].append(loadavg())
+            rec["load"].append(settle(os.cpu_count(), settle_s, log) if settle_s else loadavg())
             log(f"[{fig.name}] round {r + 1}/{rounds} {a.name} (load {rec['load'][-1]:.2f})")
             got[a.name] = a.run(fig.timeout)
         rec["rounds"].append(got)
@@ -371,6 +390,9 @@ def main(argv=None):
         p.add_argument("--loaded", action="store_true",
                        help="accept a run at load above 1 per core (marked as such)")
         p.add_argument("--out", default=os.path.join(TOP, "out", "figures"))
+        p.add_argument("--settle", type=float, default=300.0,
+                       help="seconds each arm may wait for the load average to fall to 1 "
+                            "per core (an arm's own load takes a minute or two to decay)")
         if c == "run":
             p.add_argument("--write", action="store_true",
                            help="replace the table in its doc and docs/figures/NAME.json")
@@ -393,7 +415,7 @@ def main(argv=None):
     bad = 0
     for n in names:
         fig = FIGURES[n]
-        rec = measure(fig, a.rounds)
+        rec = measure(fig, a.rounds, settle_s=a.settle)
         with open(os.path.join(a.out, n + ".json"), "w") as f:
             json.dump(rec, f, indent=1)
         print(render(fig, rec))

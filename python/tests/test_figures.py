@@ -127,3 +127,18 @@ def test_loaders_cells_ratios_inside_a_round():
     assert vs["× best other, compute"] == [2.0, 2.5]
     assert vs["memory / torch-w0's"] == [0.25, 0.3]
     assert "d, mosaic-w0" not in cells
+
+
+def test_settle_waits_for_the_load(monkeypatch):
+    """settle() polls until the load average falls to the limit, or gives up."""
+    loads = iter([5.0, 4.0, 1.5, 1.0])
+    monkeypatch.setattr(figures, "loadavg", lambda: next(loads))
+    monkeypatch.setattr(figures.time, "sleep", lambda s: None)
+    assert figures.settle(2, 60, log=lambda *_: None) == 1.5
+    loads2 = iter([9.0] * 1000)
+    monkeypatch.setattr(figures, "loadavg", lambda: next(loads2))
+    clock = iter(range(0, 10000, 10))
+    monkeypatch.setattr(figures.time, "monotonic", lambda: next(clock))
+    said = []
+    assert figures.settle(2, 30, log=said.append) == 9.0
+    assert said and "still 9.00" in said[0]
