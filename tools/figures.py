@@ -407,7 +407,7 @@ def main(argv=None):
     for n in names:
         if n not in FIGURES:
             raise SystemExit(f"no figure {n!r}; the figures: {', '.join(FIGURES)}")
-    if not a.loaded and loadavg() > os.cpu_count():
+    if not a.loaded and settle(os.cpu_count(), a.settle) > os.cpu_count():
         print(f"load average {loadavg():.2f} is above 1 per core ({os.cpu_count()} cores): "
               "wait for a quiet machine, or pass --loaded (the result is then marked)")
         return 2
