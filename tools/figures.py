@@ -206,7 +206,7 @@ def _loaders_cells(rounds):
                 row.append(("memory / torch-w0's", [p[c]["node_peak_pss_above_start_mib"] /
                                                     p["torch-w0"]["node_peak_pss_above_start_mib"]
                                                     for p in per]))
-            out.append((f"{dset}, {c} against the others", row))
+            out.append((f"{dset}, {c} ÷ the best other loader (samples/s) and ÷ torch-w0 (memory)", row))
     return out
 
 

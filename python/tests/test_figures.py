@@ -122,7 +122,7 @@ def test_loaders_cells_ratios_inside_a_round():
               {"loaders": {"results": [case("ddstore-m0", 50, 10, 30), case("torch-w0", 10, 2, 100),
                                        case("torchdata-w0", 5, 4, 90)]}}]
     cells = dict(figures._loaders_cells(rounds))
-    vs = dict(cells["d, ddstore-m0 against the others"])
+    vs = dict(cells["d, ddstore-m0 ÷ the best other loader (samples/s) and ÷ torch-w0 (memory)"])
     assert vs["× best other, no compute"] == [4.0, 5.0]
     assert vs["× best other, compute"] == [2.0, 2.5]
     assert vs["memory / torch-w0's"] == [0.25, 0.3]
