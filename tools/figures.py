@@ -199,14 +199,14 @@ def _loaders_cells(rounds):
                 continue
             row = []
             for label in ("no compute", "compute"):
-                row.append((f"× best other, {label}",
+                row.append((f"samples/s ÷ the best other loader's, {label}",
                             [sps(p[c], label) / max(sps(p[o], label) for o in others)
                              for p in per]))
             if "torch-w0" in cases:
-                row.append(("memory / torch-w0's", [p[c]["node_peak_pss_above_start_mib"] /
+                row.append(("node PSS added ÷ torch-w0's", [p[c]["node_peak_pss_above_start_mib"] /
                                                     p["torch-w0"]["node_peak_pss_above_start_mib"]
                                                     for p in per]))
-            out.append((f"{dset}, {c} ÷ the best other loader (samples/s) and ÷ torch-w0 (memory)", row))
+            out.append((f"{dset}, {c} vs the others", row))
     return out
 
 
@@ -324,8 +324,9 @@ def measure(fig, rounds, log=print, settle_s=0.0):
 
 
 def render(fig, rec):
-    """Markdown for the figure's table, with the command, commit and load above it."""
-    cols = [c for c, _ in rec["table"][0][1]]
+    """Markdown for the figure's table, with the command, commit and load above it.
+    Rows with other columns than the row before them (a figure's ratio rows) start
+    a table of their own, under a header naming their columns."""
     head = [f"<!-- figure {fig.name}: written by `tools/figures.py run {fig.name} --write`; "
             f"do not edit by hand -->",
             f"`.venv/bin/python tools/figures.py run {fig.name} --rounds "
@@ -335,10 +336,13 @@ def render(fig, rec):
             f"{rec['date']}, {rec['cores']} cores, load average {min(rec['load']):.2f}–"
             f"{rec['load_max']:.2f}" +
             (" — **above 1 per core: not a publishable figure**" if rec["loaded"] else "") +
-            ". Cells: median over rounds (min–max).", "",
-            "| " + " | ".join([fig.label] + cols) + " |",
-            "|" + "---|" * (len(cols) + 1)]
+            ". Cells: median over rounds (min–max)."]
+    cols = None
     for label, cells in rec["table"]:
+        if [c for c, _ in cells] != cols:
+            cols = [c for c, _ in cells]
+            head += ["", "| " + " | ".join([fig.label] + cols) + " |",
+                     "|" + "---|" * (len(cols) + 1)]
         head.append("| " + " | ".join([label] + [
             f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])})" for _, s in cells]) + " |")
     head.append(f"<!-- /figure {fig.name} -->")

@@ -122,10 +122,10 @@ def test_loaders_cells_ratios_inside_a_round():
               {"loaders": {"results": [case("ddstore-m0", 50, 10, 30), case("torch-w0", 10, 2, 100),
                                        case("torchdata-w0", 5, 4, 90)]}}]
     cells = dict(figures._loaders_cells(rounds))
-    vs = dict(cells["d, ddstore-m0 ÷ the best other loader (samples/s) and ÷ torch-w0 (memory)"])
-    assert vs["× best other, no compute"] == [4.0, 5.0]
-    assert vs["× best other, compute"] == [2.0, 2.5]
-    assert vs["memory / torch-w0's"] == [0.25, 0.3]
+    vs = dict(cells["d, ddstore-m0 vs the others"])
+    assert vs["samples/s ÷ the best other loader's, no compute"] == [4.0, 5.0]
+    assert vs["samples/s ÷ the best other loader's, compute"] == [2.0, 2.5]
+    assert vs["node PSS added ÷ torch-w0's"] == [0.25, 0.3]
     assert "d, mosaic-w0" not in cells
 
 
@@ -142,3 +142,14 @@ def test_settle_waits_for_the_load(monkeypatch):
     said = []
     assert figures.settle(2, 30, log=said.append) == 9.0
     assert said and "still 9.00" in said[0]
+
+
+def test_rows_with_other_columns_get_their_own_header(tmp_path):
+    """A figure's ratio rows (other columns) are a table of their own, not under
+    the first rows' header."""
+    fig, _ = fake(tmp_path)
+    rec = figures.measure(fig, 1, log=lambda *_: None)
+    rec["table"].append(("ratio row", [("a ÷ b", figures.summary([0.5]))]))
+    text = figures.render(fig, rec)
+    assert "| case | a µs | b µs | a/b |" in text
+    assert "| case | a ÷ b |\n|---|---|\n| ratio row | 0.5 (0.5–0.5) |" in text
