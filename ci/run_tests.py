@@ -51,6 +51,14 @@ class Counts:
         self.skipped += other.skipped
         self.failures += other.failures
 
+    def check(self, rc, failure):
+        """One test that passed when a program exited 0; `failure` names it otherwise."""
+        if rc == 0:
+            self.passed += 1
+        else:
+            self.failed += 1
+            self.failures.append(f"{failure} exited {rc}")
+
 
 def run(cmd, env=None, timeout=None, log=None):
     print("+ " + " ".join(cmd), flush=True)
@@ -250,11 +258,7 @@ def fuzz_stage(seconds=30):
         return c
     rc, _ = run([os.path.join(TOP, "ci", "fuzz-handshake.sh"), str(seconds)],
                 timeout=seconds + 600)
-    if rc == 0:
-        c.passed += 1
-    else:
-        c.failed += 1
-        c.failures.append(f"fuzz: ci/fuzz-handshake.sh {seconds} exited {rc}")
+    c.check(rc, f"fuzz: ci/fuzz-handshake.sh {seconds}")
     return c
 
 
@@ -470,11 +474,7 @@ def shape_check():
     for args, what in ((["--self-test"], "self-test"), ([], "tree")):
         rc, _ = run([sys.executable, os.path.join(TOP, "ci", "check_shape.py")] + args,
                     timeout=300)
-        if rc == 0:
-            c.passed += 1
-        else:
-            c.failed += 1
-            c.failures.append(f"shape: ci/check_shape.py {' '.join(args)} exited {rc} ({what})")
+        c.check(rc, f"shape ({what}): ci/check_shape.py {' '.join(args)}".rstrip())
     return c
 
 
