@@ -5,6 +5,7 @@ not reproduce.
 
     .venv/bin/python tools/figures.py list
     .venv/bin/python tools/figures.py run NAME [NAME ...] [--rounds R] [--write]
+    .venv/bin/python tools/figures.py run --all-unwritten --write   # every hand-run table
     .venv/bin/python tools/figures.py check NAME [NAME ...] [--rounds R] [--tol 0.1]
 
 A figure has arms (commands: A, B, C ...). `run` runs them A B C A B C ... for R
@@ -48,9 +49,11 @@ class Arm:
     with the result read from the file `result` in it; without either the last
     stdout line that starts with '{' is the result."""
 
-    def __init__(self, name, argv, env=None, result=None):
+    def __init__(self, name, argv, env=None, result=None, lines=False, parse=None):
         self.name, self.argv, self.env = name, list(argv), dict(env or {})
         self.result = result        # a file the command writes under {dir}
+        self.lines = lines          # every stdout line that starts with '{', as a list
+        self.parse = parse          # or a function of the whole stdout (text output)
 
     def shell(self):
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
@@ -76,22 +79,27 @@ class Arm:
                 except json.JSONDecodeError:  # JSON lines
                     lines = [json.loads(l) for l in text.splitlines() if l.strip()]
                     return lines if len(lines) != 1 else lines[0]
+            if self.parse:
+                return self.parse(p.stdout)
             last = [l for l in p.stdout.splitlines() if l.startswith("{")]
             if not last:
                 raise RuntimeError(f"arm {self.name} printed no JSON line: {self.shell()}")
-            return json.loads(last[-1])
+            return [json.loads(l) for l in last] if self.lines else json.loads(last[-1])
 
 
 class Figure:
     """A published table. `cells(rounds)` maps the rounds (a list of {arm: result})
     to rows: a list of (label, [(column, values over rounds), ...]); `columns` is
-    the header after the label column."""
+    the header after the label column. `rounds` is the figure's own default
+    (`--rounds` overrides it); `estimate_s` what a run at that many rounds takes
+    on the 2-core development machine when it is quiet (`list` shows it)."""
 
     def __init__(self, name, doc, what, arms, label, columns, cells, build=None,
-                 timeout=900):
+                 timeout=900, rounds=5, estimate_s=None):
         self.name, self.doc, self.what = name, doc, what
         self.arms, self.label, self.columns = arms, label, columns
         self.cells, self.build, self.timeout = cells, build, timeout
+        self.rounds, self.estimate_s = rounds, estimate_s
 
 
 def _us_rows(result):
@@ -210,9 +218,459 @@ def _loaders_cells(rounds):
     return out
 
 
+# ---- the figures of the hand-run tables (issue 25) ----------------------------------
+
+def _rows_of(result, **match):
+    """The JSON lines of an arm's result whose fields equal `match`."""
+    rows = result if isinstance(result, list) else [result]
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def _one(result, **match):
+    got = _rows_of(result, **match)
+    if len(got) != 1:
+        raise ValueError(f"{len(got)} results match {match}, want 1")
+    return got[0]
+
+
+def _size_label(rb):
+    return f"{rb} B" if rb < 1 << 20 else f"{rb >> 20} MiB"
+
+
+_BACKENDS = (("m0", "method 0"), ("m1_shm", "method 1, shm"), ("m1_tcp", "method 1, tcp;ofi_rxm"))
+
+
+def _reads_cells(rounds):
+    """ddstore_bench over the three backends: per backend and point (1 thread) the
+    read's µs/row and GB/s, the memcpy of the same rows (same run) and the read's
+    speed over memcpy's; then GB/s per rank by reader threads at 3136 B × 128."""
+    out = []
+    first = _rows_of(rounds[0]["m0"], threads=1)
+    points = [(r["row_bytes"], r["batch"]) for r in first]
+    for arm, name in _BACKENDS:
+        for rb, b in points:
+            got = [_one(r[arm], row_bytes=rb, batch=b, threads=1) for r in rounds]
+            out.append((f"{name}, {_size_label(rb)} × {b}", [
+                ("µs/row", [g["us_per_row"] for g in got]),
+                ("GB/s", [g["gb_per_s"] for g in got]),
+                ("memcpy GB/s, same run", [g["memcpy_gb_per_s"] for g in got]),
+                ("read speed ÷ memcpy's", [g["gb_per_s"] / g["memcpy_gb_per_s"] for g in got])]))
+    threads = sorted({r["threads"] for r in _rows_of(rounds[0]["m0"], row_bytes=3136, batch=128)})
+    for arm, name in _BACKENDS:
+        out.append((f"{name}, 3136 B × 128", [
+            (f"GB/s per rank, {t} thread{'s' if t > 1 else ''}",
+             [_one(r[arm], row_bytes=3136, batch=128, threads=t)["gb_per_s"] for r in rounds])
+            for t in threads]))
+    return out
+
+
+_EPOCH_ARMS = [(n, arm, label) for n in (2, 4) for arm, label in
+               (("m0", "method 0"), ("m1_shm", "method 1, shm"),
+                ("m0_inf", "method 0, DDSTORE_COLLECTIVE_TIMEOUT_S=inf"))]
+
+
+def _epochs_cells(rounds):
+    out = []
+    for n, arm, label in _EPOCH_ARMS:
+        got = [_one(r[f"{arm}_{n}"], kind="epoch") for r in rounds]
+        out.append((f"{n} ranks, {label}", [
+            ("MPI_Barrier µs", [g["barrier_us"] for g in got]),
+            ("epoch_begin µs", [g["epoch_begin_us"] for g in got]),
+            ("epoch_end µs", [g["epoch_end_us"] for g in got]),
+            ("epoch_begin ÷ barrier", [g["epoch_begin_us"] / g["barrier_us"] for g in got]),
+            ("epoch_end ÷ barrier", [g["epoch_end_us"] / g["barrier_us"] for g in got])]))
+    return out
+
+
+def _kv(text):
+    """key=value lines (the ofi example programs' output): a dict per line."""
+    out = []
+    for line in text.splitlines():
+        d = {}
+        for tok in line.split():
+            k, eq, v = tok.partition("=")
+            if eq:
+                try:
+                    d[k] = float(v)
+                except ValueError:
+                    d[k] = v
+        if d:
+            out.append(d)
+    return out
+
+
+def _ofi_probe_cells(rounds):
+    """ofi_pingread (the library) and ofi_bare_read (a bare fi_read loop), arms
+    interleaved per provider; the ratio library ÷ bare inside each round."""
+    out = []
+    for p in ("tcp", "shm"):
+        lib = [next(d for d in r[f"lib_{p}"] if "lat_us" in d) for r in rounds]
+        bare = [[d for d in r[f"bare_{p}"] if "us_per_read" in d] for r in rounds]
+        for key, bkey, i, label, unit in (
+                ("lat_us", "us_per_read", 0, "4 KiB latency", "µs"),
+                ("bw_gbs", "gb_s", 1, "1 MiB bandwidth, 16 in flight", "GB/s"),
+                ("row_us", "us_per_read", 2, "3136 B rows × 128", "µs/row")):
+            lv, bv = [l[key] for l in lib], [b[i][bkey] for b in bare]
+            ratio = ([b / l for l, b in zip(lv, bv)] if unit == "GB/s"
+                     else [l / b for l, b in zip(lv, bv)])
+            out.append((f"{p}, {label}", [(f"library", lv), (f"bare fi_read", bv),
+                                          ("library time ÷ bare's", ratio)]))
+    return out
+
+
+def _method2_cells(rounds):
+    out = []
+    first = _rows_of(rounds[0]["method2"], method=2)
+    for f in first:
+        key = dict(fabric=f["fabric"], row_bytes=f["row_bytes"], threads=f["threads"])
+        got = [_one(r["method2"], method=2, **key) for r in rounds]
+        out.append((f"{f['fabric']}, {_size_label(f['row_bytes'])} × {f['batch']}, "
+                    f"{f['threads']} thread{'s' if f['threads'] > 1 else ''}", [
+                        ("µs/row", [g["us_per_row"] for g in got]),
+                        ("GB/s", [g["gb_per_s"] for g in got]),
+                        ("local np.take µs/row", [g["memcpy_us_per_row"] for g in got]),
+                        ("read speed ÷ np.take's", [g["memcpy_us_per_row"] / g["us_per_row"]
+                                                    for g in got])]))
+    return out
+
+
+def _sampler_cells(rounds):
+    out = []
+    ran = [x for x in rounds[0]["sampler"] if "skipped" not in x]
+    for x in ran:
+        got = [_one(r["sampler"], sampler=x["sampler"], n=x["n"]) for r in rounds]
+        out.append((f"{x['sampler']}, N = {x['n']:.0e}", [
+            ("first index s", [g["first_s"] for g in got]),
+            ("ns/index", [g["ns_per_index"] for g in got]),
+            ("epoch per rank s (est.)", [g["epoch_s_est"] for g in got]),
+            ("peak RSS MiB", [g["rss_mib"] for g in got])]))
+    for n in sorted({x["n"] for x in ran}):
+        if len([x for x in ran if x["n"] == n]) < 2:
+            continue
+        a = [_one(r["sampler"], sampler="DistributedSampler", n=n) for r in rounds]
+        b = [_one(r["sampler"], sampler="DistSampler", n=n) for r in rounds]
+        out.append((f"N = {n:.0e}", [
+            ("DistributedSampler ÷ DistSampler, first index",
+             [x["first_s"] / y["first_s"] for x, y in zip(a, b)]),
+            ("DistributedSampler ÷ DistSampler, peak RSS",
+             [x["rss_mib"] / y["rss_mib"] for x, y in zip(a, b)])]))
+    return out
+
+
+def _plan_parse(text):
+    """plan_bench's lines: {label: {ns_batch, ns_row}}; the lines after 'with
+    max_read_bytes' carry that in their label; the store lines their memcpy."""
+    import re
+    out, suffix = {}, ""
+    for line in text.splitlines():
+        if line.startswith("with max_read_bytes"):
+            suffix = ", max_read_bytes 1 MiB"
+            continue
+        m = re.match(r"\s*(\d+) rows x (\d+) B, (.*?)\s+(\d+) ns/batch(?:\s+([\d.]+) ns/row)?", line)
+        if m:
+            out[f"{m[1]} rows, {m[3]}{suffix}"] = {"ns_batch": float(m[4])}
+            continue
+        m = re.match(r"store (\w+),\s*(\d+) local (rows|samples).*?:\s+(\d+) ns/call; "
+                     r"per-(?:row|sample) memcpy of the same \w+\s+(\d+) ns", line)
+        if m:
+            out[f"store {m[1]}, {m[2]} local {m[3]}"] = {"ns_batch": float(m[4]),
+                                                         "memcpy_ns": float(m[5])}
+    return out
+
+
+def _planner_cells(rounds):
+    out = []
+    for label, v in rounds[0]["plan"].items():
+        got = [r["plan"][label] for r in rounds]
+        cols = [("ns per batch (call)", [g["ns_batch"] for g in got])]
+        if "memcpy_ns" in v:
+            cols += [("per-row memcpy of the same rows, ns", [g["memcpy_ns"] for g in got]),
+                     ("÷ memcpy", [g["ns_batch"] / g["memcpy_ns"] for g in got])]
+        out.append((label, cols))
+    return out
+
+
+def _vae_cells(rounds):
+    out = []
+    med = statistics.median
+    for name in ("ddstore+ThreadDataLoader", "local+DataLoader"):
+        runs = [r["vae"]["runs"][name] for r in rounds]
+        out.append((name, [("epoch s", [med(h["epoch_s"] for h in x) for x in runs]),
+                           ("waiting for data s", [med(h["wait_s"] for h in x) for x in runs])]))
+    out.append(("ddstore ÷ local", [("epoch time", [
+        med(h["epoch_s"] for h in r["vae"]["runs"]["ddstore+ThreadDataLoader"]) /
+        med(h["epoch_s"] for h in r["vae"]["runs"]["local+DataLoader"]) for r in rounds])]))
+    prof = [r["vae"]["profile"]["sum"] for r in rounds if r["vae"].get("profile")]
+    if len(prof) == len(rounds):
+        out.append(("ddstore reads", [("µs/row", [p["total_ns"] / max(1, p["rows"]) / 1e3
+                                                  for p in prof])]))
+    return out
+
+
+_OVH_LABELS = {"numpy_get_batch": "PyDDStore.get_batch (numpy out)",
+               "bare": "bare tensor get_batch per field", "read_rows": "ds.read_rows",
+               "collate": "direct collate", "getitems": "ds.__getitems__",
+               "default_collate_getitems": "default_collate(ds.__getitems__)",
+               "thread_loader": "ThreadDataLoader, 1 worker",
+               "thread_loader_nohelp": "ThreadDataLoader, 1 worker, DDSTORE_LOADER_HELP=0"}
+_OVH_CASES = {1: ["numpy_get_batch", "bare", "read_rows", "collate", "getitems",
+                  "default_collate_getitems", "thread_loader", "thread_loader_nohelp"],
+              3: ["bare", "collate", "thread_loader", "thread_loader_nohelp"],
+              8: ["bare", "collate", "thread_loader", "thread_loader_nohelp"]}
+
+
+def _torch_overhead_cells(rounds):
+    """bench_torch.py _overhead at 1 and 2 ranks: per case the min over its
+    repetitions, the max over ranks (what the tool prints), µs per batch; its
+    ratio to the bare tensor reads of the same round; the loader with the
+    consumer reading (DDSTORE_LOADER_HELP=1, default) over without."""
+    out = []
+    for arm in ("r1", "r2"):
+        n = rounds[0][arm]["ranks"]
+        for nf, cases in _OVH_CASES.items():
+            val = lambda r, c: max(p[str(nf)][c]["min"] for p in r[arm]["per_rank"])
+            for c in cases:
+                out.append((f"{n} rank{'s' if n > 1 else ''}, {nf} field{'s' if nf > 1 else ''}, "
+                            f"{_OVH_LABELS[c]}", [
+                                ("µs/batch", [val(r, c) for r in rounds]),
+                                ("÷ bare tensor get_batch", [val(r, c) / val(r, "bare")
+                                                             for r in rounds])]))
+    return out
+
+
+def _ragged_cells(rounds):
+    out = []
+    for x in _rows_of(rounds[0]["ragged"], kind="ragged_reads"):
+        got = [_one(r["ragged"], kind="ragged_reads", method=x["method"], rank=x["rank"])
+               for r in rounds]
+        name = f"method {x['method']}{' (' + x['fabric'] + ')' if x['fabric'] else ''}"
+        out.append((f"{name}, rank {x['rank']}", [
+            ("get_ragged µs", [g["ragged_us_median"] for g in got]),
+            ("fixed get_batch µs", [g["fixed_us_median"] for g in got]),
+            ("memcpy µs", [g["memcpy_us_median"] for g in got]),
+            ("ragged ÷ fixed per byte (medians)", [g["ragged_vs_fixed_median"] for g in got]),
+            ("ragged ÷ fixed per byte (totals)", [g["ragged_vs_fixed"] for g in got]),
+            ("sizes() µs", [g["sizes_us_median"] for g in got])]))
+    for x in _rows_of(rounds[0]["ragged"], kind="ragged_meta"):
+        got = [_one(r["ragged"], kind="ragged_meta", rank=x["rank"]) for r in rounds]
+        out.append((f"metadata, {x['samples']:.0e} samples on {x['ranks']} ranks, rank {x['rank']}", [
+            ("RSS growth MiB", [g["rss_growth_bytes"] / 2**20 for g in got]),
+            ("metadata B per local sample", [g["metadata_bytes_per_local_sample"] for g in got]),
+            ("allgathered offsets ÷ the store's layout", [g["allgathered_vs_model"] for g in got])]))
+    return out
+
+
+def _scale_cells(rounds):
+    out = []
+    for x in _rows_of(rounds[0]["scale"], kind="scale_core"):
+        R = x["nranks"]
+        core = [_one(r["scale"], kind="scale_core", nranks=R) for r in rounds]
+        rec = [_rows_of(r["scale"], kind="scale_method2", n_core=R) for r in rounds]
+        cols = [("bytes kept per variable", [c["meta_bytes_per_var"] for c in core]),
+                ("var_add local work µs", [c["add_us"] for c in core]),
+                ("dds_plan_batch 128 rows µs", [c["plan_min_us"] for c in core]),
+                ("get_batch 128 rows µs", [c["get_batch_min_us"] for c in core]),
+                ("get 1 row µs", [c["get_one_min_us"] for c in core])]
+        if all(rec):
+            cols += [("method-2 record bytes", [m[0]["record_bytes"] for m in rec]),
+                     ("record encode ms", [m[0]["encode_us"] / 1e3 for m in rec]),
+                     ("record parse ms", [m[0]["parse_us"] / 1e3 for m in rec])]
+        out.append((f"{R:,}", cols))
+    return out
+
+
+def _filecomm_cells(rounds):
+    return [(str(x["nranks"]), [
+        (f"{k} µs", [_one(r["filecomm"], kind="scale_filecomm", nranks=x["nranks"])[f"{k}_us"]
+                     for r in rounds]) for k in ("allgather", "allreduce", "barrier")])
+        for x in _rows_of(rounds[0]["filecomm"], kind="scale_filecomm")]
+
+
+def _scale_ofi_cells(rounds):
+    """The adapter over simulated ranks (tcp;ofi_rxm), eager and lazy peers of one
+    run: bytes per rank as the slope between the smallest and largest R (reads of
+    every owner: up to --ofi-read-max), times at the largest R."""
+    def per_rank(r, peers, field, limit=None):
+        pts = sorted((x["nranks"], x[field]) for x in _rows_of(r["scale_ofi"], kind="scale_ofi",
+                                                               peers=peers)
+                     if x[field] >= 0 and (limit is None or x["nranks"] <= limit))
+        return (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+
+    def at_max(r, peers, field, limit=None):
+        pts = sorted((x["nranks"], x[field]) for x in _rows_of(r["scale_ofi"], kind="scale_ofi",
+                                                               peers=peers)
+                     if x[field] >= 0 and (limit is None or x["nranks"] <= limit))
+        return pts[-1]
+    big = max(x["nranks"] for x in _rows_of(rounds[0]["scale_ofi"], kind="scale_ofi"))
+    read = at_max(rounds[0], "lazy", "read_every_owner_first_ms")[0]
+    rows = [("per store, B per rank", lambda r, p: per_rank(r, p, "store_bytes")),
+            ("per reader at open, B per rank", lambda r, p: per_rank(r, p, "reader_bytes")),
+            (f"per reader after reading from every rank (R ≤ {read:,}), B per rank",
+             lambda r, p: per_rank(r, p, "reader_bytes_all_read")),
+            ("per variable, B per rank", lambda r, p: per_rank(r, p, "var_bytes")),
+            (f"store create at {big:,} ranks, ms", lambda r, p: at_max(r, p, "create_ms")[1]),
+            (f"thread reader open at {big:,} ranks, ms",
+             lambda r, p: at_max(r, p, "reader_open_ms")[1]),
+            (f"var_add at {big:,} ranks, ms", lambda r, p: at_max(r, p, "add_ms")[1]),
+            (f"reading one row of each of {read:,} owners, first time, ms",
+             lambda r, p: at_max(r, p, "read_every_owner_first_ms")[1])]
+    return [(label, [(peers, [f(r, peers) for r in rounds])
+                     for peers in ("eager", "lazy")]) for label, f in rows]
+
+
+def _mem_stores_cells(rounds):
+    """tools/mem_stores.py K at 2 ranks: private memory added per rank (the larger
+    of the two ranks), in all and per store."""
+    out = []
+    for k in (1, 2, 3):
+        cols = []
+        for fab in ("tcp", "shm"):
+            mib = [max((x["read"]["private_kib"] - x["before"]["private_kib"]) / 1024
+                       for x in r[f"{fab}_{k}"]) for r in rounds]
+            cols += [(f"{fab}: MiB per rank", mib), (f"{fab}: per store", [m / k for m in mib])]
+        out.append((f"{k} store{'s' if k > 1 else ''}", cols))
+    return out
+
+
 _BENCH_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_bench"]
 _TORCH_PATH = [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
                os.path.join(TOP, "tools", "bench_torch_path.py"), "8192", "5"]
+
+_BIN = os.path.join(TOP, "bazel-bin")
+_SCALE = os.path.join(_BIN, "tools", "ddstore_scale")
+_SCALE_BUILD = ["bazel", "build", "-c", "opt", "//tools:ddstore_scale"]
+_OFI_BUILD = ["bazel", "build", "-c", "opt", "//ddstore-ofi:ofi_pingread",
+              "//ddstore-ofi:ofi_bare_read"]
+_BARE = ('set -e; for a in "--size 4096 --iters 5000" "--size 1048576 --window 16 --iters 2000" '
+         '"--size 3136 --window 128 --iters 50000"; do "$0" --provider "$1" --server-wait $a; done')
+
+
+def _epoch_arm(n, arm):
+    method, extra = (1, ["--fabric", "shm"]) if arm == "m1_shm" else (0, [])
+    env = {"DDSTORE_COLLECTIVE_TIMEOUT_S": "inf"} if arm == "m0_inf" else None
+    return Arm(f"{arm}_{n}", [DDRUN, "-n", str(n), "--timeout", "600", "--",
+                              os.path.join(_BIN, "tools", "ddstore_bench"), "--method",
+                              str(method), "--epochs", "2000", "--json", "{json}"] + extra, env)
+
+
+def _ovh_arm(n):
+    return Arm(f"r{n}", [DDRUN, "-n", str(n), "--timeout", "900", "--", PY,
+                         os.path.join(TOP, "tools", "bench_torch.py"), "_overhead", "--result",
+                         "{json}", "--rows", "8192", "--reps", "15", "--batch", "128",
+                         "--method", "0", "--fields", "1", "3", "8"])
+
+
+def _mem_arm(fab, k):
+    return Arm(f"{fab}_{k}", [DDRUN, "-n", "2", "--timeout", "300", "--", "env",
+                              f"DDSTORE_FABRIC={fab}", PY,
+                              os.path.join(TOP, "tools", "mem_stores.py"), str(k)], lines=True)
+
+
+_NEW = [
+    Figure("reads", "docs/measurements.md",
+           "store reads of remote rows, 2 ranks, 0.3 s per point, next to memcpy of the same "
+           "rows timed like the reads in the same run: method 0, method 1 over shm and over "
+           "tcp;ofi_rxm, one reader thread, then 1-8 reader threads at 3136 B × 128 "
+           "(ddstore_bench; ./ddstore bench runs the full sweep)",
+           [_bench_arm(a, 0 if a == "m0" else 1,
+                       ["--threads", "1,2,4,8"] + ([] if a == "m0" else
+                                                   ["--fabric", "shm" if a == "m1_shm"
+                                                    else "tcp;ofi_rxm"]),
+                       batches="1,128") for a, _ in _BACKENDS],
+           "backend, row × batch", None, _reads_cells, build=_BENCH_BUILD, estimate_s=150),
+    Figure("epochs", "docs/measurements.md",
+           "epoch_begin()/epoch_end() per call next to a bare MPI_Barrier on the same ranks, "
+           "each the median of 7 rounds of 2000 calls (ddstore_bench --epochs 2000)",
+           [_epoch_arm(n, arm) for n, arm, _ in _EPOCH_ARMS],
+           "ranks, backend", None, _epochs_cells, build=_BENCH_BUILD, estimate_s=90),
+    Figure("ofi_probe", "docs/measurements.md",
+           "ddstore-ofi's reads (ofi_pingread: 4 KiB latency, 1 MiB with 16 in flight, 128 "
+           "random 3136 B rows per call) next to a bare fi_read loop over the same provider "
+           "(ofi_bare_read), two processes on this host; what ci/ofi-probe-compare.sh runs",
+           [a for p, bp in (("tcp", "tcp;ofi_rxm"), ("shm", "shm")) for a in (
+               Arm(f"lib_{p}", [os.path.join(_BIN, "ddstore-ofi", "ofi_pingread"), "--provider",
+                                p, "--local-only", "--single-node", "-q"], parse=_kv),
+               Arm(f"bare_{p}", ["bash", "-c", _BARE,
+                                 os.path.join(_BIN, "ddstore-ofi", "ofi_bare_read"), bp],
+                   parse=_kv))],
+           "provider, test", None, _ofi_probe_cells, build=_OFI_BUILD, estimate_s=90),
+    Figure("method2", "docs/measurements.md",
+           "method 2: a core job of 2 ranks publishes, a reader in another process times "
+           "get_batch of random rows, each thread with its own reader, next to np.take of the "
+           "same rows from a local array in the reader (tools/bench_method2.py --reps 400)",
+           [Arm("method2", [PY, os.path.join(TOP, "tools", "bench_method2.py"), "--reps", "400",
+                            "--out", "{dir}"], result="bench-method2.json")],
+           "provider, rows, threads", None, _method2_cells, rounds=3, estimate_s=120),
+    Figure("sampler", "docs/measurements.md",
+           "DistSampler next to torch's DistributedSampler, rank 0 of 8, each case in a fresh "
+           "process: time to the first index, ns per index over 4 Mi indices, the rank's epoch "
+           "estimated from both, peak RSS above the process's after imports "
+           "(tools/bench_sampler.py)",
+           [Arm("sampler", [PY, os.path.join(TOP, "tools", "bench_sampler.py"), "--json",
+                            "{json}"])],
+           "sampler, N", None, _sampler_cells, rounds=3, estimate_s=120),
+    Figure("planner", "docs/measurements.md",
+           "the planner (dds_plan_batch) over 4 owners of 15,000 rows of 3136 B, best of 5 × "
+           "50,000 batches, thread CPU time; then the store's whole local read path next to a "
+           "per-row memcpy of the same rows (ddstore-core/test/plan_bench.c)",
+           [Arm("plan", [os.path.join(_BIN, "ddstore-core", "plan_bench"), "50000"],
+                parse=_plan_parse)],
+           "batch", None, _planner_cells,
+           build=["bazel", "build", "-c", "opt", "//ddstore-core:plan_bench"], estimate_s=60),
+    Figure("vae", "docs/measurements.md",
+           "the VAE example, 4 ranks, method 0: ThreadDataLoader (1 worker) over a DistDataset "
+           "against a plain DataLoader over the same samples in local memory, 3 epochs each "
+           "alternating in one run, medians (tools/bench_torch.py vae)",
+           [Arm("vae", [DDRUN, "-n", "4", "--timeout", "1800", "--", PY,
+                        os.path.join(TOP, "tools", "bench_torch.py"), "_vae", "--result",
+                        "{json}", "--reps", "3", "--batch", "128", "--limit", "0",
+                        "--workers", "1", "--method", "0"])],
+           "loader", None, _vae_cells, rounds=2, estimate_s=180, timeout=1800),
+    Figure("torch_overhead", "docs/measurements.md",
+           "the torch path's cases per batch of 128 random 3136-byte samples, method 0, at 1 "
+           "rank (all rows local) and 2 ranks: min over 15 repetitions of 64 batches, max over "
+           "ranks; the ThreadDataLoader epochs with the consumer helping and without, "
+           "alternating (tools/bench_torch.py _overhead, what `bench_torch.py overhead` runs)",
+           [_ovh_arm(1), _ovh_arm(2)],
+           "ranks, fields, case", None, _torch_overhead_cells, estimate_s=150),
+    Figure("ragged", "docs/measurements.md",
+           "ragged reads: 2 ranks, 300 batches of 128 random graphs (5-500 nodes × 64 float32) "
+           "read three ways in one loop (get_ragged, get_batch of fixed rows of the mean "
+           "size, a numpy copy of the ragged bytes), methods 0 and 1 (shm); sizes(); the "
+           "metadata of a ragged variable of 10^8 samples on 4 ranks (tools/bench_ragged.py)",
+           [Arm("ragged", [PY, os.path.join(TOP, "tools", "bench_ragged.py"), "--json",
+                           "{json}"])],
+           "method, rank", None, _ragged_cells, rounds=3, estimate_s=150),
+    Figure("mem_stores", "docs/measurements.md",
+           "private memory (Private_Clean + Private_Dirty of smaps_rollup) added per rank by "
+           "K method-1 stores of 4 rows, after a read from every rank of every store, 2 ranks "
+           "(tools/mem_stores.py K); memory, so the load does not change it",
+           [_mem_arm(fab, k) for fab in ("tcp", "shm") for k in (1, 2, 3)],
+           "K stores", None, _mem_stores_cells, rounds=3, estimate_s=60),
+    Figure("scale", "docs/scale.md",
+           "ddstore-core as rank 0 of R simulated ranks with a recording transport, one "
+           "process: bytes kept per variable, var_add's local work (median of 7), the read "
+           "path (least disturbed of 7 rounds), method 2's record (format 3), thread CPU time "
+           "(tools/ddstore_scale.c)",
+           [Arm("scale", [_SCALE, "--ranks", "2,1024,2048,16384,75000,100000", "--filecomm", "",
+                          "--json", "{json}"])],
+           "R", None, _scale_cells, build=_SCALE_BUILD, estimate_s=30),
+    Figure("filecomm", "docs/scale.md",
+           "FileComm on local disk: P forked processes, µs per collective, median of 40 "
+           "(tools/ddstore_scale.c --filecomm)",
+           [Arm("filecomm", [_SCALE, "--ranks", "2", "--filecomm", "2,4,8,16", "--json",
+                             "{json}"])],
+           "processes", None, _filecomm_cells, build=_SCALE_BUILD, estimate_s=30),
+    Figure("scale_ofi", "docs/scale.md",
+           "the libfabric adapter (tcp;ofi_rxm) over R = 2 ... 100,000 simulated ranks, "
+           "DDSTORE_OFI_PEERS=eager and lazy in one run, malloc accounting, shards not mapped; "
+           "bytes per rank are the slope between the smallest and largest R "
+           "(tools/ddstore_scale.c --ofi)",
+           [Arm("scale_ofi", [_SCALE, "--ranks", "2,1024,16384,100000", "--filecomm", "",
+                              "--ofi", "tcp;ofi_rxm", "--json", "{json}"])],
+           "per rank of the store", None, _scale_ofi_cells, build=_SCALE_BUILD, estimate_s=40),
+]
+
 
 FIGURES = {f.name: f for f in [
     Figure("m1_vs_m0", "docs/measurements.md",
@@ -242,7 +700,7 @@ FIGURES = {f.name: f for f in [
            "and 1 at 1 and 2 ranks (tools/bench_get_batch.py)",
            [Arm("get_batch", [PY, os.path.join(TOP, "tools", "bench_get_batch.py"),
                               "--out", "{json}"])],
-           "method, ranks", None, _get_batch_cells),
+           "method, ranks", None, _get_batch_cells, rounds=6),
     Figure("loaders", "docs/measurements.md",
            "one epoch per loader (a first, then the median of 3 without compute and of 3 with "
            "a fixed compute step), 4 ranks, batch 128, every epoch checked for coverage and "
@@ -251,8 +709,8 @@ FIGURES = {f.name: f for f in [
            [Arm("loaders", [PY, os.path.join(TOP, "tools", "bench_loaders.py"), "--datasets",
                             "fmnist,synthetic", "--synthetic-n", "100000", "--out", "{dir}"],
                 result="bench_loaders.json")],
-           "dataset, loader", None, _loaders_cells, timeout=5400),
-]}
+           "dataset, loader", None, _loaders_cells, timeout=5400, rounds=2),
+] + _NEW}
 
 
 def _git(*args):
@@ -369,6 +827,13 @@ def write(fig, rec, top=TOP):
         f.write("\n")
 
 
+def unwritten(top=None):
+    """The figures with no published record (docs/figures/NAME.json): their doc
+    still holds a hand-run table between the markers."""
+    return [n for n in FIGURES
+            if not os.path.exists(os.path.join(top or TOP, "docs", "figures", n + ".json"))]
+
+
 def compare(published, rec, tol):
     """[(label, column, published summary, new median, ok)] for every published cell."""
     new = {(l, c): s for l, cells in rec["table"] for c, s in cells}
@@ -389,8 +854,9 @@ def main(argv=None):
     sub.add_parser("list")
     for c in ("run", "check"):
         p = sub.add_parser(c)
-        p.add_argument("names", nargs="+", help="figure names, or 'all'")
-        p.add_argument("--rounds", type=int, default=5)
+        p.add_argument("names", nargs="*", help="figure names, or 'all'")
+        p.add_argument("--rounds", type=int, default=None,
+                       help="rounds (default: the figure's own, see `list`)")
         p.add_argument("--loaded", action="store_true",
                        help="accept a run at load above 1 per core (marked as such)")
         p.add_argument("--out", default=os.path.join(TOP, "out", "figures"))
@@ -400,14 +866,27 @@ def main(argv=None):
         if c == "run":
             p.add_argument("--write", action="store_true",
                            help="replace the table in its doc and docs/figures/NAME.json")
+            p.add_argument("--all-unwritten", action="store_true",
+                           help="every figure not yet written (no docs/figures/NAME.json)")
         else:
             p.add_argument("--tol", type=float, default=0.10)
     a = ap.parse_args(argv)
     if a.cmd == "list":
+        todo = unwritten()
         for f in FIGURES.values():
-            print(f"{f.name:12} {f.doc}: {f.what}")
+            est = f"~{f.estimate_s / 60:.1f} min" if f.estimate_s else "?"
+            print(f"{f.name:14} {'not written' if f.name in todo else 'written':11} "
+                  f"{f.rounds} rounds {est:9} {f.doc}: {f.what}")
+        known = [FIGURES[n].estimate_s for n in todo if FIGURES[n].estimate_s]
+        print(f"not written: {len(todo)} ({', '.join(todo) or 'none'}); "
+              f"estimated {sum(known) / 60:.0f} min for `run --all-unwritten --write`")
         return 0
-    names = list(FIGURES) if a.names == ["all"] else a.names
+    names = list(FIGURES) if a.names == ["all"] else list(a.names)
+    if getattr(a, "all_unwritten", False):
+        names += [n for n in unwritten() if n not in names]
+    if not names:
+        raise SystemExit("name the figures (or 'all'; `run --all-unwritten`): "
+                         + ", ".join(FIGURES))
     for n in names:
         if n not in FIGURES:
             raise SystemExit(f"no figure {n!r}; the figures: {', '.join(FIGURES)}")
@@ -419,7 +898,7 @@ def main(argv=None):
     bad = 0
     for n in names:
         fig = FIGURES[n]
-        rec = measure(fig, a.rounds, settle_s=a.settle)
+        rec = measure(fig, a.rounds or fig.rounds, settle_s=a.settle)
         with open(os.path.join(a.out, n + ".json"), "w") as f:
             json.dump(rec, f, indent=1)
         print(render(fig, rec))

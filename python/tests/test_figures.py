@@ -153,3 +153,107 @@ def test_rows_with_other_columns_get_their_own_header(tmp_path):
     text = figures.render(fig, rec)
     assert "| case | a µs | b µs | a/b |" in text
     assert "| case | a ÷ b |\n|---|---|\n| ratio row | 0.5 (0.5–0.5) |" in text
+
+
+def test_arm_all_json_lines_and_text_parser():
+    """lines=True: every JSON line of stdout (one per rank); parse=: text output."""
+    code = "print('noise'); print('{\"rank\": 0}'); print('x'); print('{\"rank\": 1}')"
+    assert figures.Arm("l", [sys.executable, "-c", code], lines=True).run(60) == [
+        {"rank": 0}, {"rank": 1}]
+    assert figures.Arm("l", [sys.executable, "-c", code]).run(60) == {"rank": 1}
+    kv = "print('RESULT ok=1 provider=shm lat_us=3.5'); print('BARE us_per_read=7.25')"
+    assert figures.Arm("p", [sys.executable, "-c", kv], parse=figures._kv).run(60) == [
+        {"ok": 1.0, "provider": "shm", "lat_us": 3.5}, {"us_per_read": 7.25}]
+
+
+def test_run_all_unwritten_uses_each_figures_rounds(tmp_path, monkeypatch):
+    """`run --all-unwritten` runs the figures with no docs/figures/NAME.json, each for
+    its own number of rounds unless --rounds says otherwise; `list` names them."""
+    a, log = fake(tmp_path, name="a")
+    b, _ = fake(tmp_path, name="b")
+    a.rounds, b.rounds = 2, 3
+    (tmp_path / "docs" / "figures").mkdir(parents=True)
+    (tmp_path / "docs" / "figures" / "b.json").write_text("{}")     # b is written
+    monkeypatch.setattr(figures, "FIGURES", {"a": a, "b": b})
+    monkeypatch.setattr(figures, "TOP", str(tmp_path))
+    assert figures.unwritten() == ["a"]
+    out = str(tmp_path / "out")
+    assert figures.main(["run", "--all-unwritten", "--loaded", "--settle", "0",
+                         "--out", out]) == 0
+    assert open(log).read().split() == ["a", "b"] * 2               # a's 2 rounds, not b
+    assert len(json.load(open(os.path.join(out, "a.json")))["rounds"]) == 2
+    assert not os.path.exists(os.path.join(out, "b.json"))
+    open(log, "w").close()
+    assert figures.main(["run", "a", "--rounds", "1", "--loaded", "--settle", "0",
+                         "--out", out]) == 0
+    assert open(log).read().split() == ["a", "b"]
+    with pytest.raises(SystemExit, match="name the figures"):
+        figures.main(["run", "--loaded", "--settle", "0", "--out", out])
+
+
+def test_every_figure_has_rounds_and_the_new_ones_an_estimate():
+    for f in figures.FIGURES.values():
+        assert f.rounds >= 1, f.name
+    # a figure added for a hand-run table says how long it takes (at most ~3 minutes)
+    for n in ("reads", "epochs", "ofi_probe", "method2", "sampler", "planner", "vae",
+              "torch_overhead", "ragged", "mem_stores", "scale", "filecomm", "scale_ofi"):
+        assert 0 < figures.FIGURES[n].estimate_s <= 180, n
+
+
+def test_plan_bench_parse():
+    text = """planner: 4 owners x 15000 rows, row 3136 B, no read limit, best of 5 x 9 batches
+  128 rows x 3136 B, random                     1257 ns/batch    9.82 ns/row  (127.6 reads)
+  128 rows x 3136 B, range                        20 ns/batch
+with max_read_bytes = 1 MiB:
+ 1024 rows x 3136 B, random in 4*n rows        11014 ns/batch   10.76 ns/row  (705.1 reads)
+store get_batch,  128 local rows x 3136 B:    32863 ns/call; per-row memcpy of the same rows    32923 ns
+store ragged_get_batch,  128 local samples (3938 KB):   130763 ns/call; per-sample memcpy of the same payload   125520 ns; ragged_sizes   3727 ns
+"""
+    got = figures._plan_parse(text)
+    assert got == {"128 rows, random": {"ns_batch": 1257.0},
+                   "128 rows, range": {"ns_batch": 20.0},
+                   "1024 rows, random in 4*n rows, max_read_bytes 1 MiB": {"ns_batch": 11014.0},
+                   "store get_batch, 128 local rows": {"ns_batch": 32863.0, "memcpy_ns": 32923.0},
+                   "store ragged_get_batch, 128 local samples": {"ns_batch": 130763.0,
+                                                                 "memcpy_ns": 125520.0}}
+    cells = dict(figures._planner_cells([{"plan": got}, {"plan": got}]))
+    assert cells["store get_batch, 128 local rows"][2] == ("÷ memcpy", [32863 / 32923] * 2)
+
+
+def test_ofi_probe_ratio_inside_a_round():
+    """Library time over the bare loop's of the same round; for bandwidth the
+    bare GB/s over the library's (a time ratio too)."""
+    def rnd(scale):
+        lib = [{"lat_us": 2.0 * scale, "bw_gbs": 4.0, "row_us": 1.0 * scale}]
+        bare = [{"us_per_read": 4.0 * scale}, {"gb_s": 2.0, "us_per_read": 1.0},
+                {"us_per_read": 0.5 * scale}]
+        return {"lib_tcp": lib, "bare_tcp": bare, "lib_shm": lib, "bare_shm": bare}
+    cells = dict(figures._ofi_probe_cells([rnd(1.0), rnd(3.0)]))
+    assert dict(cells["tcp, 4 KiB latency"])["library time ÷ bare's"] == [0.5, 0.5]
+    assert dict(cells["shm, 1 MiB bandwidth, 16 in flight"])["library time ÷ bare's"] == [0.5, 0.5]
+    assert dict(cells["tcp, 3136 B rows × 128"])["library time ÷ bare's"] == [2.0, 2.0]
+
+
+def test_scale_ofi_slopes_and_mem_stores_max_over_ranks():
+    def ofi(peers, R, store, reader, allread, var):
+        return {"kind": "scale_ofi", "peers": peers, "nranks": R, "store_bytes": store,
+                "reader_bytes": reader, "reader_bytes_all_read": allread, "var_bytes": var,
+                "create_ms": R / 1e4, "reader_open_ms": 1.0, "add_ms": 2.0,
+                "read_every_owner_first_ms": 5.0 if allread >= 0 else -1000.0}
+    res = [ofi(p, 2, 1000, 500, 700, 100) for p in ("eager", "lazy")] + \
+        [ofi("eager", 1002, 1000 + 184000, 500 + 119000, 700 + 140000, 100 + 48000),
+         ofi("lazy", 1002, 1000 + 73000, 500 + 8000, 700 + 140000, 100 + 48000),
+         ofi("eager", 100002, 9e9, 500 + 11900000, -1, 100 + 4800000),
+         ofi("lazy", 100002, 9e9, 500 + 800000, -1, 100 + 4800000)]
+    cells = dict(figures._scale_ofi_cells([{"scale_ofi": res}]))
+    assert dict(cells["per reader at open, B per rank"]) == {"eager": [119.0], "lazy": [8.0]}
+    assert dict(cells["per reader after reading from every rank (R ≤ 1,002), B per rank"]) == \
+        {"eager": [140.0], "lazy": [140.0]}
+    assert dict(cells["per variable, B per rank"]) == {"eager": [48.0], "lazy": [48.0]}
+    mem = lambda before, read: {"before": {"private_kib": before}, "read": {"private_kib": read}}
+    rnd = {f"{fab}_{k}": [mem(0, 1024 * k * (10 if fab == "tcp" else 1)),
+                          mem(0, 2048 * k * (10 if fab == "tcp" else 1))]
+           for fab in ("tcp", "shm") for k in (1, 2, 3)}
+    cells = dict(figures._mem_stores_cells([rnd]))
+    assert dict(cells["3 stores"]) == {"tcp: MiB per rank": [60.0], "tcp: per store": [20.0],
+                                       "shm: MiB per rank": [6.0], "shm: per store": [2.0]}
