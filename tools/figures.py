@@ -898,6 +898,13 @@ def main(argv=None):
     bad = 0
     for n in names:
         fig = FIGURES[n]
+        pub = os.path.join(TOP, "docs", "figures", n + ".json")
+        if a.cmd == "check" and not os.path.exists(pub):
+            # not measured: there is nothing to compare with
+            print(f"[{n}] nothing published yet ({pub} missing): run `tools/figures.py "
+                  f"run {n} --write` on a quiet machine first")
+            bad = 1
+            continue
         rec = measure(fig, a.rounds or fig.rounds, settle_s=a.settle)
         with open(os.path.join(a.out, n + ".json"), "w") as f:
             json.dump(rec, f, indent=1)
@@ -911,11 +918,6 @@ def main(argv=None):
             write(fig, rec)
             print(f"[{n}] written to {fig.doc} and docs/figures/{n}.json")
         elif a.cmd == "check":
-            pub = os.path.join(TOP, "docs", "figures", n + ".json")
-            if not os.path.exists(pub):
-                print(f"[{n}] nothing published yet ({pub} missing)")
-                bad = 1
-                continue
             with open(pub) as f:
                 published = json.load(f)
             for label, col, s, m, ok in compare(published, rec, a.tol):

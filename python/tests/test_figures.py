@@ -189,6 +189,10 @@ def test_run_all_unwritten_uses_each_figures_rounds(tmp_path, monkeypatch):
     assert open(log).read().split() == ["a", "b"]
     with pytest.raises(SystemExit, match="name the figures"):
         figures.main(["run", "--loaded", "--settle", "0", "--out", out])
+    # check of a figure not written yet: exit 1 without measuring it
+    open(log, "w").close()
+    assert figures.main(["check", "a", "--loaded", "--settle", "0", "--out", out]) == 1
+    assert open(log).read() == ""
 
 
 def test_every_figure_has_rounds_and_the_new_ones_an_estimate():
