@@ -545,6 +545,11 @@ _BARE = ('set -e; for a in "--size 4096 --iters 5000" "--size 1048576 --window 1
          '"--size 3136 --window 128 --iters 50000"; do "$0" --provider "$1" --server-wait $a; done')
 
 
+def _tool(name, script, *args, **kw):
+    """An arm running one of tools/*.py with this Python."""
+    return Arm(name, [PY, os.path.join(TOP, "tools", script)] + list(args), **kw)
+
+
 def _epoch_arm(n, arm):
     method, extra = (1, ["--fabric", "shm"]) if arm == "m1_shm" else (0, [])
     env = {"DDSTORE_COLLECTIVE_TIMEOUT_S": "inf"} if arm == "m0_inf" else None
@@ -598,16 +603,15 @@ _NEW = [
            "method 2: a core job of 2 ranks publishes, a reader in another process times "
            "get_batch of random rows, each thread with its own reader, next to np.take of the "
            "same rows from a local array in the reader (tools/bench_method2.py --reps 400)",
-           [Arm("method2", [PY, os.path.join(TOP, "tools", "bench_method2.py"), "--reps", "400",
-                            "--out", "{dir}"], result="bench-method2.json")],
+           [_tool("method2", "bench_method2.py", "--reps", "400", "--out", "{dir}",
+                  result="bench-method2.json")],
            "provider, rows, threads", None, _method2_cells, rounds=3, estimate_s=120),
     Figure("sampler", "docs/measurements.md",
            "DistSampler next to torch's DistributedSampler, rank 0 of 8, each case in a fresh "
            "process: time to the first index, ns per index over 4 Mi indices, the rank's epoch "
            "estimated from both, peak RSS above the process's after imports "
            "(tools/bench_sampler.py)",
-           [Arm("sampler", [PY, os.path.join(TOP, "tools", "bench_sampler.py"), "--json",
-                            "{json}"])],
+           [_tool("sampler", "bench_sampler.py", "--json", "{json}")],
            "sampler, N", None, _sampler_cells, rounds=3, estimate_s=120),
     Figure("planner", "docs/measurements.md",
            "the planner (dds_plan_batch) over 4 owners of 15,000 rows of 3136 B, best of 5 × "
@@ -638,8 +642,7 @@ _NEW = [
            "read three ways in one loop (get_ragged, get_batch of fixed rows of the mean "
            "size, a numpy copy of the ragged bytes), methods 0 and 1 (shm); sizes(); the "
            "metadata of a ragged variable of 10^8 samples on 4 ranks (tools/bench_ragged.py)",
-           [Arm("ragged", [PY, os.path.join(TOP, "tools", "bench_ragged.py"), "--json",
-                           "{json}"])],
+           [_tool("ragged", "bench_ragged.py", "--json", "{json}")],
            "method, rank", None, _ragged_cells, rounds=3, estimate_s=150),
     Figure("mem_stores", "docs/measurements.md",
            "private memory (Private_Clean + Private_Dirty of smaps_rollup) added per rank by "
