@@ -440,7 +440,9 @@ def _torch_overhead_cells(rounds):
 
 def _ragged_cells(rounds):
     out = []
-    for x in _rows_of(rounds[0]["ragged"], kind="ragged_reads"):
+    # the ranks write their lines in any order
+    for x in sorted(_rows_of(rounds[0]["ragged"], kind="ragged_reads"),
+                    key=lambda x: (x["method"], x["rank"])):
         got = [_one(r["ragged"], kind="ragged_reads", method=x["method"], rank=x["rank"])
                for r in rounds]
         name = f"method {x['method']}{' (' + x['fabric'] + ')' if x['fabric'] else ''}"
@@ -451,7 +453,7 @@ def _ragged_cells(rounds):
             ("ragged ÷ fixed per byte (medians)", [g["ragged_vs_fixed_median"] for g in got]),
             ("ragged ÷ fixed per byte (totals)", [g["ragged_vs_fixed"] for g in got]),
             ("sizes() µs", [g["sizes_us_median"] for g in got])]))
-    for x in _rows_of(rounds[0]["ragged"], kind="ragged_meta"):
+    for x in sorted(_rows_of(rounds[0]["ragged"], kind="ragged_meta"), key=lambda x: x["rank"]):
         got = [_one(r["ragged"], kind="ragged_meta", rank=x["rank"]) for r in rounds]
         out.append((f"metadata, {x['samples']:.0e} samples on {x['ranks']} ranks, rank {x['rank']}", [
             ("RSS growth MiB", [g["rss_growth_bytes"] / 2**20 for g in got]),

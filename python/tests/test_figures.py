@@ -261,3 +261,16 @@ def test_scale_ofi_slopes_and_mem_stores_max_over_ranks():
     cells = dict(figures._mem_stores_cells([rnd]))
     assert dict(cells["3 stores"]) == {"tcp: MiB per rank": [60.0], "tcp: per store": [20.0],
                                        "shm: MiB per rank": [6.0], "shm: per store": [2.0]}
+
+
+def test_ragged_rows_in_rank_order_whatever_the_ranks_wrote_first():
+    def reads(m, r, rg):
+        return {"kind": "ragged_reads", "method": m, "fabric": "shm" if m else "", "rank": r,
+                "ragged_us_median": rg, "fixed_us_median": 2.0, "memcpy_us_median": 1.0,
+                "ragged_vs_fixed_median": 1.0, "ragged_vs_fixed": 1.0, "sizes_us_median": 5.0}
+    r1 = [reads(1, 1, 4.0), reads(0, 1, 2.0), reads(0, 0, 1.0), reads(1, 0, 3.0)]
+    r2 = [reads(0, 0, 1.0), reads(1, 0, 3.0), reads(0, 1, 2.0), reads(1, 1, 4.0)]
+    cells = figures._ragged_cells([{"ragged": r1}, {"ragged": r2}])
+    assert [l for l, _ in cells] == ["method 0, rank 0", "method 0, rank 1",
+                                     "method 1 (shm), rank 0", "method 1 (shm), rank 1"]
+    assert [c[0][1] for _, c in cells] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
