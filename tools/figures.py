@@ -435,6 +435,13 @@ def _torch_overhead_cells(rounds):
                                 ("µs/batch", [val(r, c) for r in rounds]),
                                 ("÷ bare tensor get_batch", [val(r, c) / val(r, "bare")
                                                              for r in rounds])]))
+    for arm in ("r1", "r2"):            # the consumer helping or not, same round
+        n = rounds[0][arm]["ranks"]
+        for nf in _OVH_CASES:
+            val = lambda r, c: max(p[str(nf)][c]["min"] for p in r[arm]["per_rank"])
+            out.append((f"{n} rank{'s' if n > 1 else ''}, {nf} field{'s' if nf > 1 else ''}", [
+                ("ThreadDataLoader µs/batch, DDSTORE_LOADER_HELP=1 ÷ =0",
+                 [val(r, "thread_loader") / val(r, "thread_loader_nohelp") for r in rounds])]))
     return out
 
 
