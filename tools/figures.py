@@ -255,11 +255,12 @@ def _reads_cells(rounds):
                 ("GB/s", [g["gb_per_s"] for g in got]),
                 ("memcpy GB/s, same run", [g["memcpy_gb_per_s"] for g in got]),
                 ("read speed ÷ memcpy's", [g["gb_per_s"] / g["memcpy_gb_per_s"] for g in got])]))
-    threads = sorted({r["threads"] for r in _rows_of(rounds[0]["m0"], row_bytes=3136, batch=128)})
+    threads = sorted({r["threads"] for r in _rows_of(rounds[0]["m0_threads"])})
     for arm, name in _BACKENDS:
         out.append((f"{name}, 3136 B × 128", [
             (f"GB/s per rank, {t} thread{'s' if t > 1 else ''}",
-             [_one(r[arm], row_bytes=3136, batch=128, threads=t)["gb_per_s"] for r in rounds])
+             [_one(r[arm + "_threads"], row_bytes=3136, batch=128, threads=t)["gb_per_s"]
+              for r in rounds])
             for t in threads]))
     return out
 
@@ -554,6 +555,15 @@ _BARE = ('set -e; for a in "--size 4096 --iters 5000" "--size 1048576 --window 1
          '"--size 3136 --window 128 --iters 50000"; do "$0" --provider "$1" --server-wait $a; done')
 
 
+def _reads_arms(a):
+    """A backend's points at one reader thread, then its thread sweep at 3136 B × 128
+    alone (ddstore_bench sweeps threads at every point it runs)."""
+    fab = {"m0": [], "m1_shm": ["--fabric", "shm"], "m1_tcp": ["--fabric", "tcp;ofi_rxm"]}[a]
+    method = 0 if a == "m0" else 1
+    return [_bench_arm(a, method, fab, batches="1,128"),
+            _bench_arm(a + "_threads", method, ["--threads", "1,2,4,8"] + fab, sizes="3136")]
+
+
 def _tool(name, script, *args, **kw):
     """An arm running one of tools/*.py with this Python."""
     return Arm(name, [PY, os.path.join(TOP, "tools", script)] + list(args), **kw)
@@ -584,19 +594,15 @@ _NEW = [
     Figure("reads", "docs/measurements.md",
            "store reads of remote rows, 2 ranks, 0.3 s per point, next to memcpy of the same "
            "rows timed like the reads in the same run: method 0, method 1 over shm and over "
-           "tcp;ofi_rxm, one reader thread, then 1-8 reader threads at 3136 B × 128 "
+           "tcp;ofi_rxm, one reader thread; then each one's 1-8 reader threads at 3136 B × 128 "
            "(ddstore_bench; ./ddstore bench runs the full sweep)",
-           [_bench_arm(a, 0 if a == "m0" else 1,
-                       ["--threads", "1,2,4,8"] + ([] if a == "m0" else
-                                                   ["--fabric", "shm" if a == "m1_shm"
-                                                    else "tcp;ofi_rxm"]),
-                       batches="1,128") for a, _ in _BACKENDS],
+           [arm for a, _ in _BACKENDS for arm in _reads_arms(a)],
            "backend, row × batch", None, _reads_cells, build=_BENCH_BUILD, estimate_s=150),
     Figure("epochs", "docs/measurements.md",
            "epoch_begin()/epoch_end() per call next to a bare MPI_Barrier on the same ranks, "
            "each the median of 7 rounds of 2000 calls (ddstore_bench --epochs 2000)",
            [_epoch_arm(n, arm) for n, arm, _ in _EPOCH_ARMS],
-           "ranks, backend", None, _epochs_cells, build=_BENCH_BUILD, estimate_s=90),
+           "ranks, backend", None, _epochs_cells, build=_BENCH_BUILD, estimate_s=75),
     Figure("ofi_probe", "docs/measurements.md",
            "ddstore-ofi's reads (ofi_pingread: 4 KiB latency, 1 MiB with 16 in flight, 128 "
            "random 3136 B rows per call) next to a bare fi_read loop over the same provider "
@@ -607,21 +613,21 @@ _NEW = [
                Arm(f"bare_{p}", ["bash", "-c", _BARE,
                                  os.path.join(_BIN, "ddstore-ofi", "ofi_bare_read"), bp],
                    parse=_kv))],
-           "provider, test", None, _ofi_probe_cells, build=_OFI_BUILD, estimate_s=90),
+           "provider, test", None, _ofi_probe_cells, build=_OFI_BUILD, estimate_s=120),
     Figure("method2", "docs/measurements.md",
            "method 2: a core job of 2 ranks publishes, a reader in another process times "
            "get_batch of random rows, each thread with its own reader, next to np.take of the "
            "same rows from a local array in the reader (tools/bench_method2.py --reps 400)",
            [_tool("method2", "bench_method2.py", "--reps", "400", "--out", "{dir}",
                   result="bench-method2.json")],
-           "provider, rows, threads", None, _method2_cells, rounds=3, estimate_s=120),
+           "provider, rows, threads", None, _method2_cells, estimate_s=60),
     Figure("sampler", "docs/measurements.md",
            "DistSampler next to torch's DistributedSampler, rank 0 of 8, each case in a fresh "
            "process: time to the first index, ns per index over 4 Mi indices, the rank's epoch "
            "estimated from both, peak RSS above the process's after imports "
            "(tools/bench_sampler.py)",
            [_tool("sampler", "bench_sampler.py", "--json", "{json}")],
-           "sampler, N", None, _sampler_cells, rounds=3, estimate_s=120),
+           "sampler, N", None, _sampler_cells, estimate_s=120),
     Figure("planner", "docs/measurements.md",
            "the planner (dds_plan_batch) over 4 owners of 15,000 rows of 3136 B, best of 5 × "
            "50,000 batches, thread CPU time; then the store's whole local read path next to a "
@@ -645,20 +651,20 @@ _NEW = [
            "ranks; the ThreadDataLoader epochs with the consumer helping and without, "
            "alternating (tools/bench_torch.py _overhead, what `bench_torch.py overhead` runs)",
            [_ovh_arm(1), _ovh_arm(2)],
-           "ranks, fields, case", None, _torch_overhead_cells, estimate_s=150),
+           "ranks, fields, case", None, _torch_overhead_cells, rounds=3, estimate_s=150),
     Figure("ragged", "docs/measurements.md",
            "ragged reads: 2 ranks, 300 batches of 128 random graphs (5-500 nodes × 64 float32) "
            "read three ways in one loop (get_ragged, get_batch of fixed rows of the mean "
            "size, a numpy copy of the ragged bytes), methods 0 and 1 (shm); sizes(); the "
            "metadata of a ragged variable of 10^8 samples on 4 ranks (tools/bench_ragged.py)",
            [_tool("ragged", "bench_ragged.py", "--json", "{json}")],
-           "method, rank", None, _ragged_cells, rounds=3, estimate_s=150),
+           "method, rank", None, _ragged_cells, estimate_s=120),
     Figure("mem_stores", "docs/measurements.md",
            "private memory (Private_Clean + Private_Dirty of smaps_rollup) added per rank by "
            "K method-1 stores of 4 rows, after a read from every rank of every store, 2 ranks "
            "(tools/mem_stores.py K); memory, so the load does not change it",
            [_mem_arm(fab, k) for fab in ("tcp", "shm") for k in (1, 2, 3)],
-           "K stores", None, _mem_stores_cells, rounds=3, estimate_s=60),
+           "K stores", None, _mem_stores_cells, rounds=3, estimate_s=45),
     Figure("scale", "docs/scale.md",
            "ddstore-core as rank 0 of R simulated ranks with a recording transport, one "
            "process: bytes kept per variable, var_add's local work (median of 7), the read "
@@ -666,13 +672,13 @@ _NEW = [
            "(tools/ddstore_scale.c)",
            [Arm("scale", [_SCALE, "--ranks", "2,1024,2048,16384,75000,100000", "--filecomm", "",
                           "--json", "{json}"])],
-           "R", None, _scale_cells, build=_SCALE_BUILD, estimate_s=30),
+           "R", None, _scale_cells, build=_SCALE_BUILD, estimate_s=20),
     Figure("filecomm", "docs/scale.md",
            "FileComm on local disk: P forked processes, µs per collective, median of 40 "
            "(tools/ddstore_scale.c --filecomm)",
            [Arm("filecomm", [_SCALE, "--ranks", "2", "--filecomm", "2,4,8,16", "--json",
                              "{json}"])],
-           "processes", None, _filecomm_cells, build=_SCALE_BUILD, estimate_s=30),
+           "processes", None, _filecomm_cells, build=_SCALE_BUILD, estimate_s=15),
     Figure("scale_ofi", "docs/scale.md",
            "the libfabric adapter (tcp;ofi_rxm) over R = 2 ... 100,000 simulated ranks, "
            "DDSTORE_OFI_PEERS=eager and lazy in one run, malloc accounting, shards not mapped; "
@@ -680,7 +686,7 @@ _NEW = [
            "(tools/ddstore_scale.c --ofi)",
            [Arm("scale_ofi", [_SCALE, "--ranks", "2,1024,16384,100000", "--filecomm", "",
                               "--ofi", "tcp;ofi_rxm", "--json", "{json}"])],
-           "per rank of the store", None, _scale_ofi_cells, build=_SCALE_BUILD, estimate_s=40),
+           "per rank of the store", None, _scale_ofi_cells, build=_SCALE_BUILD, estimate_s=20),
 ]
 
 

@@ -274,3 +274,21 @@ def test_ragged_rows_in_rank_order_whatever_the_ranks_wrote_first():
     assert [l for l, _ in cells] == ["method 0, rank 0", "method 0, rank 1",
                                      "method 1 (shm), rank 0", "method 1 (shm), rank 1"]
     assert [c[0][1] for _, c in cells] == [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [4.0, 4.0]]
+
+
+def test_reads_cells_speed_over_memcpy_inside_a_round():
+    def pt(rb, b, t, gbs, mgbs):
+        return {"row_bytes": rb, "batch": b, "threads": t, "us_per_row": rb / gbs / 1e3,
+                "gb_per_s": gbs, "memcpy_gb_per_s": mgbs}
+    def rnd(k):                              # round k: everything k times faster
+        r = {}
+        for a in ("m0", "m1_shm", "m1_tcp"):
+            r[a] = [pt(3136, 1, 1, 1.0 * k, 4.0 * k), pt(3136, 128, 1, 3.0 * k, 4.0 * k)]
+            r[a + "_threads"] = [pt(3136, 128, t, t * k, 1.0) for t in (1, 2, 4, 8)]
+        return r
+    cells = {(label, col): v for label, cols in figures._reads_cells([rnd(1), rnd(2), rnd(3)])
+             for col, v in cols}
+    assert cells[("method 1, shm, 3136 B × 128", "GB/s")] == [3.0, 6.0, 9.0]
+    assert cells[("method 1, shm, 3136 B × 128", "read speed ÷ memcpy's")] == [0.75] * 3
+    assert cells[("method 1, tcp;ofi_rxm, 3136 B × 128", "GB/s per rank, 8 threads")] == \
+        [8.0, 16.0, 24.0]
