@@ -897,7 +897,8 @@ def main(argv=None):
                   f"{f.rounds} rounds {est:9} {f.doc}: {f.what}")
         known = [FIGURES[n].estimate_s for n in todo if FIGURES[n].estimate_s]
         print(f"not written: {len(todo)} ({', '.join(todo) or 'none'}); "
-              f"estimated {sum(known) / 60:.0f} min for `run --all-unwritten --write`")
+              f"estimated {sum(known) / 60:.0f} min for `run --all-unwritten --write` on a quiet "
+              "machine, plus the arms' waits for the load to settle (--settle)")
         return 0
     names = list(FIGURES) if a.names == ["all"] else list(a.names)
     if getattr(a, "all_unwritten", False):
