@@ -769,11 +769,12 @@ def settle(limit, seconds, log=print, poll=5.0):
     return load
 
 
-def measure(fig, rounds, log=print, settle_s=0.0):
+def measure(fig, rounds, log=print, settle_s=0.0, build=True):
     """Run fig's arms interleaved for `rounds` rounds; return the record.
     With settle_s, each arm first waits up to that long for the load average
-    to fall to 1 per core (what it then is, is what the record keeps)."""
-    if fig.build:
+    to fall to 1 per core (what it then is, is what the record keeps).
+    build=False: the figure's binaries as they are (no Bazel build first)."""
+    if fig.build and build:
         log("+ " + " ".join(fig.build))
         subprocess.run(fig.build, cwd=TOP, check=True)
     rec = {"figure": fig.name, "commit": _git("rev-parse", "--short", "HEAD"),
@@ -881,6 +882,9 @@ def main(argv=None):
         p.add_argument("--settle", type=float, default=300.0,
                        help="seconds each arm may wait for the load average to fall to 1 "
                             "per core (an arm's own load takes a minute or two to decay)")
+        p.add_argument("--no-build", action="store_true",
+                       help="use the figures' binaries as built (no `bazel build` first; "
+                            "a shared machine queues builds behind one lock)")
         if c == "run":
             p.add_argument("--write", action="store_true",
                            help="replace the table in its doc and docs/figures/NAME.json")
@@ -924,7 +928,7 @@ def main(argv=None):
                   f"run {n} --write` on a quiet machine first")
             bad = 1
             continue
-        rec = measure(fig, a.rounds or fig.rounds, settle_s=a.settle)
+        rec = measure(fig, a.rounds or fig.rounds, settle_s=a.settle, build=not a.no_build)
         with open(os.path.join(a.out, n + ".json"), "w") as f:
             json.dump(rec, f, indent=1)
         print(render(fig, rec))

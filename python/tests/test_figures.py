@@ -292,3 +292,12 @@ def test_reads_cells_speed_over_memcpy_inside_a_round():
     assert cells[("method 1, shm, 3136 B × 128", "read speed ÷ memcpy's")] == [0.75] * 3
     assert cells[("method 1, tcp;ofi_rxm, 3136 B × 128", "GB/s per rank, 8 threads")] == \
         [8.0, 16.0, 24.0]
+
+
+def test_no_build_skips_the_figures_build(tmp_path):
+    fig, log = fake(tmp_path)
+    fig.build = [sys.executable, "-c", f"open({str(tmp_path / 'built')!r}, 'w')"]
+    figures.measure(fig, 1, log=lambda *_: None, build=False)
+    assert not (tmp_path / "built").exists()
+    figures.measure(fig, 1, log=lambda *_: None)
+    assert (tmp_path / "built").exists()
