@@ -17,8 +17,10 @@ import operator
 import warnings
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
 
+from ._ext import ext
 from .sampler import _Feistel, _default_world
 
 __all__ = ["BudgetBatchSampler"]
@@ -126,18 +128,9 @@ class BudgetBatchSampler(Sampler):
         """This rank's batches of the current epoch before the ranks agree
         (lists of dataset indices)."""
         order = self._order()
-        costs = self.costs[order].tolist()
-        idx = self.indices[order].tolist()
-        out, cur, acc, budget = [], [], 0, self.budget
-        for i, c in zip(idx, costs):
-            if cur and acc + c > budget:
-                out.append(cur)
-                cur, acc = [], 0
-            cur.append(i)
-            acc += c
-        if cur:
-            out.append(cur)
-        return out
+        return ext.budget_batches(torch.from_numpy(self.indices[order]),
+                                  torch.from_numpy(self.costs[order]),
+                                  min(self.budget, (1 << 63) - 1))
 
     def _agree(self):
         self._batches = self.batches()
