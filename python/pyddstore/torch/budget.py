@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import Sampler
 
 from ._ext import ext
+from .dataset import _share as _block
 from .sampler import _Feistel, _default_world
 
 __all__ = ["BudgetBatchSampler"]
@@ -103,9 +104,7 @@ class BudgetBatchSampler(Sampler):
     def _share(self):
         n, w, r = self.n, self.num_replicas, self.rank
         if not self.shuffle or n <= 1:
-            base, extra = divmod(n, w)
-            lo = r * base + min(r, extra)
-            return np.arange(lo, lo + base + (1 if r < extra else 0), dtype=np.int64)
+            return np.arange(*_block(n, r, w), dtype=np.int64)
         pos = np.arange(r, n, w, dtype=np.uint64)
         return np.sort(_Feistel(n, self.seed, _SHARE_EPOCH).forward(pos).astype(np.int64))
 
