@@ -1,32 +1,15 @@
 """Sample schemas: how a dataset's samples map onto store variables.
 
 A sample is a value, a tuple / list / namedtuple of values, or a dict of
-values.  Each value is a *field*, stored as one variable with one row per
-sample.  A field's kind, shape and dtype come from the first sample and must
-not change:
-
-======== ================================ ======================= ==============
-kind     source value                     stored as               read back as
-======== ================================ ======================= ==============
-tensor   torch.Tensor                     its dtype, prod(shape)  torch.Tensor
-ndarray  np.ndarray (not structured)      its dtype, prod(shape)  np.ndarray
-npscalar np.bool_ / np.int32 / ...        its dtype, 1            numpy scalar
-bool     bool                             bool, 1                 bool
-int      int                              int64, 1                int
-float    float                            float64, 1              float
-record   np.void / structured ndarray /   uint8, nbytes           same class and
-         np.recarray                                              layout
-======== ================================ ======================= ==============
-
-Dtypes: bool, uint8, int32, int64, float16, bfloat16 (tensors), float32,
-float64; float16 and bfloat16 are stored bit-exact.  Other integer widths,
-complex, objects, strings and nested containers raise TypeError.
-
-Ragged fields (DistDataset(ragged=...)): a tensor or ndarray field whose shape
-varies along exactly one axis (the same for every sample) is stored as a
-ragged variable: the varying axis moved to the front, one *element row* per
-index along it (Field.axis is that axis, Field.shape has -1 there, and
-row_shape / disp describe one element row).
+values (or a torch_geometric Data).  Each value is a *field*, stored as one
+variable with one row per sample; its kind, shape and dtype come from the
+first sample and must not change.  Kinds (the table of what is stored and
+read back: docs/reference-torch.md, "Samples, fields and dtypes"): tensor,
+ndarray, npscalar, bool, int (int64), float (float64), record (numpy
+structured values, stored as their bytes).  A ragged field (tensor or
+ndarray varying along one axis, DistDataset(ragged=...)) has -1 at that
+axis in Field.shape (Field.axis) and one *element row* (row_shape, disp)
+per index along it.
 """
 
 import collections.abc
