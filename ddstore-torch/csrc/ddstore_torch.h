@@ -253,4 +253,9 @@ private:
     std::atomic<uint64_t> published_{0};         // batches published so far
 };
 
+// layout.cpp: the meta file's checks, the packed row layout, budget batches
+py::list meta_check(py::object meta, const std::string &path, py::object name);
+py::tuple pack_layout(py::list fields, py::object row_bytes);
+py::list budget_batches(at::Tensor indices, at::Tensor costs, int64_t budget);
+
 }  // namespace ddstore_torch

@@ -88,4 +88,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "(begin_ns, end_ns) CLOCK_MONOTONIC of this thread's last read, taken with "
           "the GIL released (for tests of concurrency).");
     m.def("now_ns", &dt::now_ns, "CLOCK_MONOTONIC in ns (same clock as last_read_window).");
+    m.def("meta_check", &dt::meta_check, py::arg("meta"), py::arg("path"), py::arg("name"),
+          "Check a method-2 meta file (json.loads of {name}.meta.json, versions 1-4): "
+          "ValueError naming `path` and the field, else the variable of every schema "
+          "field.");
+    m.def("pack_layout", &dt::pack_layout, py::arg("fields"), py::arg("row_bytes"),
+          "(offsets, row_bytes) of a packed row from fields (key, nbytes, align, offset or "
+          "None): missing offsets placed in order, aligned, the row padded to 8 bytes; "
+          "with row_bytes (a layout read back) every offset given and checked to fit "
+          "(ValueError 'does not fit' / 'overlap').");
+    m.def("budget_batches", &dt::budget_batches, py::arg("indices"), py::arg("costs"),
+          py::arg("budget"),
+          "Greedy batches of `indices` (1-D int64) in order: a batch closes before a "
+          "sample whose cost would take its sum over `budget` (a sample over it alone "
+          "is a batch of its own).");
 }

@@ -353,3 +353,9 @@ def test_meta_and_record_names_follow_the_c_encoding():
         rec = pyddstore._core._handshake_file_name(name, ns)
         assert os.path.basename(tds._record_path("/hs", name, ns)) == rec
         assert tds._meta_file_name(name, ns) == rec[:-len(".ddshs")] + ".meta.json"
+    # the names meta files had when Python encoded them itself (readers of
+    # either version find the other's files)
+    assert [tds._meta_file_name(n, ns) for n, ns in [("a/b c", ""), (".x", "job.1"),
+                                                     ("é%", "a@b"), ("-x_", ".n")]] == [
+        "a%2Fb%20c.meta.json", "job.1@%2Ex.meta.json", "a%40b@%C3%A9%25.meta.json",
+        "%2En@-x_.meta.json"]

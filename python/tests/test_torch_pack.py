@@ -508,3 +508,126 @@ def test_device_reads():
     finally:
         ds.free()
         ref.free()
+
+
+# ---------------------------------------------- the layout code in C++ --
+# Meta files as DistDataset wrote them before the checks and the layout
+# arithmetic moved to the torch extension (layout.cpp): they read back with
+# the same fields, variables and offsets.
+_META_V4 = (
+    '{"format":"pyddstore.torch.meta","version":4,"name":"d","n_core":2,"total":9,'
+    '"created":1.0,"exchange_ns":"","run_id":"0123456789abcdef","generation":[5,5],'
+    '"schema":{"structure":"dict","width":6,"ntype":null,"fields":[{"key":"x","kind":'
+    '"tensor","shape":[-1],"dtype":"int64","axis":0},{"key":"r","kind":"record","shape":'
+    '[3],"dtype":"uint8","descr":[["p","<f4"],["q","<i8",[2]]],"rclass":"ndarray",'
+    '"offset":0},{"key":"v","kind":"record","shape":[],"dtype":"uint8","descr":[["p",'
+    '"<f4"],["q","<i8",[2]]],"rclass":"void","offset":60},{"key":"ra","kind":"record",'
+    '"shape":[3],"dtype":"uint8","descr":[["p","<f4"],["q","<i8",[2]]],"rclass":'
+    '"recarray","offset":80},{"key":"b","kind":"npscalar","shape":[],"dtype":"bool",'
+    '"offset":140},{"key":"f","kind":"npscalar","shape":[],"dtype":"float64","offset":'
+    '144}]},"vars":["dict/packed","dict/0"],"packed":{"var":"dict/packed","row_bytes":152}}')
+_META_V4_TUPLE = (
+    '{"format":"pyddstore.torch.meta","version":4,"name":"t","n_core":2,"total":9,'
+    '"created":1.0,"exchange_ns":"","run_id":"0123456789abcdef","generation":[5],'
+    '"schema":{"structure":"tuple","width":5,"ntype":null,"fields":[{"key":0,"kind":'
+    '"tensor","shape":[3],"dtype":"bfloat16","offset":0},{"key":1,"kind":"npscalar",'
+    '"shape":[],"dtype":"int32","offset":8},{"key":2,"kind":"float","shape":[],"dtype":'
+    '"float64","offset":16},{"key":3,"kind":"bool","shape":[],"dtype":"bool","offset":24},'
+    '{"key":4,"kind":"int","shape":[],"dtype":"int64","offset":32}]},"vars":'
+    '["tuple/packed"],"packed":{"var":"tuple/packed","row_bytes":40}}')
+
+
+def test_meta_files_of_the_python_layout_read_back():
+    from pyddstore.torch.dataset import _parse_meta
+    from pyddstore.torch.packing import RowLayout, layout_of
+    from pyddstore.torch.schema import Schema
+    meta, sch = _parse_meta("p", _META_V4.encode(), "d")
+    assert [(f.key, f.var, f.axis, f.offset, f.nbytes) for f in sch.fields] == [
+        ("x", "dict/0", 0, None, 8), ("r", "dict/packed", None, 0, 60),
+        ("v", "dict/packed", None, 60, 20), ("ra", "dict/packed", None, 80, 60),
+        ("b", "dict/packed", None, 140, 1), ("f", "dict/packed", None, 144, 8)]
+    assert sch.field("ra").rclass == "recarray" and sch.field("v").rdtype.itemsize == 20
+    meta, sch = _parse_meta("p", _META_V4_TUPLE.encode(), "t")
+    lay = RowLayout("tuple/packed", sch.fields, meta["packed"]["row_bytes"])
+    assert lay.spec(sch.fields) == ("tuple/packed", 40, [0, 8, 16, 24, 32])
+    assert sch.fields[0].torch_dtype == torch.bfloat16
+    # and the layout computed today is the one those files record
+    again = Schema.from_description(json.loads(_META_V4_TUPLE)["schema"])
+    for f in again.fields:
+        f.offset = None
+    assert layout_of("t", again).spec(again.fields) == ("t/packed", 40, [0, 8, 16, 24, 32])
+
+
+def test_pack_layout_places_and_checks():
+    """pack_layout (C++): fields in order, each aligned to its element size,
+    the row padded to 8; a layout read back must place every field inside
+    the row, aligned, without overlap (ValueError otherwise)."""
+    from pyddstore.torch._ext import ext
+    offs, rb = ext.pack_layout([("a", 1, 1, None), ("b", 8, 8, None), ("c", 6, 2, None),
+                                ("d", 3, 1, None), ("e", 4, 4, None)], None)
+    assert (offs, rb) == ([0, 8, 16, 22, 28], 32)
+    assert ext.pack_layout([("a", 1, 1, None)], None) == ([0], 8)
+    assert ext.pack_layout([("a", 4, 4, 4), ("b", 4, 4, 0)], 8) == ([4, 0], 8)
+    for fields, rb, match in [
+            ([("a", 4, 4, 2)], 8, "does not fit"),             # misaligned
+            ([("a", 4, 4, 8)], 8, "does not fit"),             # past the row
+            ([("a", 4, 4, (1 << 70))], 8, "does not fit"),     # huge
+            ([("a", 8, 4, 0), ("b", 4, 4, 4)], 16, "overlap"),
+            ([("a", 4, 4, 0), ("b", 4, 4, None)], 8, "every fixed field"),
+            ([], 8, "every fixed field")]:
+        with pytest.raises(ValueError, match=match):
+            ext.pack_layout(fields, rb)
+
+
+def test_budget_batches_match_the_greedy_rule():
+    """budget_batches (C++) = the greedy rule BudgetBatchSampler documents:
+    a batch closes before the sample that would take it over the budget; a
+    sample over the budget alone is a batch of its own."""
+    from pyddstore.torch._ext import ext
+
+    def greedy(idx, costs, budget):
+        out, cur, acc = [], [], 0
+        for i, c in zip(idx, costs):
+            if cur and acc + c > budget:
+                out.append(cur)
+                cur, acc = [], 0
+            cur.append(i)
+            acc += c
+        return out + ([cur] if cur else [])
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 500):
+        idx = rng.permutation(n).astype(np.int64) + 10
+        costs = rng.integers(0, 30, n).astype(np.int64)
+        for budget in (1, 5, 29, 100, (1 << 63) - 1):
+            got = ext.budget_batches(torch.from_numpy(idx), torch.from_numpy(costs), budget)
+            assert got == greedy(idx.tolist(), costs.tolist(), budget)
+    with pytest.raises(ValueError, match="int64"):
+        ext.budget_batches(torch.zeros(3, dtype=torch.int32), torch.zeros(3, dtype=torch.int64), 4)
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m.__setitem__("version", True), "version"),
+    (lambda m: m.__setitem__("n_core", 1.0), "'n_core'"),
+    (lambda m: m.__setitem__("total", -1), "'total'"),
+    (lambda m: m.__setitem__("run_id", "0123456789abcde\udc80"), "'run_id'"),
+    (lambda m: m.__setitem__("run_id", "0123456789ABCDEF"), "'run_id'"),
+    (lambda m: m.__setitem__("generation", [True, 1]), "'generation'"),
+    (lambda m: m.__setitem__("vars", ["dict/packed", ""]), "'vars'"),
+    (lambda m: m.__setitem__("packed", [1]), "'packed'"),
+    (lambda m: m["schema"]["fields"][1].__setitem__("offset", -8), "'schema'"),
+    (lambda m: m["schema"]["fields"][1].__setitem__("offset", 1 << 70), "'schema'"),
+    (lambda m: m["schema"]["fields"][0].__setitem__("offset", 0), "'vars'|'schema'"),
+    (lambda m: m["schema"]["fields"][0].__setitem__("axis", "0"), "'schema'"),
+    (lambda m: m["schema"].__setitem__("fields", [3, 4]), "'vars'|'schema'"),
+    (lambda m: m.__setitem__("name", "\udc80" * 400), "'name'"),
+])
+def test_meta_check_names_the_field(change, match):
+    """meta_check (C++) refuses damaged meta files with a ValueError naming
+    the file and the field, never another exception."""
+    from pyddstore.torch.dataset import _parse_meta
+    m = json.loads(_META_V4)
+    change(m)
+    with pytest.raises(ValueError, match=match) as e:
+        _parse_meta("the.meta.json", json.dumps(m).encode(), "d")
+    assert str(e.value).startswith("the.meta.json: ")

@@ -17,8 +17,11 @@ import operator
 import warnings
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
 
+from ._ext import ext
+from .dataset import _share as _block
 from .sampler import _Feistel, _default_world
 
 __all__ = ["BudgetBatchSampler"]
@@ -101,9 +104,7 @@ class BudgetBatchSampler(Sampler):
     def _share(self):
         n, w, r = self.n, self.num_replicas, self.rank
         if not self.shuffle or n <= 1:
-            base, extra = divmod(n, w)
-            lo = r * base + min(r, extra)
-            return np.arange(lo, lo + base + (1 if r < extra else 0), dtype=np.int64)
+            return np.arange(*_block(n, r, w), dtype=np.int64)
         pos = np.arange(r, n, w, dtype=np.uint64)
         return np.sort(_Feistel(n, self.seed, _SHARE_EPOCH).forward(pos).astype(np.int64))
 
@@ -126,18 +127,9 @@ class BudgetBatchSampler(Sampler):
         """This rank's batches of the current epoch before the ranks agree
         (lists of dataset indices)."""
         order = self._order()
-        costs = self.costs[order].tolist()
-        idx = self.indices[order].tolist()
-        out, cur, acc, budget = [], [], 0, self.budget
-        for i, c in zip(idx, costs):
-            if cur and acc + c > budget:
-                out.append(cur)
-                cur, acc = [], 0
-            cur.append(i)
-            acc += c
-        if cur:
-            out.append(cur)
-        return out
+        return ext.budget_batches(torch.from_numpy(self.indices[order]),
+                                  torch.from_numpy(self.costs[order]),
+                                  min(self.budget, (1 << 63) - 1))
 
     def _agree(self):
         self._batches = self.batches()

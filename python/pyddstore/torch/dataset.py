@@ -35,8 +35,8 @@ from .windowed import WindowedDataset, WindowRangeError, row_of  # noqa: F401
 # may import them from here).
 from .metafile import (FORMAT as _META_FORMAT, VERSION as _META_VERSION,  # noqa: F401,E402
                        VERSION_FIXED as _META_VERSION_FIXED, MAX_BYTES as _META_MAX_BYTES,
-                       RECORD_MAX_BYTES as _RECORD_MAX_BYTES, _bad_meta, _enc_name,
-                       _int_field, _json_default, _load_meta, _record_path,
+                       RECORD_MAX_BYTES as _RECORD_MAX_BYTES, _bad_meta,
+                       _json_default, _load_meta, _record_path,
                        _records_match, join_run as _join_run,
                        meta_file_name as _meta_file_name, parse_meta as _parse_meta,
                        read_meta as _read_meta, read_record as _read_record,

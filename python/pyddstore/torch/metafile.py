@@ -15,6 +15,7 @@ import pyddstore
 
 from . import env
 from . import packing as _pk
+from ._ext import ext
 from .schema import Schema
 
 FORMAT = "pyddstore.torch.meta"
@@ -25,20 +26,6 @@ VERSION_FIXED = 2
 VERSION_PACKED = 4   # 4: fixed fields packed into one row ("packed", "offset")
 MAX_BYTES = 16 << 20
 RECORD_MAX_BYTES = 1 << 30
-
-
-
-def _enc_name(s):
-    """The file-name encoding of method-2 records (C ddofi_hs_file_name):
-    [A-Za-z0-9._-] kept (but a leading '.'), every other byte as %XX."""
-    out = []
-    for i, b in enumerate(s.encode("utf-8")):
-        ch = chr(b)
-        if (ch.isascii() and (ch.isalnum() or ch in "._-")) and not (i == 0 and ch == "."):
-            out.append(ch)
-        else:
-            out.append(f"%{b:02X}")
-    return "".join(out)
 
 
 def remove_meta_file(path, run_id, pid):
@@ -54,14 +41,16 @@ def remove_meta_file(path, run_id, pid):
         pass    # not ours, or unreadable: nothing of ours to remove
 
 
+def _record_path(hs, var, ns):
+    """Method 2's record of `var` (its file name: C ddofi_hs_record_file_name,
+    [A-Za-z0-9._-] kept but a leading '.', every other byte as %XX)."""
+    return os.path.join(hs, pyddstore._core._handshake_file_name(var, ns))
+
+
 def meta_file_name(name, ns=""):
     """{name}.meta.json, or {ns}@{name}.meta.json in a namespace (the names
     encoded like the records')."""
-    return (f"{_enc_name(ns)}@" if ns else "") + f"{_enc_name(name)}.meta.json"
-
-
-def _record_path(hs, var, ns):
-    return os.path.join(hs, (f"{_enc_name(ns)}@" if ns else "") + f"{_enc_name(var)}.ddshs")
+    return pyddstore._core._handshake_file_name(name, ns)[:-len(".ddshs")] + ".meta.json"
 
 
 def read_record(hs, var, ns):
@@ -97,71 +86,32 @@ def _bad_meta(path, field, why):
     return ValueError(f"{path}: field '{field}' {why} (a damaged or foreign meta file)")
 
 
-def _int_field(meta, path, field, lo):
-    v = meta.get(field)
-    if type(v) is not int or v < lo:
-        raise _bad_meta(path, field, f"must be an integer >= {lo}, got {v!r}"[:300])
-    return v
-
-
 def parse_meta(path, data, name):
     """The validated meta dict and its Schema; ValueError naming the file and
-    the field otherwise (never a raw KeyError / RecursionError)."""
+    the field otherwise (never a raw KeyError / RecursionError).  The checks
+    are the extension's meta_check; Schema and the packed layout check what
+    needs numpy (record dtypes)."""
     try:
         meta = json.loads(data.decode("utf-8"))
     except RecursionError:
         raise ValueError(f"{path}: not a meta file: JSON nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{path}: not a meta file: not valid JSON ({e})") from None
-    if type(meta) is not dict:
-        raise ValueError(f"{path}: not a meta file: a JSON {type(meta).__name__}, "
-                         "expected an object")
-    if meta.get("format") != FORMAT:
-        raise _bad_meta(path, "format", f"must be {FORMAT!r}")
-    version = meta.get("version")
-    if type(version) is not int or version not in (1, VERSION_FIXED, VERSION,
-                                                   VERSION_PACKED):
-        raise ValueError(f"{path}: not a pyddstore.torch meta file of version "
-                         f"{VERSION_PACKED} (field 'version' is {version!r})"[:400])
-    if (_pk.META_KEY in meta) != (version == VERSION_PACKED):
-        raise _bad_meta(path, _pk.META_KEY, f"is {'missing' if version == 4 else 'present'} "
-                        f"in a meta file of version {version}")
-    if meta.get("name") != name:
-        raise _bad_meta(path, "name", f"is {meta.get('name')!r}, expected {name!r}"[:300])
-    _int_field(meta, path, "n_core", 1)
-    _int_field(meta, path, "total", 0)
-    vars_ = meta.get("vars")
-    if type(vars_) is not list or not vars_ or any(type(v) is not str or not v for v in vars_):
-        raise _bad_meta(path, "vars", "must be a non-empty list of variable names")
-    desc = meta.get("schema")
-    if type(desc) is not dict or type(desc.get("fields")) is not list:
-        raise _bad_meta(path, "schema", "must be an object with a list of fields")
-    var_of, packed = _pk.layout_from_meta(meta, path, lambda f, w: _bad_meta(path, f, w))
-    if version >= 2:
-        if type(meta.get("exchange_ns")) is not str:
-            raise _bad_meta(path, "exchange_ns", "must be a string")
-        run = meta.get("run_id")
-        if type(run) is not str or len(run) != 16 or \
-                any(c not in "0123456789abcdef" for c in run):
-            raise _bad_meta(path, "run_id", "must be 16 lowercase hex digits")
-        gen = meta.get("generation")
-        if type(gen) is not list or len(gen) != len(vars_) or \
-                any(type(g) is not int or g <= 0 for g in gen):
-            raise _bad_meta(path, "generation", f"must be {len(vars_)} positive integers "
-                            "(one record creation time per variable)")
+    var_of = ext.meta_check(meta, path, name)
     try:
-        schema = Schema.from_description(desc, lambda i: var_of[i])
+        schema = Schema.from_description(meta["schema"], var_of.__getitem__)
     except RecursionError:
         raise _bad_meta(path, "schema", "is nested too deeply") from None
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
         raise _bad_meta(path, "schema", f"is not a valid sample description "
                         f"({type(e).__name__}: {e})"[:400]) from None
-    if packed is not None:
-        infix = [f for f in schema.fields if f.offset is not None]
-        if any(f.axis is None and f.offset is None for f in schema.fields) or not infix:
-            raise _bad_meta(path, "schema", "packed: every fixed field needs an offset")
-        _pk.check_layout(infix, packed["row_bytes"], path,
-                         lambda f, w: _bad_meta(path, f, w))
+    pk = meta.get(_pk.META_KEY)
+    if pk is not None:
+        try:
+            _pk.RowLayout(pk["var"], [f for f in schema.fields if f.axis is None],
+                          pk["row_bytes"])
+        except ValueError as e:
+            raise _bad_meta(path, "schema", str(e)) from None
     return meta, schema
 
 

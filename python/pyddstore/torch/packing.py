@@ -19,24 +19,17 @@ order.
 
 import numpy as np
 
-__all__ = ["RowLayout", "META_KEY", "layout_of", "layout_from_meta"]
+from ._ext import ext
+
+__all__ = ["RowLayout", "META_KEY", "layout_of"]
 
 META_KEY = "packed"
-ROW_ALIGN = 8
-
-
-def _align(off, a):
-    return (off + a - 1) // a * a
-
-
-def _elem_align(f):
-    """A field's alignment in the row: its element size (records: 1, stored
-    as bytes)."""
-    return 1 if f.kind == "record" else f.np_dtype.itemsize
 
 
 class RowLayout:
-    """Where each packed field lives in the row of the packed variable.
+    """Where each packed field lives in the row of the packed variable (the
+    arithmetic and, for a layout read back with its `row_bytes`, the checks:
+    the extension's pack_layout, ValueError when a field does not fit).
 
     Sets ``f.var`` (the packed variable) and ``f.offset`` of every field it
     packs."""
@@ -44,14 +37,11 @@ class RowLayout:
     def __init__(self, var, fields, row_bytes=None):
         self.var = var
         self.fields = list(fields)
-        off = 0
-        for f in self.fields:
-            if f.offset is None:
-                f.offset = _align(off, _elem_align(f))
-            off = f.offset + f.nbytes
-            f.var = var
-        need = _align(max(off, 1), ROW_ALIGN)
-        self.row_bytes = need if row_bytes is None else int(row_bytes)
+        offs, self.row_bytes = ext.pack_layout(
+            [(f.key, f.nbytes, 1 if f.kind == "record" else f.np_dtype.itemsize, f.offset)
+             for f in self.fields], row_bytes)
+        for f, off in zip(self.fields, offs):
+            f.offset, f.var = off, var
         self._offs = {f.key: f.offset for f in self.fields}
 
     def spec(self, fields):
@@ -98,50 +88,3 @@ def layout_of(name, schema):
     for f in fixed:
         f.offset = None
     return RowLayout(f"{name}/packed", fixed)
-
-
-def layout_from_meta(meta, path, bad):
-    """(field index -> variable name) list and the packing description
-    (None when the meta file is not packed), validated; `bad(field, why)`
-    makes the ValueError naming the meta file."""
-    desc = meta["schema"]["fields"]
-    vars_ = meta["vars"]
-    pk = meta.get(META_KEY)
-    if pk is None:
-        if any(type(d) is dict and "offset" in d for d in desc):
-            raise bad("schema", "has packed field offsets but no 'packed' layout")
-        if len(desc) != len(vars_):
-            raise bad("vars", f"has {len(vars_)} names for {len(desc)} schema fields")
-        return list(vars_), None
-    if type(pk) is not dict or type(pk.get("var")) is not str or \
-            type(pk.get("row_bytes")) is not int or pk["row_bytes"] < 1:
-        raise bad(META_KEY, "must be an object with 'var' (a string) and 'row_bytes' (an "
-                  "integer >= 1)")
-    if not vars_ or vars_[0] != pk["var"]:
-        raise bad("vars", f"must start with the packed variable {pk['var']!r}"[:300])
-    unpacked = [i for i, d in enumerate(desc) if type(d) is dict and "offset" not in d]
-    if len(vars_) != 1 + len(unpacked):
-        raise bad("vars", f"has {len(vars_)} names for the packed variable and "
-                  f"{len(unpacked)} unpacked fields")
-    out = [pk["var"]] * len(desc)
-    for j, i in enumerate(unpacked):
-        out[i] = vars_[1 + j]
-    return out, pk
-
-
-def check_layout(layout_fields, row_bytes, path, bad):
-    """Packed fields read back from a meta file fit their row: offsets
-    aligned, inside the row, not overlapping."""
-    spans = []
-    for f in layout_fields:
-        off = f.offset
-        if type(off) is not int or off < 0 or off % _elem_align(f) or \
-                off + f.nbytes > row_bytes:
-            raise bad("schema", f"field {f.key!r}: offset {off!r} ({f.nbytes} bytes) does not "
-                      f"fit a packed row of {row_bytes} bytes aligned to "
-                      f"{_elem_align(f)}"[:300])
-        spans.append((off, off + f.nbytes, f.key))
-    spans.sort()
-    for (a0, a1, ka), (b0, b1, kb) in zip(spans, spans[1:]):
-        if b0 < a1:
-            raise bad("schema", f"packed fields {ka!r} and {kb!r} overlap"[:300])

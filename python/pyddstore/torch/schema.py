@@ -1,32 +1,15 @@
 """Sample schemas: how a dataset's samples map onto store variables.
 
 A sample is a value, a tuple / list / namedtuple of values, or a dict of
-values.  Each value is a *field*, stored as one variable with one row per
-sample.  A field's kind, shape and dtype come from the first sample and must
-not change:
-
-======== ================================ ======================= ==============
-kind     source value                     stored as               read back as
-======== ================================ ======================= ==============
-tensor   torch.Tensor                     its dtype, prod(shape)  torch.Tensor
-ndarray  np.ndarray (not structured)      its dtype, prod(shape)  np.ndarray
-npscalar np.bool_ / np.int32 / ...        its dtype, 1            numpy scalar
-bool     bool                             bool, 1                 bool
-int      int                              int64, 1                int
-float    float                            float64, 1              float
-record   np.void / structured ndarray /   uint8, nbytes           same class and
-         np.recarray                                              layout
-======== ================================ ======================= ==============
-
-Dtypes: bool, uint8, int32, int64, float16, bfloat16 (tensors), float32,
-float64; float16 and bfloat16 are stored bit-exact.  Other integer widths,
-complex, objects, strings and nested containers raise TypeError.
-
-Ragged fields (DistDataset(ragged=...)): a tensor or ndarray field whose shape
-varies along exactly one axis (the same for every sample) is stored as a
-ragged variable: the varying axis moved to the front, one *element row* per
-index along it (Field.axis is that axis, Field.shape has -1 there, and
-row_shape / disp describe one element row).
+values (or a torch_geometric Data).  Each value is a *field*, stored as one
+variable with one row per sample; its kind, shape and dtype come from the
+first sample and must not change.  Kinds (the table of what is stored and
+read back: docs/reference-torch.md, "Samples, fields and dtypes"): tensor,
+ndarray, npscalar, bool, int (int64), float (float64), record (numpy
+structured values, stored as their bytes).  A ragged field (tensor or
+ndarray varying along one axis, DistDataset(ragged=...)) has -1 at that
+axis in Field.shape (Field.axis) and one *element row* (row_shape, disp)
+per index along it.
 """
 
 import collections.abc
@@ -170,21 +153,14 @@ class Field:
 
     @classmethod
     def from_description(cls, d, var=None):
+        """The field of a description (its axis and offset checked by the
+        extension's meta_check)."""
         rdtype = None
         if d["kind"] == "record":
-            descr = d["descr"]
-            rdtype = np.lib.format.descr_to_dtype(_tuplify(descr))
-        axis = d.get("axis")
-        if axis is not None and (type(axis) is not int or axis < 0):
-            raise ValueError(f"field {d['key']!r}: ragged axis must be an integer >= 0, "
-                             f"got {axis!r}")
-        off = d.get("offset")
-        if off is not None and (type(off) is not int or off < 0 or axis is not None):
-            raise ValueError(f"field {d['key']!r}: packed offset must be an integer >= 0 "
-                             f"of a fixed field, got {off!r}")
+            rdtype = np.lib.format.descr_to_dtype(_tuplify(d["descr"]))
         f = cls(d["key"], d["kind"], d["shape"], d["dtype"], rdtype, d.get("rclass"), var,
-                axis)
-        f.offset = off
+                d.get("axis"))
+        f.offset = d.get("offset")
         return f
 
     @property
@@ -298,6 +274,23 @@ def _keys_msg(keys):
     return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
 
 
+def _selected(keys, have):
+    """fields=: the keys (one key or an iterable of them) checked against the
+    sample's keys `have`."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
+        keys = [keys]
+    keys = list(keys)
+    if not keys:
+        raise ValueError("fields: an empty list selects nothing")
+    missing = [k for k in keys if k not in have]
+    if missing:
+        raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
+                                f"fields {list(have)!r}")
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"fields: repeated keys in {keys!r}")
+    return keys
+
+
 def _tuplify(x):
     if isinstance(x, list):
         return [tuple(_tuplify(e) for e in item) if isinstance(item, list) else item
@@ -353,19 +346,8 @@ class Schema:
             raise ValueError(f"{where}: an empty {type(sample).__name__} has no fields to store")
         width = len(items)
         if keys is not None:
-            if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
-                keys = [keys]
-            keys = list(keys)
-            if not keys:
-                raise ValueError("fields: an empty list selects nothing")
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"fields: repeated keys in {keys!r}")
             have = dict(items)
-            missing = [k for k in keys if k not in have]
-            if missing:
-                raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
-                                        f"fields {[k for k, _ in items]!r}")
-            items = [(k, have[k]) for k in keys]
+            items = [(k, have[k]) for k in _selected(keys, [k for k, _ in items])]
             if structure == "namedtuple":
                 structure, ntype = "tuple", None
         fields = []
@@ -400,17 +382,7 @@ class Schema:
         """The schema restricted to `keys` (in that order)."""
         if keys is None:
             return self
-        if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
-            keys = [keys]
-        keys = list(keys)
-        if not keys:
-            raise ValueError("fields: an empty list selects nothing")
-        missing = [k for k in keys if k not in self._pos]
-        if missing:
-            raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
-                                    f"fields {self.keys!r}")
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"fields: repeated keys in {keys!r}")
+        keys = _selected(keys, self.keys)
         structure = self.structure
         if structure == "namedtuple":
             structure = "tuple"
