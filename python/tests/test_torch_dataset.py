@@ -146,21 +146,26 @@ def test_dtypes_are_names_and_shapes_plain_tuples(kind):
 
 
 def test_batch_get_off_reads_per_sample(monkeypatch):
+    """DDSTORE_BATCH_GET is read when the dataset is created: a dataset
+    created with it 0 reads per sample; changing it afterwards changes
+    neither dataset."""
     comm = world()
     ds = DistDataset(Source("tuple"), fresh_name("b"), comm)
+    env_set(monkeypatch, DDSTORE_BATCH_GET=0)
+    off = DistDataset(Source("tuple"), fresh_name("b"), comm)
     try:
         idx = [5, 1, 36, 1]
-        ds.ddstore.reset_profile(ds.schema.fields[0].var)
-        ds.__getitems__(idx)
-        batched = ds.get_profile(0)["calls"]
-        env_set(monkeypatch, DDSTORE_BATCH_GET=0)
-        ds.ddstore.reset_profile(ds.schema.fields[0].var)
-        got = ds.__getitems__(idx)
-        per_sample = ds.get_profile(0)["calls"]
-        ok = batched == 1 and per_sample == len(idx) and not same(
-            got, [make_sample("tuple", i) for i in idx])
-        assert_all(comm, ok, f"calls batched {batched}, per sample {per_sample}")
+        want = [make_sample("tuple", i) for i in idx]
+        calls = []
+        for d in (ds, off, ds, off):
+            d.ddstore.reset_profile(d.schema.fields[0].var)
+            got = d.__getitems__(idx)
+            calls.append((d.get_profile(0)["calls"], same(got, want)))
+            env_set(monkeypatch, DDSTORE_BATCH_GET=1 if d is ds else 0)
+        ok = calls == [(1, ""), (len(idx), "")] * 2
+        assert_all(comm, ok, f"(calls, mismatch) batched / per sample, twice: {calls}")
     finally:
+        off.free()
         ds.free()
 
 

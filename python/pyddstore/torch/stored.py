@@ -94,6 +94,11 @@ class _Stored(torch.utils.data.Dataset):
     None)."""
 
     def _init_reading(self):
+        # the settings of the read path, read once here (issue 22: a
+        # variable changed after creation does not change this dataset)
+        self._batch_get = env.batch_get()
+        self._fork_ok = env.fork_workers() or \
+            not _backends.row(self.method)["fork_needs_env"]
         self._pid = os.getpid()
         self._tls = threading.local()
         self._fork = None            # (pid, reader) in a forked worker
@@ -150,12 +155,12 @@ class _Stored(torch.utils.data.Dataset):
         # ranks from the shared memory it inherited (no libfabric, so
         # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
         # error at the first read naming ThreadDataLoader and method 1.
-        if _backends.row(self.method)["fork_needs_env"] and not env.fork_workers():
+        if not self._fork_ok:
             raise RuntimeError(
                 f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
                 "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
-                "os.environ before importing pyddstore) so that each worker opens its own "
-                "reader")
+                "os.environ before importing pyddstore; read when the dataset is created) so "
+                "that each worker opens its own reader")
         reader = self.ddstore.fork_reader()
         self._fork = (pid, reader)
         self._forked.start(reader)
@@ -342,9 +347,10 @@ class _Stored(torch.utils.data.Dataset):
 
     def __getitems__(self, indices, out=None):
         """Samples for `indices` (a list, as DataLoader's fetcher calls it): one
-        batched read per field (DDSTORE_BATCH_GET=0: one read per sample).  With
-        out= (from alloc()) the samples are views into those buffers."""
-        if not env.batch_get():
+        batched read per field (DDSTORE_BATCH_GET=0 when the dataset was created:
+        one read per sample).  With out= (from alloc()) the samples are views
+        into those buffers."""
+        if not self._batch_get:
             return [self[i] for i in indices]
         idx = self._indices(indices)
         fields = self.schema.fields
