@@ -17,8 +17,6 @@
 
 namespace ddstore_torch {
 
-namespace {
-
 at::ScalarType scalar_type_of(const std::string &name)
 {
     if (name == "bool") return at::kBool;
@@ -33,6 +31,8 @@ at::ScalarType scalar_type_of(const std::string &name)
                                   "' (bool, uint8, int32, int64, float16, bfloat16, float32, "
                                   "float64, raw)");
 }
+
+namespace {
 
 // (len(indices), *shape) tensors of one spec list, parsed once.
 struct FieldSpec {
@@ -203,9 +203,7 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
     const Target t(obj);
     const at::Tensor idx = as_indices(indices);
     const int64_t n = idx.numel();
-    c10::optional<at::Device> dev;
-    if (!device.is_none())
-        dev = at::Device(py::str(device).cast<std::string>());
+    const c10::optional<at::Device> dev = device_of(device);
 
     std::vector<std::string> names;
     std::vector<at::Tensor> outs;
@@ -283,31 +281,17 @@ at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
 
 }  // namespace
 
-// Rows `indices` of ragged variable `name`, packed in request order:
-// (values (total, *row_shape), lengths (n,), offsets (n+1,), batch (total,)),
-// lengths/offsets/batch int64 on the values' device.  guess >= 0: element
-// rows to allocate first (a miss costs one more index read); < 0: sizes
-// first.
-std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
-                                       std::vector<int64_t> row_shape,
-                                       const std::string &dtype, py::handle indices,
-                                       int64_t guess, py::object device, bool pin_memory,
-                                       uintptr_t stream)
+// Rows `idx` (int64, CPU) of ragged variable `name`, packed in request
+// order: (values (total, *row_shape), lengths (n,), offsets (n+1,), batch
+// (total,)), lengths/offsets/batch int64 on the values' device.  guess >= 0:
+// element rows to allocate first (a miss costs one more index read); < 0:
+// sizes first.
+std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
+                                    const std::vector<int64_t> &row_shape,
+                                    const at::TensorOptions &opts, const at::Tensor &idx,
+                                    int64_t guess, uintptr_t stream)
 {
-    const Target t(obj);
-    at::Tensor idx = as_indices(indices);
-    if (!idx.device().is_cpu() || idx.scalar_type() != at::kLong)
-        idx = idx.to(at::kCPU, at::kLong).contiguous();
     const int64_t n = idx.numel();
-    c10::optional<at::Device> dev;
-    if (!device.is_none())
-        dev = at::Device(py::str(device).cast<std::string>());
-    auto opts = at::TensorOptions().dtype(scalar_type_of(dtype));
-    if (dev.has_value())
-        opts = opts.device(*dev);
-    else if (pin_memory)
-        opts = opts.pinned_memory(true);
-
     at::Tensor lengths = at::empty({n}, at::kLong);
     int64_t total = 0;
     int rc = 0;
@@ -362,12 +346,45 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
             std::fill(bp + op[i], bp + op[i + 1], i);
         }
     }
-    if (dev.has_value()) {
-        lengths = lengths.to(*dev, /*non_blocking=*/false);
-        offsets = offsets.to(*dev, false);
-        batch = batch.to(*dev, false);
+    if (!values.device().is_cpu()) {
+        lengths = lengths.to(values.device(), /*non_blocking=*/false);
+        offsets = offsets.to(values.device(), false);
+        batch = batch.to(values.device(), false);
     }
     return {values, lengths, offsets, batch};
+}
+
+c10::optional<at::Device> device_of(const py::object &device)
+{
+    if (device.is_none())
+        return c10::nullopt;
+    return at::Device(py::str(device).cast<std::string>());
+}
+
+at::TensorOptions field_options(at::ScalarType st, const c10::optional<at::Device> &dev,
+                                bool pin_memory)
+{
+    auto opts = at::TensorOptions().dtype(st);
+    if (dev.has_value())
+        return opts.device(*dev);
+    return pin_memory ? opts.pinned_memory(true) : opts;
+}
+
+// ragged_collate(): ragged_read() of Python's arguments.
+std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
+                                       std::vector<int64_t> row_shape,
+                                       const std::string &dtype, py::handle indices,
+                                       int64_t guess, py::object device, bool pin_memory,
+                                       uintptr_t stream)
+{
+    const Target t(obj);
+    at::Tensor idx = as_indices(indices);
+    if (!idx.device().is_cpu() || idx.scalar_type() != at::kLong)
+        idx = idx.to(at::kCPU, at::kLong).contiguous();
+    const c10::optional<at::Device> dev = device_of(device);
+    return ragged_read(t, name, row_shape,
+                       field_options(scalar_type_of(dtype), dev, pin_memory), idx, guess,
+                       stream);
 }
 
 }  // namespace ddstore_torch

@@ -169,6 +169,31 @@ def test_batch_get_off_reads_per_sample(monkeypatch):
         ds.free()
 
 
+def test_fork_workers_read_at_creation(monkeypatch):
+    """DDSTORE_FORK_WORKERS is read when the dataset is created: set only
+    afterwards, a forked DataLoader worker of a method-1 dataset still
+    raises the RuntimeError that names it (on every rank, nothing
+    collective)."""
+    from torch.utils.data import DataLoader
+    comm = world()
+    require_method(1, comm)
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=None)
+    ds = DistDataset(Source("tuple"), fresh_name("fw"), comm, method=1,
+                     handshake_dir=shared_tmpdir(comm, "fw"))
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=1)
+    try:
+        err = None
+        try:
+            next(iter(DataLoader(ds, batch_size=4, num_workers=1,
+                                 multiprocessing_context="fork")))
+        except RuntimeError as e:
+            err = e
+        ok = err is not None and "DDSTORE_FORK_WORKERS=1" in str(err)
+        assert_all(comm, ok, f"a forked worker read: {err!r}")
+    finally:
+        ds.free()
+
+
 # -------------------------------------------------- encode / decode / fields --
 LABELS = ["cat", "dog", "owl"]
 GROUP_INFO = {0: "even group", 1: "odd group"}
