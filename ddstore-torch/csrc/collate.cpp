@@ -13,11 +13,11 @@
 // reading payload, the tensor is reallocated and the read made again) or,
 // without a guess, from dds_store_ragged_sizes first; the offsets (prefix sums)
 // and the per-element batch vector are built here, with the GIL released.
+#include <limits>
+
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
-
-namespace {
 
 at::ScalarType scalar_type_of(const std::string &name)
 {
@@ -33,6 +33,8 @@ at::ScalarType scalar_type_of(const std::string &name)
                                   "' (bool, uint8, int32, int64, float16, bfloat16, float32, "
                                   "float64, raw)");
 }
+
+namespace {
 
 // (len(indices), *shape) tensors of one spec list, parsed once.
 struct FieldSpec {
@@ -191,83 +193,36 @@ py::object Collator::call(py::handle obj, py::handle indices)
 
 // specs: [(variable, shape tuple, dtype name, on_device bool), ...]; fields
 // with on_device True are allocated on `device` (a torch device string or
-// None = CPU), the others on the CPU (pinned when pin_memory).
+// None = CPU), the others on the CPU (pinned when pin_memory): one Reads
+// (dataset.cpp) of those fields, read once.
 std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indices,
                                 py::object device, bool pin_memory, uintptr_t stream,
                                 py::object packed)
 {
-    const bool is_packed = !packed.is_none();
     PackedRow pk;
-    if (is_packed)
+    if (!packed.is_none()) {
         pk = parse_packed(packed);
-    const Target t(obj);
-    const at::Tensor idx = as_indices(indices);
-    const int64_t n = idx.numel();
-    c10::optional<at::Device> dev;
-    if (!device.is_none())
-        dev = at::Device(py::str(device).cast<std::string>());
-
-    std::vector<std::string> names;
-    std::vector<at::Tensor> outs;
-    std::vector<dds_buf_t> bufs;
-    names.reserve(specs.size());
-    outs.reserve(specs.size());
-    bufs.reserve(specs.size());
-    for (py::handle h : specs) {
-        py::tuple spec = py::reinterpret_borrow<py::tuple>(h);
+        if (pk.offsets.size() != specs.size())
+            throw_py(PyExc_ValueError, "collate: " + std::to_string(pk.offsets.size()) +
+                                           " packed offsets for " +
+                                           std::to_string(specs.size()) + " fields");
+    }
+    py::list fields;
+    for (size_t k = 0; k < specs.size(); k++) {
+        py::tuple spec = specs[k].cast<py::tuple>();
         if (spec.size() != 4)
             throw_py(PyExc_ValueError, "collate spec must be (name, shape, dtype, on_device)");
-        FieldSpec f = parse_spec(h);
-        f.shape[0] = n;
-        const bool on_device = spec[3].cast<bool>() && dev.has_value();
-        if (on_device)
-            f.opts = f.opts.device(*dev);
-        else if (pin_memory)
-            f.opts = f.opts.pinned_memory(true);
-        names.push_back(f.name);
-        outs.push_back(at::empty(f.shape, f.opts));
+        fields.append(py::make_tuple(
+            k, spec[0], packed.is_none() ? spec[0] : py::str(pk.var), spec[1], spec[2],
+            spec[3], false,
+            packed.is_none() ? py::object(py::none()) : py::object(py::int_(pk.offsets[k]))));
     }
-    bool host = true;
-    for (size_t k = 0; k < outs.size(); k++) {
-        bufs.push_back(describe(names[k], outs[k], n, stream));
-        if (is_packed)
-            check_packed_out(pk, k, bufs.back(), names[k]);
-        host = host && outs[k].device().is_cpu();
-    }
-    if (is_packed && pk.offsets.size() != outs.size())
-        throw_py(PyExc_ValueError, "collate: " + std::to_string(pk.offsets.size()) +
-                                       " packed offsets for " + std::to_string(outs.size()) +
-                                       " fields");
-    // packed: one read of the rows (on the device when a field lives there)
-    at::Tensor rowbuf;
-    dds_buf_t rb{};
-    if (is_packed) {
-        auto opts = at::TensorOptions().dtype(at::kByte);
-        if (!host)
-            opts = opts.device(*dev);
-        rowbuf = at::empty({n, static_cast<int64_t>(pk.row_bytes)}, opts);
-        rb = describe(pk.var, rowbuf, n, stream);
-    }
-
-    int rc;
-    {
-        py::gil_scoped_release nogil;
-        const uint64_t t0 = now_ns();
-        if (!is_packed)
-            rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
-                                  static_cast<size_t>(n));
-        else if (host)
-            rc = packed_read_host(t.store, t.reader, pk, &rb, idx.data_ptr<int64_t>(),
-                                  static_cast<size_t>(n), bufs, bufs.size());
-        else
-            rc = read_into(t.store, t.reader, pk.var.c_str(), &rb, idx.data_ptr<int64_t>(),
-                           static_cast<size_t>(n), 0, true);
-        note_read(t0, now_ns());
-    }
-    check(rc);
-    if (is_packed && !host)
-        scatter_tensors(pk, rowbuf, outs);
-    return outs;
+    Reads reads(fields, std::numeric_limits<int64_t>::max(), "collate",
+                packed.is_none() ? py::object(py::none())
+                                 : py::object(py::make_tuple(pk.var, pk.row_bytes)));
+    return reads.read(obj, indices, py::none(), py::none(), device, stream, pin_memory,
+                      py::none())
+        .cast<std::vector<at::Tensor>>();
 }
 
 
@@ -283,31 +238,17 @@ at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
 
 }  // namespace
 
-// Rows `indices` of ragged variable `name`, packed in request order:
-// (values (total, *row_shape), lengths (n,), offsets (n+1,), batch (total,)),
-// lengths/offsets/batch int64 on the values' device.  guess >= 0: element
-// rows to allocate first (a miss costs one more index read); < 0: sizes
-// first.
-std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
-                                       std::vector<int64_t> row_shape,
-                                       const std::string &dtype, py::handle indices,
-                                       int64_t guess, py::object device, bool pin_memory,
-                                       uintptr_t stream)
+// Rows `idx` (int64, CPU) of ragged variable `name`, packed in request
+// order: (values (total, *row_shape), lengths (n,), offsets (n+1,), batch
+// (total,)), lengths/offsets/batch int64 on the values' device.  guess >= 0:
+// element rows to allocate first (a miss costs one more index read); < 0:
+// sizes first.
+std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
+                                    const std::vector<int64_t> &row_shape,
+                                    const at::TensorOptions &opts, const at::Tensor &idx,
+                                    int64_t guess, uintptr_t stream)
 {
-    const Target t(obj);
-    at::Tensor idx = as_indices(indices);
-    if (!idx.device().is_cpu() || idx.scalar_type() != at::kLong)
-        idx = idx.to(at::kCPU, at::kLong).contiguous();
     const int64_t n = idx.numel();
-    c10::optional<at::Device> dev;
-    if (!device.is_none())
-        dev = at::Device(py::str(device).cast<std::string>());
-    auto opts = at::TensorOptions().dtype(scalar_type_of(dtype));
-    if (dev.has_value())
-        opts = opts.device(*dev);
-    else if (pin_memory)
-        opts = opts.pinned_memory(true);
-
     at::Tensor lengths = at::empty({n}, at::kLong);
     int64_t total = 0;
     int rc = 0;
@@ -362,12 +303,45 @@ std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
             std::fill(bp + op[i], bp + op[i + 1], i);
         }
     }
-    if (dev.has_value()) {
-        lengths = lengths.to(*dev, /*non_blocking=*/false);
-        offsets = offsets.to(*dev, false);
-        batch = batch.to(*dev, false);
+    if (!values.device().is_cpu()) {
+        lengths = lengths.to(values.device(), /*non_blocking=*/false);
+        offsets = offsets.to(values.device(), false);
+        batch = batch.to(values.device(), false);
     }
     return {values, lengths, offsets, batch};
+}
+
+c10::optional<at::Device> device_of(const py::object &device)
+{
+    if (device.is_none())
+        return c10::nullopt;
+    return at::Device(py::str(device).cast<std::string>());
+}
+
+at::TensorOptions field_options(at::ScalarType st, const c10::optional<at::Device> &dev,
+                                bool pin_memory)
+{
+    auto opts = at::TensorOptions().dtype(st);
+    if (dev.has_value())
+        return opts.device(*dev);
+    return pin_memory ? opts.pinned_memory(true) : opts;
+}
+
+// ragged_collate(): ragged_read() of Python's arguments.
+std::vector<at::Tensor> ragged_collate(py::handle obj, const std::string &name,
+                                       std::vector<int64_t> row_shape,
+                                       const std::string &dtype, py::handle indices,
+                                       int64_t guess, py::object device, bool pin_memory,
+                                       uintptr_t stream)
+{
+    const Target t(obj);
+    at::Tensor idx = as_indices(indices);
+    if (!idx.device().is_cpu() || idx.scalar_type() != at::kLong)
+        idx = idx.to(at::kCPU, at::kLong).contiguous();
+    const c10::optional<at::Device> dev = device_of(device);
+    return ragged_read(t, name, row_shape,
+                       field_options(scalar_type_of(dtype), dev, pin_memory), idx, guess,
+                       stream);
 }
 
 }  // namespace ddstore_torch

@@ -128,6 +128,10 @@ void get_batch(py::handle obj, const std::string &name, at::Tensor out,
 void read_fields(py::handle obj, const std::vector<std::string> &names,
                  std::vector<at::Tensor> outs, py::handle indices,
                  uintptr_t stream);
+// read_fields_into of rows idx (int64 CPU) under one GIL release, timed
+// (note_read), its error raised.  GIL held.
+void read_fields_checked(const Target &t, const std::vector<std::string> &names,
+                         std::vector<dds_buf_t> &bufs, const at::Tensor &idx);
 
 void register_recv(py::handle obj, at::Tensor buf, uintptr_t stream);
 void unregister_recv(py::handle obj, at::Tensor buf);
@@ -158,10 +162,29 @@ int packed_read_host(dds_store_t *store, dds_reader_t *reader, const PackedRow &
 // Scatter with torch copies (any device; rowbuf (n, row_bytes) uint8).
 void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
                      const std::vector<at::Tensor> &outs);
+// Rows idx of p.var into outs (described as bufs, field k at p.offsets[k]),
+// through `rowbuf` (undefined: allocated on the outs' device).  GIL held.
+void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tensor> &outs,
+                 std::vector<dds_buf_t> &bufs, const at::Tensor &idx, uintptr_t stream,
+                 at::Tensor rowbuf);
 void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
                  py::handle indices, uintptr_t stream, py::object rowbuf);
 
 // collate.cpp
+// The torch dtype of a field dtype name (bool ... float64, raw); TypeError.
+at::ScalarType scalar_type_of(const std::string &name);
+// A device string from Python (None: no device).
+c10::optional<at::Device> device_of(const py::object &device);
+// Options of a fresh batch tensor: on `dev` when given, else host (pinned).
+at::TensorOptions field_options(at::ScalarType st, const c10::optional<at::Device> &dev,
+                                bool pin_memory);
+// One packed read of ragged variable `name` (rows idx, int64 CPU):
+// {values (total, *row_shape) allocated with opts, lengths, offsets, batch};
+// `guess` element rows allocated first (< 0: sizes first).  GIL held.
+std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
+                                    const std::vector<int64_t> &row_shape,
+                                    const at::TensorOptions &opts, const at::Tensor &idx,
+                                    int64_t guess, uintptr_t stream);
 std::vector<at::Tensor> collate(py::handle obj, py::list specs,
                                 py::handle indices, py::object device,
                                 bool pin_memory, uintptr_t stream,
@@ -210,6 +233,43 @@ private:
     bool packed_ = false;
     PackedRow pack_;
 };
+
+// dataset.cpp: the read side of one DistDataset / DistDatasetReader, its
+// fields parsed once (see the file's head).
+class Reads {
+public:
+    Reads(py::list fields, int64_t total, std::string who, py::object packed);
+    int64_t index(py::handle i) const;
+    at::Tensor indices(py::handle indices) const;
+    py::list read(py::handle obj, py::handle indices, py::object sel, py::object out,
+                  py::object device, uintptr_t stream, bool pin_memory, py::object rowbuf);
+
+private:
+    struct Field {
+        py::object key;
+        std::string name, var;
+        std::vector<int64_t> row_shape;
+        at::ScalarType st;
+        bool tensor = false;
+        bool ragged = false;
+        size_t offset = 0;
+    };
+    std::vector<Field> f_;
+    int64_t total_;
+    std::string who_;
+    bool packed_ = false;
+    std::string pack_var_;
+    size_t row_bytes_ = 0;
+    std::mutex mu_;
+    std::vector<double> ratio_;   // ragged: most element rows per sample read so far
+};
+// The samples of positions x (int64, in [0, n)) of DistSampler's keyed
+// order (inverse: the positions of samples x).
+at::Tensor feistel(int64_t n, uint64_t seed, uint64_t epoch, at::Tensor x, bool inverse);
+// WindowedDataset: (the rows of windows `indices`, flattened; their count).
+std::pair<at::Tensor, int64_t> window_rows(py::handle indices, int64_t length,
+                                           py::object starts, int64_t stride,
+                                           int64_t dilation, int64_t window);
 
 // pipeline.cpp: ThreadDataLoader's native prefetch (see the file's head).
 class Pipeline {

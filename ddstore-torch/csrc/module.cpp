@@ -102,4 +102,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "Greedy batches of `indices` (1-D int64) in order: a batch closes before a "
           "sample whose cost would take its sum over `budget` (a sample over it alone "
           "is a batch of its own).");
+    py::class_<dt::Reads>(m, "Reads",
+                          "The read side of one dataset, its fields parsed once (dataset.cpp).")
+        .def(py::init<py::list, int64_t, std::string, py::object>(), py::arg("fields"),
+             py::arg("total"), py::arg("who"), py::arg("packed") = py::none())
+        .def("index", &dt::Reads::index, py::arg("i"),
+             "One sample index with a sequence's meaning; IndexError naming the dataset.")
+        .def("indices", &dt::Reads::indices, py::arg("indices"), "seq_indices over the dataset.")
+        .def("read", &dt::Reads::read, py::arg("store"), py::arg("indices"),
+             py::arg("sel") = py::none(), py::arg("out") = py::none(),
+             py::arg("device") = py::none(), py::arg("stream") = 0,
+             py::arg("pin_memory") = false, py::arg("rowbuf") = py::none(),
+             "Fields `sel` (positions, None: all) of rows `indices`: a tensor per fixed "
+             "field, (values, lengths, offsets, batch) per ragged one; one call per batch.");
+    m.def("feistel", &dt::feistel, py::arg("n"), py::arg("seed"), py::arg("epoch"),
+          py::arg("x"), py::arg("inverse") = false,
+          "DistSampler's keyed order of [0, n) at positions x (inverse: positions of x).");
+    m.def("window_rows", &dt::window_rows, py::arg("indices"), py::arg("length"),
+          py::arg("starts"), py::arg("stride"), py::arg("dilation"), py::arg("window"),
+          "WindowedDataset: (rows of windows `indices`, flattened; number of windows).");
 }

@@ -73,12 +73,18 @@ void read_fields(py::handle obj, const std::vector<std::string> &names,
                                            std::to_string(n) + " are read");
         bufs.push_back(describe(names[k], o, n, stream));
     }
+    read_fields_checked(t, names, bufs, idx);
+}
+
+void read_fields_checked(const Target &t, const std::vector<std::string> &names,
+                         std::vector<dds_buf_t> &bufs, const at::Tensor &idx)
+{
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
         rc = read_fields_into(t.store, t.reader, names, bufs, idx.data_ptr<int64_t>(),
-                              static_cast<size_t>(n));
+                              static_cast<size_t>(idx.numel()));
         note_read(t0, now_ns());
     }
     check(rc);

@@ -121,43 +121,24 @@ void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
     }
 }
 
-// Rows `indices` of packed variable p.var scattered into outs[k] (field k at
-// p.offsets[k]): one get_batch into a row buffer, then the scatter.  Output
-// tensors may have more rows than indices (alloc() buffers: the first
-// len(indices) rows are written).  `rowbuf`: a registered (alloc()) row
-// buffer of at least len(indices) rows, or None (one is allocated).
-void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
-                 py::handle indices, uintptr_t stream, py::object rowbuf_obj)
+// Rows `idx` of packed variable p.var scattered into outs[k] (field k at
+// p.offsets[k], described as bufs[k]; outs have idx.numel() rows): one
+// get_batch into a row buffer (`rowbuf`, registered by alloc(), or
+// undefined: one is allocated on the outs' device), then the scatter (host:
+// without the GIL; device: one strided copy per field).
+void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tensor> &outs,
+                 std::vector<dds_buf_t> &bufs, const at::Tensor &idx, uintptr_t stream,
+                 at::Tensor rowbuf)
 {
-    const PackedRow p = parse_packed(packed);
-    if (outs.size() > p.offsets.size())
-        throw_py(PyExc_ValueError, std::to_string(outs.size()) + " output tensors but " +
-                                       std::to_string(p.offsets.size()) + " field offsets");
-    const Target t(obj);
-    const at::Tensor idx = as_indices(indices);
     const int64_t n = idx.numel();
-    std::vector<dds_buf_t> bufs;
     bool host = true;
     c10::optional<at::Device> dev;
-    for (size_t k = 0; k < outs.size(); k++) {
-        at::Tensor &o = outs[k];
-        if (o.dim() >= 1 && o.size(0) > n)
-            o = o.narrow(0, 0, n);
-        else if (o.dim() >= 1 && o.size(0) < n)
-            throw_py(PyExc_ValueError, "packed variable '" + p.var + "': output buffer " +
-                                           std::to_string(k) + " has " +
-                                           std::to_string(o.size(0)) + " rows, " +
-                                           std::to_string(n) + " are read");
-        bufs.push_back(describe(p.var, o, n, stream));
-        check_packed_out(p, k, bufs.back(), std::to_string(k));
+    for (const at::Tensor &o : outs)
         if (!o.device().is_cpu()) {
             host = false;
             dev = o.device();
         }
-    }
-    at::Tensor rowbuf;
-    if (!rowbuf_obj.is_none()) {   // alloc()'s registered row buffer: its device decides
-        rowbuf = rowbuf_obj.cast<at::Tensor>();
+    if (rowbuf.defined()) {   // alloc()'s registered row buffer: its device decides
         if (rowbuf.dim() != 2 || rowbuf.size(0) < n || rowbuf.scalar_type() != at::kByte ||
             rowbuf.size(1) != static_cast<int64_t>(p.row_bytes))
             throw_py(PyExc_ValueError, "packed variable '" + p.var + "': the row buffer must "
@@ -187,6 +168,36 @@ void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
     check(rc);
     if (!host)
         scatter_tensors(p, rowbuf, outs);
+}
+
+// read_packed(): packed_read() of Python's arguments.  Output tensors may
+// have more rows than indices (alloc() buffers: the first len(indices) rows
+// are written).
+void read_packed(py::handle obj, py::tuple packed, std::vector<at::Tensor> outs,
+                 py::handle indices, uintptr_t stream, py::object rowbuf_obj)
+{
+    const PackedRow p = parse_packed(packed);
+    if (outs.size() > p.offsets.size())
+        throw_py(PyExc_ValueError, std::to_string(outs.size()) + " output tensors but " +
+                                       std::to_string(p.offsets.size()) + " field offsets");
+    const Target t(obj);
+    const at::Tensor idx = as_indices(indices);
+    const int64_t n = idx.numel();
+    std::vector<dds_buf_t> bufs;
+    for (size_t k = 0; k < outs.size(); k++) {
+        at::Tensor &o = outs[k];
+        if (o.dim() >= 1 && o.size(0) > n)
+            o = o.narrow(0, 0, n);
+        else if (o.dim() >= 1 && o.size(0) < n)
+            throw_py(PyExc_ValueError, "packed variable '" + p.var + "': output buffer " +
+                                           std::to_string(k) + " has " +
+                                           std::to_string(o.size(0)) + " rows, " +
+                                           std::to_string(n) + " are read");
+        bufs.push_back(describe(p.var, o, n, stream));
+        check_packed_out(p, k, bufs.back(), std::to_string(k));
+    }
+    packed_read(t, p, outs, bufs, idx, stream,
+                rowbuf_obj.is_none() ? at::Tensor() : rowbuf_obj.cast<at::Tensor>());
 }
 
 }  // namespace ddstore_torch

@@ -146,20 +146,50 @@ def test_dtypes_are_names_and_shapes_plain_tuples(kind):
 
 
 def test_batch_get_off_reads_per_sample(monkeypatch):
+    """DDSTORE_BATCH_GET is read when the dataset is created: a dataset
+    created with it 0 reads per sample; changing it afterwards changes
+    neither dataset."""
     comm = world()
     ds = DistDataset(Source("tuple"), fresh_name("b"), comm)
+    env_set(monkeypatch, DDSTORE_BATCH_GET=0)
+    off = DistDataset(Source("tuple"), fresh_name("b"), comm)
     try:
         idx = [5, 1, 36, 1]
-        ds.ddstore.reset_profile(ds.schema.fields[0].var)
-        ds.__getitems__(idx)
-        batched = ds.get_profile(0)["calls"]
-        env_set(monkeypatch, DDSTORE_BATCH_GET=0)
-        ds.ddstore.reset_profile(ds.schema.fields[0].var)
-        got = ds.__getitems__(idx)
-        per_sample = ds.get_profile(0)["calls"]
-        ok = batched == 1 and per_sample == len(idx) and not same(
-            got, [make_sample("tuple", i) for i in idx])
-        assert_all(comm, ok, f"calls batched {batched}, per sample {per_sample}")
+        want = [make_sample("tuple", i) for i in idx]
+        calls = []
+        for d in (ds, off, ds, off):
+            d.ddstore.reset_profile(d.schema.fields[0].var)
+            got = d.__getitems__(idx)
+            calls.append((d.get_profile(0)["calls"], same(got, want)))
+            env_set(monkeypatch, DDSTORE_BATCH_GET=1 if d is ds else 0)
+        ok = calls == [(1, ""), (len(idx), "")] * 2
+        assert_all(comm, ok, f"(calls, mismatch) batched / per sample, twice: {calls}")
+    finally:
+        off.free()
+        ds.free()
+
+
+def test_fork_workers_read_at_creation(monkeypatch):
+    """DDSTORE_FORK_WORKERS is read when the dataset is created: set only
+    afterwards, a forked DataLoader worker of a method-1 dataset still
+    raises the RuntimeError that names it (on every rank, nothing
+    collective)."""
+    from torch.utils.data import DataLoader
+    comm = world()
+    require_method(1, comm)
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=None)
+    ds = DistDataset(Source("tuple"), fresh_name("fw"), comm, method=1,
+                     handshake_dir=shared_tmpdir(comm, "fw"))
+    env_set(monkeypatch, DDSTORE_FORK_WORKERS=1)
+    try:
+        err = None
+        try:
+            next(iter(DataLoader(ds, batch_size=4, num_workers=1,
+                                 multiprocessing_context="fork")))
+        except RuntimeError as e:
+            err = e
+        ok = err is not None and "DDSTORE_FORK_WORKERS=1" in str(err)
+        assert_all(comm, ok, f"a forked worker read: {err!r}")
     finally:
         ds.free()
 

@@ -7,6 +7,7 @@ import gc
 import os
 import time
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -151,6 +152,30 @@ def test_negative_indices_as_python_sequences():
         bad = bad or same(w[-m], w[0], "w[-m]")
         with pytest.raises(IndexError):
             w.__getitems__([-m - 1])
+    finally:
+        ds.free()
+
+
+def test_single_index_types():
+    """ds[i] takes what operator.index takes (numpy and bool integers too):
+    a float or a string is a TypeError, an index beyond int64 an IndexError
+    naming it (the check is the extension's), never a wrong row."""
+    comm = world()
+    ds = DistDataset(Source("tuple"), fresh_name("idx"), comm)
+    try:
+        n = len(ds)
+        bad = same(ds[np.int64(3)], ds[3], "ds[np.int64(3)]") or \
+            same(ds[True], ds[1], "ds[True]") or same(ds[-n], ds[0], "ds[-n]")
+        for i, exc in ((1.5, TypeError), ("1", TypeError), (2 ** 70, IndexError),
+                       (-2 ** 70, IndexError), (n, IndexError)):
+            try:
+                ds[i]
+                bad = bad or f"ds[{i!r}]: no {exc.__name__}"
+            except exc as e:
+                if exc is IndexError and (f"index {i} out of range" not in str(e) or
+                                          ds.name not in str(e)):
+                    bad = bad or f"ds[{i!r}]: {e}"
+        assert_all(comm, not bad, bad)
     finally:
         ds.free()
     assert_all(comm, not bad, bad)

@@ -125,7 +125,7 @@ static inline int dds_setting_read_ENUM(const char *n, const char **v) { return 
 #define DDS_TORCH_SETTINGS(X)                                                  \
     X(batch_get, "DDSTORE_BATCH_GET", BOOL, "1", NULL, "torch",                \
       "DistDataset.__getitems__ reads one batch per field (0: one read per "   \
-      "sample)")                                                               \
+      "sample); read when the dataset is created")                             \
     X(fast_collate, "DDSTORE_FAST_COLLATE", BOOL, "1", NULL, "torch",          \
       "ThreadDataLoader reads batches straight into the collated tensors "     \
       "(0: per-sample path + collate_fn)")                                     \

@@ -469,23 +469,12 @@ class DistDataset(_Stored):
 
     def _remove_meta(self):
         """free(): the meta file goes with the run (only if it is still ours:
-        a later run's is left alone)."""
+        a later run's is left alone), before the records: no reader meets
+        one without them."""
         fin = getattr(self, "_meta", None)
         self._meta = None
         if fin is not None:
             fin()
-
-    # -- lifetime -----------------------------------------------------------
-    def free(self):
-        """Collective (method 0): unregister alloc()'d buffers and release the
-        store.  Idempotent; reads afterwards raise DDStoreError."""
-        if self.ddstore is None or self._freed:
-            return
-        self._not_forked("free")
-        self._release_all()
-        self._freed = True
-        self._remove_meta()       # before the records: no reader meets one without them
-        self.ddstore.free()
 
 
 class DistDatasetReader(_Stored):
@@ -536,15 +525,6 @@ class DistDatasetReader(_Stored):
                 f"job stored the dataset {'packed (one row per sample)' if pk else 'one variable per field'} "
                 "(its meta file); leave pack_fields=None to read what it stored")
         self._init_reading()
-
-    def free(self):
-        """Release the reader's store.  Idempotent."""
-        if self._freed:
-            return
-        self._not_forked("free")
-        self._release_all()
-        self._freed = True
-        self.ddstore.free()
 
 
 def _diff(a, b):

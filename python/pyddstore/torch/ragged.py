@@ -15,8 +15,8 @@ Batches of such a field come
   maximum, ``mask`` ``(B, max)`` True where an element is real.
 
 This module holds the loading side (which fields are ragged: detection and
-agreement across ranks), the reading side (packed reads, through the torch
-extension's ragged_collate) and the batch builders.
+agreement across ranks) and the batch builders; the reads are the torch
+extension's (Reads.read: one packed read per ragged field, dataset.cpp).
 """
 
 import collections.abc
@@ -291,18 +291,6 @@ def ragged_values(f, col, n):
 
 
 # ---------------------------------------------------------------- reading --
-def read_packed(reader, f, idx, device=None, pin_memory=False, stream=0, guess=None):
-    """(values (total, *row_shape), lengths, offsets, batch) of rows idx of
-    ragged field f: one ragged read straight into the values tensor (the
-    torch extension's ragged_collate: `guess` element rows allocated first,
-    reallocated on DDS_ENOSPC; None: sizes first)."""
-    from ._ext import ext
-    return tuple(ext.ragged_collate(reader, f.var, list(f.row_shape), f.dtype, idx,
-                                    -1 if guess is None else int(guess),
-                                    None if device is None else str(device),
-                                    bool(pin_memory), stream))
-
-
 def _field_layout(f, values):
     """(total, *row_shape) storage -> the field's layout (varying axis where
     the samples have it)."""

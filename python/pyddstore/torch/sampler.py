@@ -3,8 +3,8 @@ exact, world-size-independent state.
 
 The epoch's *global order* is a keyed bijection ``perm`` of ``[0, N)``
 computed per position (a Feistel network over the next power of four, with
-cycle walking back into ``[0, N)``; round keys from ``(seed, epoch)``), so no
-permutation is ever stored.  Rank ``r`` of ``W`` takes the global positions
+cycle walking back into ``[0, N)``; round keys from ``(seed, epoch)``: the
+torch extension's feistel, dataset.cpp), so no permutation is ever stored.  Rank ``r`` of ``W`` takes the global positions
 ``r, r + W, r + 2W, ...`` exactly as ``torch.utils.data.DistributedSampler``
 takes ``indices[r::W]``: after every rank has taken ``c`` indices, the global
 positions ``[0, c·W)`` have been consumed — a prefix, whatever the batch size.
@@ -16,90 +16,33 @@ import numbers
 import operator
 
 import numpy as np
+import torch
 from torch.utils.data import Sampler
+
+from ._ext import ext
 
 __all__ = ["DistSampler"]
 
 STATE_FORMAT = "ddstore.DistSampler"
 STATE_VERSION = 1
 MAX_N = 1 << 62            # positions + padding stay below 2**63
-_ROUNDS = 6
-_CHUNK = 1 << 16           # indices computed per vectorised step
+_CHUNK = 1 << 16           # indices computed per step
 _M64 = (1 << 64) - 1
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-_S29 = np.uint64(29)
-
-
-def _splitmix64(x):
-    """One splitmix64 output for the 64-bit state `x` (Python ints)."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
 
 
 class _Feistel:
-    """A keyed permutation of [0, n): a balanced Feistel network on 2·h bits
-    (4**h >= n, so fewer than 4 walks per position on average), with cycle
-    walking.  Vectorised over numpy uint64 arrays."""
+    """The keyed bijection of [0, n) for (seed, epoch) (the module's doc), per
+    position: the torch extension's feistel (BudgetBatchSampler uses it too)."""
 
     def __init__(self, n, seed, epoch):
-        self.n = n
-        bits = max(2, (n - 1).bit_length())
-        self.h = (bits + 1) // 2
-        self.mask = np.uint64((1 << self.h) - 1)
-        self.hbits = np.uint64(self.h)
-        self.top = np.uint64(64 - self.h)
-        k = _splitmix64((seed & _M64) ^ _splitmix64(epoch & _M64))
-        keys = []
-        for _ in range(_ROUNDS):
-            k = _splitmix64(k)
-            keys.append(np.uint64(k))
-        self.keys = keys
+        self.key = (n, seed & _M64, epoch & _M64)
 
-    def _rounds(self, left, right, keys, inverse):
-        """The Feistel rounds in place on the halves (uint64 arrays)."""
-        x = np.empty_like(right)
-        t = np.empty_like(right)
-        a, b = (left, right) if not inverse else (right, left)
-        for k in keys:
-            # F(b, k): the top h bits of a multiply-xorshift-multiply hash
-            np.bitwise_xor(b, k, out=x)
-            np.multiply(x, _C1, out=x)
-            np.right_shift(x, _S29, out=t)
-            np.bitwise_xor(x, t, out=x)
-            np.multiply(x, _C2, out=x)
-            np.right_shift(x, self.top, out=x)
-            np.bitwise_xor(a, x, out=a)
-            a, b = b, a
-        return (a, b) if not inverse else (b, a)
-
-    def _enc(self, x):
-        left, right = self._rounds(x >> self.hbits, x & self.mask, self.keys, False)
-        np.left_shift(left, self.hbits, out=left)
-        return np.bitwise_or(left, right, out=left)
-
-    def _dec(self, x):
-        left, right = self._rounds(x >> self.hbits, x & self.mask, self.keys[::-1], True)
-        np.left_shift(left, self.hbits, out=left)
-        return np.bitwise_or(left, right, out=left)
-
-    def _walk(self, step, x):
-        n = np.uint64(self.n)
-        out = step(x)
-        idx = np.flatnonzero(out >= n)
-        while idx.size:
-            v = step(out[idx])
-            out[idx] = v
-            idx = idx[v >= n]
-        return out
-
-    def forward(self, x):
-        return self._walk(self._enc, x)
+    def forward(self, x, inverse=False):
+        return ext.feistel(*self.key, torch.from_numpy(np.array(x, dtype=np.int64)),
+                           inverse).numpy()
 
     def inverse(self, y):
-        return self._walk(self._dec, y)
+        return self.forward(y, True)
 
 
 def _as_int(v, field, lo=None, hi=None):
@@ -188,13 +131,13 @@ class DistSampler(Sampler):
         self._start = 0        # global position this epoch's iterations start at
         self._track = None     # (i, j, list iterator) of the latest iterator's chunk
         self._active = 0       # iterators started and not finished
-        self._perm = None
 
     # -- the order ----------------------------------------------------------
-    def _feistel(self):
-        if self._perm is None or self._perm[0] != self.epoch:
-            self._perm = (self.epoch, _Feistel(self.n, self.seed, self.epoch))
-        return self._perm[1]
+    def _perm(self, p, inverse=False):
+        """The keyed order (inverse: its inverse) at int64 positions p."""
+        if not self.shuffle or self.n <= 1:
+            return p.copy()
+        return _Feistel(self.n, self.seed, self.epoch).forward(p, inverse)
 
     def order(self, positions):
         """The samples at global `positions` (ints in [0, N)) of this epoch's
@@ -202,29 +145,22 @@ class DistSampler(Sampler):
         p = np.asarray(positions, dtype=np.int64)
         if p.size and (p.min() < 0 or p.max() >= self.n):
             raise IndexError(f"DistSampler.order: positions must be in [0, {self.n})")
-        if not self.shuffle or self.n <= 1:
-            return p.copy()
-        return self._feistel().forward(p.astype(np.uint64)).astype(np.int64)
+        return self._perm(p)
 
     def position_of(self, indices):
         """The inverse of `order`: the global positions of sample `indices`."""
         x = np.asarray(indices, dtype=np.int64)
         if x.size and (x.min() < 0 or x.max() >= self.n):
             raise IndexError(f"DistSampler.position_of: indices must be in [0, {self.n})")
-        if not self.shuffle or self.n <= 1:
-            return x.copy()
-        return self._feistel().inverse(x.astype(np.uint64)).astype(np.int64)
+        return self._perm(x, inverse=True)
 
     def _local(self, i, j):
-        """This rank's indices i .. j-1 of the current iteration (numpy int64)."""
-        w = np.uint64(self.num_replicas)
-        p = np.arange(i, j, dtype=np.uint64) * w + np.uint64(self._start + self.rank)
-        n = np.uint64(self.n)
+        """This rank's indices i .. j-1 of the current iteration (numpy int64):
+        global positions start + rank + k·W, past N the first ones again."""
+        p = np.arange(i, j, dtype=np.int64) * self.num_replicas + (self._start + self.rank)
         if self._start + self.rank + (j - 1) * self.num_replicas >= self.n:
-            p = np.where(p >= n, p % n, p)          # padding: the first positions again
-        if not self.shuffle or self.n <= 1:
-            return p.astype(np.int64)
-        return self._feistel().forward(p).astype(np.int64)
+            np.remainder(p, self.n, out=p)
+        return self._perm(p)
 
     # -- Sampler ------------------------------------------------------------
     def __len__(self):

@@ -94,6 +94,11 @@ class _Stored(torch.utils.data.Dataset):
     None)."""
 
     def _init_reading(self):
+        # the settings of the read path, read once here (issue 22: a
+        # variable changed after creation does not change this dataset)
+        self._batch_get = env.batch_get()
+        self._fork_ok = env.fork_workers() or \
+            not _backends.row(self.method)["fork_needs_env"]
         self._pid = os.getpid()
         self._tls = threading.local()
         self._fork = None            # (pid, reader) in a forked worker
@@ -101,7 +106,6 @@ class _Stored(torch.utils.data.Dataset):
         self._allocs = {}            # id(bufs) -> list of registered tensors
         self._rowbufs = {}           # id(bufs) -> the packed row buffer of alloc()
         self._freed = False
-        self._guess = {}             # ragged var -> element rows per sample seen (max)
         self._update_specs()
 
     @staticmethod
@@ -110,19 +114,21 @@ class _Stored(torch.utils.data.Dataset):
         return list(dict.fromkeys(f.var for f in fields))
 
     def _update_specs(self):
-        dev = self.device
-        fixed = [f for f in self.schema.fields if f.axis is None]
-        # packed: the spec names only name the field in errors
-        self._specs = [(f"{f.var}[{f.key!r}]" if self._pack else f.var, f.row_shape,
-                        f.dtype, f.kind == "tensor" and dev is not None) for f in fixed]
-        self._packed_spec = self._pack.spec(fixed) if self._pack and fixed else None
-        # the host direct collate of fixed fields, its specs parsed once (C++);
-        # None with ragged fields (their batches are packed / padded in Python)
-        st = self.schema
-        self._collator = None if len(self._specs) != len(st.fields) else ext.Collator(
-            self._specs, self.total, f"{type(self).__name__} '{self.name}'", st.structure,
-            st.ntype if st.structure == "namedtuple" else
-            tuple(st.keys) if st.structure == "dict" else None, self._packed_spec)
+        """The read side in C++ (dataset.cpp), the fields parsed once: every
+        read of fields enters it once (Reads); the host direct collate of a
+        dataset without ragged fields returns the batch itself (Collator)."""
+        st, pk = self.schema, self._pack
+        who = f"{type(self).__name__} '{self.name}'"
+        # packed: the names only name the field in errors
+        self._reads = ext.Reads(
+            [(f.key, f"{f.var}[{f.key!r}]" if pk else f.var, f.var, list(f.row_shape),
+              f.dtype, f.kind == "tensor", f.axis is not None, f.offset) for f in st.fields],
+            self.total, who, None if pk is None else (pk.var, pk.row_bytes))
+        self._collator = None if st.ragged else ext.Collator(
+            [(f"{f.var}[{f.key!r}]" if pk else f.var, f.row_shape, f.dtype) for f in st.fields],
+            self.total, who, st.structure, st.ntype if st.structure == "namedtuple" else
+            tuple(st.keys) if st.structure == "dict" else None,
+            pk.spec(st.fields) if pk else None)
 
     @property
     def pack_fields(self):
@@ -150,12 +156,12 @@ class _Stored(torch.utils.data.Dataset):
         # ranks from the shared memory it inherited (no libfabric, so
         # DDSTORE_FORK_WORKERS is not needed); a shard on another node is an
         # error at the first read naming ThreadDataLoader and method 1.
-        if _backends.row(self.method)["fork_needs_env"] and not env.fork_workers():
+        if not self._fork_ok:
             raise RuntimeError(
                 f"DistDataset '{self.name}': read from a forked DataLoader worker; set "
                 "DDSTORE_FORK_WORKERS=1 before libfabric starts (job script, or "
-                "os.environ before importing pyddstore) so that each worker opens its own "
-                "reader")
+                "os.environ before importing pyddstore; read when the dataset is created) so "
+                "that each worker opens its own reader")
         reader = self.ddstore.fork_reader()
         self._fork = (pid, reader)
         self._forked.start(reader)
@@ -210,7 +216,7 @@ class _Stored(torch.utils.data.Dataset):
         numpy int64 array.  Reads the store's index entries only, never
         payload."""
         f = self._ragged_field(field, "sizes")
-        idx = self._indices(range(self.total) if indices is None else indices)
+        idx = self._reads.indices(range(self.total) if indices is None else indices)
         return np.asarray(self._reader().sizes(f.var, idx.numpy()), dtype=np.int64)
 
     def _ragged_field(self, field, who):
@@ -251,90 +257,28 @@ class _Stored(torch.utils.data.Dataset):
                 for f, t in zip(fields, ts)]
 
     # -- reads --------------------------------------------------------------
-    def _index(self, i):
-        i = operator.index(i)
-        if not -self.total <= i < self.total:
-            raise IndexError(f"{type(self).__name__} '{self.name}': index {i} out of range "
-                             f"[-{self.total}, {self.total}) (negative indices count from "
-                             "the end)")
-        return i + self.total if i < 0 else i
-
-    def _indices(self, indices):
-        return ext.seq_indices(indices, self.total, f"{type(self).__name__} '{self.name}'")
-
-    def _fresh(self, fields, n, device):
-        return [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
-                            device=device if (device is not None and f.kind == "tensor") else "cpu")
-                for f in fields]
-
-    def _read(self, fields, idx, out=None):
-        """Batch tensors (len(idx), *row_shape) of `fields` for rows idx; a
-        ragged field's (values, lengths, offsets, batch) of a packed read."""
-        if any(f.axis is not None for f in fields):
-            if out is not None:
-                bad = [f.key for f in fields if f.axis is not None]
-                raise ValueError(f"out=: buffers (alloc()) hold fixed fields only; "
-                                 f"{bad!r} {'is' if len(bad) == 1 else 'are'} ragged (read "
-                                 "them without out=, or select fixed fields)")
-            fixed = [f for f in fields if f.axis is None]
-            got = iter(self._read(fixed, idx) if fixed else ())
-            return [next(got) if f.axis is None else self._read_ragged(f, idx)
-                    for f in fields]
+    def _read(self, fields, idx, out=None, pin_memory=False):
+        """The C++ read of `fields` (None: all) for rows idx: a batch tensor
+        (len(idx), *row_shape) per fixed field, (values, lengths, offsets,
+        batch) per ragged one (Reads.read)."""
         dev = self._read_device()
-        n = int(idx.numel())
-        if out is None:
-            outs = self._fresh(fields, n, dev)
-        else:
-            outs = []
-            for f in fields:
-                try:
-                    b = out[f.key]
-                except KeyError:
-                    raise ValueError(f"out=: no buffer for field {f.key!r} (alloc() them "
-                                     "with the same fields)") from None
-                if b.shape[0] < n:
-                    raise ValueError(f"out=: buffer for field {f.key!r} has {b.shape[0]} "
-                                     f"rows, {n} are read")
-                outs.append(b[:n] if b.shape[0] != n else b)
         reader = self._reader()
-        stream = stream_of(dev) if dev is not None else 0
-        if self._pack is not None:     # one read of the packed rows, scattered in C++
-            ext.read_packed(reader, self._pack.spec(fields), outs, idx, stream,
-                            None if out is None else self._rowbufs.get(id(out)))
-        else:
-            ext.read_fields(reader, [f.var for f in fields], outs, idx, stream)
+        ts = self._reads.read(
+            reader, idx, None if fields is None else [self.schema._pos[f.key] for f in fields],
+            out, None if dev is None else str(dev), stream_of(dev) if dev is not None else 0,
+            pin_memory, None if out is None else self._rowbufs.get(id(out)))
         if self._fork is not None and reader is self._fork[1]:
-            self._forked.flush(reader, self._vars_of(fields))
-        return outs
-
-    def _read_ragged(self, f, idx, device=None, pin_memory=False):
-        """(values (total, *row_shape), lengths, offsets, batch): one packed
-        read of ragged field f (a guess of the total from the largest
-        element rows per sample read so far: one index read when it holds)."""
-        dev = self._read_device() if device is None else device
-        n = int(idx.numel())
-        ratio = self._guess.get(f.var)
-        guess = None if ratio is None else int(ratio * n * 1.25) + 16
-        reader = self._reader()
-        res = _rg.read_packed(reader, f, idx,
-                              dev if (dev is not None and f.kind == "tensor") else None,
-                              pin_memory, stream_of(dev) if dev is not None else 0, guess)
-        if n:
-            r = int(res[0].shape[0]) / n
-            if ratio is None or r > ratio:
-                self._guess[f.var] = r
-        if self._fork is not None and reader is self._fork[1]:
-            self._forked.flush(reader, [f.var])
-        return res
+            self._forked.flush(reader, self._vars_of(fields or self.schema.fields))
+        return ts
 
     @staticmethod
     def _single(f, t):
         return f.single(t) if f.axis is None else _rg.sample_value(f, t[0])
 
     def __getitem__(self, i):
-        i = self._index(i)
+        i = self._reads.index(i)
         fields = self.schema.fields
-        ts = self._read(fields, torch.tensor([i], dtype=torch.int64))
+        ts = self._read(None, (i,))
         sample = self.schema.build([self._single(f, t) for f, t in zip(fields, ts)])
         if self.decode is not None:
             sample = self.decode(sample, i)
@@ -342,13 +286,14 @@ class _Stored(torch.utils.data.Dataset):
 
     def __getitems__(self, indices, out=None):
         """Samples for `indices` (a list, as DataLoader's fetcher calls it): one
-        batched read per field (DDSTORE_BATCH_GET=0: one read per sample).  With
-        out= (from alloc()) the samples are views into those buffers."""
-        if not env.batch_get():
+        batched read per field (DDSTORE_BATCH_GET=0 when the dataset was created:
+        one read per sample).  With out= (from alloc()) the samples are views
+        into those buffers."""
+        if not self._batch_get:
             return [self[i] for i in indices]
-        idx = self._indices(indices)
+        idx = self._reads.indices(indices)
         fields = self.schema.fields
-        ts = self._read(fields, idx, out)
+        ts = self._read(None, idx, out)
         samples = self.schema.build_many([
             f.split(t) if f.axis is None else _rg.split_values(f, t[0], t[1])
             for f, t in zip(fields, ts)])
@@ -365,8 +310,7 @@ class _Stored(torch.utils.data.Dataset):
         tensors (records: numpy structured arrays).  Skips decode.  With out=
         (from alloc()) the values are views into those buffers."""
         sel = self.schema.select(fields).fields if fields is not None else self.schema.fields
-        idx = as_index_tensor(rows)
-        ts = self._read(sel, idx, out)
+        ts = self._read(sel if fields is not None else None, as_index_tensor(rows), out)
         return dict(zip([f.key for f in sel], self._batch_values(sel, ts)))
 
     def alloc(self, n, fields=None):
@@ -387,7 +331,9 @@ class _Stored(torch.utils.data.Dataset):
                              "batch): alloc() buffers hold fixed fields only (fields=; "
                              "ThreadDataLoader: reuse_buffers=False)")
         dev = self._read_device()
-        ts = self._fresh(sel, n, dev)
+        ts = [torch.empty((n,) + f.row_shape, dtype=f.torch_dtype,
+                          device=dev if (dev is not None and f.kind == "tensor") else "cpu")
+              for f in sel]
         reg = ts
         rowbuf = None
         if self._pack is not None:
@@ -413,6 +359,20 @@ class _Stored(torch.utils.data.Dataset):
         if rowbuf is not None:
             self._rowbufs[id(bufs)] = rowbuf
         return bufs
+
+    def free(self):
+        """Release the store (DistDataset, method 0: collective) and the
+        alloc()'d buffers.  Idempotent; reads afterwards raise DDStoreError."""
+        if self.ddstore is None or self._freed:
+            return
+        self._not_forked("free")
+        self._release_all()
+        self._freed = True
+        self._remove_meta()
+        self.ddstore.free()
+
+    def _remove_meta(self):
+        """DistDataset: its meta file goes with the store."""
 
     def close(self):
         """free() under the name loaders and files use: collective for method
@@ -481,24 +441,8 @@ class _Stored(torch.utils.data.Dataset):
         if out is None and not pin_memory and self.device is None and \
                 self._collator is not None:
             return self._collator(self._reader(), indices)    # the hot path, in C++
-        idx = self._indices(indices)
-        if out is None:
-            dev = self._read_device()
-            specs = self._specs if dev is self.device else \
-                [(s[0], s[1], s[2], False) for s in self._specs]
-            ts = ext.collate(self._reader(), specs, idx,
-                             None if dev is None else str(dev), bool(pin_memory),
-                             stream_of(dev) if dev is not None else 0,
-                             self._packed_spec) if specs else []
-            if self.schema.ragged:
-                fixed = iter(ts)
-                mk = _rg.batch_of(self._ragged_batch)
-                ts = [next(fixed) if f.axis is None else
-                      mk(f, *self._read_ragged(f, idx, dev, pin_memory))
-                      for f in self.schema.fields]
-        else:
-            ts = self._batch_values(self.schema.fields, self._read(self.schema.fields, idx, out))
-        return self.schema.build_batch(ts)
+        ts = self._read(None, self._reads.indices(indices), out, pin_memory)
+        return self.schema.build_batch(self._batch_values(self.schema.fields, ts))
 
     def _store_datasets(self):
         return [self]

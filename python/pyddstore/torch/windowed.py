@@ -69,7 +69,6 @@ class WindowedDataset(torch.utils.data.Dataset):
                     f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
             self._starts = torch.from_numpy(s)
             self._len = int(s.size)
-        self._offsets = torch.arange(self.window, dtype=torch.int64) * self.dilation
 
     def __len__(self):
         return self._len
@@ -89,15 +88,11 @@ class WindowedDataset(torch.utils.data.Dataset):
         """{key: dtype name} as DistDataset.dtypes."""
         return {f.key: f.dtype_name() for f in self.schema.fields}
 
-    def _rows(self, idx):
-        idx = ext.seq_indices(idx, self._len, "WindowedDataset")
-        s = self._starts[idx] if self._starts is not None else idx * self.stride
-        return (s[:, None] + self._offsets[None, :]).reshape(-1), int(idx.numel())
-
     def _windows(self, indices):
         """Per field, the batch of windows (n, window, *shape): tensors
-        (records: numpy structured arrays)."""
-        rows, n = self._rows(indices)
+        (records: numpy structured arrays); the rows mapped in C++."""
+        rows, n = ext.window_rows(indices, self._len, self._starts, self.stride,
+                                  self.dilation, self.window)
         got = self.ds.read_rows(rows, fields=self._keys)
         out = []
         for f in self.schema.fields:
