@@ -333,3 +333,16 @@ int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p)
                      "MPI");
 #endif
 }
+
+int ddstore_comm_borrow_mpi(const void *mpi_comm, dds_comm_t *comm_p)
+{
+#ifdef HAVE_MPI
+    if (mpi_comm == NULL)
+        return dds_error(-DDS_EINVAL, "ddstore_comm_borrow_mpi: NULL argument");
+    return ddmpi_comm_borrow(*(const MPI_Comm *)mpi_comm, comm_p);
+#else
+    (void)mpi_comm;
+    (void)comm_p;
+    return dds_error(-DDS_ENOSYS, "an MPI communicator, and this build of ddstore has no MPI");
+#endif
+}

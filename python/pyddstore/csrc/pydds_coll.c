@@ -643,11 +643,13 @@ static PyObject *py_comm_capsule(PyObject *mod, PyObject *obj)
 
 typedef struct {
     PyObject_HEAD
-    dds_comm_t comm;          /* ours (a mover's) or the FileComm's          */
+    dds_comm_t comm;          /* ours (a mover's, an mpi4py communicator's)  */
     dds_comm_t *use;          /* &comm, or the FileComm's own                */
-    PyObject *owner;          /* the mover or the FileComm                   */
-    PyThread_type_lock lock;  /* the FileComm's, NULL for a mover            */
+    PyObject *owner;          /* the mover, mpi4py communicator or FileComm  */
+    PyThread_type_lock lock;  /* the FileComm's or ours (MPI); NULL: mover   */
     int have_comm;
+    int mover;                /* comm's context is a mover_ctx_t             */
+    int own_lock;
 } coll_obj;
 
 static int coll_init(coll_obj *self, PyObject *args, PyObject *kw)
@@ -666,8 +668,22 @@ static int coll_init(coll_obj *self, PyObject *args, PyObject *kw)
     }
     if (PyErr_Occurred())
         return -1;
-    if (mover_create(obj, &self->comm) < 0)
+    if (pydds_is_mpi4py(obj)) {
+        /* its own MPI_Comm, collectives in C (GIL released, one at a time) */
+        if (pydds_comm_borrow_mpi4py(obj, &self->comm) < 0)
+            return -1;
+        self->lock = PyThread_allocate_lock();
+        if (self->lock == NULL) {
+            dds_comm_destroy(&self->comm);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->own_lock = 1;
+    } else if (mover_create(obj, &self->comm) < 0) {
         return -1;
+    } else {
+        self->mover = 1;
+    }
     self->have_comm = 1;
     self->use = &self->comm;
     self->owner = Py_NewRef(obj);
@@ -678,6 +694,8 @@ static void coll_dealloc(coll_obj *self)
 {
     if (self->have_comm)
         dds_comm_destroy(&self->comm);
+    if (self->own_lock)
+        PyThread_free_lock(self->lock);
     Py_XDECREF(self->owner);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -695,7 +713,7 @@ static int coll_ready(coll_obj *self)
  * is not a ddstore error, else the code's exception "what: detail". */
 static PyObject *coll_raise(coll_obj *self, int rc, const char *what)
 {
-    if (self->have_comm) {
+    if (self->mover) {
         mover_ctx_t *c = self->comm.ctx;
         if (c->pending != NULL) {
             PyObject *e = c->pending;
@@ -857,9 +875,10 @@ static PyTypeObject coll_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pyddstore._core.Collective",
     .tp_basicsize = sizeof(coll_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Collective(comm): the Python layer's collectives over a FileComm or a byte "
-              "mover (rank, size, name, allgather_bytes, barrier), in ddstore's wire format "
-              "and agreement protocol (pydds_coll.c).",
+    .tp_doc = "Collective(comm): the Python layer's collectives over a FileComm, an mpi4py "
+              "communicator (its own MPI_Comm, no dup; mpi4py over our MPI library) or a "
+              "byte mover (rank, size, name, allgather_bytes, barrier), in ddstore's wire "
+              "format and agreement protocol (pydds_coll.c).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)coll_init,
     .tp_dealloc = (destructor)coll_dealloc,
@@ -876,6 +895,9 @@ static PyMethodDef coll_functions[] = {
     {"wire_gather", (PyCFunction)py_wire_gather, METH_VARARGS,
      "wire_gather(parts, what) -> every rank's value from its message (DDStoreError naming a "
      "rank whose message is not valid; TypeError naming one that could not encode)."},
+    {"mpi_same_library", pydds_mpi_same_library, METH_NOARGS,
+     "mpi_same_library() -> True when this build has MPI and mpi4py uses its MPI library "
+     "(then Collective takes an mpi4py communicator itself)."},
     {"comm_capsule", (PyCFunction)py_comm_capsule, METH_O,
      "comm_capsule(mover) -> a '_dds_comm' capsule: PyDDStore's collectives through the "
      "mover's allgather_bytes / barrier (needs the GIL)."},

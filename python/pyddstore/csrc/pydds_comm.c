@@ -9,6 +9,8 @@
  *                            groups: ddstore/comm_provider.h)
  *   mpi4py communicator      its MPI_Comm through mpi4py.MPI._addressof
  *                            (mpi4py is imported only for such an object)
+ *
+ * and the borrowed mpi4py communicator of _core.Collective (no dup).
  */
 #include "pydds.h"
 
@@ -156,9 +158,11 @@ static int check_same_mpi(PyObject *MPI)
 }
 #endif
 
-static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
-{
 #ifdef HAVE_MPI
+/* obj's MPI_Comm (an mpi4py intracommunicator over our MPI library, not
+ * COMM_NULL), through mpi4py.MPI._addressof; 0 or -1 with an exception. */
+static int mpi4py_handle(PyObject *obj, MPI_Comm *comm_p)
+{
     PyObject *MPI = NULL, *cls = NULL, *null = NULL, *addr = NULL;
     void *p;
     int r, rc = -1;
@@ -203,17 +207,29 @@ static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
                             "comm_or_none: mpi4py returned a NULL address");
         goto out;
     }
-    rc = resolve_mpi(*(MPI_Comm *)p, res);
-    if (rc == 0 && *(MPI_Comm *)p == MPI_COMM_WORLD &&
-        check_launch(res, "MPI.COMM_WORLD") < 0) {
-        pydds_comm_res_cleanup(res);
-        rc = -1;
-    }
+    *comm_p = *(MPI_Comm *)p;
+    rc = 0;
 out:
     Py_XDECREF(MPI);
     Py_XDECREF(cls);
     Py_XDECREF(null);
     Py_XDECREF(addr);
+    return rc;
+}
+#endif
+
+static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
+{
+#ifdef HAVE_MPI
+    MPI_Comm comm;
+    int rc = mpi4py_handle(obj, &comm);
+    if (rc == 0)
+        rc = resolve_mpi(comm, res);
+    if (rc == 0 && comm == MPI_COMM_WORLD &&
+        check_launch(res, "MPI.COMM_WORLD") < 0) {
+        pydds_comm_res_cleanup(res);
+        rc = -1;
+    }
     return rc;
 #else
     (void)res;
@@ -223,6 +239,47 @@ out:
                  "False); pass a FileComm or a torch.distributed group",
                  Py_TYPE(obj)->tp_name);
     return -1;
+#endif
+}
+
+int pydds_comm_borrow_mpi4py(PyObject *obj, dds_comm_t *comm_p)
+{
+#ifdef HAVE_MPI
+    MPI_Comm comm;
+    int rc;
+    if (mpi4py_handle(obj, &comm) < 0)
+        return -1;
+    rc = ddstore_comm_borrow_mpi(&comm, comm_p);
+    return rc < 0 ? raise_rc(rc) : 0;
+#else
+    return resolve_mpi4py(obj, NULL);
+#endif
+}
+
+/* mpi_same_library() -> True when this build has MPI and mpi4py's MPI
+ * library is the one linked here (the first line of the version string). */
+PyObject *pydds_mpi_same_library(PyObject *mod, PyObject *unused)
+{
+#ifdef HAVE_MPI
+    PyObject *MPI = PyImport_ImportModule("mpi4py.MPI");
+    int rc;
+    (void)mod;
+    (void)unused;
+    if (MPI == NULL)
+        return NULL;
+    rc = check_same_mpi(MPI);
+    Py_DECREF(MPI);
+    if (rc < 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+#else
+    (void)mod;
+    (void)unused;
+    Py_RETURN_FALSE;
 #endif
 }
 
@@ -270,7 +327,7 @@ static int resolve_provider(PyObject *cap, pydds_comm_res_t *res)
     return 0;
 }
 
-static int is_mpi4py_object(PyObject *obj)
+int pydds_is_mpi4py(PyObject *obj)
 {
     PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(obj),
                                            "__module__");
@@ -328,7 +385,7 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
             return -1;
         } else {
             PyErr_Clear();
-            if (is_mpi4py_object(obj)) {
+            if (pydds_is_mpi4py(obj)) {
                 rc = resolve_mpi4py(obj, res);
             } else {
                 PyErr_Format(PyExc_TypeError,

@@ -26,10 +26,13 @@ object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
 of the Python layer fails on every rank together.
 
 The collectives themselves are C (``pyddstore._core.Collective``, over
-ddstore-core's wire codec and agreement protocol, ``ddstore/wire.h``): this
-module only supplies byte movers (an mpi4py communicator, a
-torch.distributed group: fixed-size allgather and barrier, each bounded by
-DDSTORE_COLLECTIVE_TIMEOUT_S) and builds Python exceptions.  What
+ddstore-core's wire codec and agreement protocol, ``ddstore/wire.h``), over
+the FileComm's or the mpi4py communicator's own (C, ``MPI_Comm``: no Python
+on the path) or a torch.distributed group's byte mover (fixed-size
+allgather and barrier, bounded by DDSTORE_COLLECTIVE_TIMEOUT_S): only
+Python can call torch.distributed.  An mpi4py built on another MPI library
+than pyddstore's moves the bytes in Python too (``_MpiBytes``).  This
+module builds the Python exceptions.  What
 ``Comm.allgather`` carries is never pickled: over a FileComm the bytes come
 from files in a shared directory.  None, bool, int, str and tuples / lists
 / dicts of them (dict keys: str, int, bool, None or tuples of those) round
@@ -56,11 +59,6 @@ def _is_torch_group(obj):
     except ImportError:  # pragma: no cover
         return False
     return dist.is_available() and isinstance(obj, dist.ProcessGroup)
-
-
-def _is_filecomm(obj):
-    fc = getattr(pyddstore, "FileComm", None)
-    return fc is not None and isinstance(obj, fc)
 
 
 # The wire codec (C, ddstore/wire.h): bytes for a value (TypeError naming
@@ -103,7 +101,7 @@ class TorchComm:
     def _wait(self, work, what):
         import datetime
         _check_in_step(self, what)
-        timeout = _collective_timeout()
+        timeout = env.collective_timeout(fallback=True)
         try:
             if timeout == float("inf"):
                 work.wait()
@@ -159,7 +157,8 @@ class TorchComm:
 
 
 class _MpiBytes:
-    """An mpi4py communicator as a byte mover for ``_core.Collective``:
+    """The fallback for an mpi4py over another MPI library than pyddstore's
+    (else ``_core.Collective`` takes the communicator itself): a byte mover,
     fixed-size allgather and barrier with nonblocking MPI, polled within
     DDSTORE_COLLECTIVE_TIMEOUT_S."""
 
@@ -200,14 +199,16 @@ class Comm:
         return f"Comm({self.kind}, rank {self.rank} of {self.size})"
 
     # -- collectives ---------------------------------------------------------
-    # C (_core.Collective) over the FileComm or a byte mover.  Each is bounded
-    # by DDSTORE_COLLECTIVE_TIMEOUT_S: when not every rank enters it in time,
-    # the ranks that did raise DDStoreError, and every later collective is
-    # refused (the ranks are out of step).
+    # C (_core.Collective) over the FileComm, the mpi4py communicator or the
+    # byte mover.  Each is bounded by DDSTORE_COLLECTIVE_TIMEOUT_S: when not
+    # every rank enters it in time, the ranks that did raise DDStoreError,
+    # and every later collective is refused (the ranks are out of step).
     def collective(self):
         if self._coll is None:
-            self._coll = _core.Collective(_MpiBytes(self.obj) if self.kind == "mpi"
-                                          else self.obj)
+            obj = self.obj
+            if self.kind == "mpi" and not _core.mpi_same_library():
+                obj = _MpiBytes(obj)
+            self._coll = _core.Collective(obj)
         return self._coll
 
     def allgather(self, obj, what="allgather"):
@@ -267,18 +268,6 @@ def _check_in_step(comm, what):
             "are out of step")
 
 
-def _collective_timeout():
-    """DDSTORE_COLLECTIVE_TIMEOUT_S, or its declared default when the value is
-    bad: a collective already posted must not raise on one rank (the others
-    would wait for it); PyDDStore(comm) checks the setting in its first
-    agreement, which fails every rank with "rank R: VARIABLE='value': ..."
-    (issue 23, item 4)."""
-    try:
-        return env.collective_timeout()
-    except ValueError:
-        return env.collective_timeout_default()
-
-
 def _timed_out(comm, what, timeout, size, detail=""):
     comm._broken = what
     extra = f" ({detail})" if detail else ""
@@ -291,7 +280,7 @@ def _timed_out(comm, what, timeout, size, detail=""):
 def _mpi_wait(comm, req, what, keep=()):
     """Complete an mpi4py request within the collective timeout (polling)."""
     import time
-    timeout = _collective_timeout()
+    timeout = env.collective_timeout(fallback=True)
     t0 = time.monotonic()
     pause = 0.0
     while not req.Test():
@@ -305,14 +294,11 @@ def _mpi_wait(comm, req, what, keep=()):
 
 
 def _make_filecomm(handshake_dir, rank, size, ns):
-    fc = getattr(pyddstore, "FileComm", None)
-    if fc is None:
-        raise ValueError("comm: pyddstore.FileComm is not available in this build")
     if not handshake_dir:
         raise ValueError("comm: a FileComm (no MPI, no torch.distributed) needs "
                          "handshake_dir= (or DDSTORE_HANDSHAKE_DIR) on a shared "
                          "filesystem")
-    return fc(handshake_dir, rank, size, ns)
+    return pyddstore.FileComm(handshake_dir, rank, size, ns)
 
 
 def _default_ns(name):
@@ -359,7 +345,7 @@ def resolve(comm=None, handshake_dir=None, name=""):
             return _torch_comm(comm)
         if isinstance(comm, TorchComm):
             return Comm("torch", comm, comm.rank, comm.size, comm)
-        if _is_filecomm(comm):
+        if isinstance(comm, pyddstore.FileComm):
             return _file_comm(handshake_dir, name, comm)
         raise TypeError(f"comm: expected None, an mpi4py communicator, a "
                         f"torch.distributed group or a pyddstore.FileComm, got "
