@@ -606,6 +606,23 @@ def test_comm_torch_group(monkeypatch):
         ds.free()
 
 
+def test_comm_torch_collective_mismatch():
+    """Ranks in different collectives over a torch.distributed group fail on
+    every rank with "collective mismatch" (core checks the byte mover's
+    lengths before the payload), never with a wrong value or a hang."""
+    from pyddstore.torch.comm import resolve
+    comm = world()
+    if comm.Get_size() < 2:
+        pytest.skip("needs 2 or more ranks")
+    c = resolve(torch_pg(comm))
+    with pytest.raises(pyddstore.DDStoreError, match="collective mismatch"):
+        if c.rank == 0:
+            c.allgather("x")                     # its lengths step: 8 bytes
+        else:
+            c.collective().agree(None, "agree")  # 4 int64: 32 bytes
+    assert c.allgather(c.rank) == list(range(c.size))   # the group still works
+
+
 def test_comm_file(monkeypatch):
     comm = world()
     if not hasattr(pyddstore, "FileComm"):

@@ -497,15 +497,12 @@ static long mover_size(mover_ctx_t *c)
     return n;
 }
 
-static int mover_allgather(void *vctx, const void *send, size_t bytes, void *recv)
+/* One call of the mover's allgather_bytes: `bytes` from every rank into recv. */
+static int mover_call(mover_ctx_t *c, const void *send, size_t bytes, void *recv)
 {
-    mover_ctx_t *c = vctx;
-    PyGILState_STATE g;
+    PyGILState_STATE g = PyGILState_Ensure();
     PyObject *arg, *res;
     int rc = 0;
-    if (bytes == 0)
-        return 0; /* the same on every rank: nothing to move */
-    g = PyGILState_Ensure();
     arg = PyBytes_FromStringAndSize(send, (Py_ssize_t)bytes);
     res = arg ? PyObject_CallMethod(c->obj, "allgather_bytes", "O", arg) : NULL;
     Py_XDECREF(arg);
@@ -526,6 +523,46 @@ static int mover_allgather(void *vctx, const void *send, size_t bytes, void *rec
     }
     PyGILState_Release(g);
     return rc;
+}
+
+/* Two steps, the lengths first: ranks in different collectives fail (a
+ * "collective mismatch"), and a late rank cannot complete a collective the
+ * others gave up (gloo finishes an abandoned step when the peer comes: the
+ * second finds none, and times out). */
+static int mover_allgather(void *vctx, const void *send, size_t bytes, void *recv)
+{
+    mover_ctx_t *c = vctx;
+    int64_t mine = (int64_t)bytes, *lens;
+    long nr;
+    int rc;
+    if (bytes == 0)
+        return 0; /* the same on every rank: nothing to move */
+    {
+        PyGILState_STATE g = PyGILState_Ensure();
+        nr = mover_size(c);
+        rc = nr < 1 ? mover_failed(c, "size") : 0;
+        PyGILState_Release(g);
+    }
+    if (rc < 0)
+        return rc;
+    lens = malloc(sizeof *lens * (size_t)nr);
+    if (lens == NULL)
+        return dds_error(-DDS_ENOMEM, "allgather: out of memory");
+    rc = mover_call(c, &mine, sizeof mine, lens);
+    for (long r = 0; rc == 0 && r < nr; r++) {
+        if (lens[r] != mine) {
+            char list[256];
+            size_t at = 0;
+            for (long k = 0; k < nr && at + 24 < sizeof list; k++)
+                at += (size_t)snprintf(list + at, sizeof list - at, "%s%lld", k ? ", " : "",
+                                       (long long)lens[k]);
+            rc = dds_error(-DDS_EIO, "allgather: collective mismatch: the ranks send [%s%s] "
+                           "bytes (they are in different collective calls)", list,
+                           at + 24 >= sizeof list ? ", ..." : "");
+        }
+    }
+    free(lens);
+    return rc == 0 ? mover_call(c, send, bytes, recv) : rc;
 }
 
 static int mover_allreduce_i64(void *vctx, int64_t *inout, size_t n, dds_reduce_op_t op)

@@ -118,27 +118,15 @@ class TorchComm:
         return _core.Collective(self).allgather(obj, "allgather")
 
     def allgather_bytes(self, data):
-        """Every rank's `data` (the same length on every rank) joined in
-        rank order: the byte mover under core's collectives.  Two steps, the
-        lengths first: ranks in different collectives fail (a "collective
-        mismatch"), and a late rank cannot complete a collective the others
-        gave up (gloo finishes an abandoned step when the peer comes: the
-        second finds none, and times out)."""
+        """Every rank's `data` (the same length on every rank, checked by
+        core first) joined in rank order: the byte mover under core's
+        collectives."""
         import torch
         import torch.distributed as dist
         _check_in_step(self, "allgather")
         dev = torch.device("cpu")
         if dist.get_backend(self.group) == "nccl":
             dev = torch.device("cuda", torch.cuda.current_device())
-        n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
-        lens = [torch.empty_like(n) for _ in range(self.size)]
-        self._wait(dist.all_gather(lens, n, group=self.group, async_op=True), "allgather")
-        lens = [int(t.item()) for t in lens]
-        if any(k != len(data) for k in lens):
-            raise pyddstore.DDStoreError(f"allgather: collective mismatch: the ranks send {lens} "
-                                         "bytes (they are in different collective calls)")
-        if not data:
-            return b""
         buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
         outs = [torch.empty_like(buf) for _ in range(self.size)]
         self._wait(dist.all_gather(outs, buf, group=self.group, async_op=True), "allgather")
