@@ -1,42 +1,21 @@
-"""Communicator resolution for pyddstore.torch.
+"""Communicator resolution for pyddstore.torch (docs/pytorch.md, "comm").
 
-``DistDataset(comm=...)`` accepts
+``resolve(comm)`` wraps an mpi4py communicator, a torch.distributed group,
+a ``pyddstore.FileComm`` or ``None`` (MPI.COMM_WORLD with MPI unless
+torchrun's torch.distributed group has more ranks; else torch.distributed
+when initialised; else a FileComm with rank and size from the launcher;
+``DDSTORE_COMM=mpi|torch|file`` forces it) in a :class:`Comm`: the
+collectives the Python layer needs and the object for ``PyDDStore``.  Never
+a silent one-rank store: a one-rank ``None`` under a launch of several is a
+RuntimeError.  :func:`agree` makes every collective step fail on every rank
+together.
 
-* an mpi4py communicator,
-* a ``torch.distributed`` process group (its collectives carry the address
-  exchange: no MPI needed),
-* a ``pyddstore.FileComm``,
-* ``None``: ``MPI.COMM_WORLD`` when pyddstore has MPI (and ``DDSTORE_MPI`` is
-  not 0) - unless ``torch.distributed`` is initialised with several ranks
-  while MPI's world has one (torchrun), which takes the torch.distributed
-  group; without MPI the default ``torch.distributed`` group when it is
-  initialized, else a ``FileComm`` in ``handshake_dir`` with rank and size
-  from Slurm (``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS``, else
-  ``SLURM_NTASKS``).
-
-``DDSTORE_COMM=mpi|torch|file`` forces the kind for ``comm=None``.  Never a
-silent one-rank store: when the communicator resolved from ``None`` has one
-rank but the launcher says it started several (``env.launch_sizes()``), a
-RuntimeError says so and how to fix it; ``comm=MPI.COMM_SELF`` (explicit) is
-a deliberate one-rank store.
-
-Everything is wrapped in :class:`Comm`, which gives the Python layer the
-object collectives it needs (``allgather``, ``barrier``, ``split``) and the
-object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
-of the Python layer fails on every rank together.
-
-The collectives themselves are C (``pyddstore._core.Collective``, over
-ddstore-core's wire codec and agreement protocol, ``ddstore/wire.h``), over
-the FileComm's or the mpi4py communicator's own (C, ``MPI_Comm``: no Python
-on the path) or a torch.distributed group's byte mover (fixed-size
-allgather and barrier, bounded by DDSTORE_COLLECTIVE_TIMEOUT_S): only
-Python can call torch.distributed.  An mpi4py built on another MPI library
-than pyddstore's moves the bytes in Python too (``_MpiBytes``).  This
-module builds the Python exceptions.  What
-``Comm.allgather`` carries is never pickled: over a FileComm the bytes come
-from files in a shared directory.  None, bool, int, str and tuples / lists
-/ dicts of them (dict keys: str, int, bool, None or tuples of those) round
-trip exactly; anything else is a TypeError at the sender, on every rank.
+The collectives are C (``_core.Collective``: core's wire codec, never
+pickle, and agreement protocol) over the FileComm's or the mpi4py
+communicator's own ``MPI_Comm``, or over a byte mover: ``TorchComm`` (only
+Python can call torch.distributed) and ``_MpiBytes`` (an mpi4py built on
+another MPI library than pyddstore's).  The movers' waits are bounded by
+DDSTORE_COLLECTIVE_TIMEOUT_S as C's are, with the same messages.
 """
 
 import builtins
