@@ -487,6 +487,20 @@ int ddmpi_agree_named(MPI_Comm comm, int rc)
     return dds_comm_agree_named(&c, rc);
 }
 
+/* The arguments of ddmpi_comm_create / _borrow (`fn`). */
+static int ddmpi_comm_check_args(MPI_Comm comm, const dds_comm_t *comm_p, const char *fn)
+{
+    if (!comm_p)
+        return dds_error(-DDS_EINVAL, "%s: comm_p is NULL", fn);
+    if (comm == MPI_COMM_NULL)
+        return dds_error(-DDS_EINVAL, "%s: MPI_COMM_NULL", fn);
+    if (!ddmpi_initialized() || ddmpi_finalized())
+        return dds_error(-DDS_EINVAL, "%s: MPI is %s", fn,
+                         ddmpi_finalized() ? "already finalized"
+                                           : "not initialised (ddmpi_init)");
+    return 0;
+}
+
 int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 {
     ddmpi_comm_t *c;
@@ -495,14 +509,8 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     double timeout_s = 0, warn_s = 0;
     char why[512];
 
-    if (!comm_p)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: comm_p is NULL");
-    if (comm == MPI_COMM_NULL)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI_COMM_NULL");
-    if (!ddmpi_initialized() || ddmpi_finalized())
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI is %s",
-                         ddmpi_finalized() ? "already finalized"
-                                           : "not initialised (ddmpi_init)");
+    if ((mrc = ddmpi_comm_check_args(comm, comm_p, "ddmpi_comm_create")) != 0)
+        return mrc;
 
     /* A bad value on some ranks fails every rank, with its name, value and
      * rank (agreed below, after the collective dup that every rank must
@@ -572,15 +580,10 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 int ddmpi_comm_borrow(MPI_Comm comm, dds_comm_t *comm_p)
 {
     ddmpi_comm_t *c;
-    int rank = 0, size = 0;
+    int rank = 0, size = 0, rc;
 
-    if (!comm_p)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_borrow: comm_p is NULL");
-    if (comm == MPI_COMM_NULL)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_borrow: MPI_COMM_NULL");
-    if (!ddmpi_initialized() || ddmpi_finalized())
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_borrow: MPI is %s",
-                         ddmpi_finalized() ? "already finalized" : "not initialised");
+    if ((rc = ddmpi_comm_check_args(comm, comm_p, "ddmpi_comm_borrow")) != 0)
+        return rc;
     if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS)
         return dds_error(-DDS_EINVAL, "ddmpi_comm_borrow: not a valid communicator");
     c = calloc(1, sizeof(*c));
