@@ -277,6 +277,8 @@ void pydds_comm_res_cleanup(pydds_comm_res_t *res);
  * alive.  0, or -1 with an exception (TypeError: mpi4py uses another MPI
  * library; ValueError: no MPI in this build). */
 int pydds_comm_borrow_mpi4py(PyObject *obj, dds_comm_t *comm_p);
+/* _core._launch_check(kind, given, mpi_library) (pydds_comm.c). */
+PyObject *pydds_launch_check(PyObject *mod, PyObject *args);
 /* 1 when obj's type comes from mpi4py. */
 int pydds_is_mpi4py(PyObject *obj);
 /* _core.mpi_same_library(): True when mpi4py's MPI library is ours. */

@@ -49,6 +49,66 @@ long pydds_launch_env_size(const char *var)
     return n;
 }
 
+/* The launch variable naming the most processes (> 1; the first of equal
+ * ones) and that number in *n_p, or NULL. */
+static const pydds_launch_var_t *launch_most(long *n_p)
+{
+    const pydds_launch_var_t *lv, *most = NULL;
+    *n_p = 1;
+    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
+        long k = pydds_launch_env_size(lv->var);
+        if (k > *n_p) {
+            *n_p = k;
+            most = lv;
+        }
+    }
+    return most;
+}
+
+/* _launch_check(kind, given, mpi_library): pyddstore.torch's comm=None (or
+ * an explicit MPI.COMM_WORLD: `given`) resolved to a one-rank communicator
+ * of `kind` ("mpi", "torch", "file") while the launcher says it started
+ * several processes: RuntimeError saying so and how to fix it. */
+PyObject *pydds_launch_check(PyObject *mod, PyObject *args)
+{
+    const char *kind, *given, *lib, *what, *fix;
+    const pydds_launch_var_t *most;
+    long n;
+    PyObject *w;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "sss:_launch_check", &kind, &given, &lib))
+        return NULL;
+    if ((most = launch_most(&n)) == NULL)
+        Py_RETURN_NONE;
+    if (strcmp(kind, "mpi") == 0) {
+        what = "MPI.COMM_WORLD has 1 rank: mpi4py/pyddstore's MPI (%s) did not see that launch";
+        fix = strcmp(most->var, "WORLD_SIZE") == 0
+                  ? "under torchrun call torch.distributed.init_process_group() before "
+                    "(comm=None then uses the torch.distributed group, method 1), or "
+                    "launch with the MPI's own launcher"
+                  : "launch with the launcher of the MPI that mpi4py and pyddstore were "
+                    "built with (not, e.g., MPICH's mpiexec for an Open MPI build; srun "
+                    "with the PMI plugin that MPI needs)";
+    } else if (strcmp(kind, "torch") == 0) {
+        what = "the torch.distributed default group has 1 rank";
+        fix = "initialise torch.distributed with every process (world_size, rank)";
+    } else {
+        what = "the FileComm has 1 rank (rank and size from SLURM_PROCID/SLURM_NTASKS, "
+               "RANK/WORLD_SIZE, ...)";
+        fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)";
+    }
+    w = PyUnicode_FromFormat(what, lib);
+    if (w == NULL)
+        return NULL;
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: %U, but %s=%ld says %s started %ld processes; each would hold a "
+                 "one-rank store with the whole dataset.  Fix: %s; or pass "
+                 "comm=MPI.COMM_SELF for a deliberate one-rank store per process",
+                 given, w, most->var, n, most->launcher, n, fix);
+    Py_DECREF(w);
+    return NULL;
+}
+
 #ifdef HAVE_MPI
 /* comm_or_none=None or MPI.COMM_WORLD (`given`) gave MPI_COMM_WORLD of one
  * rank: an error when the launcher says the job has several (the MPI library
@@ -56,20 +116,11 @@ long pydds_launch_env_size(const char *var)
  * -1 with RuntimeError. */
 static int check_launch(const pydds_comm_res_t *res, const char *given)
 {
-    const pydds_launch_var_t *lv, *most = NULL;
+    const pydds_launch_var_t *most;
     long n = 1;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING + 1];
     int len = 0;
-    if (res->comm.size != 1)
-        return 0;
-    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
-        long k = pydds_launch_env_size(lv->var);
-        if (k > n) {
-            n = k;
-            most = lv;
-        }
-    }
-    if (most == NULL)
+    if (res->comm.size != 1 || (most = launch_most(&n)) == NULL)
         return 0;
     MPI_Get_library_version(lib, &len);
     lib[len < 0 ? 0 : len] = '\0';

@@ -390,35 +390,9 @@ def _check_launch(c, given="comm=None"):
     """comm=None (or an explicit MPI.COMM_WORLD: `given`) resolved to a
     one-rank communicator while the launcher says it started several
     processes: each would build a one-rank store holding the whole dataset.
-    RuntimeError saying so and how to fix it."""
-    if c.size != 1:
-        return
-    several = [(v, n, who) for v, n, who in env.launch_sizes() if n > 1]
-    if not several:
-        return
-    var, n, who = max(several, key=lambda t: t[1])
-    if c.kind == "mpi":
-        what = (f"MPI.COMM_WORLD has 1 rank: mpi4py/pyddstore's MPI ({_mpi_library()}) "
-                "did not see that launch")
-        if var == "WORLD_SIZE":
-            fix = ("under torchrun call torch.distributed.init_process_group() before "
-                   "(comm=None then uses the torch.distributed group, method 1), or "
-                   "launch with the MPI's own launcher")
-        else:
-            fix = ("launch with the launcher of the MPI that mpi4py and pyddstore were "
-                   "built with (not, e.g., MPICH's mpiexec for an Open MPI build; srun "
-                   "with the PMI plugin that MPI needs)")
-    elif c.kind == "torch":
-        what = "the torch.distributed default group has 1 rank"
-        fix = "initialise torch.distributed with every process (world_size, rank)"
-    else:
-        what = "the FileComm has 1 rank (rank and size from SLURM_PROCID/SLURM_NTASKS, " \
-               "RANK/WORLD_SIZE, ...)"
-        fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)"
-    raise RuntimeError(
-        f"{given}: {what}, but {var}={n} says {who} started {n} processes; each "
-        f"would hold a one-rank store with the whole dataset.  Fix: {fix}; or pass "
-        "comm=MPI.COMM_SELF for a deliberate one-rank store per process")
+    RuntimeError saying so and how to fix it (C: _core._launch_check)."""
+    if c.size == 1:
+        _core._launch_check(c.kind, given, _mpi_library() if c.kind == "mpi" else "")
 
 
 # -- error agreement ----------------------------------------------------------
