@@ -318,7 +318,7 @@ def resolve(comm=None, handshake_dir=None, name=""):
                         f"torch.distributed group or a pyddstore.FileComm, got "
                         f"{type(comm).__name__}")
     kind = env.comm_kind()
-    have_mpi = bool(getattr(pyddstore, "HAVE_MPI", False)) and env.use_mpi()
+    have_mpi = pyddstore.HAVE_MPI and env.use_mpi()
     if kind is None:
         tsize = _torch_world_size()
         if have_mpi:
@@ -328,7 +328,7 @@ def resolve(comm=None, handshake_dir=None, name=""):
         else:
             kind = "torch" if tsize > 0 else "file"
     if kind == "mpi":
-        if not getattr(pyddstore, "HAVE_MPI", False):
+        if not pyddstore.HAVE_MPI:
             raise ValueError("DDSTORE_COMM=mpi, but this build of pyddstore has no MPI "
                              "(pyddstore.HAVE_MPI is False)")
         from mpi4py import MPI
@@ -352,17 +352,14 @@ def _torch_world_size():
     return dist.get_world_size()
 
 
-_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE",
-                    "SLURM_STEP_NUM_TASKS")
-
-
 def _mpi_world_size():
     """MPI_COMM_WORLD's size.  MPI is started only if it may have several
     ranks: already initialised, or an MPI launcher (mpirun, mpiexec, srun)
     says so; under plain torchrun this is 1 without initialising MPI."""
     state = pyddstore._core._mpi_state()
     if not state["initialized"]:
-        if not any(v in _MPI_LAUNCH_VARS and n > 1 for v, n, _ in env.launch_sizes()):
+        # an MPI launcher's variable (every one but torchrun's WORLD_SIZE)
+        if not any(v != "WORLD_SIZE" and n > 1 for v, n, _ in env.launch_sizes()):
             return 1
     if state["finalized"]:
         return 1

@@ -144,9 +144,8 @@ def launch_sizes():
     MV2_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS, WORLD_SIZE; not SLURM_NTASKS,
     which a whole allocation carries).  The rule lives in pyddstore._core,
     which applies it to PyDDStore(None) too."""
-    import pyddstore
-    fn = getattr(pyddstore._core, "_launch_env", None)
-    return list(fn()) if fn is not None else []
+    from pyddstore import _core
+    return list(_core._launch_env())
 
 
 def exchange_ns(given=None):
