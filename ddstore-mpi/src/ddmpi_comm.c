@@ -171,7 +171,8 @@ void ddmpi_serial_unlock(int serial)
 /* ---- the communicator ---------------------------------------------------- */
 
 typedef struct ddmpi_comm {
-    MPI_Comm comm;      /* our duplicate */
+    MPI_Comm comm;      /* our duplicate, or the caller's (borrowed)       */
+    int borrowed;       /* ddmpi_comm_borrow: never freed here             */
     int serial;         /* MPI below THREAD_MULTIPLE: take the serial lock */
     double timeout_s;   /* DDSTORE_COLLECTIVE_TIMEOUT_S at creation        */
     double warn_s;      /* DDSTORE_COLLECTIVE_WARN_S at creation           */
@@ -434,7 +435,8 @@ static void ddmpi_comm_destroy(void *ctx)
      * inside MPI_Finalize), and Open MPI frees the collective module's state
      * with the communicator, so that MPI_Finalize's progress then segfaulted
      * (libnbc -> ob1 isend).  Kept, MPI_Finalize completes normally. */
-    if (c->broken[0] == '\0' && c->comm != MPI_COMM_NULL && ddmpi_initialized() &&
+    if (!c->borrowed && c->broken[0] == '\0' && c->comm != MPI_COMM_NULL &&
+        ddmpi_initialized() &&
         !ddmpi_finalized()) {
         ddmpi_serial_lock(c->serial);
         MPI_Comm_free(&c->comm);
@@ -485,6 +487,20 @@ int ddmpi_agree_named(MPI_Comm comm, int rc)
     return dds_comm_agree_named(&c, rc);
 }
 
+/* The arguments of ddmpi_comm_create / _borrow (`fn`). */
+static int ddmpi_comm_check_args(MPI_Comm comm, const dds_comm_t *comm_p, const char *fn)
+{
+    if (!comm_p)
+        return dds_error(-DDS_EINVAL, "%s: comm_p is NULL", fn);
+    if (comm == MPI_COMM_NULL)
+        return dds_error(-DDS_EINVAL, "%s: MPI_COMM_NULL", fn);
+    if (!ddmpi_initialized() || ddmpi_finalized())
+        return dds_error(-DDS_EINVAL, "%s: MPI is %s", fn,
+                         ddmpi_finalized() ? "already finalized"
+                                           : "not initialised (ddmpi_init)");
+    return 0;
+}
+
 int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
 {
     ddmpi_comm_t *c;
@@ -493,14 +509,8 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
     double timeout_s = 0, warn_s = 0;
     char why[512];
 
-    if (!comm_p)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: comm_p is NULL");
-    if (comm == MPI_COMM_NULL)
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI_COMM_NULL");
-    if (!ddmpi_initialized() || ddmpi_finalized())
-        return dds_error(-DDS_EINVAL, "ddmpi_comm_create: MPI is %s",
-                         ddmpi_finalized() ? "already finalized"
-                                           : "not initialised (ddmpi_init)");
+    if ((mrc = ddmpi_comm_check_args(comm, comm_p, "ddmpi_comm_create")) != 0)
+        return mrc;
 
     /* A bad value on some ranks fails every rank, with its name, value and
      * rank (agreed below, after the collective dup that every rank must
@@ -564,5 +574,34 @@ int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p)
         comm_p->ctx = NULL;
         return mrc;
     }
+    return 0;
+}
+
+int ddmpi_comm_borrow(MPI_Comm comm, dds_comm_t *comm_p)
+{
+    ddmpi_comm_t *c;
+    int rank = 0, size = 0, rc;
+
+    if ((rc = ddmpi_comm_check_args(comm, comm_p, "ddmpi_comm_borrow")) != 0)
+        return rc;
+    if (MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || MPI_Comm_size(comm, &size) != MPI_SUCCESS)
+        return dds_error(-DDS_EINVAL, "ddmpi_comm_borrow: not a valid communicator");
+    c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return dds_error(-DDS_ENOMEM, "ddmpi_comm_borrow: out of memory");
+    /* No agreement here (it would be a collective): a bad setting is
+     * checked where a store is created; until then the defaults bound the
+     * waits, the same on every rank. */
+    if (dds_comm_timeout_s(&c->timeout_s) != 0)
+        c->timeout_s = 1800;
+    if (dds_comm_warn_s(&c->warn_s) != 0)
+        c->warn_s = 60;
+    c->comm = comm;
+    c->borrowed = 1;
+    c->serial = ddmpi_need_serial();
+    comm_p->ops = &ddmpi_comm_ops;
+    comm_p->ctx = c;
+    comm_p->rank = rank;
+    comm_p->size = size;
     return 0;
 }

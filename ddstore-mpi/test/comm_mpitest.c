@@ -210,6 +210,50 @@ static void test_collectives(MPI_Comm world)
     dds_comm_destroy(NULL);
 }
 
+/* ddmpi_comm_borrow: the caller's communicator itself, no dup, no
+ * collective (a bad setting on one rank does not fail it: the default);
+ * destroy leaves the caller's communicator alone. */
+static void test_borrow(MPI_Comm world)
+{
+    dds_comm_t c;
+    MPI_Comm half;
+    int n, r, i, ok = 1;
+    int64_t v;
+    int *recv;
+
+    ddt_section = "borrow";
+    MPI_Comm_rank(world, &r);
+    MPI_Comm_size(world, &n);
+    memset(&c, 0x5a, sizeof(c));
+    CHECK_RC(ddmpi_comm_borrow(MPI_COMM_NULL, &c), -DDS_EINVAL);
+    CHECK_RC(ddmpi_comm_borrow(world, NULL), -DDS_EINVAL);
+    CHECK_EQ(c.rank, 0x5a5a5a5a);        /* untouched on failure */
+    MPI_Comm_split(world, r % 2, r, &half);
+    if (r == 0)
+        setenv("DDSTORE_COLLECTIVE_TIMEOUT_S", "bogus", 1);
+    CHECK_OK(ddmpi_comm_borrow(half, &c));   /* rank 1 may enter it alone */
+    unsetenv("DDSTORE_COLLECTIVE_TIMEOUT_S");
+    MPI_Comm_rank(half, &i);
+    CHECK_EQ(c.rank, i);
+    MPI_Comm_size(half, &i);
+    CHECK_EQ(c.size, i);
+    CHECK(c.ops && strcmp(c.ops->name, "mpi") == 0);
+    recv = calloc((size_t)c.size, sizeof(int));
+    CHECK_OK(c.ops->allgather(c.ctx, &r, sizeof(r), recv));
+    for (i = 0; i < c.size; i++)
+        ok &= recv[i] == 2 * i + r % 2;
+    CHECK(ok);
+    free(recv);
+    v = 1;
+    CHECK_OK(c.ops->allreduce_i64(c.ctx, &v, 1, DDS_REDUCE_SUM));
+    CHECK_EQ(v, c.size);
+    CHECK_OK(c.ops->barrier(c.ctx));
+    dds_comm_destroy(&c);
+    /* still the caller's: usable, and freed by the caller */
+    CHECK_EQ(MPI_Barrier(half), MPI_SUCCESS);
+    CHECK_EQ(MPI_Comm_free(&half), MPI_SUCCESS);
+}
+
 /* After MPI_Finalize: ops fail cleanly, destroy frees local memory. */
 static void test_after_finalize(void)
 {
@@ -251,6 +295,7 @@ int main(void)
     test_translate();
     test_bad_args();
     test_collectives(MPI_COMM_WORLD);
+    test_borrow(MPI_COMM_WORLD);
     test_after_finalize();
     return ddt_finish("comm_mpitest");
 }

@@ -319,17 +319,31 @@ int ddstore_mpi_finalize_if_ours(void)
 #endif
 }
 
-int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p)
+/* ddmpi_comm_create (a dup, collective) or ddmpi_comm_borrow (`fn`). */
+static int comm_of_mpi(const void *mpi_comm, dds_comm_t *comm_p, int borrow, const char *fn)
 {
 #ifdef HAVE_MPI
     if (mpi_comm == NULL)
-        return dds_error(-DDS_EINVAL, "ddstore_comm_from_mpi: NULL argument");
-    return ddmpi_comm_create(*(const MPI_Comm *)mpi_comm, comm_p);
+        return dds_error(-DDS_EINVAL, "%s: NULL argument", fn);
+    return borrow ? ddmpi_comm_borrow(*(const MPI_Comm *)mpi_comm, comm_p)
+                  : ddmpi_comm_create(*(const MPI_Comm *)mpi_comm, comm_p);
 #else
     (void)mpi_comm;
     (void)comm_p;
+    (void)borrow;
+    (void)fn;
     return dds_error(-DDS_ENOSYS,
                      "an MPI communicator, and this build of ddstore has no "
                      "MPI");
 #endif
+}
+
+int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p)
+{
+    return comm_of_mpi(mpi_comm, comm_p, 0, "ddstore_comm_from_mpi");
+}
+
+int ddstore_comm_borrow_mpi(const void *mpi_comm, dds_comm_t *comm_p)
+{
+    return comm_of_mpi(mpi_comm, comm_p, 1, "ddstore_comm_borrow_mpi");
 }

@@ -8,54 +8,38 @@ import argparse
 import os
 import sys
 
-
-def _core():
-    from pyddstore import _core
-    return _core
-
+import pyddstore
+from pyddstore import _core
 
 # Variables read by the test programs only (never by the libraries; not in
 # any library's registry): listed so that they are documented in one place.
 TEST_ENTRIES = (
     {"name": "DDSTORE_TEST_STRICT", "type": "bool", "default": "0", "choices": None,
-     "library": "tests", "help": "a skipped test (missing hardware) counts as a failure "
-     "(ci/gpu-check.sh sets it where the hardware exists)"},
+     "library": "tests (read by test programs only)", "help": "a skipped test (missing "
+     "hardware) counts as a failure (ci/gpu-check.sh sets it where the hardware exists)"},
 )
 
 
-def entries():
-    """Every registered DDSTORE_* variable: dicts with name, type, default, choices,
-    library, help (the C libraries' registries, where every setting is declared once,
-    pyddstore.torch's too: owner "torch")."""
-    return list(_core().config_entries())
-
-
 def summary():
-    import pyddstore
-    c = _core()
     lines = [f"pyddstore {pyddstore.__version__}"]
-    for k, v in sorted(c.build_info().items()):
-        lines.append(f"  {k}: {v}")
+    lines += [f"  {k}: {v}" for k, v in sorted(_core.build_info().items())]
     try:
         import torch
-        lines.append(f"  torch: {torch.__version__}")
-        try:
-            from pyddstore import _ddstore_torch  # noqa: F401
-            lines.append("  torch extension: loaded")
-        except ImportError as e:
-            lines.append(f"  torch extension: not available ({e})")
     except ImportError:
-        lines.append("  torch: not installed")
+        return "\n".join(lines + ["  torch: not installed"])
+    lines.append(f"  torch: {torch.__version__}")
+    try:
+        from pyddstore import _ddstore_torch  # noqa: F401
+        lines.append("  torch extension: loaded")
+    except ImportError as e:
+        lines.append(f"  torch extension: not available ({e})")
     return "\n".join(lines)
 
 
 def env_table():
-    out = []
-    for e in entries():
-        cur = os.environ.get(e["name"])
-        out.append(f"{e['name']:32s} default={e['default'] or '(unset)'!s:12s} "
-                   f"current={cur if cur is not None else '(unset)'}  [{e['library']}] {e['help']}")
-    return "\n".join(out)
+    return "\n".join(f"{e['name']:32s} default={e['default'] or '(unset)'!s:12s} "
+                     f"current={os.environ.get(e['name'], '(unset)')}  [{e['library']}] "
+                     f"{e['help']}" for e in _core.config_entries())
 
 
 def markdown():
@@ -65,9 +49,8 @@ def markdown():
            "fails with an error naming the variable. `./ddstore info` shows the current values.",
            ""]
     by_lib = {}
-    for e in entries():
+    for e in list(_core.config_entries()) + list(TEST_ENTRIES):
         by_lib.setdefault(e["library"], []).append(e)
-    by_lib["tests (read by test programs only)"] = list(TEST_ENTRIES)
     for lib in sorted(by_lib):
         out += [f"## {lib}", "", "| variable | type | default | meaning |", "|---|---|---|---|"]
         for e in by_lib[lib]:
@@ -89,9 +72,7 @@ def main(argv=None):
     elif a.env:
         print(env_table())
     else:
-        print(summary())
-        print("\nenvironment variables:")
-        print(env_table())
+        print(summary() + "\n\nenvironment variables:\n" + env_table())
     return 0
 
 
@@ -104,9 +85,7 @@ def _run():
     except BrokenPipeError:
         # the reader is gone: point stdout at /dev/null so that the
         # interpreter's final flush does not fail again
-        import os
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         rc = 0
     return rc
 

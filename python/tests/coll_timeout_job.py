@@ -3,7 +3,10 @@ and the ranks that did must fail within DDSTORE_COLLECTIVE_TIMEOUT_S instead
 of waiting forever; the store then refuses further collectives at once and
 releases locally; the rank that skipped fails its next collective too.
 
-    coll_timeout_job.py --comm mpi|file|torch --call CALL --skip R --dir D
+    coll_timeout_job.py --comm mpi|mpibytes|file|torch --call CALL --skip R --dir D
+
+mpibytes: MPI, with pyddstore.torch's collectives over the Python byte mover
+(as for an mpi4py over another MPI library than pyddstore's).
 
 CALL: add, init, free, epoch_begin, epoch_end, dataset (DistDataset(...)).
 Each rank writes lines "RESULT <rank> <key> <value>" to DIR/result.<rank>
@@ -30,7 +33,7 @@ def out(rank, key, value):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--comm", required=True, choices=["mpi", "file", "torch"])
+    ap.add_argument("--comm", required=True, choices=["mpi", "mpibytes", "file", "torch"])
     ap.add_argument("--call", required=True)
     ap.add_argument("--skip", type=int, default=1)
     ap.add_argument("--dir", required=True)
@@ -41,7 +44,9 @@ def main():
         import torch  # noqa: F401  (before MPI starts)
     import pyddstore
 
-    if a.comm == "mpi":
+    if a.comm == "mpibytes":
+        pyddstore._core.mpi_same_library = lambda: False
+    if a.comm in ("mpi", "mpibytes"):
         from mpi4py import MPI
         comm = MPI.COMM_WORLD
         rank, size, method = comm.Get_rank(), comm.Get_size(), 0

@@ -574,6 +574,36 @@ def test_comm_mpi_resolution(monkeypatch):
         resolve(object())
 
 
+def test_comm_mpi_collectives_run_in_c(monkeypatch):
+    """mpi4py over pyddstore's own MPI library: the Python layer's
+    collectives run in C over the communicator itself (the Python byte mover
+    is not called); over another library (mpi_same_library() False) they
+    fall back to the byte mover, with the same results."""
+    from pyddstore import _core
+    from pyddstore.torch import comm as tcomm
+    comm = world()
+    if not pyddstore.HAVE_MPI or comm.Get_size() < 2:
+        pytest.skip("needs an MPI build and 2 or more ranks")
+    assert _core.mpi_same_library()
+    calls = []
+
+    def mover(self, data):
+        calls.append(len(data))
+        return real(self, data)
+
+    real = tcomm._MpiBytes.allgather_bytes
+    monkeypatch.setattr(tcomm._MpiBytes, "allgather_bytes", mover)
+    for same in (True, False):
+        monkeypatch.setattr(_core, "mpi_same_library", lambda s=same: s)
+        c = tcomm.resolve(comm)
+        assert c.allgather(("r", c.rank)) == [("r", r) for r in range(c.size)]
+        c.barrier()
+        err = ValueError("bad on the last rank") if c.rank == c.size - 1 else None
+        with pytest.raises(ValueError, match="bad on the last rank"):
+            tcomm.agree(c, err, "step")
+        assert bool(calls) is not same, (same, calls)
+
+
 def test_comm_torch_group(monkeypatch):
     """A torch.distributed group: resolution, agreement over its collectives
     and (method 1) a DistDataset whose exchange runs through it."""
@@ -604,6 +634,23 @@ def test_comm_torch_group(monkeypatch):
         _check_items(comm, ds, lambda i: make_sample("tuple", i), N_ODD)
     finally:
         ds.free()
+
+
+def test_comm_torch_collective_mismatch():
+    """Ranks in different collectives over a torch.distributed group fail on
+    every rank with "collective mismatch" (core checks the byte mover's
+    lengths before the payload), never with a wrong value or a hang."""
+    from pyddstore.torch.comm import resolve
+    comm = world()
+    if comm.Get_size() < 2:
+        pytest.skip("needs 2 or more ranks")
+    c = resolve(torch_pg(comm))
+    with pytest.raises(pyddstore.DDStoreError, match="collective mismatch"):
+        if c.rank == 0:
+            c.allgather("x")                     # its lengths step: 8 bytes
+        else:
+            c.collective().agree(None, "agree")  # 4 int64: 32 bytes
+    assert c.allgather(c.rank) == list(range(c.size))   # the group still works
 
 
 def test_comm_file(monkeypatch):

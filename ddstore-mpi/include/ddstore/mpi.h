@@ -101,6 +101,15 @@ DDMPI_API int ddmpi_finalized(void);
  * finalized") without calling MPI. */
 DDMPI_API int ddmpi_comm_create(MPI_Comm comm, dds_comm_t *comm_p);
 
+/* The same communicator ops over the caller's `comm` itself, no dup: not
+ * collective, no agreement (a bad DDSTORE_COLLECTIVE_* value means its
+ * default here).  The caller keeps `comm` valid while comm_p lives and
+ * frees it; destroy frees only the context.  Its collectives are in the
+ * order of the caller's own on `comm` (what a Python layer over a user's
+ * mpi4py communicator needs: pyddstore._core.Collective).  Returns 0 or
+ * -DDS_EINVAL / -DDS_ENOMEM. */
+DDMPI_API int ddmpi_comm_borrow(MPI_Comm comm, dds_comm_t *comm_p);
+
 /* The MPI RMA transport (ops->name "mpi") over MPI_Comm_dup(comm).
  *   transport_p  out: ops, ctx, caps and max_read_bytes; untouched on
  *                failure.

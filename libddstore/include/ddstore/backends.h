@@ -114,6 +114,9 @@ DDS_API int ddstore_mpi_finalize_if_ours(void);
 /* The store's communicator over an MPI communicator ((const MPI_Comm *),
  * collective: a dup). */
 DDS_API int ddstore_comm_from_mpi(const void *mpi_comm, dds_comm_t *comm_p);
+/* The same over the caller's MPI communicator itself (ddmpi_comm_borrow:
+ * no dup, not collective; the caller keeps it valid while comm_p lives). */
+DDS_API int ddstore_comm_borrow_mpi(const void *mpi_comm, dds_comm_t *comm_p);
 
 #ifdef __cplusplus
 }

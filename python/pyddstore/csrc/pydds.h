@@ -272,6 +272,17 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
                        pydds_comm_res_t *res);
 /* Destroy the communicator if it was not handed to a store. */
 void pydds_comm_res_cleanup(pydds_comm_res_t *res);
+/* Core's MPI communicator over an mpi4py communicator's own MPI_Comm (no
+ * dup, not collective: ddstore_comm_borrow_mpi); the caller keeps obj
+ * alive.  0, or -1 with an exception (TypeError: mpi4py uses another MPI
+ * library; ValueError: no MPI in this build). */
+int pydds_comm_borrow_mpi4py(PyObject *obj, dds_comm_t *comm_p);
+/* _core._launch_check(kind, given, mpi_library) (pydds_comm.c). */
+PyObject *pydds_launch_check(PyObject *mod, PyObject *args);
+/* 1 when obj's type comes from mpi4py. */
+int pydds_is_mpi4py(PyObject *obj);
+/* _core.mpi_same_library(): True when mpi4py's MPI library is ours. */
+PyObject *pydds_mpi_same_library(PyObject *mod, PyObject *unused);
 
 /* pydds_filecomm.c: 1 and obj's own communicator and lock when obj is a
  * pyddstore.FileComm; else 0 (with RuntimeError set for a FileComm that

@@ -497,15 +497,12 @@ static long mover_size(mover_ctx_t *c)
     return n;
 }
 
-static int mover_allgather(void *vctx, const void *send, size_t bytes, void *recv)
+/* One call of the mover's allgather_bytes: `bytes` from every rank into recv. */
+static int mover_call(mover_ctx_t *c, const void *send, size_t bytes, void *recv)
 {
-    mover_ctx_t *c = vctx;
-    PyGILState_STATE g;
+    PyGILState_STATE g = PyGILState_Ensure();
     PyObject *arg, *res;
     int rc = 0;
-    if (bytes == 0)
-        return 0; /* the same on every rank: nothing to move */
-    g = PyGILState_Ensure();
     arg = PyBytes_FromStringAndSize(send, (Py_ssize_t)bytes);
     res = arg ? PyObject_CallMethod(c->obj, "allgather_bytes", "O", arg) : NULL;
     Py_XDECREF(arg);
@@ -526,6 +523,46 @@ static int mover_allgather(void *vctx, const void *send, size_t bytes, void *rec
     }
     PyGILState_Release(g);
     return rc;
+}
+
+/* Two steps, the lengths first: ranks in different collectives fail (a
+ * "collective mismatch"), and a late rank cannot complete a collective the
+ * others gave up (gloo finishes an abandoned step when the peer comes: the
+ * second finds none, and times out). */
+static int mover_allgather(void *vctx, const void *send, size_t bytes, void *recv)
+{
+    mover_ctx_t *c = vctx;
+    int64_t mine = (int64_t)bytes, *lens;
+    long nr;
+    int rc;
+    if (bytes == 0)
+        return 0; /* the same on every rank: nothing to move */
+    {
+        PyGILState_STATE g = PyGILState_Ensure();
+        nr = mover_size(c);
+        rc = nr < 1 ? mover_failed(c, "size") : 0;
+        PyGILState_Release(g);
+    }
+    if (rc < 0)
+        return rc;
+    lens = malloc(sizeof *lens * (size_t)nr);
+    if (lens == NULL)
+        return dds_error(-DDS_ENOMEM, "allgather: out of memory");
+    rc = mover_call(c, &mine, sizeof mine, lens);
+    for (long r = 0; rc == 0 && r < nr; r++) {
+        if (lens[r] != mine) {
+            char list[256];
+            size_t at = 0;
+            for (long k = 0; k < nr && at + 24 < sizeof list; k++)
+                at += (size_t)snprintf(list + at, sizeof list - at, "%s%lld", k ? ", " : "",
+                                       (long long)lens[k]);
+            rc = dds_error(-DDS_EIO, "allgather: collective mismatch: the ranks send [%s%s] "
+                           "bytes (they are in different collective calls)", list,
+                           at + 24 >= sizeof list ? ", ..." : "");
+        }
+    }
+    free(lens);
+    return rc == 0 ? mover_call(c, send, bytes, recv) : rc;
 }
 
 static int mover_allreduce_i64(void *vctx, int64_t *inout, size_t n, dds_reduce_op_t op)
@@ -643,11 +680,13 @@ static PyObject *py_comm_capsule(PyObject *mod, PyObject *obj)
 
 typedef struct {
     PyObject_HEAD
-    dds_comm_t comm;          /* ours (a mover's) or the FileComm's          */
+    dds_comm_t comm;          /* ours (a mover's, an mpi4py communicator's)  */
     dds_comm_t *use;          /* &comm, or the FileComm's own                */
-    PyObject *owner;          /* the mover or the FileComm                   */
-    PyThread_type_lock lock;  /* the FileComm's, NULL for a mover            */
+    PyObject *owner;          /* the mover, mpi4py communicator or FileComm  */
+    PyThread_type_lock lock;  /* the FileComm's or ours (MPI); NULL: mover   */
     int have_comm;
+    int mover;                /* comm's context is a mover_ctx_t             */
+    int own_lock;
 } coll_obj;
 
 static int coll_init(coll_obj *self, PyObject *args, PyObject *kw)
@@ -666,8 +705,22 @@ static int coll_init(coll_obj *self, PyObject *args, PyObject *kw)
     }
     if (PyErr_Occurred())
         return -1;
-    if (mover_create(obj, &self->comm) < 0)
+    if (pydds_is_mpi4py(obj)) {
+        /* its own MPI_Comm, collectives in C (GIL released, one at a time) */
+        if (pydds_comm_borrow_mpi4py(obj, &self->comm) < 0)
+            return -1;
+        self->lock = PyThread_allocate_lock();
+        if (self->lock == NULL) {
+            dds_comm_destroy(&self->comm);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->own_lock = 1;
+    } else if (mover_create(obj, &self->comm) < 0) {
         return -1;
+    } else {
+        self->mover = 1;
+    }
     self->have_comm = 1;
     self->use = &self->comm;
     self->owner = Py_NewRef(obj);
@@ -678,6 +731,8 @@ static void coll_dealloc(coll_obj *self)
 {
     if (self->have_comm)
         dds_comm_destroy(&self->comm);
+    if (self->own_lock)
+        PyThread_free_lock(self->lock);
     Py_XDECREF(self->owner);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -695,7 +750,7 @@ static int coll_ready(coll_obj *self)
  * is not a ddstore error, else the code's exception "what: detail". */
 static PyObject *coll_raise(coll_obj *self, int rc, const char *what)
 {
-    if (self->have_comm) {
+    if (self->mover) {
         mover_ctx_t *c = self->comm.ctx;
         if (c->pending != NULL) {
             PyObject *e = c->pending;
@@ -857,9 +912,10 @@ static PyTypeObject coll_type = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "pyddstore._core.Collective",
     .tp_basicsize = sizeof(coll_obj),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Collective(comm): the Python layer's collectives over a FileComm or a byte "
-              "mover (rank, size, name, allgather_bytes, barrier), in ddstore's wire format "
-              "and agreement protocol (pydds_coll.c).",
+    .tp_doc = "Collective(comm): the Python layer's collectives over a FileComm, an mpi4py "
+              "communicator (its own MPI_Comm, no dup; mpi4py over our MPI library) or a "
+              "byte mover (rank, size, name, allgather_bytes, barrier), in ddstore's wire "
+              "format and agreement protocol (pydds_coll.c).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)coll_init,
     .tp_dealloc = (destructor)coll_dealloc,
@@ -876,6 +932,9 @@ static PyMethodDef coll_functions[] = {
     {"wire_gather", (PyCFunction)py_wire_gather, METH_VARARGS,
      "wire_gather(parts, what) -> every rank's value from its message (DDStoreError naming a "
      "rank whose message is not valid; TypeError naming one that could not encode)."},
+    {"mpi_same_library", pydds_mpi_same_library, METH_NOARGS,
+     "mpi_same_library() -> True when this build has MPI and mpi4py uses its MPI library "
+     "(then Collective takes an mpi4py communicator itself)."},
     {"comm_capsule", (PyCFunction)py_comm_capsule, METH_O,
      "comm_capsule(mover) -> a '_dds_comm' capsule: PyDDStore's collectives through the "
      "mover's allgather_bytes / barrier (needs the GIL)."},

@@ -9,6 +9,8 @@
  *                            groups: ddstore/comm_provider.h)
  *   mpi4py communicator      its MPI_Comm through mpi4py.MPI._addressof
  *                            (mpi4py is imported only for such an object)
+ *
+ * and the borrowed mpi4py communicator of _core.Collective (no dup).
  */
 #include "pydds.h"
 
@@ -47,6 +49,66 @@ long pydds_launch_env_size(const char *var)
     return n;
 }
 
+/* The launch variable naming the most processes (> 1; the first of equal
+ * ones) and that number in *n_p, or NULL. */
+static const pydds_launch_var_t *launch_most(long *n_p)
+{
+    const pydds_launch_var_t *lv, *most = NULL;
+    *n_p = 1;
+    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
+        long k = pydds_launch_env_size(lv->var);
+        if (k > *n_p) {
+            *n_p = k;
+            most = lv;
+        }
+    }
+    return most;
+}
+
+/* _launch_check(kind, given, mpi_library): pyddstore.torch's comm=None (or
+ * an explicit MPI.COMM_WORLD: `given`) resolved to a one-rank communicator
+ * of `kind` ("mpi", "torch", "file") while the launcher says it started
+ * several processes: RuntimeError saying so and how to fix it. */
+PyObject *pydds_launch_check(PyObject *mod, PyObject *args)
+{
+    const char *kind, *given, *lib, *what, *fix;
+    const pydds_launch_var_t *most;
+    long n;
+    PyObject *w;
+    (void)mod;
+    if (!PyArg_ParseTuple(args, "sss:_launch_check", &kind, &given, &lib))
+        return NULL;
+    if ((most = launch_most(&n)) == NULL)
+        Py_RETURN_NONE;
+    if (strcmp(kind, "mpi") == 0) {
+        what = "MPI.COMM_WORLD has 1 rank: mpi4py/pyddstore's MPI (%s) did not see that launch";
+        fix = strcmp(most->var, "WORLD_SIZE") == 0
+                  ? "under torchrun call torch.distributed.init_process_group() before "
+                    "(comm=None then uses the torch.distributed group, method 1), or "
+                    "launch with the MPI's own launcher"
+                  : "launch with the launcher of the MPI that mpi4py and pyddstore were "
+                    "built with (not, e.g., MPICH's mpiexec for an Open MPI build; srun "
+                    "with the PMI plugin that MPI needs)";
+    } else if (strcmp(kind, "torch") == 0) {
+        what = "the torch.distributed default group has 1 rank";
+        fix = "initialise torch.distributed with every process (world_size, rank)";
+    } else {
+        what = "the FileComm has 1 rank (rank and size from SLURM_PROCID/SLURM_NTASKS, "
+               "RANK/WORLD_SIZE, ...)";
+        fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)";
+    }
+    w = PyUnicode_FromFormat(what, lib);
+    if (w == NULL)
+        return NULL;
+    PyErr_Format(PyExc_RuntimeError,
+                 "%s: %U, but %s=%ld says %s started %ld processes; each would hold a "
+                 "one-rank store with the whole dataset.  Fix: %s; or pass "
+                 "comm=MPI.COMM_SELF for a deliberate one-rank store per process",
+                 given, w, most->var, n, most->launcher, n, fix);
+    Py_DECREF(w);
+    return NULL;
+}
+
 #ifdef HAVE_MPI
 /* comm_or_none=None or MPI.COMM_WORLD (`given`) gave MPI_COMM_WORLD of one
  * rank: an error when the launcher says the job has several (the MPI library
@@ -54,20 +116,11 @@ long pydds_launch_env_size(const char *var)
  * -1 with RuntimeError. */
 static int check_launch(const pydds_comm_res_t *res, const char *given)
 {
-    const pydds_launch_var_t *lv, *most = NULL;
+    const pydds_launch_var_t *most;
     long n = 1;
     char lib[MPI_MAX_LIBRARY_VERSION_STRING + 1];
     int len = 0;
-    if (res->comm.size != 1)
-        return 0;
-    for (lv = pydds_launch_vars; lv->var != NULL; lv++) {
-        long k = pydds_launch_env_size(lv->var);
-        if (k > n) {
-            n = k;
-            most = lv;
-        }
-    }
-    if (most == NULL)
+    if (res->comm.size != 1 || (most = launch_most(&n)) == NULL)
         return 0;
     MPI_Get_library_version(lib, &len);
     lib[len < 0 ? 0 : len] = '\0';
@@ -156,9 +209,11 @@ static int check_same_mpi(PyObject *MPI)
 }
 #endif
 
-static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
-{
 #ifdef HAVE_MPI
+/* obj's MPI_Comm (an mpi4py intracommunicator over our MPI library, not
+ * COMM_NULL), through mpi4py.MPI._addressof; 0 or -1 with an exception. */
+static int mpi4py_handle(PyObject *obj, MPI_Comm *comm_p)
+{
     PyObject *MPI = NULL, *cls = NULL, *null = NULL, *addr = NULL;
     void *p;
     int r, rc = -1;
@@ -203,17 +258,29 @@ static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
                             "comm_or_none: mpi4py returned a NULL address");
         goto out;
     }
-    rc = resolve_mpi(*(MPI_Comm *)p, res);
-    if (rc == 0 && *(MPI_Comm *)p == MPI_COMM_WORLD &&
-        check_launch(res, "MPI.COMM_WORLD") < 0) {
-        pydds_comm_res_cleanup(res);
-        rc = -1;
-    }
+    *comm_p = *(MPI_Comm *)p;
+    rc = 0;
 out:
     Py_XDECREF(MPI);
     Py_XDECREF(cls);
     Py_XDECREF(null);
     Py_XDECREF(addr);
+    return rc;
+}
+#endif
+
+static int resolve_mpi4py(PyObject *obj, pydds_comm_res_t *res)
+{
+#ifdef HAVE_MPI
+    MPI_Comm comm;
+    int rc = mpi4py_handle(obj, &comm);
+    if (rc == 0)
+        rc = resolve_mpi(comm, res);
+    if (rc == 0 && comm == MPI_COMM_WORLD &&
+        check_launch(res, "MPI.COMM_WORLD") < 0) {
+        pydds_comm_res_cleanup(res);
+        rc = -1;
+    }
     return rc;
 #else
     (void)res;
@@ -223,6 +290,47 @@ out:
                  "False); pass a FileComm or a torch.distributed group",
                  Py_TYPE(obj)->tp_name);
     return -1;
+#endif
+}
+
+int pydds_comm_borrow_mpi4py(PyObject *obj, dds_comm_t *comm_p)
+{
+#ifdef HAVE_MPI
+    MPI_Comm comm;
+    int rc;
+    if (mpi4py_handle(obj, &comm) < 0)
+        return -1;
+    rc = ddstore_comm_borrow_mpi(&comm, comm_p);
+    return rc < 0 ? raise_rc(rc) : 0;
+#else
+    return resolve_mpi4py(obj, NULL);
+#endif
+}
+
+/* mpi_same_library() -> True when this build has MPI and mpi4py's MPI
+ * library is the one linked here (the first line of the version string). */
+PyObject *pydds_mpi_same_library(PyObject *mod, PyObject *unused)
+{
+#ifdef HAVE_MPI
+    PyObject *MPI = PyImport_ImportModule("mpi4py.MPI");
+    int rc;
+    (void)mod;
+    (void)unused;
+    if (MPI == NULL)
+        return NULL;
+    rc = check_same_mpi(MPI);
+    Py_DECREF(MPI);
+    if (rc < 0 && PyErr_ExceptionMatches(PyExc_TypeError)) {
+        PyErr_Clear();
+        Py_RETURN_FALSE;
+    }
+    if (rc < 0)
+        return NULL;
+    Py_RETURN_TRUE;
+#else
+    (void)mod;
+    (void)unused;
+    Py_RETURN_FALSE;
 #endif
 }
 
@@ -270,7 +378,7 @@ static int resolve_provider(PyObject *cap, pydds_comm_res_t *res)
     return 0;
 }
 
-static int is_mpi4py_object(PyObject *obj)
+int pydds_is_mpi4py(PyObject *obj)
 {
     PyObject *mod = PyObject_GetAttrString((PyObject *)Py_TYPE(obj),
                                            "__module__");
@@ -328,7 +436,7 @@ int pydds_comm_resolve(PyObject *obj, int rank, int size,
             return -1;
         } else {
             PyErr_Clear();
-            if (is_mpi4py_object(obj)) {
+            if (pydds_is_mpi4py(obj)) {
                 rc = resolve_mpi4py(obj, res);
             } else {
                 PyErr_Format(PyExc_TypeError,

@@ -2,6 +2,8 @@
  * `python -m pyddstore.info` (./ddstore info) and docs/environment.md. */
 #include "pydds.h"
 
+#include <limits.h>
+
 #include "ddstore/config.h"
 
 static const char *type_name(dds_config_type_t t)
@@ -112,6 +114,39 @@ static PyObject *mod_backends(PyObject *m, PyObject *unused)
     return list;
 }
 
+/* backend(method) -> the row's dict; ValueError listing the table. */
+static PyObject *mod_backend(PyObject *m, PyObject *arg)
+{
+    (void)m;
+    const ddstore_backend_t *r = NULL;
+    if (PyLong_Check(arg)) {
+        int overflow = 0;
+        long method = PyLong_AsLongAndOverflow(arg, &overflow);
+        if (method == -1 && PyErr_Occurred())
+            return NULL;
+        if (!overflow && method >= INT_MIN && method <= INT_MAX)
+            r = ddstore_backend_find((int)method);
+    }
+    if (r != NULL)
+        return backend_dict(r);
+    PyObject *parts = PyList_New(0), *sep = PyUnicode_FromString(", "), *names = NULL;
+    for (size_t i = 0; parts != NULL && sep != NULL && i < ddstore_backend_count(); i++) {
+        const ddstore_backend_t *b = ddstore_backend_at(i);
+        PyObject *one = PyUnicode_FromFormat("%d (%s)", b->method, b->help);
+        if (one == NULL || PyList_Append(parts, one) < 0)
+            Py_CLEAR(parts);
+        Py_XDECREF(one);
+    }
+    if (parts != NULL && sep != NULL)
+        names = PyUnicode_Join(sep, parts);
+    if (names != NULL)
+        PyErr_Format(PyExc_ValueError, "method must be one of %U, got %R", names, arg);
+    Py_XDECREF(parts);
+    Py_XDECREF(sep);
+    Py_XDECREF(names);
+    return NULL;
+}
+
 static PyObject *mod_default_method(PyObject *m, PyObject *arg)
 {
     (void)m;
@@ -151,6 +186,9 @@ PyMethodDef pydds_info_methods[] = {
      "backends() -> list of dict(method, name, library, help, built, "
      "why_not_built, needs_mpi_comm, needs_handshake, thread_readers, "
      "fork_needs_env, one_process, test_only): the hub's backend table."},
+    {"backend", mod_backend, METH_O,
+     "backend(method) -> the row of `method` as backends() gives it; "
+     "ValueError listing the methods when no row has it."},
     {"default_method", mod_default_method, METH_O,
      "default_method(have_mpi_comm) -> int: the method a store uses when "
      "neither method= nor DDSTORE_METHOD says one."},

@@ -201,6 +201,10 @@ static PyMethodDef mod_methods[] = {
      "_fabric_env() -> {name: value}: FI_CXI_DISABLE_HOST_REGISTER and "
      "FI_MR_CACHE_MONITOR as the C environment has them (set at import by "
      "libddstore's ddstore_env_prepare unless the user set them)."},
+    {"_launch_check", pydds_launch_check, METH_VARARGS,
+     "_launch_check(kind, given, mpi_library): RuntimeError when a one-rank "
+     "communicator of kind mpi/torch/file (from `given`) meets a launch of several "
+     "processes (pyddstore.torch's comm=None)."},
     {"_launch_env", mod_launch_env, METH_NOARGS,
      "_launch_env() -> [(variable, size, launcher)]: the launch variables "
      "(OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE, "

@@ -1,39 +1,21 @@
-"""Communicator resolution for pyddstore.torch.
+"""Communicator resolution for pyddstore.torch (docs/pytorch.md, "comm").
 
-``DistDataset(comm=...)`` accepts
+``resolve(comm)`` wraps an mpi4py communicator, a torch.distributed group,
+a ``pyddstore.FileComm`` or ``None`` (MPI.COMM_WORLD with MPI unless
+torchrun's torch.distributed group has more ranks; else torch.distributed
+when initialised; else a FileComm with rank and size from the launcher;
+``DDSTORE_COMM=mpi|torch|file`` forces it) in a :class:`Comm`: the
+collectives the Python layer needs and the object for ``PyDDStore``.  Never
+a silent one-rank store: a one-rank ``None`` under a launch of several is a
+RuntimeError.  :func:`agree` makes every collective step fail on every rank
+together.
 
-* an mpi4py communicator,
-* a ``torch.distributed`` process group (its collectives carry the address
-  exchange: no MPI needed),
-* a ``pyddstore.FileComm``,
-* ``None``: ``MPI.COMM_WORLD`` when pyddstore has MPI (and ``DDSTORE_MPI`` is
-  not 0) - unless ``torch.distributed`` is initialised with several ranks
-  while MPI's world has one (torchrun), which takes the torch.distributed
-  group; without MPI the default ``torch.distributed`` group when it is
-  initialized, else a ``FileComm`` in ``handshake_dir`` with rank and size
-  from Slurm (``SLURM_PROCID`` / ``SLURM_STEP_NUM_TASKS``, else
-  ``SLURM_NTASKS``).
-
-``DDSTORE_COMM=mpi|torch|file`` forces the kind for ``comm=None``.  Never a
-silent one-rank store: when the communicator resolved from ``None`` has one
-rank but the launcher says it started several (``env.launch_sizes()``), a
-RuntimeError says so and how to fix it; ``comm=MPI.COMM_SELF`` (explicit) is
-a deliberate one-rank store.
-
-Everything is wrapped in :class:`Comm`, which gives the Python layer the
-object collectives it needs (``allgather``, ``barrier``, ``split``) and the
-object to hand to ``PyDDStore``.  :func:`agree` is how every collective step
-of the Python layer fails on every rank together.
-
-The collectives themselves are C (``pyddstore._core.Collective``, over
-ddstore-core's wire codec and agreement protocol, ``ddstore/wire.h``): this
-module only supplies byte movers (an mpi4py communicator, a
-torch.distributed group: fixed-size allgather and barrier, each bounded by
-DDSTORE_COLLECTIVE_TIMEOUT_S) and builds Python exceptions.  What
-``Comm.allgather`` carries is never pickled: over a FileComm the bytes come
-from files in a shared directory.  None, bool, int, str and tuples / lists
-/ dicts of them (dict keys: str, int, bool, None or tuples of those) round
-trip exactly; anything else is a TypeError at the sender, on every rank.
+The collectives are C (``_core.Collective``: core's wire codec, never
+pickle, and agreement protocol) over the FileComm's or the mpi4py
+communicator's own ``MPI_Comm``, or over a byte mover: ``TorchComm`` (only
+Python can call torch.distributed) and ``_MpiBytes`` (an mpi4py built on
+another MPI library than pyddstore's).  The movers' waits are bounded by
+DDSTORE_COLLECTIVE_TIMEOUT_S as C's are, with the same messages.
 """
 
 import builtins
@@ -56,11 +38,6 @@ def _is_torch_group(obj):
     except ImportError:  # pragma: no cover
         return False
     return dist.is_available() and isinstance(obj, dist.ProcessGroup)
-
-
-def _is_filecomm(obj):
-    fc = getattr(pyddstore, "FileComm", None)
-    return fc is not None and isinstance(obj, fc)
 
 
 # The wire codec (C, ddstore/wire.h): bytes for a value (TypeError naming
@@ -103,7 +80,7 @@ class TorchComm:
     def _wait(self, work, what):
         import datetime
         _check_in_step(self, what)
-        timeout = _collective_timeout()
+        timeout = env.collective_timeout(fallback=True)
         try:
             if timeout == float("inf"):
                 work.wait()
@@ -120,27 +97,15 @@ class TorchComm:
         return _core.Collective(self).allgather(obj, "allgather")
 
     def allgather_bytes(self, data):
-        """Every rank's `data` (the same length on every rank) joined in
-        rank order: the byte mover under core's collectives.  Two steps, the
-        lengths first: ranks in different collectives fail (a "collective
-        mismatch"), and a late rank cannot complete a collective the others
-        gave up (gloo finishes an abandoned step when the peer comes: the
-        second finds none, and times out)."""
+        """Every rank's `data` (the same length on every rank, checked by
+        core first) joined in rank order: the byte mover under core's
+        collectives."""
         import torch
         import torch.distributed as dist
         _check_in_step(self, "allgather")
         dev = torch.device("cpu")
         if dist.get_backend(self.group) == "nccl":
             dev = torch.device("cuda", torch.cuda.current_device())
-        n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
-        lens = [torch.empty_like(n) for _ in range(self.size)]
-        self._wait(dist.all_gather(lens, n, group=self.group, async_op=True), "allgather")
-        lens = [int(t.item()) for t in lens]
-        if any(k != len(data) for k in lens):
-            raise pyddstore.DDStoreError(f"allgather: collective mismatch: the ranks send {lens} "
-                                         "bytes (they are in different collective calls)")
-        if not data:
-            return b""
         buf = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(dev)
         outs = [torch.empty_like(buf) for _ in range(self.size)]
         self._wait(dist.all_gather(outs, buf, group=self.group, async_op=True), "allgather")
@@ -159,7 +124,8 @@ class TorchComm:
 
 
 class _MpiBytes:
-    """An mpi4py communicator as a byte mover for ``_core.Collective``:
+    """The fallback for an mpi4py over another MPI library than pyddstore's
+    (else ``_core.Collective`` takes the communicator itself): a byte mover,
     fixed-size allgather and barrier with nonblocking MPI, polled within
     DDSTORE_COLLECTIVE_TIMEOUT_S."""
 
@@ -200,14 +166,16 @@ class Comm:
         return f"Comm({self.kind}, rank {self.rank} of {self.size})"
 
     # -- collectives ---------------------------------------------------------
-    # C (_core.Collective) over the FileComm or a byte mover.  Each is bounded
-    # by DDSTORE_COLLECTIVE_TIMEOUT_S: when not every rank enters it in time,
-    # the ranks that did raise DDStoreError, and every later collective is
-    # refused (the ranks are out of step).
+    # C (_core.Collective) over the FileComm, the mpi4py communicator or the
+    # byte mover.  Each is bounded by DDSTORE_COLLECTIVE_TIMEOUT_S: when not
+    # every rank enters it in time, the ranks that did raise DDStoreError,
+    # and every later collective is refused (the ranks are out of step).
     def collective(self):
         if self._coll is None:
-            self._coll = _core.Collective(_MpiBytes(self.obj) if self.kind == "mpi"
-                                          else self.obj)
+            obj = self.obj
+            if self.kind == "mpi" and not _core.mpi_same_library():
+                obj = _MpiBytes(obj)
+            self._coll = _core.Collective(obj)
         return self._coll
 
     def allgather(self, obj, what="allgather"):
@@ -267,18 +235,6 @@ def _check_in_step(comm, what):
             "are out of step")
 
 
-def _collective_timeout():
-    """DDSTORE_COLLECTIVE_TIMEOUT_S, or its declared default when the value is
-    bad: a collective already posted must not raise on one rank (the others
-    would wait for it); PyDDStore(comm) checks the setting in its first
-    agreement, which fails every rank with "rank R: VARIABLE='value': ..."
-    (issue 23, item 4)."""
-    try:
-        return env.collective_timeout()
-    except ValueError:
-        return env.collective_timeout_default()
-
-
 def _timed_out(comm, what, timeout, size, detail=""):
     comm._broken = what
     extra = f" ({detail})" if detail else ""
@@ -291,7 +247,7 @@ def _timed_out(comm, what, timeout, size, detail=""):
 def _mpi_wait(comm, req, what, keep=()):
     """Complete an mpi4py request within the collective timeout (polling)."""
     import time
-    timeout = _collective_timeout()
+    timeout = env.collective_timeout(fallback=True)
     t0 = time.monotonic()
     pause = 0.0
     while not req.Test():
@@ -305,14 +261,11 @@ def _mpi_wait(comm, req, what, keep=()):
 
 
 def _make_filecomm(handshake_dir, rank, size, ns):
-    fc = getattr(pyddstore, "FileComm", None)
-    if fc is None:
-        raise ValueError("comm: pyddstore.FileComm is not available in this build")
     if not handshake_dir:
         raise ValueError("comm: a FileComm (no MPI, no torch.distributed) needs "
                          "handshake_dir= (or DDSTORE_HANDSHAKE_DIR) on a shared "
                          "filesystem")
-    return fc(handshake_dir, rank, size, ns)
+    return pyddstore.FileComm(handshake_dir, rank, size, ns)
 
 
 def _default_ns(name):
@@ -359,13 +312,13 @@ def resolve(comm=None, handshake_dir=None, name=""):
             return _torch_comm(comm)
         if isinstance(comm, TorchComm):
             return Comm("torch", comm, comm.rank, comm.size, comm)
-        if _is_filecomm(comm):
+        if isinstance(comm, pyddstore.FileComm):
             return _file_comm(handshake_dir, name, comm)
         raise TypeError(f"comm: expected None, an mpi4py communicator, a "
                         f"torch.distributed group or a pyddstore.FileComm, got "
                         f"{type(comm).__name__}")
     kind = env.comm_kind()
-    have_mpi = bool(getattr(pyddstore, "HAVE_MPI", False)) and env.use_mpi()
+    have_mpi = pyddstore.HAVE_MPI and env.use_mpi()
     if kind is None:
         tsize = _torch_world_size()
         if have_mpi:
@@ -375,7 +328,7 @@ def resolve(comm=None, handshake_dir=None, name=""):
         else:
             kind = "torch" if tsize > 0 else "file"
     if kind == "mpi":
-        if not getattr(pyddstore, "HAVE_MPI", False):
+        if not pyddstore.HAVE_MPI:
             raise ValueError("DDSTORE_COMM=mpi, but this build of pyddstore has no MPI "
                              "(pyddstore.HAVE_MPI is False)")
         from mpi4py import MPI
@@ -399,17 +352,14 @@ def _torch_world_size():
     return dist.get_world_size()
 
 
-_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MV2_COMM_WORLD_SIZE",
-                    "SLURM_STEP_NUM_TASKS")
-
-
 def _mpi_world_size():
     """MPI_COMM_WORLD's size.  MPI is started only if it may have several
     ranks: already initialised, or an MPI launcher (mpirun, mpiexec, srun)
     says so; under plain torchrun this is 1 without initialising MPI."""
     state = pyddstore._core._mpi_state()
     if not state["initialized"]:
-        if not any(v in _MPI_LAUNCH_VARS and n > 1 for v, n, _ in env.launch_sizes()):
+        # an MPI launcher's variable (every one but torchrun's WORLD_SIZE)
+        if not any(v != "WORLD_SIZE" and n > 1 for v, n, _ in env.launch_sizes()):
             return 1
     if state["finalized"]:
         return 1
@@ -437,35 +387,9 @@ def _check_launch(c, given="comm=None"):
     """comm=None (or an explicit MPI.COMM_WORLD: `given`) resolved to a
     one-rank communicator while the launcher says it started several
     processes: each would build a one-rank store holding the whole dataset.
-    RuntimeError saying so and how to fix it."""
-    if c.size != 1:
-        return
-    several = [(v, n, who) for v, n, who in env.launch_sizes() if n > 1]
-    if not several:
-        return
-    var, n, who = max(several, key=lambda t: t[1])
-    if c.kind == "mpi":
-        what = (f"MPI.COMM_WORLD has 1 rank: mpi4py/pyddstore's MPI ({_mpi_library()}) "
-                "did not see that launch")
-        if var == "WORLD_SIZE":
-            fix = ("under torchrun call torch.distributed.init_process_group() before "
-                   "(comm=None then uses the torch.distributed group, method 1), or "
-                   "launch with the MPI's own launcher")
-        else:
-            fix = ("launch with the launcher of the MPI that mpi4py and pyddstore were "
-                   "built with (not, e.g., MPICH's mpiexec for an Open MPI build; srun "
-                   "with the PMI plugin that MPI needs)")
-    elif c.kind == "torch":
-        what = "the torch.distributed default group has 1 rank"
-        fix = "initialise torch.distributed with every process (world_size, rank)"
-    else:
-        what = "the FileComm has 1 rank (rank and size from SLURM_PROCID/SLURM_NTASKS, " \
-               "RANK/WORLD_SIZE, ...)"
-        fix = "pass comm= explicitly (a pyddstore.FileComm with rank and size)"
-    raise RuntimeError(
-        f"{given}: {what}, but {var}={n} says {who} started {n} processes; each "
-        f"would hold a one-rank store with the whole dataset.  Fix: {fix}; or pass "
-        "comm=MPI.COMM_SELF for a deliberate one-rank store per process")
+    RuntimeError saying so and how to fix it (C: _core._launch_check)."""
+    if c.size == 1:
+        _core._launch_check(c.kind, given, _mpi_library() if c.kind == "mpi" else "")
 
 
 # -- error agreement ----------------------------------------------------------

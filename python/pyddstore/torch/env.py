@@ -18,65 +18,43 @@ The launcher variables (SLURM_*, RANK ...) are not settings: they are read
 directly.
 """
 
+import functools
 import os
 
 __all__ = ["Settings", "read", "method", "batch_get", "fast_collate", "thread_readers",
            "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
            "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout", "collective_timeout_default", "launch_sizes",
+           "collective_timeout", "launch_sizes",
            "exchange_ns", "loader_report"]
 
-_PREFIX = "DDSTORE_"
-_fields = None   # attribute -> registered variable (the registry is static)
 
-
-def _registry():
-    global _fields
-    if _fields is None:
-        from pyddstore import _core
-        _fields = {e["name"][len(_PREFIX):].lower(): e["name"]
-                   for e in _core.config_entries() if e["name"].startswith(_PREFIX)}
-    return _fields
+@functools.lru_cache(maxsize=None)
+def _entries():
+    from pyddstore import _core
+    return {e["name"]: e for e in _core.config_entries()}
 
 
 class Settings:
     """The settings of the C registry as attributes (see the module's doc)."""
 
-    __slots__ = ("_values",)
-
-    def __init__(self):
-        self._values = {}
-
     @staticmethod
     def variable(field):
         """The variable behind attribute `field` (AttributeError: not declared)."""
-        name = _registry().get(field)
-        if name is None:
+        name = "DDSTORE_" + field.upper()
+        if not field.islower() or field.startswith("_") or name not in _entries():
             raise AttributeError(f"no DDSTORE_* setting is declared as {field!r} in this "
                                  "build (ddstore-info --env lists them)")
         return name
 
-    def __getattr__(self, field):
-        if field.startswith("_"):
-            raise AttributeError(field)
-        values = self._values
-        if field not in values:
-            from pyddstore import _core
-            values[field] = _core.config_get(self.variable(field))
-        return values[field]
-
-    @staticmethod
-    def entry(field):
-        """The registry's row of `field`: dict(name, type, default, choices,
-        library, help)."""
+    def __getattr__(self, field):       # then kept: read once per view
         from pyddstore import _core
-        name = Settings.variable(field)
-        return next(e for e in _core.config_entries() if e["name"] == name)
+        value = _core.config_get(self.variable(field))
+        setattr(self, field, value)
+        return value
 
     def is_set(self, field):
         """True when the environment gives `field` a value (not blank)."""
-        v = os.environ.get(self.variable(field))
-        return v is not None and v.strip() != ""
+        return (os.environ.get(self.variable(field)) or "").strip() != ""
 
 
 def read():
@@ -95,20 +73,17 @@ def method_is_set():
     return read().is_set("method")
 
 
-def batch_get():
-    return read().batch_get
+def _view(field):
+    def get():
+        return getattr(read(), field)
+    get.__name__ = field
+    return get
 
 
-def loader_help():
-    return read().loader_help
-
-
-def fast_collate():
-    return read().fast_collate
-
-
-def thread_readers():
-    return read().thread_readers
+# one setting each, read fresh (DDSTORE_HANDSHAKE_TIMEOUT_S: seconds > 0, or inf)
+batch_get, loader_help, fast_collate, thread_readers, use_mpi, progress, handshake_timeout = map(
+    _view, ("batch_get", "loader_help", "fast_collate", "thread_readers", "mpi", "progress",
+            "handshake_timeout_s"))
 
 
 def fork_workers():
@@ -126,19 +101,11 @@ def comm_kind():
     return None if v in (None, "auto") else v
 
 
-def use_mpi():
-    return read().mpi
-
-
 def affinity():
     """(width, offset): width 0 = no pinning.  A bad value is a ValueError
     naming the variable and the value."""
     s = read()
     return s.affinity_width, s.affinity_offset
-
-
-def progress():
-    return read().progress
 
 
 def handshake_dir(given=None):
@@ -147,20 +114,18 @@ def handshake_dir(given=None):
     return read().handshake_dir or None
 
 
-def handshake_timeout():
-    """DDSTORE_HANDSHAKE_TIMEOUT_S (core's rule): seconds > 0, or inf."""
-    return read().handshake_timeout_s
-
-
-def collective_timeout():
+def collective_timeout(fallback=False):
     """DDSTORE_COLLECTIVE_TIMEOUT_S (core's rule): seconds > 0, or inf for
-    no limit; default 1800."""
-    return read().collective_timeout_s
-
-
-def collective_timeout_default():
-    """DDSTORE_COLLECTIVE_TIMEOUT_S's declared default, in seconds."""
-    return float(Settings.entry("collective_timeout_s")["default"])
+    no limit; default 1800.  fallback: its declared default when the value
+    is bad (a collective already posted must not raise on one rank: the
+    others would wait for it; PyDDStore(comm) checks the setting in its
+    first agreement, which fails every rank with "rank R: VARIABLE='value'")."""
+    try:
+        return read().collective_timeout_s
+    except ValueError:
+        if not fallback:
+            raise
+        return float(_entries()[Settings.variable("collective_timeout_s")]["default"])
 
 
 def local_rank():
@@ -179,9 +144,8 @@ def launch_sizes():
     MV2_COMM_WORLD_SIZE, SLURM_STEP_NUM_TASKS, WORLD_SIZE; not SLURM_NTASKS,
     which a whole allocation carries).  The rule lives in pyddstore._core,
     which applies it to PyDDStore(None) too."""
-    import pyddstore
-    fn = getattr(pyddstore._core, "_launch_env", None)
-    return list(fn()) if fn is not None else []
+    from pyddstore import _core
+    return list(_core._launch_env())
 
 
 def exchange_ns(given=None):
