@@ -17,6 +17,7 @@
 #include "ddstore/errors.h"
 #include "ddstore/log.h"
 #include "ddstore/plan.h"
+#include "ddstore/shard.h"
 #include "ddstore/store.h"
 
 /* ---- objects ---------------------------------------------------------- */
@@ -34,6 +35,10 @@ typedef struct dds_var {
     int shard_owned;
     void *shard_token;      /* transport shard_alloc token: the shard is
                                released with shard_free, not free()      */
+    dds_shard_t *nshard;    /* the node-local shard service's (the shard
+                               is its memory), or NULL                    */
+    dds_shard_peers_t *peers; /* owners' same-node shards this process may
+                               map (dds_store_shard.c), or NULL          */
     dds_mem_t mem;
     void *mirror;           /* pinned host copy of a GPU shard that the
                                transport cannot reach (memsys host_alloc);
@@ -250,6 +255,27 @@ uint64_t dds_st_name_hash(const char *s);
 
 /* The pinned host mirror of v's GPU shard, filled from data. */
 int dds_st_mirror_create(dds_store_t *s, dds_var_t *v, const void *data);
+
+/* ---- the node-local shard service (dds_store_shard.c) ---------------- */
+
+/* The transport asks for shards of the service (CAP_NODE_SHARDS). */
+int dds_st_node_shards(const dds_store_t *s);
+/* v's host shard of `bytes` (> 0) from the service: v->nshard, v->shard. */
+int dds_st_shard_alloc(dds_store_t *s, dds_var_t *v, size_t bytes);
+/* v's record for its peers (tag 0 unless CAP_NODE_MAP and mappable). */
+void dds_st_shard_rec(const dds_store_t *s, const dds_var_t *v,
+                      dds_shard_rec_t *rec);
+/* v->peers from every rank's record (recs[r] at recs + r * stride), with
+ * CAP_NODE_MAP; v's layout must be set.  0 or -DDS_ENOMEM. */
+int dds_st_shard_peers(dds_store_t *s, dds_var_t *v, const void *recs,
+                       size_t stride);
+/* A joined variable's v->peers from the transport's region_shards. */
+int dds_st_shard_join(dds_store_t *s, dds_var_t *v);
+/* Serve the ops of v's mapped same-node owners with memcpy and drop them
+ * from ops[0..*nops_p); *served_p: ops served.  0 or an error. */
+int dds_st_shard_serve(dds_store_t *s, dds_var_t *v, dds_read_op_t *ops,
+                       size_t *nops_p, char *dst, char *staging,
+                       size_t *served_p);
 
 /* Caller holds table_lock for writing. */
 void dds_st_forget_released(dds_store_t *s, const char *name);

@@ -201,6 +201,7 @@ static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     char *h, *stg;
     dds_memseg_t seg;
     uint64_t t0;
+    size_t served = 0;
     int rc, rc2;
 
     if (dbytes == 0) {
@@ -219,8 +220,10 @@ static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     h = hp;
     stg = pl->staging_bytes > 0 ? h + soff : NULL;
     a->local_bytes += serve_local(s, v, pl, ops, nops_p, h, stg);
-    rc = 0;
-    if (*nops_p > 0)
+    /* rows of same-node owners from their mapped shards */
+    rc = dds_st_shard_serve(s, v, ops, nops_p, h, stg, &served);
+    a->nops += served;
+    if (rc == 0 && (*nops_p > 0 || served > 0)) /* served: the reader */
         rc = transport_read(s, reader, v, ops, *nops_p, h, NULL, &host, stg,
                             NULL, &a->wait_ns, &a->t_xfer);
     t0 = dds_prof_now();
@@ -259,8 +262,9 @@ static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
 }
 
 /* Execute plan `pl` (built for v) into `dst` (dbytes, memory dst_mem,
- * moved by `route`): this rank's rows by memcpy, the rest through the
- * transport, then the plan's copies; GPU destinations direct or staged.
+ * moved by `route`): this rank's rows and those of same-node owners whose
+ * shards are mapped here (host and staged routes) by memcpy, the rest
+ * through the transport, then the plan's copies; GPU destinations direct or staged.
  * Both the fixed-row and the ragged reads (each of its steps) end here. */
 static int read_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
                      tctx_t *tc, dds_plan_t *pl, void *dst, size_t dbytes,
@@ -280,7 +284,16 @@ static int read_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
         /* rows of this rank straight from the local shard's host view */
         a->local_bytes += serve_local(s, v, pl, ops, &nops, (char *)dst,
                                       (char *)tc->staging);
-        if (nops > 0) {
+        /* rows of same-node owners from their mapped shards */
+        size_t served = 0;
+        rc = dds_st_shard_serve(s, v, ops, &nops, (char *)dst,
+                                (char *)tc->staging, &served);
+        a->nops += served;
+        if (rc != 0)
+            return rc;
+        /* also with no op left when some were served: the transport may
+         * refuse the reader (an inherited one in a forked child) */
+        if (nops > 0 || served > 0) {
             dh = dds_st_reg_lookup(s, dst, dbytes);
             if (pl->staging_bytes > 0)
                 sh = dds_st_reg_lookup(s, tc->staging, pl->staging_bytes);

@@ -43,7 +43,10 @@ void dds_st_var_release(dds_store_t *s, dds_var_t *v)
         return;
     if (v->mirror != NULL && s->ms.ops != NULL)
         (void)s->ms.ops->host_free(s->ms.ctx, v->mirror);
-    if (v->shard_token != NULL)
+    dds_shard_peers_free(v->peers);
+    if (v->nshard != NULL)
+        dds_shard_free(v->nshard);
+    else if (v->shard_token != NULL)
         s->tr.ops->shard_free(s->tr.ctx, v->shard, v->shard_token);
     else if (v->shard_owned)
         free(v->shard);
@@ -68,6 +71,7 @@ typedef struct var_desc {
     int64_t nelems;         /* ragged: element rows (else nrows)        */
     int32_t ragged;         /* 1: ragged_add / ragged_init              */
     int32_t pad;
+    dds_shard_rec_t shard_rec; /* node-local shard service (tag 0: none) */
 } var_desc_t;
 
 /* A ragged variable's samples (NULL for a fixed one). */
@@ -393,6 +397,10 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
                                    "queued on the shard's stream: %s",
                                    name, dds_last_error());
             }
+        } else if (dds_st_node_shards(s)) {
+            /* the node-local shard service (local; mapped by peers) */
+            if (bytes > 0 && (rc = dds_st_shard_alloc(s, v, bytes)) == 0)
+                shard_fill(v, data, mode, rg);
         } else if (has_shard_alloc(s)) {
             /* allocated in step 2b, once everybody agreed */
             deferred = 1;
@@ -422,6 +430,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     mine.shard_alloc = deferred;
     mine.nelems = v->local_elems;
     mine.ragged = rg != NULL;
+    dds_st_shard_rec(s, v, &mine.shard_rec);
     rc = c->ops->allgather(c->ctx, &mine, sizeof(mine), all);
     if (rc != 0)
         rc = dds_error(rc < 0 ? rc : -rc,
@@ -474,6 +483,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     }
     if (rc == 0 && deferred && bytes > 0)
         shard_fill(v, data, mode, rg);
+    if (rc == 0)
+        rc = dds_st_shard_peers(s, v, &all[0].shard_rec, sizeof(*all));
     rc = dds_st_coll_agree(s, rc);
     if (rc != 0)
         goto fail;
@@ -493,6 +504,7 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
     rd.nranks = c->size;
     rd.ragged = v->ragged;
     rd.elem_offsets = v->elem_offsets;
+    rd.shard = v->nshard;
     if (v->mirror != NULL) {
         rd.mem.kind = DDS_MEM_HOST;
         rd.mem.device = 0;
@@ -751,6 +763,8 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         v->mem.kind = DDS_MEM_HOST;
         v->region = region;
         v->joined = 1;
+        if (rc == 0)
+            rc = dds_st_shard_join(s, v);
         pthread_rwlock_wrlock(&s->table_lock);
         if (rc != 0)
             ; /* out of memory above */

@@ -420,26 +420,27 @@ static const dds_transport_ops_t fw_tr_ops_shard_alloc = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
-    fw_shard_alloc, fw_shard_free, NULL /* region_join */, NULL};
+    fw_shard_alloc, fw_shard_free, NULL /* region_join */, NULL, NULL, NULL};
 
 static const dds_transport_ops_t fw_tr_ops = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
     NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
-    NULL /* region_abandon */};
+    NULL /* region_abandon */, NULL /* region_shards */,
+    NULL /* region_check */};
 
 static const dds_transport_ops_t fw_tr_ops_abandon = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
     NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
-    fw_region_abandon};
+    fw_region_abandon, NULL, NULL};
 
 static const dds_transport_ops_t fw_tr_ops_noreaders = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     NULL, NULL, fw_read, NULL, NULL, NULL, NULL, NULL, fw_tr_destroy, NULL, NULL,
-    NULL, NULL};
+    NULL, NULL, NULL, NULL};
 
 static inline dds_transport_t fw_transport(fake_world_t *w, int rank)
 {

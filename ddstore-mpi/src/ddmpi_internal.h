@@ -42,8 +42,9 @@ int ddmpi_cid_steer(MPI_Comm comm, const ddmpi_cid_plan_t *plan,
                     const char *what, MPI_Comm **held_p);
 void ddmpi_cid_release(MPI_Comm *held, int n);
 
-/* Test hook (ddmpi_transport.c): MPI_Get calls and ops served by memcpy
- * from a same-node peer's shared window since the transport was created. */
+/* Test hook (ddmpi_transport.c): MPI_Get calls of the transport, and ops
+ * the store served by memcpy from same-node peers' mapped shards (core's
+ * dds_shard_counts: process-wide). */
 #include <stdint.h>
 #include "ddstore/transport.h"
 void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,

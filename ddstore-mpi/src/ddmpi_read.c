@@ -2,10 +2,11 @@
  * MPI_Get per planned op completed with one MPI_Win_flush_local (one owner)
  * or MPI_Win_flush_local_all (several: an MPI that moves an owner's gets
  * only inside its flush, as Open MPI's osc/ucx over tcp does, would else pay
- * one round trip per owner, in turn; docs/scale.md), or
- * memcpy from a same-node owner's shard mapped here (shard_alloc,
- * ddmpi_shard.c); in a forked child memcpy only (ddmpi_transport.c's top
- * comment describes the transport).
+ * one round trip per owner, in turn; docs/scale.md).  Same-node owners'
+ * rows never come here: the store copies them from their mapped shards
+ * (core's node-local shard service); in a forked child every op that does
+ * come is refused (ddmpi_transport.c's top comment describes the
+ * transport).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -35,13 +36,12 @@ void ddmpi_set_gone(void)
 /* ---- read ------------------------------------------------------------------ */
 
 /* The ops against the region, and transport.h's contract on what the store
- * plans: every op within max_read_bytes (so one MPI_Get each) and, unless
- * `forked`, none of our own shard (the store serves those itself:
- * DDS_TRANSPORT_CAP_LOCAL_SELF; a forked child's store cannot serve the
- * rows of a GPU shard, whose host mirror it did not inherit). */
+ * plans: every op within max_read_bytes (so one MPI_Get each) and none of
+ * our own shard (the store serves those itself:
+ * DDS_TRANSPORT_CAP_LOCAL_SELF). */
 static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
                             const dds_read_op_t *ops, size_t nops, void *dst,
-                            void *staging, int forked)
+                            void *staging)
 {
     size_t i;
 
@@ -71,7 +71,7 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
             return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: NULL "
                              "%s buffer", r->name, i,
                              op->staged ? "staging" : "destination");
-        if (!forked && op->owner == t->rank)
+        if (op->owner == t->rank)
             return dds_error(-DDS_EINVAL, "variable '%s': read op %zu: rows "
                              "of this rank's own shard, which the store "
                              "serves itself (DDS_TRANSPORT_CAP_LOCAL_SELF, "
@@ -82,13 +82,12 @@ static int ddmpi_read_check(const ddmpi_transport_t *t, const ddmpi_region_t *r,
 
 /* ---- reads in a forked child ------------------------------------------------
  *
- * A process forked from a rank (a DataLoader worker) must not call MPI.  It
- * inherited the rank's mappings, which are MAP_SHARED: its own shard and
- * those of the same-node ranks it mapped (shard_alloc).  When every rank's
- * shard of the variable is among them (fork_bad < 0: one node, shared memory
- * available), the child reads every row with memcpy and sees each update
- * as the ranks' own reads do; otherwise every read that needs another rank
- * is refused with an error naming the alternatives (nothing is copied). */
+ * A process forked from a rank (a DataLoader worker) must not call MPI.  The
+ * store serves what it can without MPI: this rank's rows and those of the
+ * same-node ranks whose shards it maps (MAP_SHARED: the child sees every
+ * update).  An op that reaches us here is of a shard that is not mapped
+ * (another node, an in-place or GPU shard, DDSTORE_MPI_SHM=0): refused with
+ * an error naming the alternatives (nothing is copied). */
 
 static int ddmpi_in_child;
 
@@ -116,44 +115,28 @@ static int ddmpi_forked(void)
 
 static int ddmpi_read_forked(const ddmpi_transport_t *t,
                              const ddmpi_region_t *r, const dds_read_op_t *ops,
-                             size_t nops, void *dst, void *staging,
-                             dds_prof_t *prof)
+                             size_t nops)
 {
-    uint64_t t0;
     size_t i;
-    int rc;
 
     if (r->win == MPI_WIN_NULL && !r->local_only)
         return dds_error(-DDS_EIO, "variable '%s': read in a forked process "
                          "after the window was freed", r->name);
-    if (r->fork_bad >= 0)
-        return dds_error(-DDS_ENOSYS, "variable '%s': a forked process (a "
-                         "DataLoader worker) cannot read it with method 0: "
-                         "rank %d's shard is not in shared memory on this "
-                         "node (%s), and MPI cannot be used after fork. Use "
-                         "ThreadDataLoader (threads), or method=1 with "
-                         "DDSTORE_FORK_WORKERS=1 for forked workers",
-                         r->name, r->fork_bad,
-                         r->fork_bad == t->rank
-                         ? "no shared memory for it"
-                         : t->shm ? "another node, or no shared memory"
-                                  : "DDSTORE_MPI_SHM=0");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 1)) != 0)
-        return rc;
-    t0 = dds_prof_now();
-    for (i = 0; i < nops; i++) {
-        const dds_read_op_t *op = &ops[i];
-        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
-        const char *from = op->owner == t->rank ? (const char *)r->base
-                                                : r->peer_base[op->owner];
-
-        if (op->len == 0)
-            continue;
-        memcpy(to, from + op->src_offset, op->len);
-    }
-    if (t0)
-        dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - t0);
-    return 0;
+    for (i = 0; i < nops && ops[i].len == 0; i++)
+        ;
+    if (i == nops)
+        return 0;
+    return dds_error(-DDS_ENOSYS, "variable '%s': a forked process (a "
+                     "DataLoader worker) cannot read it with method 0: "
+                     "rank %d's shard is not in shared memory on this "
+                     "node (%s), and MPI cannot be used after fork. Use "
+                     "ThreadDataLoader (threads), or method=1 with "
+                     "DDSTORE_FORK_WORKERS=1 for forked workers",
+                     r->name, ops[i].owner,
+                     ops[i].owner == t->rank
+                     ? "no shared memory for it"
+                     : t->shm ? "another node, or no shared memory"
+                              : "DDSTORE_MPI_SHM=0");
 }
 
 int ddmpi_read(void *ctx, void *reader, void *region,
@@ -165,7 +148,7 @@ int ddmpi_read(void *ctx, void *reader, void *region,
     ddmpi_region_t *r = region;
     uint64_t t0, t1, t2;
     size_t i;
-    uint64_t ngets = 0, nshm = 0;
+    uint64_t ngets = 0;
     int rc, mrc, prev_owner = -1;
     int owners[8], nowners = 0, more_owners = 0; /* remote, named by errors */
 
@@ -175,21 +158,24 @@ int ddmpi_read(void *ctx, void *reader, void *region,
 
     if (!t || !r || (nops && !ops))
         return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
-    if (nops == 0)
+    /* nops == 0: the store served every op (same-node mappings) and asks
+     * whether it may; after MPI_Finalize rows of other ranks are refused,
+     * as they always were */
+    if (nops == 0 && !ddmpi_gone())
         return 0;
-    if (dst_mem && dst_mem->kind != DDS_MEM_HOST)
+    if (nops && dst_mem && dst_mem->kind != DDS_MEM_HOST)
         return dds_error(-DDS_ENOSYS, "variable '%s': method 0 (MPI RMA) "
                          "reads only into host memory; GPU destinations "
                          "(memory kind %d) need staging, which the MPI "
                          "transport does not do yet", r->name,
                          (int)dst_mem->kind);
     if (ddmpi_forked())
-        return ddmpi_read_forked(t, r, ops, nops, dst, staging, prof);
+        return ddmpi_read_forked(t, r, ops, nops);
     if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
         return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
                          r->name, ddmpi_gone() ? "MPI_Finalize"
                                                : "the window was freed");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging, 0)) != 0)
+    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
         return rc;
 
     ddmpi_serial_lock(t->serial);
@@ -200,12 +186,6 @@ int ddmpi_read(void *ctx, void *reader, void *region,
 
         if (op->len == 0)
             continue;
-        if (r->peer_base[op->owner]) {
-            /* same node: the owner's shard is mapped here */
-            memcpy(to, r->peer_base[op->owner] + op->src_offset, op->len);
-            nshm++;
-            continue;
-        }
         /* op->len <= max_read <= INT_MAX (ddmpi_read_check) */
         mrc = MPI_Get(to, (int)op->len, MPI_BYTE, op->owner,
                       (MPI_Aint)op->src_offset, (int)op->len, MPI_BYTE,
@@ -253,8 +233,6 @@ int ddmpi_read(void *ctx, void *reader, void *region,
     ddmpi_serial_unlock(t->serial);
     if (ngets)
         __atomic_add_fetch(&t->n_gets, ngets, __ATOMIC_RELAXED);
-    if (nshm)
-        __atomic_add_fetch(&t->n_shm, nshm, __ATOMIC_RELAXED);
 
     /* the store counts DDS_PROF_READS (one per op it hands us; its ops are
      * already split at our max_read_bytes, so that is our MPI_Get count) */

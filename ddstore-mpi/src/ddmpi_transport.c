@@ -11,23 +11,21 @@
  * MPI_THREAD_MULTIPLE).
  *
  * Same-node shards: the store allocates host shards (var_init, var_add with
- * DDS_ADD_COPY) through shard_alloc: POSIX shared memory mapped by the ranks
- * of the node communicator (split once from ours with MPI_COMM_TYPE_SHARED;
- * see shard_alloc below).  region_create then notes which owners' shards are
- * mapped here and read() copies their rows with memcpy, no MPI call; other
- * owners keep MPI_Get.  The RMA window over the whole communicator is still
- * created on that memory.  Shards change only by var_update on the owner: a
- * reader sees an update once the owner's call returned and the two
- * synchronised, as with RMA.
+ * DDS_ADD_COPY) with core's node-local shard service (ddstore/shard.h;
+ * DDS_TRANSPORT_CAP_NODE_SHARDS), maps the shards of the owners on this node
+ * and copies their rows itself (DDS_TRANSPORT_CAP_NODE_MAP, unless
+ * DDSTORE_MPI_SHM=0): read() sees only the other owners' ops.  The RMA
+ * window over the whole communicator is still created on that memory.
+ * Shards change only by var_update on the owner: a reader sees an update
+ * once the owner's call returned and the two synchronised, as with RMA.
  *
- * Forked children (DataLoader workers) never call MPI: they read with
- * memcpy from the MAP_SHARED mappings they inherited, which works when every
- * rank's shard is mapped here (one node); otherwise the read fails with an
- * error naming the alternatives (ddmpi_read_forked).
+ * Forked children (DataLoader workers) never call MPI: the store serves
+ * their own and same-node rows from the MAP_SHARED memory they inherited or
+ * map; an op that still reaches read() there (another node, a shard not
+ * mapped) fails with an error naming the alternatives (ddmpi_read_forked).
  *
  * Files: this one (settings, windows, epochs, create/destroy), ddmpi_read.c
- * (reads), ddmpi_shard.c (shards in shared memory);
- * ddmpi_transport_internal.h is what they share.
+ * (reads); ddmpi_transport_internal.h is what they share.
  */
 #include <errno.h>
 #include <limits.h>
@@ -179,8 +177,6 @@ static void ddmpi_region_free_local(ddmpi_region_t *r)
     if (!r)
         return;
     free(r->shard_bytes);
-    free(r->peer_base);
-    free(r->shared);
     free(r);
 }
 
@@ -230,10 +226,8 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         r = calloc(1, sizeof(*r));
         if (r) {
             r->shard_bytes = calloc((size_t)t->size, sizeof(uint64_t));
-            r->peer_base = calloc((size_t)t->size, sizeof(char *));
-            r->shared = calloc((size_t)t->size, sizeof(int));
         }
-        if (!r || !r->shard_bytes || !r->peer_base || !r->shared)
+        if (!r || !r->shard_bytes)
             rc = dds_error(-DDS_ENOMEM, "mpi region_create: out of memory");
     }
 
@@ -281,52 +275,6 @@ static int ddmpi_region_create(void *ctx, const dds_region_desc_t *local,
         ddmpi_serial_unlock(t->serial);
         ddmpi_region_free_local(r);
         return ddmpi_translate_error(mrc, "mpi region_create: MPI_Allgather");
-    }
-
-    /* which ranks' shards live in this variable's shared window, and where
-     * the node-local ones are mapped here */
-    {
-        const ddmpi_shard_t *sh = local->alloc_token;
-        int mine_shared, *shared = r->shared;
-
-        mine_shared = sh && sh->peer && sh->bytes == local->bytes &&
-                      (local->bytes == 0 || sh->base == local->base);
-        mrc = MPI_Allgather(&mine_shared, 1, MPI_INT, shared, 1, MPI_INT,
-                            t->comm);
-        if (mrc != MPI_SUCCESS) {
-            ddmpi_serial_unlock(t->serial);
-            ddmpi_region_free_local(r);
-            return ddmpi_translate_error(mrc, "mpi region_create: "
-                                         "MPI_Allgather");
-        }
-        for (int o = 0; mine_shared && o < t->size; o++) {
-            int nr = t->node_rank[o];
-
-            if (o == t->rank || !shared[o] || nr < 0 || nr >= sh->nnode ||
-                r->shard_bytes[o] == 0)
-                continue;
-            if (sh->peer[nr] && (uint64_t)sh->peer_bytes[nr] >=
-                                    r->shard_bytes[o])
-                r->peer_base[o] = sh->peer[nr];
-        }
-        free(r->shared);
-        r->shared = NULL;
-
-        /* can a forked child of this rank read every shard by memcpy? */
-        r->fork_bad = -1;
-        for (int o = 0; o < t->size && r->fork_bad < 0; o++) {
-            int ok;
-
-            if (r->shard_bytes[o] == 0)
-                continue;
-            if (o == t->rank)
-                ok = sh && sh->mapped && sh->bytes == local->bytes &&
-                     sh->base == local->base;
-            else
-                ok = r->peer_base[o] != NULL;
-            if (!ok)
-                r->fork_bad = o;
-        }
     }
 
     rc = 0;
@@ -529,8 +477,8 @@ void ddmpi_transport_counts(const dds_transport_t *tr, uint64_t *gets,
 
     if (gets)
         *gets = t ? __atomic_load_n(&t->n_gets, __ATOMIC_RELAXED) : 0;
-    if (shm)
-        *shm = t ? __atomic_load_n(&t->n_shm, __ATOMIC_RELAXED) : 0;
+    if (shm) /* copies of same-node rows: core's, process-wide */
+        dds_shard_counts(shm, NULL);
 }
 
 static void ddmpi_transport_destroy(void *ctx)
@@ -565,8 +513,6 @@ static const dds_transport_ops_t ddmpi_transport_ops = {
     .epoch_begin = ddmpi_epoch_sync,
     .epoch_end = ddmpi_epoch_sync,
     .destroy = ddmpi_transport_destroy,
-    .shard_alloc = ddmpi_shard_alloc,
-    .shard_free = ddmpi_shard_free,
     .region_join = NULL,
     .region_abandon = ddmpi_region_abandon,
 };
@@ -671,8 +617,12 @@ int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)
 
     transport_p->ops = &ddmpi_transport_ops;
     transport_p->ctx = t;
+    /* same-node shards: core's node-local shard service (mapped unless
+     * DDSTORE_MPI_SHM=0); forked children read them with memcpy */
     transport_p->caps = DDS_TRANSPORT_CAP_LOCAL_SELF |
-                        DDS_TRANSPORT_CAP_FORK |    /* same-node shards */
+                        DDS_TRANSPORT_CAP_FORK |
+                        DDS_TRANSPORT_CAP_NODE_SHARDS |
+                        (t->shm ? DDS_TRANSPORT_CAP_NODE_MAP : 0) |
                         (serial ? 0 : DDS_TRANSPORT_CAP_THREAD_SAFE);
     transport_p->max_read_bytes = t->max_read;
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_MPI, "transport created: rank %d of "

@@ -2,10 +2,11 @@
  *
  *   ddmpi_transport.c  settings, windows (region create/destroy, the
  *                      finalize hook), epochs, create/destroy, ops table
- *   ddmpi_shard.c      shards in POSIX shared memory (shard_alloc/_free)
- *   ddmpi_read.c       reads (MPI_Get or same-node memcpy; forked children)
+ *   ddmpi_read.c       reads (MPI_Get; forked children)
  *
- * transport.c calls the other two; they call neither it nor each other.
+ * transport.c calls read.c, which does not call it.  Same-node shards are
+ * core's node-local shard service (ddstore/shard.h): the store allocates,
+ * maps and copies them; only the other ops reach ddmpi_read.
  */
 #ifndef DDMPI_TRANSPORT_INTERNAL_H
 #define DDMPI_TRANSPORT_INTERNAL_H
@@ -28,40 +29,18 @@ typedef struct ddmpi_transport {
     MPI_Comm node;          /* our ranks on this node (MPI_COMM_TYPE_SHARED) */
     int *node_rank;         /* per rank of comm: its rank in `node`, or -1  */
     ddmpi_cid_plan_t cids;  /* Open MPI 4.x: context ids of our windows     */
-    int shm;                /* DDSTORE_MPI_SHM: map same-node shards        */
+    int shm;                /* DDSTORE_MPI_SHM: same-node shards mapped
+                               (DDS_TRANSPORT_CAP_NODE_MAP)               */
     uint64_t n_gets;        /* MPI_Get calls (atomic; for tests)            */
-    uint64_t n_shm;         /* ops copied from a same-node peer's mapping   */
 } ddmpi_transport_t;
-
-/* shard_alloc's token: this rank's shard and its node peers' mappings. */
-#define DDMPI_SHM_NAME 64
-typedef struct ddmpi_shard {
-    void *base;             /* this rank's shard                             */
-    size_t bytes;
-    int mapped;             /* base is a MAP_SHARED mapping (a POSIX shared
-                               memory object, or anonymous), shared with
-                               forked children; else malloc                */
-    int nnode;              /* ranks of the node communicator                */
-    const char **peer;      /* per node rank: its shard mapped here, or NULL */
-    size_t *peer_bytes;
-} ddmpi_shard_t;
 
 typedef struct ddmpi_region {
     MPI_Win win;            /* MPI_WIN_NULL when not created                 */
     void *base;             /* local shard (not owned)                       */
     size_t bytes;
     uint64_t *shard_bytes;  /* every rank's shard size, for bounds checks    */
-    const char **peer_base; /* per rank: its shard mapped here (same node,
-                               shared window), or NULL: MPI_Get          */
-    int *shared;            /* region_create scratch: ranks whose shard is
-                               in a shared window                        */
     int local_only;         /* one-rank communicator: no window (all reads
                                are of our own shard)                         */
-    int fork_bad;           /* -1: every rank's rows are in MAP_SHARED memory
-                               mapped here, so a forked child reads them all
-                               with memcpy; else the first rank whose
-                               shard is not (on another node, no shared
-                               memory, DDSTORE_MPI_SHM=0)                  */
     int serial;             /* the transport's serial flag                   */
     struct ddmpi_region *prev, *next;   /* live windows, creation order      */
     char name[DDMPI_NAME_MAX + 1];
@@ -81,11 +60,5 @@ void ddmpi_set_gone(void);
 /* Watch for fork (once per process): a forked child reads with memcpy
  * only. */
 void ddmpi_fork_watch(void);
-
-/* ---- ddmpi_shard.c ------------------------------------------------------ */
-
-int ddmpi_shard_alloc(void *ctx, size_t bytes, void **base_p,
-                      void **token_p);
-void ddmpi_shard_free(void *ctx, void *base, void *token);
 
 #endif

@@ -30,7 +30,7 @@
  *                join of the dead job's record is -DDS_ESTALE.
  *
  * The reader maps the core ranks' shards (same host) and copies its rows
- * (ddofi_tr_map_counts grows); a last shm round with
+ * (dds_shard_counts grows); a last shm round with
  * DDSTORE_OFI_MAP_SHARDS=0 reads the same through the fabric (no copy).
  *
  * Every child has an alarm() and exits with a status the parent checks; the
@@ -58,7 +58,7 @@
 #include "ddstore/ofi_transport.h"
 #include "ddstore/store.h"
 #include "forkcomm.h"
-#include "ddofi_tr_internal.h" /* ddofi_tr_map_counts */
+#include "ddofi_tr_internal.h" /* internals */
 
 /* ThreadSanitizer (--config=tsan) reads these built-in suppressions: a
  * core rank frees its shard (dds_store_free) after the reader job said,
@@ -200,10 +200,10 @@ static void ragged_join_read(dds_store_t *s)
         rows[i] = (i * 7 + 3) % total;
     dds_buf_t b = ibuf(buf, 4 * 2 * 23);
     uint64_t mapped0 = 0, mapped1 = 0;
-    ddofi_tr_map_counts(NULL, &mapped0);
+    dds_shard_counts(NULL, &mapped0);
     T_RC(dds_store_ragged_get_batch(s, NULL, "g", &b, rows, (size_t)(2 * total), lens,
                                     &got), 0);
-    ddofi_tr_map_counts(NULL, &mapped1);
+    dds_shard_counts(NULL, &mapped1);
     /* the core ranks share this host: index entries and payload both come
      * from their mapped shards (none with DDSTORE_OFI_MAP_SHARDS=0) */
     T(g_map ? mapped1 - mapped0 > (uint64_t)got * DISP * sizeof(int64_t)
@@ -622,7 +622,7 @@ static void reader_phase_a(const reader_cfg_t *c)
     /* every row at once, through the default and the early reader: from
      * the mapped shards (or, not mapped, none of them) */
     uint64_t mapped0 = 0, mapped1 = 0;
-    ddofi_tr_map_counts(NULL, &mapped0);
+    dds_shard_counts(NULL, &mapped0);
     for (int v = 0; v < NVARS; v++) {
         T(read_all(s, NULL, v, &rc) == 0);
         T_RC(rc, 0);
@@ -631,7 +631,7 @@ static void reader_phase_a(const reader_cfg_t *c)
             T_RC(rc, 0);
         }
     }
-    ddofi_tr_map_counts(NULL, &mapped1);
+    dds_shard_counts(NULL, &mapped1);
     T(g_map ? mapped1 - mapped0 >= (uint64_t)(var_total(0) + var_total(1)) * ROWB
             : mapped1 == mapped0);
 

@@ -13,7 +13,7 @@
  * while another reads from it (an error within the read timeout).  Same-node
  * shards are mapped and read with memcpy (every rank is on this host: every
  * byte of another rank's shard comes that way, counted by
- * ddofi_tr_map_counts), also in the forked child; with
+ * dds_shard_counts), also in the forked child; with
  * DDSTORE_OFI_MAP_SHARDS=0 (4 ranks, and the FI_MR_LOCAL run) none is and
  * the reads go through the provider.  Also:
  * a provider that does not exist fails creation on every rank with a clear
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "../src/ddofi_internal.h" /* ddofi_test_mr_local */
-#include "../transport/ddofi_tr_internal.h" /* ddofi_tr_map_counts */
+#include "../transport/ddofi_tr_internal.h" /* internals */
 #include "ddstore/errors.h"
 #include "ddstore/ofi.h"
 #include "ddstore/ofi_transport.h"
@@ -177,16 +177,16 @@ static void ragged_section(dds_store_t *s, const cfg_t *cfg, int me, int n)
             remote_bytes += (rows[i] % 5) * RDISP * (int64_t)sizeof(float);
     }
     uint64_t b0, b1, b2;
-    ddofi_tr_map_counts(NULL, &b0);
+    dds_shard_counts(NULL, &b0);
     T_RC(dds_store_ragged_sizes(s, NULL, "rg", rows, (size_t)total, got_len), 0);
-    ddofi_tr_map_counts(NULL, &b1);
+    dds_shard_counts(NULL, &b1);
     float *out = malloc((size_t)(want_total + 1) * RDISP * sizeof(float));
     dds_buf_t ob = {out, want_total, RDISP * sizeof(float), DDS_DTYPE_FLOAT32, 4,
                     {DDS_MEM_HOST, 0, NULL}};
     T_RC(dds_store_ragged_get_batch(s, NULL, "rg", &ob, rows, (size_t)total, got_len,
                                     &got_total),
          0);
-    ddofi_tr_map_counts(NULL, &b2);
+    dds_shard_counts(NULL, &b2);
     T(got_total == want_total);
     size_t bad = 0;
     for (int64_t i = 0, e0 = 0; i < total; e0 += rows[i] % 5, i++) {
@@ -308,10 +308,10 @@ static int rank_main(dds_comm_t *comm, void *arg)
     rows[0] = 0;
     dds_buf_t b = fbuf(buf, NB);
     uint64_t mops0, mbytes0, mops1, mbytes1;
-    ddofi_tr_map_counts(&mops0, &mbytes0);
+    dds_shard_counts(&mops0, &mbytes0);
     T_RC(dds_store_get_batch(s, NULL, "x", &b, rows, NB), 0);
     T(check_rows(buf, rows, NB) == 0);
-    ddofi_tr_map_counts(&mops1, &mbytes1);
+    dds_shard_counts(&mops1, &mbytes1);
     {
         /* rows of other ranks came from their mapped shards (repeats are
          * read once), or none did */
@@ -376,9 +376,9 @@ static int rank_main(dds_comm_t *comm, void *arg)
     int64_t ball[FORKCOMM_MAX * 2];
     for (int64_t i = 0; i < btotal; i++)
         ball[i] = btotal - 1 - i;
-    ddofi_tr_map_counts(NULL, &mbytes0);
+    dds_shard_counts(NULL, &mbytes0);
     T_RC(dds_store_get_batch(s, NULL, "big", &bbuf, ball, (size_t)btotal), 0);
-    ddofi_tr_map_counts(NULL, &mbytes1);
+    dds_shard_counts(NULL, &mbytes1);
     T(mbytes1 - mbytes0 == (cfg->map ? (uint64_t)(btotal - bmine) * BIG : 0));
     size_t bad = 0;
     for (int64_t i = 0; i < btotal; i++)
@@ -454,10 +454,10 @@ static int rank_main(dds_comm_t *comm, void *arg)
             if (fr) {
                 memset(buf, 0, 64 * DISP * sizeof(float));
                 uint64_t c0, c1;
-                ddofi_tr_map_counts(NULL, &c0);
+                dds_shard_counts(NULL, &c0);
                 fails += dds_store_get_batch(s, fr, "x", &cb, crow, 64) != 0;
                 fails += check_rows(buf, crow, 64) != 0;
-                ddofi_tr_map_counts(NULL, &c1);
+                dds_shard_counts(NULL, &c1);
                 fails += cfg->map ? c1 == c0 : c1 != c0;
                 dds_store_reader_close(s, fr);
             }

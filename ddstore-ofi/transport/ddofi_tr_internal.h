@@ -108,10 +108,10 @@ typedef struct ddofi_tr_region {
         int32_t pid;
     } *live;
     int nlive;
-    struct ddofi_tr_map_peer *maps; /* nranks, or NULL: no same-node shard of
-                                  this variable can be mapped (ddofi_tr_map.c) */
-    int maps_n;                /* entries of maps                            */
-    _Atomic int map_logged;    /* the fallback was logged (this process)     */
+    dds_shard_rec_t *shards;   /* method-2 reader: the same-host core ranks'
+                                  shard records (nshards = nranks), or NULL:
+                                  handed to the store (region_shards)       */
+    int nshards;
     struct ddofi_tr_region *prev, *next;
     char name[256];
 } ddofi_tr_region_t;
@@ -168,8 +168,6 @@ struct ddofi_tr {
     pthread_mutex_t lock;      /* regions list; method-2 reader's first join */
     ddofi_tr_region_t *regions;
     ddofi_hs_t hs;
-    int map_on;                /* DDSTORE_OFI_MAP_SHARDS                     */
-    unsigned char *same_host;  /* nranks: 1 where the rank shares this host  */
 };
 
 /* Rank i's address blob (addr_stride bytes). */
@@ -183,7 +181,10 @@ static inline const unsigned char *ddofi_tr_addr(const ddofi_tr_t *t, int i)
  *     -> ddofi_tr_method2.c (method 2's core setup, publish, join)
  *     -> ddofi_tr_reader.c  -> ddofi_tr_share.c  -> ddofi_tr_settings.c
  *   (method2.c calls reader.c, share.c and settings.c too)
- *   ddofi_tr_map.c / ddofi_tr_live.c / ddofi_hs.c: leaves. */
+ *   ddofi_tr_live.c / ddofi_hs.c: leaves.
+ * Same-node shards are core's (ddstore/shard.h): the store allocates,
+ * maps and copies them; the adapter only publishes their records for
+ * method-2 readers and hands a joined region's records to the store. */
 
 /* ddofi_tr_transport.c */
 extern const dds_transport_ops_t ddofi_tr_ops;
@@ -244,57 +245,6 @@ ddofi_read_op_t *ddofi_tr_scratch_ops(size_t n);
  * did not). */
 void ddofi_tr_region_link(ddofi_tr_t *t, ddofi_tr_region_t *g);
 
-/* ddofi_tr_map.c: method 1's host shards in shared memory (memfd), mapped
- * lazily by the ranks of the same host (and their forked readers) and read
- * with memcpy; fi_read for other hosts, GPU memory and whatever cannot be
- * mapped.  See the file's comment for the safety rules. */
-typedef struct ddofi_tr_map_rec {  /* one rank's, exchanged at region_create */
-    uint64_t tag;              /* 0: this shard cannot be mapped             */
-    uint64_t bytes;            /* the shard                                  */
-    int32_t pid;               /* owner process                              */
-    int32_t fd;                /* its memfd, in the owner process            */
-    uint32_t uid;              /* owner's effective uid                      */
-    uint32_t reserved;
-} ddofi_tr_map_rec_t;
-
-typedef struct ddofi_tr_map_peer {
-    ddofi_tr_map_rec_t rec;
-    char *_Atomic base;        /* mapped in this process; NULL: not yet      */
-    _Atomic int refused;       /* could not be mapped: libfabric reads       */
-    _Atomic int pidfd1;        /* the owner's pidfd + 1 (0: none: kill(pid, 0)) */
-} ddofi_tr_map_peer_t;
-
-int ddofi_tr_shard_alloc(void *ctx, size_t bytes, void **base_p, void **token_p);
-void ddofi_tr_shard_free(void *ctx, void *base, void *token);
-/* This rank's record for the shard `d` (tag 0 when it is not ours/mappable). */
-void ddofi_tr_map_export(const ddofi_tr_t *t, const dds_region_desc_t *d, ddofi_tr_map_rec_t *rec);
-/* Every rank's record (recs[i] at (char *)recs + i * stride) into g->maps
- * (left NULL when no other rank's shard here can be mapped).  0 or
- * -DDS_ENOMEM. */
-int ddofi_tr_map_import(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,
-                        const void *recs, size_t stride);
-/* Unmap what this process mapped of g, free g->maps. */
-void ddofi_tr_map_release(ddofi_tr_region_t *g);
-/* `owner`'s shard mapped in this process (mapping it now on first use), or
- * NULL: read it through libfabric. */
-const char *ddofi_tr_map_base_slow(ddofi_tr_region_t *g, int owner);
-static inline const char *ddofi_tr_map_base(ddofi_tr_region_t *g, int owner)
-{
-    ddofi_tr_map_peer_t *m = &g->maps[owner];
-    char *b = atomic_load_explicit(&m->base, memory_order_acquire);
-    if (b || !m->rec.tag || atomic_load_explicit(&m->refused, memory_order_relaxed))
-        return b;
-    return ddofi_tr_map_base_slow(g, owner);
-}
-/* After copies from owner's mapped shard: 0, or -DDS_EIO when the owner
- * process has exited, also as a zombie (its rows are not served from a dead
- * rank). */
-int ddofi_tr_map_alive(ddofi_tr_region_t *g, int owner);
-/* Count copies served from mapped shards (this process). */
-void ddofi_tr_map_count(uint64_t ops, uint64_t bytes);
-/* Test hook: copies and bytes served from mapped shards in this process. */
-void ddofi_tr_map_counts(uint64_t *ops, uint64_t *bytes);
-
 /* ddofi_tr_method2.c */
 /* handshake_dir, namespace, timeout, host name into hs: 0 or a dds error. */
 int ddofi_hs_params(ddofi_hs_t *hs, const ddofi_transport_params_t *tp);
@@ -322,11 +272,11 @@ void ddofi_tr_live_core_unref(void);
  * shard), with where readers of this host can map it (`map`: tag 0 or NULL:
  * they cannot).  0 or -DDS_EIO / -DDS_ENOMEM. */
 int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine,
-                      const ddofi_tr_map_rec_t *map);
+                      const dds_shard_rec_t *map);
 /* Core: mark g's slot free; call before its memory is deregistered. */
 void ddofi_tr_live_release(ddofi_tr_region_t *g);
-/* Reader: g->live for the record's ranks on this host (and g->maps for
- * the shards it may map, DDSTORE_OFI_MAP_SHARDS).  0, or -DDS_ESTALE
+/* Reader: g->live for the record's ranks on this host (and g->shards for
+ * the shards the store may map, DDSTORE_OFI_MAP_SHARDS).  0, or -DDS_ESTALE
  * (freed already), -DDS_EIO (the table is needed but unreadable). */
 int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t *rec, ddofi_tr_region_t *g);
 /* Reader: unmap the tables (store release). */

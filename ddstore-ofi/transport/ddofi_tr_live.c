@@ -10,8 +10,8 @@
  * /dev/shm fails the add with -DDS_ENOMEM), with one slot per registered
  * variable: {gen, base, key, bytes, tag, fd}.  gen is unique in the process
  * (never reused) and non-zero while the variable is registered; tag and fd
- * say where a reader of this host can map the shard (ddofi_tr_map.c; tag 0:
- * it cannot):
+ * say where a reader of this host can map the shard (core's node-local
+ * shard service, ddstore/shard.h; tag 0: it cannot):
  *
  *   core, add:   fields, then gen (release)
  *   core, free:  gen = 0 and a full fence, before the memory is
@@ -20,7 +20,7 @@
  *                namespace), finds the slot whose {base, key, bytes} are the
  *                record's (a seqlock read: gen, fields, gen again) and keeps
  *                (slot, gen), and the shard's {tag, fd} to map it on the
- *                first read (checked like method 1's: file, size, tag)
+ *                first read (the store does: file, size, tag checked)
  *   reader, read: after the copy has completed, a full fence, then each
  *                such slot must still hold its gen; else the read fails
  *                naming the variable (-DDS_ESTALE).
@@ -57,7 +57,7 @@
 typedef struct live_slot {
     _Atomic uint64_t gen;
     _Atomic uint64_t base, key, bytes;
-    _Atomic uint64_t tag, fd;  /* the shard's memfd (ddofi_tr_map.c), tag 0: none */
+    _Atomic uint64_t tag, fd;  /* the shard's memfd (ddstore/shard.h), tag 0: none */
     _Atomic uint64_t reserved[2];
 } live_slot_t;
 
@@ -171,7 +171,7 @@ void ddofi_tr_live_core_unref(void)
 }
 
 int ddofi_tr_live_add(ddofi_tr_region_t *g, const ddofi_remote_t *mine,
-                      const ddofi_tr_map_rec_t *map)
+                      const dds_shard_rec_t *map)
 {
     g->live_slot = -1;
     if (!mine->size)
@@ -273,7 +273,7 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
     const int needed = t->attr.direct_reads || !strcmp(t->attr.quirks, "shm");
     const int map_on = t->set.map_shards;
     g->live = calloc(rec->nranks, sizeof *g->live);
-    ddofi_tr_map_peer_t *maps = map_on ? calloc(rec->nranks, sizeof *maps) : NULL;
+    dds_shard_rec_t *maps = map_on ? calloc(rec->nranks, sizeof *maps) : NULL;
     int nmaps = 0;
     if (!g->live || (map_on && !maps)) {
         free(maps);
@@ -323,13 +323,16 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
                              rec->name, i, (int)r->pid, path);
         }
         if (maps && tag && fd <= INT32_MAX) {
-            /* mapped on the first read, checked like method 1's (file, size,
-             * tag); the liveness check after each read stays */
-            maps[i].rec.tag = tag;
-            maps[i].rec.bytes = r->bytes;
-            maps[i].rec.pid = r->pid;
-            maps[i].rec.fd = (int32_t)fd;
-            maps[i].rec.uid = (uint32_t)geteuid();
+            /* the store maps it on the first read (core's shard service:
+             * file, size and tag checked); the liveness check after each
+             * read stays (region_check).  Same host name and pid namespace:
+             * this node. */
+            maps[i].tag = tag;
+            maps[i].bytes = r->bytes;
+            maps[i].node = dds_shard_node_id();
+            maps[i].pid = r->pid;
+            maps[i].fd = (int32_t)fd;
+            maps[i].uid = (uint32_t)geteuid();
             nmaps++;
         }
         g->live[g->nlive].word = &tab[k].gen;
@@ -339,8 +342,8 @@ int ddofi_tr_live_join(ddofi_tr_t *t, const char *path, const ddofi_hs_record_t 
         g->nlive++;
     }
     if (nmaps) {
-        g->maps = maps;
-        g->maps_n = (int)rec->nranks;
+        g->shards = maps;
+        g->nshards = (int)rec->nranks;
     } else {
         free(maps);
     }

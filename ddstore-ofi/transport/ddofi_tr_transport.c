@@ -84,10 +84,8 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     ddofi_tr_t *t = ctx;
     const dds_comm_t *c = &t->comm;
     ddofi_tr_region_t *g = calloc(1, sizeof *g);
-    unsigned char *all = NULL, *xall = NULL;
-    /* what every rank sends: its registration, then its same-node record */
-    enum { XREC = DDOFI_MR_BLOB_SIZE + sizeof(ddofi_tr_map_rec_t) };
-    unsigned char blob[XREC];
+    unsigned char *all = NULL;
+    unsigned char blob[DDOFI_MR_BLOB_SIZE];
     int rc = 0;
 
     if (!g)
@@ -98,8 +96,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
         g->bytes = d->bytes;
         g->remotes = calloc((size_t)t->nranks, sizeof *g->remotes);
         all = malloc((size_t)t->nranks * DDOFI_MR_BLOB_SIZE);
-        xall = malloc((size_t)t->nranks * XREC);
-        if (!g->remotes || !all || !xall)
+        if (!g->remotes || !all)
             rc = dds_error(-DDS_ENOMEM, "region: out of memory");
     }
     if (!rc && getpid() != t->pid)
@@ -130,10 +127,15 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
         } else if ((r = ddofi_mr_export(g->mr, blob)) != 0) {
             rc = ddofi_transport_error(r, "region export");
         } else if (t->hs.on) {
-            /* method 2: readers on this host learn when it is freed */
+            /* method 2: readers on this host learn when it is freed, and
+             * where to map the shard (core's node-local shard service) */
             ddofi_remote_t mine;
-            ddofi_tr_map_rec_t mrec;
-            ddofi_tr_map_export(t, d, &mrec);
+            dds_shard_rec_t mrec;
+            dds_shard_export(t->set.map_shards && d->mem.kind == DDS_MEM_HOST &&
+                                     d->bytes && d->base == dds_shard_base(d->shard)
+                                 ? d->shard
+                                 : NULL,
+                             &mrec);
             if ((r = ddofi_remote_import(blob, DDOFI_MR_BLOB_SIZE, &mine)) != 0)
                 rc = ddofi_transport_error(r, "region export");
             else
@@ -143,13 +145,7 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     rc = dds_comm_agree(c, rc);
     if (rc)
         goto fail;
-    ddofi_tr_map_rec_t mrec;
-    ddofi_tr_map_export(t, d, &mrec);
-    memcpy(blob + DDOFI_MR_BLOB_SIZE, &mrec, sizeof mrec);
-    rc = c->ops->allgather(c->ctx, blob, sizeof blob, xall);
-    for (int i = 0; i < t->nranks && !rc; i++)
-        memcpy(all + (size_t)i * DDOFI_MR_BLOB_SIZE, xall + (size_t)i * XREC,
-               DDOFI_MR_BLOB_SIZE);
+    rc = c->ops->allgather(c->ctx, blob, sizeof blob, all);
     if (rc) {
         rc = dds_error(rc < 0 ? rc : -rc, "variable '%s': exchanging registrations: %s",
                        g->name, dds_last_error());
@@ -165,8 +161,6 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
             }
         }
     }
-    if (!rc)
-        rc = ddofi_tr_map_import(t, g, d, xall + DDOFI_MR_BLOB_SIZE, XREC);
     /* method 2: rank 0 writes the variable's record for reader jobs */
     if (!rc && t->hs.on && t->rank == 0)
         rc = ddofi_hs_publish(t, g, d, all);
@@ -174,7 +168,6 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     if (rc)
         goto fail;
     free(all);
-    free(xall);
     ddofi_tr_region_link(t, g);
     DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_OFI, "variable '%s': %zu bytes registered (key 0x%llx)",
             g->name, d->bytes, (unsigned long long)g->remotes[t->rank].key);
@@ -182,11 +175,9 @@ static int t_region_create(void *ctx, const dds_region_desc_t *d, void **region_
     return 0;
 fail:
     free(all);
-    free(xall);
     if (g) {
         ddofi_hs_unpublish(t, g);
         ddofi_tr_live_release(g);
-        ddofi_tr_map_release(g);
         ddofi_mr_deregister(g->mr);
         free(g->remotes);
         free(g);
@@ -209,7 +200,7 @@ static int t_region_destroy(void *ctx, void *region)
         g->next->prev = g->prev;
     pthread_mutex_unlock(&t->lock);
     if (g->joined) { /* another job's variable: nothing registered here */
-        ddofi_tr_map_release(g);
+        free(g->shards);
         free(g->live);
         free(g->remotes);
         free(g);
@@ -224,7 +215,6 @@ static int t_region_destroy(void *ctx, void *region)
      * MPI_Finalize, a dead peer) still releases the local registration. */
     if (getpid() == t->pid && t->nranks > 1 && t->comm.ops->barrier)
         (void)t->comm.ops->barrier(t->comm.ctx);
-    ddofi_tr_map_release(g);
     int rc = ddofi_mr_deregister(g->mr);
     if (rc)
         rc = ddofi_transport_error(rc, "deregistering a variable");
@@ -294,42 +284,15 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
     if (!o)
         return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
 
-    /* Same-node host shards mapped here (ddofi_tr_map.c) are copied now,
-     * into host destinations; the other ops go to libfabric (o[0..k)). */
+    /* Same-node shards the store mapped never come here (it copies them:
+     * DDS_TRANSPORT_CAP_NODE_MAP); every op goes to libfabric. */
     int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
     size_t k = 0, dmax = 0, smax = 0;
-    uint64_t tm0 = g->maps ? dds_prof_now() : 0, mops = 0, mbytes = 0;
-    int cur = -1, cur_copied = 0;
-    const char *mb = NULL;
     int owners[8], nowners = 0, more_owners = 0; /* of o[], named by an error */
     for (size_t i = 0; i < nops; i++) {
         const dds_read_op_t *p = &ops[i];
         if ((unsigned)p->owner >= (unsigned)t->nranks)
             return dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
-        if (g->maps && p->owner < g->maps_n && (p->staged || !dev)) {
-            if (p->owner != cur) { /* ops come grouped by owner */
-                if (cur_copied && (rc = ddofi_tr_map_alive(g, cur)) != 0)
-                    return rc;
-                cur = p->owner;
-                cur_copied = 0;
-                mb = ddofi_tr_map_base(g, cur);
-            }
-            if (mb) {
-                const uint64_t sb = g->maps[cur].rec.bytes;
-                if (p->src_offset < 0 || (uint64_t)p->src_offset > sb ||
-                    p->len > sb - (uint64_t)p->src_offset)
-                    return dds_error(-DDS_EINVAL, "variable '%s': read of %zu bytes at %zu "
-                                     "beyond rank %d's shard (%llu bytes)", g->name, p->len,
-                                     (size_t)p->src_offset, cur,
-                                     (unsigned long long)g->maps[cur].rec.bytes);
-                memcpy((char *)(p->staged ? staging : dst) + p->dst_offset, mb + p->src_offset,
-                       p->len);
-                cur_copied = 1;
-                mops++;
-                mbytes += p->len;
-                continue;
-            }
-        }
         size_t end = p->dst_offset + p->len;
         if (p->staged)
             smax = end > smax ? end : smax;
@@ -349,15 +312,6 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
         o[k].len = p->len;
         o[k].dst_mr = p->staged ? (ddofi_mr_t *)o : NULL; /* marks staged: replaced below */
         k++;
-    }
-    if (mops) {
-        if (cur_copied && (rc = ddofi_tr_map_alive(g, cur)) != 0)
-            return rc;
-        ddofi_tr_map_count(mops, mbytes);
-        if (tm0)
-            dds_prof_add(prof, DDS_PROF_NS_POST, dds_prof_now() - tm0);
-        if (k == 0) /* method 2: freed by the core job meanwhile? */
-            return ddofi_tr_live_check(g);
     }
 
     /* Registrations of the destinations: the caller's (recv_register) when
@@ -483,8 +437,8 @@ void ddofi_tr_free(ddofi_tr_t *t)
             ddofi_hs_unpublish(t, g);
             ddofi_tr_live_release(g);
         }
-        ddofi_tr_map_release(g);
         ddofi_mr_deregister(g->mr);
+        free(g->shards);
         free(g->live);
         free(g->remotes);
         free(g);
@@ -502,12 +456,31 @@ void ddofi_tr_free(ddofi_tr_t *t)
     t->fab = NULL;
     pthread_mutex_destroy(&t->lock);
     ddofi_hs_free(&t->hs);
-    free(t->same_host);
     free(t->addrs);
     free(t);
 }
 
 static void t_destroy(void *ctx) { ddofi_tr_free(ctx); }
+
+/* A joined (method-2) region's same-node shards, as the liveness table
+ * gave them at join (ddofi_tr_live.c). */
+static int t_region_shards(void *ctx, void *region, dds_shard_rec_t *recs, int nowners)
+{
+    (void)ctx;
+    ddofi_tr_region_t *g = region;
+    if (g && g->shards)
+        for (int i = 0; i < nowners && i < g->nshards; i++)
+            recs[i] = g->shards[i];
+    return 0;
+}
+
+/* After the store copied rows from mapped shards: method 2, freed by the
+ * core job meanwhile? */
+static int t_region_check(void *ctx, void *region)
+{
+    (void)ctx;
+    return region ? ddofi_tr_live_check(region) : 0;
+}
 
 const dds_transport_ops_t ddofi_tr_ops = {
     .size = sizeof(dds_transport_ops_t),
@@ -524,8 +497,8 @@ const dds_transport_ops_t ddofi_tr_ops = {
     .epoch_end = NULL,
     .destroy = t_destroy,
     .region_join = ddofi_hs_region_join,
-    .shard_alloc = ddofi_tr_shard_alloc,
-    .shard_free = ddofi_tr_shard_free,
+    .region_shards = t_region_shards,
+    .region_check = t_region_check,
 };
 
 /* ---------------- create ---------------- */
@@ -540,6 +513,8 @@ void ddofi_tr_fill(ddofi_tr_t *t, dds_transport_t *transport_p)
     transport_p->ctx = t;
     transport_p->caps = DDS_TRANSPORT_CAP_THREAD_SAFE | DDS_TRANSPORT_CAP_READERS |
                         DDS_TRANSPORT_CAP_FORK | DDS_TRANSPORT_CAP_LOCAL_SELF |
+                        DDS_TRANSPORT_CAP_NODE_SHARDS |
+                        (t->set.map_shards ? DDS_TRANSPORT_CAP_NODE_MAP : 0) |
                         (t->attr.hmem ? DDS_TRANSPORT_CAP_HMEM_CUDA | DDS_TRANSPORT_CAP_HMEM_ROCM
                                       : 0);
     transport_p->max_read_bytes =
@@ -641,11 +616,8 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         goto fail;
     }
     int single = 1, local_rank = 0;
-    t->same_host = calloc((size_t)comm->size, 1);
     for (int i = 0; i < comm->size; i++) {
         int same = !strncmp(hosts + (size_t)i * HOST_MAX, me, HOST_MAX);
-        if (t->same_host)
-            t->same_host[i] = (unsigned char)same;
         single &= same;
         if (same && i < comm->rank)
             local_rank++;
@@ -663,7 +635,6 @@ int ddofi_transport_create(const dds_comm_t *comm, const ddofi_transport_params_
         snprintf(t->domain, sizeof t->domain, "%s", t->attr.domain);
         t->need_local_mr = t->attr.mr_local;
         t->thp = t->set.thp;
-        t->map_on = t->set.map_shards && t->same_host != NULL;
         rc = ddofi_tr_share_server(t->share, &t->server);
         int r = rc ? 0 : ddofi_ep_address(t->server, mine, &mine_len);
         if (r)

@@ -84,8 +84,9 @@ def check_store_run(rc, out, err, n=4, nodes=2, mapped=True):
     hosts = dict(re.findall(r"^RANK (\d+) (\S+) ok", out, re.M))
     assert {int(r): h for r, h in hosts.items()} == {
         r: "node%d" % nodes_job.node_of(r, n, nodes) for r in range(n)}, out
-    # mapped shards: only same-node owners (method 1, DDSTORE_LOG_LEVEL=debug)
-    maps = re.findall(r"ddstore/ofi\[(\d+)\] DEBUG: variable '\w+': the shard of rank (\d+) "
+    # mapped shards: only same-node owners (method 1, DDSTORE_LOG_LEVEL=debug;
+    # logged by core's node-local shard service, which maps them)
+    maps = re.findall(r"ddstore/core\[(\d+)\] DEBUG: variable '\w+': the shard of rank (\d+) "
                       r"\(\d+ bytes\) is mapped", err)
     if mapped:
         assert maps, err
@@ -107,7 +108,7 @@ def check_store_run(rc, out, err, n=4, nodes=2, mapped=True):
     assert prof["bytes"] - prof["local_bytes"] > 0, prof
 
 
-DEBUG = {"DDSTORE_LOG_LEVEL": "debug", "DDSTORE_LOG_SUBSYS": "ofi"}
+DEBUG = {"DDSTORE_LOG_LEVEL": "debug", "DDSTORE_LOG_SUBSYS": "ofi,core"}
 
 
 def test_method1_tcp_mpi():

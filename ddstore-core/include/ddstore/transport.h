@@ -20,6 +20,7 @@
 
 #include "ddstore/plan.h"
 #include "ddstore/profile.h"
+#include "ddstore/shard.h"
 #include "ddstore/types.h"
 
 #ifdef __cplusplus
@@ -33,8 +34,19 @@ enum {
     DDS_TRANSPORT_CAP_READERS = 1u << 3,      /* reader_open gives separate
                                                  endpoints (per thread/fork) */
     DDS_TRANSPORT_CAP_FORK = 1u << 4,         /* readers usable after fork   */
-    DDS_TRANSPORT_CAP_LOCAL_SELF = 1u << 5    /* store may memcpy own rank's
+    DDS_TRANSPORT_CAP_LOCAL_SELF = 1u << 5,   /* store may memcpy own rank's
                                                  host shard itself          */
+    /* The store allocates the host shards it owns (var_init, var_add with
+     * DDS_ADD_COPY) with the node-local shard service (ddstore/shard.h):
+     * MAP_SHARED memory, which processes forked later share (they see
+     * var_update).  Takes precedence over shard_alloc. */
+    DDS_TRANSPORT_CAP_NODE_SHARDS = 1u << 6,
+    /* ... and makes them mappable by the processes of the same node: the
+     * store exchanges their records at add (and asks region_shards at
+     * join), serves the ops of owners whose shard is mapped here with
+     * memcpy and hands read() only the others.  A transport leaves it
+     * unset to turn same-node mapping off (its setting). */
+    DDS_TRANSPORT_CAP_NODE_MAP = 1u << 7
 };
 
 /* A ragged variable's shard (docs/design.md "Ragged variables") is
@@ -77,6 +89,10 @@ typedef struct dds_region_desc {
      * + (elem_offsets[r+1] - elem_offsets[r]) x row_bytes bytes. */
     int ragged;
     const int64_t *elem_offsets;
+    /* The node-local shard service's shard at `base` (DDS_TRANSPORT_CAP_
+     * NODE_SHARDS), or NULL: dds_shard_export gives its record (method 2
+     * publishes it for reader jobs on the same node). */
+    const dds_shard_t *shard;
 } dds_region_desc_t;
 
 /* What region_join found: a variable published by another job. */
@@ -126,6 +142,12 @@ typedef struct dds_transport_ops {
      *     shard, or the pinned host mirror of a GPU shard (not in a process
      *     forked after the store was created: mirrors are not inherited);
      *     the store serves those with memcpy;
+     *   - with DDS_TRANSPORT_CAP_NODE_MAP, ops of an owner whose shard the
+     *     store mapped (same node) never reach read() when they land in
+     *     host memory (a host destination or staging); the store serves
+     *     those with memcpy (ddstore/shard.h) and then calls read() with
+     *     the rest, also with nops == 0 (read may refuse the reader: one it
+     *     cannot use in this process);
      *   - no GPU destination (dst_mem) unless the transport advertised the
      *     matching DDS_TRANSPORT_CAP_HMEM_* (else the store stages it). */
     int (*read)(void *ctx, void *reader, void *region,
@@ -191,6 +213,18 @@ typedef struct dds_transport_ops {
      * transport may leak it (MPI: the window is left open and is not closed
      * at MPI_Finalize either).  When NULL the store leaks the region. */
     void (*region_abandon)(void *ctx, void *region);
+
+    /* Optional (may be NULL; both are used only for joined regions, with
+     * DDS_TRANSPORT_CAP_NODE_MAP).  region_shards: the records
+     * (ddstore/shard.h) of a joined region's owners, nowners entries, tag 0
+     * for those that cannot be mapped here; the store then serves the
+     * mapped ones with memcpy.  region_check: called after the store
+     * copied rows of the region from mapped shards, before the read
+     * returns: 0, or an error when the bytes copied may not be the
+     * variable's (method 2: the core job freed it meanwhile).  Local. */
+    int (*region_shards)(void *ctx, void *region, dds_shard_rec_t *recs,
+                         int nowners);
+    int (*region_check)(void *ctx, void *region);
 } dds_transport_ops_t;
 
 typedef struct dds_transport {

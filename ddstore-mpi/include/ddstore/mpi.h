@@ -193,7 +193,7 @@ DDMPI_API int ddmpi_translate_error(int mpi_rc, const char *what);
       "largest single MPI_Get of method 0 in bytes (1 .. 2147483647); larger " \
       "reads are split")                                                       \
     X(shm, "DDSTORE_MPI_SHM", BOOL, "1", NULL, "mpi",                          \
-      "method 0: map the shards of ranks on this node (POSIX shared memory) "  \
+      "method 0: map the shards of ranks on this node (memfd shared memory) "  \
       "and read them with memcpy, also from forked DataLoader workers; 0 "     \
       "reads them with MPI_Get as if they were on other nodes")
 
