@@ -355,4 +355,56 @@ void Batches::clear()
     ended = true;
 }
 
+namespace {
+const char *const kStateFormat = "ddstore.ThreadDataLoader";
+constexpr int kStateVersion = 1;
+
+std::string repr_of(py::handle h) { return py::repr(h).cast<std::string>(); }
+
+bool differs(py::handle a, py::handle b)
+{
+    const int ne = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_NE);
+    if (ne < 0)
+        throw py::error_already_set();
+    return ne != 0;
+}
+}  // namespace
+
+py::dict loader_state(py::object batches, py::object samples, py::object sampler)
+{
+    py::dict d;
+    d["format"] = kStateFormat;
+    d["version"] = kStateVersion;
+    d["batches_yielded"] = batches;
+    d["samples_yielded"] = samples;
+    d["sampler"] = sampler;
+    return d;
+}
+
+py::tuple loader_state_check(py::handle state)
+{
+    auto bad = [](const std::string &m) {
+        throw_py(PyExc_ValueError, "ThreadDataLoader state: " + m);
+    };
+    if (!PyDict_Check(state.ptr()))
+        bad("expected a dict, got " +
+            py::str(py::type::handle_of(state).attr("__name__")).cast<std::string>());
+    py::dict d = py::reinterpret_borrow<py::dict>(state);
+    for (const char *k : {"format", "version", "batches_yielded", "samples_yielded", "sampler"})
+        if (!d.contains(k))
+            bad(std::string("field '") + k + "' is missing");
+    if (differs(d["format"], py::str(kStateFormat)))
+        bad("field 'format' is " + repr_of(d["format"]) + ", expected '" + kStateFormat + "'");
+    if (differs(d["version"], py::int_(kStateVersion)))
+        bad("field 'version' is " + repr_of(d["version"]) + ", this pyddstore reads " +
+            std::to_string(kStateVersion));
+    for (const char *k : {"batches_yielded", "samples_yielded"}) {
+        py::object v = d[k];
+        if (PyBool_Check(v.ptr()) || !PyLong_Check(v.ptr()) ||
+            PyObject_RichCompareBool(v.ptr(), py::int_(0).ptr(), Py_LT) == 1)
+            bad(std::string("field '") + k + "' must be an int >= 0, got " + repr_of(v));
+    }
+    return py::make_tuple(d["batches_yielded"], d["samples_yielded"], d["sampler"]);
+}
+
 }  // namespace ddstore_torch

@@ -119,4 +119,10 @@ private:
     bool stop_ = false;
 };
 
+// ThreadDataLoader.state_dict()'s dict, and load_state_dict()'s checks of
+// one: (batches_yielded, samples_yielded, sampler) or ValueError naming the
+// field.
+py::dict loader_state(py::object batches, py::object samples, py::object sampler);
+py::tuple loader_state_check(py::handle state);
+
 }  // namespace ddstore_torch

@@ -142,4 +142,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
         .def_readonly("base_samples", &dt::Batches::base_samples)
         .def_readonly("num_yielded", &dt::Batches::num_yielded)
         .def_readwrite("key", &dt::Batches::key);
+    m.def("loader_state", &dt::loader_state, py::arg("batches"), py::arg("samples"),
+          py::arg("sampler"), "ThreadDataLoader.state_dict()'s dict.");
+    m.def("loader_state_check", &dt::loader_state_check, py::arg("state"),
+          "(batches_yielded, samples_yielded, sampler) of a ThreadDataLoader state; "
+          "ValueError naming the field that does not fit.");
 }

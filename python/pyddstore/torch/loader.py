@@ -28,9 +28,6 @@ from .sampler import DistSampler
 
 __all__ = ["ThreadDataLoader"]
 
-LOADER_STATE_FORMAT = "ddstore.ThreadDataLoader"
-LOADER_STATE_VERSION = 1
-
 _DEFAULT_COLLATES = {_tud_utils.collate.default_collate}
 try:  # the public alias is the same function; keep both just in case
     _DEFAULT_COLLATES.add(torch.utils.data.default_collate)
@@ -368,8 +365,7 @@ class ThreadDataLoader(DataLoader):
                 sst = ds.state_dict(consumed=0)
             else:
                 sst = ds.state_dict(consumed=samples - pr.base_samples)
-        return {"format": LOADER_STATE_FORMAT, "version": LOADER_STATE_VERSION,
-                "batches_yielded": batches, "samples_yielded": samples, "sampler": sst}
+        return ext.loader_state(batches, samples, sst)
 
     def load_state_dict(self, state):
         """Resume from `state` at the next iter(loader).  ValueError naming the
@@ -378,26 +374,8 @@ class ThreadDataLoader(DataLoader):
         if self._live_iter() is not None:
             raise RuntimeError("ThreadDataLoader.load_state_dict while an epoch is being "
                                "iterated: finish it or close() its iterator first")
-        if not isinstance(state, dict):
-            raise ValueError(f"ThreadDataLoader state: expected a dict, got "
-                             f"{type(state).__name__}")
-        for key in ("format", "version", "batches_yielded", "samples_yielded", "sampler"):
-            if key not in state:
-                raise ValueError(f"ThreadDataLoader state: field {key!r} is missing")
-        if state["format"] != LOADER_STATE_FORMAT:
-            raise ValueError(f"ThreadDataLoader state: field 'format' is "
-                             f"{state['format']!r}, expected {LOADER_STATE_FORMAT!r}")
-        if state["version"] != LOADER_STATE_VERSION:
-            raise ValueError(f"ThreadDataLoader state: field 'version' is "
-                             f"{state['version']!r}, this pyddstore reads "
-                             f"{LOADER_STATE_VERSION}")
-        for key in ("batches_yielded", "samples_yielded"):
-            v = state[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"ThreadDataLoader state: field {key!r} must be an int "
-                                 f">= 0, got {v!r}")
+        batches, samples, sst = ext.loader_state_check(state)   # ValueError naming a field
         ds = self._dist_sampler()
-        sst = state["sampler"]
         if (sst is None) != (ds is None):
             have = type(ds or self.sampler).__name__
             raise ValueError(f"ThreadDataLoader state: field 'sampler' is "
@@ -407,11 +385,10 @@ class ThreadDataLoader(DataLoader):
             ds.load_state_dict(sst)
             skip = 0
         else:
-            skip = state["batches_yielded"]
+            skip = batches
         self._skip = skip
         self._progress = self._resume = _Progress(
-            state["batches_yielded"], state["samples_yielded"],
-            None if ds is None else (ds.epoch, ds._start))
+            batches, samples, None if ds is None else (ds.epoch, ds._start))
 
     # -- report ---------------------------------------------------------------
     def epoch_report(self, gather=False, timeline=False):
