@@ -6,7 +6,8 @@ batch down").
 
 ARMS: comma-separated arms (default bare,collate,loader; also spin0, spin5,
 spin20: the loader with the consumer polling 0 / 5 / 20 µs, not 50, before
-it sleeps).  With
+it sleeps; bare+c, loader+c: bare and loader with a fixed training step per
+batch, step(), compared with each other).  With
 BENCH_PERF=DIR each rank runs `perf record -e cpu-clock` on itself over the
 timed rounds only (not start-up or exit), into DIR/perf.RANK.data; then e.g.
 `perf report -i DIR/perf.0.data --sort pid,dso,sym` splits the consumer
@@ -88,11 +89,22 @@ def timed(body):
             (time.thread_time() - t0) / m * 1e6]
 
 
-def bare():
+W = torch.randn(128, 128)
+
+
+def step(batch):
+    """The fixed training step of the +c arms: 2 matmuls of 128 x 128 (about
+    0.1 ms of CPU on this machine), whatever the batch."""
+    return (W @ W) @ W
+
+
+def bare(compute=False):
     for _ in range(10):
         for tb in tbs:
             for f, o in zip(fields, outs):
                 ext.get_batch(ds.ddstore, f.var, o, tb)
+            if compute:
+                step(outs)
     return 10 * NB
 
 
@@ -106,17 +118,19 @@ def collate():
 extra = {}
 
 
-def loader(spin_ns=None):
+def loader(spin_ns=None, compute=False):
     lo = ThreadDataLoader(ds, batch_sampler=Sampler(), num_workers=1)
     it = iter(lo)
     if spin_ns is not None:   # the consumer's polling before it sleeps (pipeline.cpp)
         it._state.pipe.spin_ns = spin_ns
     next(it)
     m = 0
-    for _ in it:
+    for b in it:
+        if compute:
+            step(b)
         m += 1
     fig = lo.epoch_report()
-    if spin_ns is None:
+    if spin_ns is None and not compute:
         extra.setdefault("wait_per_batch_us", []).append(1e3 * fig["wait_per_batch_ms"])
         extra.setdefault("fetch_per_batch_us", []).append(1e3 * fig["fetch_per_batch_ms"])
     lo.close()
@@ -127,7 +141,9 @@ arms = {"bare": bare, "collate": collate, "loader": loader,
         # not in the default set: the loader with the consumer's polling
         # shortened (spinN: N µs) or off (spin0), for A/B in one run
         "spin0": lambda: loader(0), "spin5": lambda: loader(5000),
-        "spin20": lambda: loader(20000)}
+        "spin20": lambda: loader(20000),
+        # with a fixed training step per batch (step()): what users see
+        "bare+c": lambda: bare(True), "loader+c": lambda: loader(compute=True)}
 arms = {k: arms[k] for k in (sys.argv[3] if len(sys.argv) > 3 else
                               "bare,collate,loader").split(",")}
 load0 = os.getloadavg()[0]
@@ -162,11 +178,12 @@ if comm.Get_rank() == 0:
             v = [worst(k, r, j) for r in range(rounds)]
             out[f"{k}_{what}"] = [round(statistics.median(v), 1), round(min(v), 1),
                                   round(max(v), 1)]
-        if k != "bare" and "bare" in arms:
+        ref = "bare+c" if k.endswith("+c") else "bare"
+        if k != ref and ref in arms:
             for j, what in ((0, "wall"), (1, "cpu")):
-                v = [worst(k, r, j) / worst("bare", r, j) for r in range(rounds)]
-                out[f"{k}/bare_{what}"] = [round(statistics.median(v), 2), round(min(v), 2),
-                                           round(max(v), 2)]
+                v = [worst(k, r, j) / worst(ref, r, j) for r in range(rounds)]
+                out[f"{k}/{ref}_{what}"] = [round(statistics.median(v), 2), round(min(v), 2),
+                                            round(max(v), 2)]
     for k in extra:
         v = [max(a[1][k][r] for a in allr) for r in range(rounds)]
         out[f"loader_{k}"] = round(statistics.median(v), 1)
