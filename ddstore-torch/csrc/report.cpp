@@ -48,7 +48,8 @@ std::string str(const py::dict &d, const char *k)
 
 Stats::Stats(int64_t index, int workers, int64_t depth, py::object t0, py::object profile)
     : index_(index), workers_(workers), depth_(depth),
-      t0_(t0.is_none() ? now_s() : t0.cast<double>()), profile_fn_(std::move(profile))
+      t0_(t0.is_none() ? now_s() : t0.cast<double>()), profile_fn_(std::move(profile)),
+      read_(py::none())
 {
     prof0_ = this->profile();
 }

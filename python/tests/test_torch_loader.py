@@ -194,6 +194,23 @@ def test_settings_read_when_made(datasets, monkeypatch, tmp_path):
     assert_all(comm, not bad, "; ".join(bad))
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_report_of_an_epoch_in_progress(datasets, workers):
+    """epoch_report() in the middle of an epoch (a loop that breaks early):
+    the figures so far, not complete, with the store's reads so far."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    lo = ThreadDataLoader(ds, batch_size=4, num_workers=workers)
+    for k, _ in enumerate(lo):
+        if k == 2:
+            break
+    fig = lo.epoch_report(timeline=True)
+    lo.close()
+    ok = (not fig["complete"] and fig["batches"] == 3 and fig["samples"] == 12 and
+          fig["read"]["rows"] >= 12 and len(fig["timeline"]["batches"]) == 3)
+    assert_all(comm, ok, f"figures of an epoch in progress: {fig}")
+
+
 def test_distributed_sampler_epochs(datasets):
     """DistributedSampler with set_epoch: the same per-rank batches as over the source."""
     comm, dss = datasets
