@@ -39,6 +39,7 @@ private:
     py::object profile() const;   // the read counters now (a dict), or None
     py::object read_delta(const py::object &p1) const;
 
+public:   // (read-only from Python, as the figures' parts)
     int64_t index_;
     int workers_;
     int64_t depth_;
@@ -49,10 +50,14 @@ private:
     int64_t ready_sum_ = 0, ready_min_ = -1, ready_max_ = 0, starved_ = 0;
     std::deque<std::pair<double, double>> batch_times_;
     py::object profile_fn_, prof0_, read_;
+
+private:
     std::mutex mu_;   // the fetch figures (add_fetch from worker threads)
+    std::deque<Fetch> fetch_times_;
+
+public:
     double fetch_s_ = 0, collate_s_ = 0, pin_s_ = 0;
     int64_t fetched_ = 0;
-    std::deque<Fetch> fetch_times_;
 };
 
 // report.py's text and spread, computed here.

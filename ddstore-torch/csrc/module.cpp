@@ -108,7 +108,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
         .def_property_readonly("batch_times", &dt::Stats::batch_times)
         .def_property_readonly("fetch_times", &dt::Stats::fetch_times)
         .def_property_readonly("index", &dt::Stats::index)
-        .def_property_readonly("complete", &dt::Stats::complete);
+        .def_property_readonly("complete", &dt::Stats::complete)
+        .def_readonly("workers", &dt::Stats::workers_)
+        .def_readonly("depth", &dt::Stats::depth_)
+        .def_readonly("t0", &dt::Stats::t0_)
+        .def_readonly("start_s", &dt::Stats::start_s_)
+        .def_readonly("wait_s", &dt::Stats::wait_s_)
+        .def_readonly("compute_s", &dt::Stats::compute_s_)
+        .def_readonly("batches", &dt::Stats::batches_)
+        .def_readonly("samples", &dt::Stats::samples_)
+        .def_readonly("fetch_s", &dt::Stats::fetch_s_)
+        .def_readonly("fetched", &dt::Stats::fetched_)
+        .def_readonly("collate_s", &dt::Stats::collate_s_)
+        .def_readonly("pin_s", &dt::Stats::pin_s_)
+        .def_readonly("starved", &dt::Stats::starved_)
+        .def_readonly("read", &dt::Stats::read_);
     m.def("report_summary", &dt::report_summary, py::arg("fig"),
           "The one-screen text of an epoch's (gathered) figures.");
     m.def("report_mine", &dt::report_mine, py::arg("fig"),
