@@ -249,7 +249,7 @@ def part_overhead(a):
                 ext.get_batch(store, f.var, o, tb[k])
 
         def loader_epoch(help_="1"):
-            # DDSTORE_LOADER_HELP is read when the epoch starts
+            # DDSTORE_LOADER_HELP is read when the loader is made
             os.environ["DDSTORE_LOADER_HELP"] = help_
             ld = ThreadDataLoader(ds, batch_size=a.batch, sampler=Batches(10), num_workers=1)
             it = iter(ld)

@@ -281,8 +281,24 @@ public:
     void submit(int64_t seq, py::handle indices);
     void run(py::handle reader, int worker);
     py::object take(double timeout_s, int64_t seq, py::handle reader);
+    // A batch taken: (key, ok, batch or exception, t0, t1 seconds, worker).
+    struct Taken {
+        int64_t key = -1;
+        bool ok = false;
+        py::object data;
+        double t0 = 0, t1 = 0;
+        int worker = 0;
+    };
+    // take() without the tuple, for the consumer loop (loader.cpp): false on
+    // timeout or stop.  `help` is a handle (handle_of) the consumer reads
+    // through when it would wait for a batch nobody started (0: never);
+    // pinned only when it reads.  GIL held; released while waiting.
+    bool take_into(double timeout_s, int64_t seq, uint64_t help, Taken *out);
     void stop();
     size_t ready();
+    // How long take() polls (yielding the core) for a batch before it
+    // sleeps on the condition variable, in ns (0: it sleeps at once).
+    uint64_t spin_ns = 50000;
 
 private:
     struct Task {

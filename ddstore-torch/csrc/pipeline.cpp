@@ -34,13 +34,6 @@
 
 namespace ddstore_torch {
 
-namespace {
-// How long take() polls for a batch before it sleeps on the condition
-// variable: about one batch read of 128 x 3 KB rows.
-constexpr uint64_t kSpinNs = 50000;
-
-}  // namespace
-
 Pipeline::Pipeline(py::object collator, py::object store)
     : collator_(std::move(collator)), store_(std::move(store))
 {
@@ -149,16 +142,16 @@ void Pipeline::run(py::handle reader_obj, int worker)
 
 py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
 {
+    Taken r;
+    if (!take_into(timeout_s, seq, reader_obj.is_none() ? 0 : handle_of(reader_obj), &r))
+        return py::none();
+    return py::make_tuple(r.key, r.ok, r.data, r.t0, r.t1, r.worker);
+}
+
+bool Pipeline::take_into(double timeout_s, int64_t seq, uint64_t help, Taken *out)
+{
     Result res;
     int64_t key;
-    dds_store_t *store = nullptr;
-    dds_reader_t *reader = nullptr;
-    const bool help = !reader_obj.is_none();
-    if (help) {
-        const Target t(reader_obj);
-        store = t.store;
-        reader = t.reader;
-    }
     {
         py::gil_scoped_release nogil;
         auto ready = [&] {
@@ -168,13 +161,28 @@ py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
         // The batch wanted is still queued (no worker has started it): read
         // it here rather than wait for a worker to be scheduled.  Only that
         // one: reading a later batch would leave the workers without tasks
-        // (the consumer submits them) and delay this one by a read.
-        while (help && !ready() && !tasks_.empty() &&
+        // (the consumer submits them) and delay this one by a read.  The
+        // helper's reader is pinned only for such a read.
+        while (help != 0 && !ready() && !tasks_.empty() &&
                (seq < 0 || tasks_.front().seq == seq)) {
             Task t = std::move(tasks_.front());
             tasks_.pop_front();
             g.unlock();
-            Result r = execute(t, store, reader, -1);
+            Result r;
+            ddstore_pin_t *hp = nullptr;
+            dds_store_t *store = nullptr;
+            dds_reader_t *reader = nullptr;
+            const int rc = ddstore_handle_enter(help, &hp, &store, &reader);
+            if (rc < 0) {
+                const char *m = dds_last_error();
+                r.rc = rc;
+                r.msg = m != nullptr ? m : "";
+                r.worker = -1;
+                r.t0 = r.t1 = now_ns();
+            } else {
+                r = execute(t, store, reader, -1);
+                ddstore_handle_leave(hp);
+            }
             g.lock();
             if (stop_)
                 break;
@@ -184,8 +192,9 @@ py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
         // A batch due within microseconds is waited for by polling the count
         // of published batches (no lock; a worker notifies only a consumer
         // that sleeps), yielding the core between polls (to the worker when
-        // the threads outnumber the cores); after kSpinNs the consumer sleeps.
-        const uint64_t spin_end = now_ns() + kSpinNs;
+        // the threads outnumber the cores); after spin_ns (default 50 µs, about one
+        // batch read of 128 x 3 KB rows) the consumer sleeps.
+        const uint64_t spin_end = now_ns() + spin_ns;
         uint64_t seen = published_.load(std::memory_order_acquire);
         while (!ready() && now_ns() < spin_end) {
             g.unlock();
@@ -210,17 +219,24 @@ py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
         }
     }
     if (key < 0)
-        return py::none();
-    const double t0 = static_cast<double>(res.t0) * 1e-9, t1 = static_cast<double>(res.t1) * 1e-9;
+        return false;
+    out->key = key;
+    out->t0 = static_cast<double>(res.t0) * 1e-9;
+    out->t1 = static_cast<double>(res.t1) * 1e-9;
+    out->worker = res.worker;
     if (res.rc < 0) {
         dds_error(res.rc, "%s", res.msg.c_str());
         try {
             throw_rc(res.rc);
         } catch (py::error_already_set &e) {
-            return py::make_tuple(key, false, e.value(), t0, t1, res.worker);
+            out->ok = false;
+            out->data = e.value();
+            return true;
         }
     }
-    return py::make_tuple(key, true, col_->build(res.outs), t0, t1, res.worker);
+    out->ok = true;
+    out->data = col_->build(res.outs);
+    return true;
 }
 
 void Pipeline::stop()

@@ -188,8 +188,10 @@ def test_single_index_types():
                                        ("DDSTORE_AFFINITY_OFFSET", "-1")])
 def test_bad_affinity_raises_naming_it(var, value, monkeypatch):
     """A bad value raises ValueError naming the variable and the value in the
-    calling thread (it used to end every worker thread: "worker threads
-    exited unexpectedly")."""
+    calling thread when the loader is made (it used to end every worker
+    thread: "worker threads exited unexpectedly").  The settings are read
+    once, when the loader is made: a value set afterwards does not apply to
+    it (its epochs run pinned as it was made)."""
     comm = world()
     ds = DistDataset(Source("tuple"), fresh_name("aff"), comm)
     try:
@@ -198,9 +200,8 @@ def test_bad_affinity_raises_naming_it(var, value, monkeypatch):
             ThreadDataLoader(ds, batch_size=4, num_workers=2)
         monkeypatch.delenv(var)
         loader = ThreadDataLoader(ds, batch_size=4, num_workers=2)
-        monkeypatch.setenv(var, value)     # changed after construction
-        with pytest.raises(ValueError, match=f"{var}='{value}'"):
-            iter(loader)
+        monkeypatch.setenv(var, value)     # changed after construction: not read
+        assert sum(1 for _ in loader) == (N_ODD + 3) // 4
         monkeypatch.delenv(var)
         assert sum(1 for _ in loader) == (N_ODD + 3) // 4
         loader.close()

@@ -154,6 +154,63 @@ def test_fast_path_is_used(datasets, monkeypatch):
     assert_all(comm, ok, f"calls {calls}")
 
 
+def test_settings_read_when_made(datasets, monkeypatch, tmp_path):
+    """DDSTORE_FAST_COLLATE, DDSTORE_LOADER_HELP and DDSTORE_LOADER_REPORT are
+    read once, when the ThreadDataLoader is made: a change afterwards does
+    not apply to it (every epoch follows the values it was made with), a
+    loader made after the change follows the new values."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    calls = {"getitems": 0}
+    orig_gi = ds.__getitems__
+
+    def gi(*a, **k):
+        calls["getitems"] += 1
+        return orig_gi(*a, **k)
+    monkeypatch.setattr(ds, "__getitems__", gi)
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=1, DDSTORE_LOADER_HELP=0,
+            DDSTORE_LOADER_REPORT=None)
+    made = [ThreadDataLoader(ds, batch_size=8, num_workers=w) for w in (0, 1)]
+    report = tmp_path / "report.jsonl"
+    env_set(monkeypatch, DDSTORE_FAST_COLLATE=0, DDSTORE_LOADER_HELP=1,
+            DDSTORE_LOADER_REPORT=report)
+    bad = []
+    for lo in made:
+        for _ in range(2):
+            list(lo)
+            if calls["getitems"]:
+                bad.append(f"w={lo.num_workers}: per-sample reads after the change")
+        who = {w for w, *_ in lo._stats.fetch_times}
+        if lo.num_workers and -1 in who:
+            bad.append(f"w=1: the consumer read ({who}) with DDSTORE_LOADER_HELP=0 at make")
+        lo.close()
+    lo = ThreadDataLoader(ds, batch_size=8, num_workers=1, report=False)
+    list(lo)
+    lo.close()
+    if not calls["getitems"]:
+        bad.append("a loader made after DDSTORE_FAST_COLLATE=0 read batches directly")
+    if report.exists():
+        bad.append("DDSTORE_LOADER_REPORT set after the loader was made was followed")
+    assert_all(comm, not bad, "; ".join(bad))
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_report_of_an_epoch_in_progress(datasets, workers):
+    """epoch_report() in the middle of an epoch (a loop that breaks early):
+    the figures so far, not complete, with the store's reads so far."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    lo = ThreadDataLoader(ds, batch_size=4, num_workers=workers)
+    for k, _ in enumerate(lo):
+        if k == 2:
+            break
+    fig = lo.epoch_report(timeline=True)
+    lo.close()
+    ok = (not fig["complete"] and fig["batches"] == 3 and fig["samples"] == 12 and
+          fig["read"]["rows"] >= 12 and len(fig["timeline"]["batches"]) == 3)
+    assert_all(comm, ok, f"figures of an epoch in progress: {fig}")
+
+
 def test_distributed_sampler_epochs(datasets):
     """DistributedSampler with set_epoch: the same per-rank batches as over the source."""
     comm, dss = datasets
@@ -500,7 +557,7 @@ def test_iterator_close(datasets, workers, reuse):
     it.close()                                          # idempotent
     after_close = len(ds._allocs) - allocs0
     alive = [t.name for t in threads if t.is_alive()]
-    prefetched = len(it._state.results) + it._state.tasks.qsize()
+    prefetched = it._state.batches.pending()
     ref = list(DataLoader(Source("dict"), batch_size=4))
     again = list(loader)                                 # a new epoch after close()
     loader.close()

@@ -11,7 +11,6 @@ every field is read straight into them (direct collate).
 
 import inspect
 import os
-import queue
 import threading
 import time
 import weakref
@@ -24,12 +23,10 @@ from pyddstore import _backends
 
 from . import env
 from . import report as _report
+from ._ext import ext
 from .sampler import DistSampler
 
 __all__ = ["ThreadDataLoader"]
-
-LOADER_STATE_FORMAT = "ddstore.ThreadDataLoader"
-LOADER_STATE_VERSION = 1
 
 _DEFAULT_COLLATES = {_tud_utils.collate.default_collate}
 try:  # the public alias is the same function; keep both just in case
@@ -38,7 +35,6 @@ except AttributeError:  # pragma: no cover
     pass
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(DataLoader.__init__).parameters
-_END = object()      # a worker's "sampler exhausted" result (iterable datasets)
 
 
 class NoAllocError(TypeError, ValueError):
@@ -83,31 +79,49 @@ class _State:
     so that dropping the iterator stops them)."""
 
     def __init__(self):
-        self.tasks = queue.Queue()
-        self.cond = threading.Condition()
-        self.results = {}
         self.stop = False
         self.threads = []
         self.slots = []         # the worker slots this epoch took (iterator close())
         self.gpu = False        # record/wait CUDA events around batches
-        self.stats = None       # report.EpochStats of the epoch
+        self.batches = None     # ext.Batches: the epoch's tasks, results and figures
         self.pipe = None        # ext.Pipeline: workers read without the GIL
         self.reader = None      # pipe: the dataset's _reader (called in the worker)
-        self.err = None         # pipe: a worker's set-up error (raised by the consumer)
 
     def shutdown(self, join=False):
         if not self.stop:
             self.stop = True
-            if self.pipe is not None:
+            if self.batches is not None:
+                self.batches.stop()          # wakes the workers; stops the pipeline
+            elif self.pipe is not None:
                 self.pipe.stop()
-            for _ in self.threads:
-                self.tasks.put(None)
-            with self.cond:
-                self.cond.notify_all()
         if join:
             for t in self.threads:
                 if t is not threading.current_thread():
                     t.join()
+
+
+class _Config:
+    """The settings a ThreadDataLoader follows, read once when it is created
+    (a later change of the environment does not apply to it)."""
+
+    def __init__(self, report, workers):
+        s = env.read()
+        self.fast_collate = s.fast_collate
+        self.thread_readers = s.thread_readers
+        self.loader_help = s.loader_help
+        # a bad value raises here, naming the variable and the value
+        self.affinity = (s.affinity_width, s.affinity_offset) if workers > 0 else (0, 0)
+        self.local_rank = env.local_rank()
+        self.report = env.loader_report(report)   # None, True or a path
+
+    def cpus(self, nworkers):
+        """CPU set per worker thread (None: not pinned): worker w of local
+        rank L on CPU offset + L * width + w % width."""
+        width, offset = self.affinity
+        if width <= 0:
+            return [None] * nworkers
+        base = offset + self.local_rank * width
+        return [{base + (wid % width)} for wid in range(nworkers)]
 
 
 class ThreadDataLoader(DataLoader):
@@ -157,8 +171,8 @@ class ThreadDataLoader(DataLoader):
         if multiprocessing_context is not None:
             raise ValueError("ThreadDataLoader uses threads: multiprocessing_context does "
                              "not apply")
-        if num_workers > 0:
-            env.affinity()   # a bad DDSTORE_AFFINITY_* raises here, naming it
+        # the settings, read once (a bad value raises here, naming it)
+        self._cfg = _Config(report, num_workers)
         if isinstance(dataset, IterableDataset) and num_workers > 1:
             raise ValueError("ThreadDataLoader: an IterableDataset can use at most one "
                              "worker thread")
@@ -196,8 +210,6 @@ class ThreadDataLoader(DataLoader):
         self._runs = []                  # _State of every epoch with threads
         self._seed_drawn = False
         self._closed = False
-        env.loader_report(report)        # a bad value fails here, not at the epoch's end
-        self._report_arg = report
         self._iter_ref = None            # weakref to the latest iterator
         self._stats = None               # its report.EpochStats
         self._epochs = 0
@@ -265,7 +277,7 @@ class ThreadDataLoader(DataLoader):
         return slot
 
     def _reader_stores(self):
-        if not env.thread_readers():
+        if not self._cfg.thread_readers:
             return []
         return [d for d in self._stores
                 if getattr(d, "ddstore", None) is not None
@@ -353,8 +365,7 @@ class ThreadDataLoader(DataLoader):
                 sst = ds.state_dict(consumed=0)
             else:
                 sst = ds.state_dict(consumed=samples - pr.base_samples)
-        return {"format": LOADER_STATE_FORMAT, "version": LOADER_STATE_VERSION,
-                "batches_yielded": batches, "samples_yielded": samples, "sampler": sst}
+        return ext.loader_state(batches, samples, sst)
 
     def load_state_dict(self, state):
         """Resume from `state` at the next iter(loader).  ValueError naming the
@@ -363,26 +374,8 @@ class ThreadDataLoader(DataLoader):
         if self._live_iter() is not None:
             raise RuntimeError("ThreadDataLoader.load_state_dict while an epoch is being "
                                "iterated: finish it or close() its iterator first")
-        if not isinstance(state, dict):
-            raise ValueError(f"ThreadDataLoader state: expected a dict, got "
-                             f"{type(state).__name__}")
-        for key in ("format", "version", "batches_yielded", "samples_yielded", "sampler"):
-            if key not in state:
-                raise ValueError(f"ThreadDataLoader state: field {key!r} is missing")
-        if state["format"] != LOADER_STATE_FORMAT:
-            raise ValueError(f"ThreadDataLoader state: field 'format' is "
-                             f"{state['format']!r}, expected {LOADER_STATE_FORMAT!r}")
-        if state["version"] != LOADER_STATE_VERSION:
-            raise ValueError(f"ThreadDataLoader state: field 'version' is "
-                             f"{state['version']!r}, this pyddstore reads "
-                             f"{LOADER_STATE_VERSION}")
-        for key in ("batches_yielded", "samples_yielded"):
-            v = state[key]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"ThreadDataLoader state: field {key!r} must be an int "
-                                 f">= 0, got {v!r}")
+        batches, samples, sst = ext.loader_state_check(state)   # ValueError naming a field
         ds = self._dist_sampler()
-        sst = state["sampler"]
         if (sst is None) != (ds is None):
             have = type(ds or self.sampler).__name__
             raise ValueError(f"ThreadDataLoader state: field 'sampler' is "
@@ -392,11 +385,10 @@ class ThreadDataLoader(DataLoader):
             ds.load_state_dict(sst)
             skip = 0
         else:
-            skip = state["batches_yielded"]
+            skip = batches
         self._skip = skip
         self._progress = self._resume = _Progress(
-            state["batches_yielded"], state["samples_yielded"],
-            None if ds is None else (ds.epoch, ds._start))
+            batches, samples, None if ds is None else (ds.epoch, ds._start))
 
     # -- report ---------------------------------------------------------------
     def epoch_report(self, gather=False, timeline=False):
@@ -414,7 +406,7 @@ class ThreadDataLoader(DataLoader):
         return _report.comm_of(self._stores)
 
     def _epoch_ended(self, stats):
-        target = env.loader_report(self._report_arg)
+        target = self._cfg.report
         if target is None or stats is not self._stats:
             return
         fig = _report.gather(stats.figures(isinstance(target, str)), self._report_comm())
@@ -455,18 +447,6 @@ def _pin_settings(pin_memory):
     return (torch.cuda.is_available(), "cuda")  # pragma: no cover - older torch
 
 
-def _affinity_cpus(nworkers):
-    """CPU set per worker thread (None: not pinned), from
-    DDSTORE_AFFINITY_WIDTH / DDSTORE_AFFINITY_OFFSET, read in the thread that
-    starts the workers, so a bad value raises there (naming the variable and
-    the value) instead of ending the worker threads."""
-    width, offset = env.affinity()
-    if width <= 0:
-        return [None] * nworkers
-    base = offset + env.local_rank() * width
-    return [{base + (wid % width)} for wid in range(nworkers)]
-
-
 def _copy_batch(data):
     if isinstance(data, torch.Tensor):
         return data.clone()
@@ -482,25 +462,23 @@ def _copy_batch(data):
 
 
 class _ThreadIter:
-    """One epoch of a ThreadDataLoader."""
+    """One epoch of a ThreadDataLoader: set-up and threads here, the batches
+    in ext.Batches (ddstore-torch/csrc/loader.cpp)."""
 
     def __init__(self, loader, t0=None):
-        # before anything is drawn or started: a bad setting raises here
-        cpus = _affinity_cpus(loader.num_workers)
+        cfg = loader._cfg
+        cpus = cfg.cpus(loader.num_workers)
         self._loader = loader
-        self._dataset = loader.dataset
+        ds = self._dataset = loader.dataset
         self._auto_collation = loader._auto_collation
         self._index_sampler = loader._index_sampler
         self._collate_fn = loader.collate_fn
-        if loader._default_collate and getattr(getattr(self._dataset, "schema", None),
-                                               "ragged", None):
+        if loader._default_collate and getattr(getattr(ds, "schema", None), "ragged", None):
             # ragged fields: default_collate cannot stack them; the dataset's
             # collate_fn packs/pads them (the fast path does the same reading)
-            self._collate_fn = self._dataset.collate_fn
+            self._collate_fn = ds.collate_fn
         self._drop_last = loader.drop_last
-        self._timeout = loader.timeout
-        self._num_workers = loader.num_workers
-        self._in_order = loader._in_order
+        nw = self._num_workers = loader.num_workers
         self._pin, self._pin_device = _pin_settings(loader.pin_memory)
         # The same draws as DataLoader's _BaseDataLoaderIter.__init__: the
         # sampler iterator first, then the base seed (once per iterator, or
@@ -510,78 +488,69 @@ class _ThreadIter:
             self._base_seed = torch.empty((), dtype=torch.int64).random_(
                 generator=loader.generator).item()
             loader._seed_drawn = True
-        self._num_yielded = 0
         # state: what the consumer has been given (loader.state_dict())
         skip, loader._skip = loader._skip, 0
-        ds = loader._dist_sampler()
-        key = None if ds is None else (ds.epoch, ds._start)
+        dsamp = loader._dist_sampler()
         pr, loader._resume = loader._resume, None       # a loaded state, else a new epoch
-        self._progress = _Progress(0, 0, key) if pr is None else \
-            _Progress(pr.batches, pr.samples, key)
-        loader._progress = self._progress
         for _ in range(skip):       # another sampler: skip the batches consumed
             try:
                 next(self._sampler_iter)
             except StopIteration:
                 break
-        self._sizes = {}
-        self._last_key = None
         loader._epochs += 1
-        self._stats = _report.EpochStats(
-            loader._epochs - 1, loader.dataset, self._num_workers,
-            self._num_workers * (loader.prefetch_factor or 0), t0)
-        loader._stats = self._stats
-        self._help = False
+        self._stats = loader._stats = _report.EpochStats(
+            loader._epochs - 1, ds, nw, nw * (loader.prefetch_factor or 0), t0)
         self._fast = (self._auto_collation and loader._default_collate and
-                      env.fast_collate() and hasattr(self._dataset, "_collate") and
-                      self._dataset._fast_collate_ok())
+                      cfg.fast_collate and hasattr(ds, "_collate") and ds._fast_collate_ok())
         self._reuse = loader.reuse_buffers
-        self._is_iterable = isinstance(self._dataset, IterableDataset)
-        self._state = _State()
-        self._state.stats = self._stats
+        self._is_iterable = isinstance(ds, IterableDataset)
+        st = self._state = _State()
         # The native pipeline (ext.Pipeline): host batches of the direct
         # collate, read by the worker threads without the GIL
-        if self._fast and self._num_workers > 0 and not self._pin and not self._reuse \
+        help_ = 0
+        if self._fast and nw > 0 and not self._pin and not self._reuse \
                 and not self._is_iterable:
-            mk = getattr(self._dataset, "_pipeline", None)
-            self._state.pipe = mk() if mk is not None else None
-            if self._state.pipe is not None:
-                self._state.reader = self._dataset._reader
-                # the consumer reads batches nobody has started (pipeline.cpp)
-                self._help = env.loader_help()
-        self._submit_errs = {}
+            mk = getattr(ds, "_pipeline", None)
+            st.pipe = mk() if mk is not None else None
+            if st.pipe is not None:
+                st.reader = ds._reader
+                if cfg.loader_help:   # the consumer reads batches nobody has started
+                    help_ = ds._reader()._handle
         # GPU batches from worker threads are handed to the consumer's stream
         # with events (no synchronize): only where CUDA/HIP is usable
-        self._state.gpu = self._num_workers > 0 and torch.cuda.is_available()
-        self._threads = []
-        self._send_idx = 0
-        self._rcvd_idx = 0
-        self._exhausted = False
-        self._ended = False
-        self._outstanding = 0
+        st.gpu = nw > 0 and torch.cuda.is_available()
+        self._threads = threads = []
         self._slot = None
         self._closed = False
-        if self._num_workers == 0:
+        fetch = self._make_fetch()
+        main_fetch = None
+        if nw == 0:
             if self._reuse:
-                self._slot = loader._take_slot(0, readers=False)
-                self._state.slots.append(self._slot)
-            self._main_fetch = self._make_fetch()
-            return
-        for wid in range(self._num_workers):
+                self._slot = slot = loader._take_slot(0, readers=False)
+                st.slots.append(slot)
+            main_fetch = (lambda index, slot=self._slot: fetch(index, slot))
+        b = self._b = st.batches = ext.Batches(
+            self._sampler_iter, self._stats, nw, loader._in_order,
+            float(loader.timeout or 0), loader.timeout, self._auto_collation, st.pipe,
+            help_, main_fetch, (lambda: any(t.is_alive() for t in threads)) if nw else None,
+            _wait_events, 0 if pr is None else pr.batches, 0 if pr is None else pr.samples)
+        b.key = None if dsamp is None else (dsamp.epoch, dsamp._start)
+        loader._progress = b
+        for wid in range(nw):
             t = threading.Thread(target=_worker_loop, name=f"ddstore-loader-{wid}",
-                                 args=(weakref.ref(loader), self._state, wid,
-                                       self._make_fetch(), cpus[wid]), daemon=True)
+                                 args=(weakref.ref(loader), st, wid, fetch, cpus[wid]),
+                                 daemon=True)
             t.start()
-            self._threads.append(t)
-        self._state.threads = self._threads
-        for _ in range(self._num_workers * loader.prefetch_factor):
-            self._try_put_index()
+            threads.append(t)
+        st.threads = threads
+        b.prime(nw * (loader.prefetch_factor or 0))
 
     # -- fetching -----------------------------------------------------------
     def _make_fetch(self):
-        """fetch(index, slot, tm) -> batch, run by a worker (or the calling thread);
-        tm[0], tm[1] := the collate (or copy) and pin seconds where they are
-        steps of their own."""
+        """fetch(index, slot) -> (batch, collate_s, pin_s), run by a worker (or
+        the calling thread): the user's dataset and collate_fn, the direct
+        collate otherwise; collate_s and pin_s where they are steps of their
+        own."""
         ds = self._dataset
         collate = self._collate_fn
         pin = self._pin
@@ -593,197 +562,66 @@ class _ThreadIter:
         drop_last = self._drop_last
         fetcher_box = {}
         perf = time.perf_counter
+        pin_memory = _tud_utils.pin_memory.pin_memory
         # (no reference to self here: worker threads must not keep the
         # iterator alive, so that dropping it stops them)
 
-        def fetch(index, slot, tm):
-            # tm: [collate_s, pin_s] of this fetch, where they are steps of their own
+        def fetch(index, slot):
             bufs = slot.bufs if (slot is not None and reuse) else None
             if fast:
-                if bufs is not None:
-                    data = ds._collate(index, out=bufs)
-                    t = perf()
-                    data = _copy_batch(data)
-                    t1 = perf()
-                    tm[0] = t1 - t
-                    if pin:
-                        data = _tud_utils.pin_memory.pin_memory(data, pin_device)
-                        tm[1] = perf() - t1
-                    return data
-                return ds._collate(index, pin_memory=pin)    # read + collate + pin in one
+                if bufs is None:
+                    return ds._collate(index, pin_memory=pin), 0.0, 0.0   # all in one
+                data = ds._collate(index, out=bufs)
+                t = perf()
+                data = _copy_batch(data)
+                t1 = perf()
+                if pin:
+                    data = pin_memory(data, pin_device)
+                return data, t1 - t, (perf() - t1) if pin else 0.0
             if is_iterable:
                 f = fetcher_box.get("f")
                 if f is None:
                     kind = torch.utils.data.dataloader._DatasetKind
                     f = fetcher_box["f"] = kind.create_fetcher(kind.Iterable, ds, auto,
                                                                collate, drop_last)
-                data = f.fetch(index)
-                t = None
-            elif auto:
-                if bufs is not None:
+                data, t = f.fetch(index), None
+            else:
+                if not auto:
+                    rows = ds[index]
+                elif bufs is not None:
                     rows = ds.__getitems__(index, out=bufs)
-                elif hasattr(ds, "__getitems__") and ds.__getitems__:
+                elif getattr(ds, "__getitems__", None):
                     rows = ds.__getitems__(index)
                 else:
                     rows = [ds[i] for i in index]
                 t = perf()
                 data = collate(rows)
-            else:
-                rows = ds[index]
-                t = perf()
-                data = collate(rows)
+            t1 = perf()
             if pin:
-                t1 = perf()
-                data = _tud_utils.pin_memory.pin_memory(data, pin_device)
-                tm[1] = perf() - t1
-            else:
-                t1 = perf()
-            if t is not None:
-                tm[0] = t1 - t
-            return data
+                data = pin_memory(data, pin_device)
+            return data, 0.0 if t is None else t1 - t, (perf() - t1) if pin else 0.0
         return fetch
 
-    def _try_put_index(self):
-        if self._exhausted:
-            return
-        try:
-            index = next(self._sampler_iter)
-        except StopIteration:
-            self._exhausted = True
-            return
-        self._sizes[self._send_idx] = len(index) if self._auto_collation else 1
-        pipe = self._state.pipe
-        if pipe is None:
-            self._state.tasks.put((self._send_idx, index))
-        else:
-            try:
-                pipe.submit(self._send_idx, index)
-            except Exception as e:  # noqa: BLE001 - raised when this batch is due
-                self._submit_errs[self._send_idx] = e
-        self._send_idx += 1
-        self._outstanding += 1
-
-    def _ready(self):
-        """Batches fetched and not yet taken."""
-        pipe = self._state.pipe
-        return len(self._state.results) if pipe is None else pipe.ready()
-
-    def _take_native(self):
-        """_get_result for the native pipeline."""
-        st = self._state
-        deadline = None if not self._timeout else time.monotonic() + self._timeout
-        while True:
-            errs = self._submit_errs
-            if errs and (self._rcvd_idx in errs if self._in_order else True):
-                key = self._rcvd_idx if self._in_order else min(errs)
-                r = (key, False, errs.pop(key), None, None, 0)
-                break
-            if self._outstanding == 0:
-                return None
-            if st.err is not None:
-                raise st.err
-            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-            r = st.pipe.take(wait, self._rcvd_idx if self._in_order else -1,
-                             st.reader() if self._help else None)
-            if r is not None:
-                break
-            if not any(t.is_alive() for t in self._threads):
-                raise RuntimeError("ThreadDataLoader: worker threads exited unexpectedly")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
-        key, ok, data, t0, t1, wid = r
-        if t0 is not None and st.stats is not None:
-            st.stats.add_fetch(t0, t1, 0.0, 0.0, wid)
-        self._last_key = key
-        if self._in_order:
-            self._rcvd_idx += 1
-        self._outstanding -= 1
-        return ok, data
-
-    def _get_result(self):
-        st = self._state
-        if st.pipe is not None:
-            return self._take_native()
-        deadline = None if not self._timeout else time.monotonic() + self._timeout
-        with st.cond:
-            while True:
-                if self._in_order:
-                    if self._rcvd_idx in st.results:
-                        key = self._rcvd_idx
-                        break
-                elif st.results:
-                    key = min(st.results)
-                    break
-                if self._outstanding == 0:
-                    return None
-                alive = any(t.is_alive() for t in self._threads)
-                if not alive:
-                    raise RuntimeError("ThreadDataLoader: worker threads exited unexpectedly")
-                wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
-                if deadline is not None and wait == 0.0:
-                    raise RuntimeError(f"DataLoader timed out after {self._timeout} seconds")
-                st.cond.wait(wait)
-            ok, data, events = st.results.pop(key)
-        self._last_key = key
-        if self._in_order:
-            self._rcvd_idx += 1
-        self._outstanding -= 1
-        if events:
-            _wait_events(data, events)
-        return ok, data
-
     def __next__(self):
-        stats = self._stats
-        t = stats.enter(self._ready())
         try:
-            data, n = self._next()
+            return self._b.next()
         except StopIteration:
-            if stats.leave(t, None):
-                self._loader._epoch_ended(stats)
+            self._shutdown(join=self._num_workers > 0)   # idle threads: returns at once
+            if self._b.report_due():
+                self._loader._epoch_ended(self._stats)
             raise
         except BaseException:
-            stats.leave(t, -1)
+            if self._b.ended:                # a batch's error: the epoch ends
+                self._shutdown(join=False)
             raise
-        stats.leave(t, n)
-        self._progress.batches += 1
-        self._progress.samples += n
-        return data
 
-    def _next(self):
-        """(batch, its sample count), or StopIteration."""
-        if self._ended:
-            raise StopIteration
-        if self._num_workers == 0:
-            try:
-                index = next(self._sampler_iter)
-                tm = [0.0, 0.0]
-                t = time.perf_counter()
-                data = self._main_fetch(index, self._slot, tm)
-                self._stats.add_fetch(t, time.perf_counter(), tm[0], tm[1])
-            except StopIteration:
-                self._ended = True
-                self._shutdown()
-                raise
-            self._num_yielded += 1
-            return data, (len(index) if self._auto_collation else 1)
-        res = self._get_result()
-        if res is None:
-            self._ended = True
-            self._shutdown(join=True)      # idle threads: returns at once
-            raise StopIteration
-        ok, data = res
-        if ok and data is _END:
-            self._exhausted = True
-            self._ended = True
-            self._shutdown(join=True)
-            raise StopIteration
-        if not ok:
-            self._ended = True
-            self._shutdown(join=False)
-            raise data
-        self._try_put_index()
-        self._num_yielded += 1
-        return data, self._sizes.pop(self._last_key, 0)
+    @property
+    def _ended(self):
+        return self._b.ended
+
+    @property
+    def _num_yielded(self):
+        return self._b.num_yielded
 
     def __iter__(self):
         return self
@@ -801,18 +639,9 @@ class _ThreadIter:
         if self._closed:
             return
         self._closed = True
-        self._ended = True
-        self._exhausted = True
         st = self._state
         self._shutdown(join=True)
-        with st.cond:
-            st.results.clear()
-        while True:
-            try:
-                st.tasks.get_nowait()
-            except queue.Empty:
-                break
-        self._outstanding = 0
+        self._b.clear()                       # drops the prefetched batches, the sampler
         self._sampler_iter = iter(())
         self._loader._release_bufs(st.slots)
         st.slots = []
@@ -890,6 +719,7 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
     else:
         err = None
         st.slots.append(slot)
+    b = st.batches
     try:
         for d, r in (slot.readers if slot is not None else ()):
             d._bind_reader(r)
@@ -901,35 +731,31 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
         del loader
         if st.pipe is not None:
             if err is not None:
-                with st.cond:
-                    st.err = err
+                b.fail(err)
             else:
                 st.pipe.run(st.reader(), wid)     # until the epoch ends (pipe.stop())
             return
+        perf = time.perf_counter
         while True:
-            task = st.tasks.get()
-            if task is None or st.stop:
+            task = b.get_task()                   # None: the epoch ended
+            if task is None:
                 break
             seq, index = task
-            events = None
             if err is not None:
-                ok, data = False, err
-            else:
-                tm = [0.0, 0.0]
-                t = time.perf_counter()
-                try:
-                    data, ok = fetch(index, slot, tm), True
-                    if st.gpu:
-                        events = _record_events(data)
-                except StopIteration:
-                    data, ok = _END, True
-                except BaseException as e:  # noqa: BLE001 - re-raised by the iterator
-                    data, ok = e, False
-            with st.cond:
-                if err is None and st.stats is not None:
-                    st.stats.add_fetch(t, time.perf_counter(), tm[0], tm[1], wid)
-                st.results[seq] = (ok, data, events)
-                st.cond.notify_all()
+                b.put(seq, 0, err, None, -1.0, -1.0, 0.0, 0.0, wid)
+                continue
+            events = None
+            c = p = 0.0
+            t = perf()
+            try:
+                (data, c, p), kind = fetch(index, slot), 1
+                if st.gpu:
+                    events = _record_events(data)
+            except StopIteration:
+                data, kind = None, 2
+            except BaseException as e:  # noqa: BLE001 - re-raised by the iterator
+                data, kind = e, 0
+            b.put(seq, kind, data, events, t, perf(), c, p, wid)
     finally:
         if slot is not None:
             for d, _ in slot.readers:
@@ -937,4 +763,3 @@ def _worker_loop(loader_ref, st, wid, fetch, cpus):
             lo = loader_ref()
             if lo is not None:
                 lo._give_slot(slot)
-

@@ -20,11 +20,11 @@ The last ``TIMELINE_BATCHES`` batches of an epoch are kept as a timeline
 worker), bounded memory; ``plot_timeline`` draws it as a PNG.
 """
 
-import collections
 import json
 import logging
 import sys
-import time
+
+from ._ext import ext
 
 __all__ = ["EpochStats", "Timed", "gather", "summary", "emit", "plot_timeline",
            "TIMELINE_BATCHES"]
@@ -33,144 +33,16 @@ TIMELINE_BATCHES = 2048     # batches (and fetches) kept per epoch for the timel
 
 log = logging.getLogger("pyddstore.torch.report")
 
-# DistDataset.get_profile() counters that split the store's read time
-_READ_NS = ("lock_wait_ns", "register_ns", "post_ns", "complete_ns", "gpu_sync_ns",
-            "other_ns", "total_ns")
-_READ_COUNT = ("calls", "rows", "bytes", "local_bytes", "reads")
 
-
-def _profile(ds):
-    get = getattr(ds, "get_profile", None)
-    if get is None or getattr(ds, "ddstore", None) is None:
-        return None
-    try:
-        p = get()
-    except Exception:  # noqa: BLE001 - a freed or foreign dataset: no split
-        return None
-    return {k: p.get(k, 0) for k in _READ_NS + _READ_COUNT}
-
-
-class EpochStats:
-    """One epoch's figures (one ThreadDataLoader iterator).  Updated by the
-    consumer thread (enter/leave) and by the worker threads (fetched(), under
-    the iterator's condition lock)."""
-
-    def __init__(self, index, dataset, workers, depth, t0=None):
-        self.t0 = time.perf_counter() if t0 is None else t0    # iter(loader) called
-        self.index = index
-        self.workers = workers
-        self.depth = depth
-        self._dataset = dataset
-        self._prof0 = _profile(dataset)
-        self.t_end = None
-        self._t_leave = None
-        self.start_s = 0.0
-        self.wait_s = 0.0
-        self.compute_s = 0.0
-        self.batches = 0
-        self.samples = 0
-        self.fetch_s = 0.0
-        self.fetched = 0
-        self.collate_s = 0.0
-        self.pin_s = 0.0
-        # (enter, leave) of each next() that returned a batch, and (worker,
-        # start, end, collate+pin) of each fetch; seconds since t0
-        self.batch_times = collections.deque(maxlen=TIMELINE_BATCHES)
-        self.fetch_times = collections.deque(maxlen=TIMELINE_BATCHES)
-        self.ready_sum = 0
-        self.ready_min = None
-        self.ready_max = 0
-        self.starved = 0
-        self.read = None
-
-    def enter(self, ready):
-        """The consumer enters next(); `ready` batches are on hand."""
-        t = time.perf_counter()
-        if self._t_leave is None:
-            self.start_s = t - self.t0
-        else:
-            self.compute_s += t - self._t_leave
-        if self.workers:
-            self.ready_sum += ready
-            self.ready_max = max(self.ready_max, ready)
-            self.ready_min = ready if self.ready_min is None else min(self.ready_min, ready)
-            self.starved += ready == 0
-        return t
-
-    def leave(self, t_enter, samples):
-        """next() returns a batch of `samples` samples (None: the epoch ended;
-        returns True the first time)."""
-        first_end = samples is None and self.t_end is None
-        if first_end:             # (inside the last next(): counted as waiting)
-            p1 = _profile(self._dataset)
-            if p1 is not None and self._prof0 is not None:
-                self.read = {k: p1[k] - self._prof0[k] for k in p1}
-        t = time.perf_counter()
-        self.wait_s += t - t_enter
-        self._t_leave = t
-        if samples is None:
-            if first_end:
-                self.t_end = t
-            return first_end
-        if samples < 0:                                 # next() raised
-            return False
-        self.batch_times.append((t_enter - self.t0, t - self.t0))
-        self.batches += 1
-        self.samples += samples
-        return False
-
-    def add_fetch(self, t_start, t_end, collate=0.0, pin=0.0, worker=0):
-        """One fetch (read + collate + pin) from t_start to t_end
-        (perf_counter), of which `collate` and `pin` seconds were those steps."""
-        self.fetch_s += t_end - t_start
-        self.fetched += 1
-        self.collate_s += collate
-        self.pin_s += pin
-        self.fetch_times.append((worker, t_start - self.t0, t_end - self.t0, collate + pin))
-
-    def figures(self, timeline=False):
-        """A plain dict (JSON-ready); timeline=True adds the kept batches'
-        times ("timeline": {"batches": [[enter, leave]...], "fetches":
-        [[worker, start, end, collate_pin]...]}, seconds since iter())."""
-        now = self.t_end if self.t_end is not None else time.perf_counter()
-        wall = now - self.t0
-        compute = self.compute_s
-        if self.t_end is None and self._t_leave is not None:
-            compute += now - self._t_leave      # in progress or left: the step since
-        b = max(self.batches, 1)
-        d = {"epoch": self.index, "complete": self.t_end is not None,
-             "wall_s": wall, "start_s": self.start_s, "wait_s": self.wait_s,
-             "compute_s": compute, "batches": self.batches, "samples": self.samples,
-             "wait_fraction": self.wait_s / wall if wall > 0 else 0.0,
-             "wait_per_batch_ms": 1e3 * self.wait_s / b,
-             "compute_per_batch_ms": 1e3 * compute / b,
-             "workers": self.workers, "prefetch_depth": self.depth,
-             "fetch_s": self.fetch_s, "fetched": self.fetched,
-             "fetch_per_batch_ms": 1e3 * self.fetch_s / max(self.fetched, 1),
-             "collate_s": self.collate_s, "pin_s": self.pin_s}
-        if self.workers:
-            d.update(prefetched_mean=self.ready_sum / b, prefetched_min=self.ready_min or 0,
-                     prefetched_max=self.ready_max, starved_batches=self.starved)
-        read = self.read
-        if read is None and self.t_end is None and self._prof0 is not None:
-            p1 = _profile(self._dataset)     # an epoch in progress (or left): reads so far
-            if p1 is not None:
-                read = {k: p1[k] - self._prof0[k] for k in p1}
-        if read is not None:
-            r = dict(read)
-            for k in _READ_NS:
-                r[k[:-3] + "_s"] = r.pop(k) / 1e9
-            # planned reads (one per variable: 1 with pack_fields) and the
-            # remote reads they posted, per batch
-            r["calls_per_batch"] = r.get("calls", 0) / b
-            r["reads_per_batch"] = r.get("reads", 0) / b
-            d["read"] = r
-        if timeline:
-            d["timeline"] = {
-                "batches": [[round(a, 6), round(b, 6)] for a, b in list(self.batch_times)],
-                "fetches": [[w, round(a, 6), round(b, 6), round(c, 6)]
-                            for w, a, b, c in list(self.fetch_times)]}
-        return d
+def EpochStats(index, dataset, workers, depth, t0=None):
+    """One epoch's figures (ext.EpochStats, ddstore-torch/csrc/report.cpp):
+    enter(ready) / leave(t_enter, samples) by the consumer, add_fetch() by
+    any thread, figures(timeline) the dict; the store's read counters from
+    `dataset`'s get_profile() when it has a store."""
+    get = getattr(dataset, "get_profile", None)
+    if getattr(dataset, "ddstore", None) is None:
+        get = None
+    return ext.EpochStats(index, workers, depth, t0, get)
 
 
 def comm_of(datasets):
@@ -245,12 +117,9 @@ def gather(fig, comm):
     """Add the per-rank spread to `fig` (collective over `comm`: a pyddstore
     Comm, an mpi4py communicator, "torch" for torch.distributed's world, or
     None for this process alone)."""
-    # integer nanoseconds: pyddstore's Comm carries ints, not floats
-    keys = ("wall_s", "wait_s", "compute_s", "fetch_s")
-    mine = [int(round(fig[k] * 1e9)) for k in keys] + [int(fig["batches"])]
+    mine = ext.report_mine(fig)
     if comm is None:
-        alls = [mine]
-        rank = 0
+        alls, rank = [mine], 0
     elif comm == "torch":
         import torch.distributed as dist
         alls = [None] * dist.get_world_size()
@@ -260,16 +129,7 @@ def gather(fig, comm):
         alls, rank = comm.allgather(mine), comm.Get_rank()
     else:
         alls, rank = comm.allgather(mine), comm.rank
-    alls = [dict(zip(keys, (v / 1e9 for v in a[:4])), batches=a[4]) for a in alls]
-    waits = [a["wait_s"] for a in alls]
-    slow = max(range(len(waits)), key=waits.__getitem__)
-    mean = sum(waits) / len(waits)
-    out = dict(fig)
-    out.update(rank=rank, ranks=len(alls),
-               per_rank={k: [a[k] for a in alls] for k in keys + ("batches",)},
-               slowest_rank=slow, wait_max_s=waits[slow], wait_mean_s=mean,
-               wait_spread_s=waits[slow] - min(waits))
-    return out
+    return ext.report_spread(fig, alls, rank)
 
 
 _gather = gather     # (for methods whose argument is named gather)
@@ -277,36 +137,7 @@ _gather = gather     # (for methods whose argument is named gather)
 
 def summary(fig):
     """The one-screen text of gathered figures."""
-    w = fig["wall_s"] or 1e-12
-    lines = [f"ddstore loader epoch {fig['epoch']}: {fig['batches']} batches, "
-             f"{fig['samples']} samples, {fig['wall_s']:.3f} s"
-             + (f" (rank {fig['rank']} of {fig['ranks']})" if "ranks" in fig else ""),
-             f"  waiting for data {fig['wait_s']:9.3f} s  {100 * fig['wait_s'] / w:5.1f} %  "
-             f"({fig['wait_per_batch_ms']:.3f} ms/batch)",
-             f"  between batches  {fig['compute_s']:9.3f} s  {100 * fig['compute_s'] / w:5.1f} %  "
-             f"({fig['compute_per_batch_ms']:.3f} ms/batch)",
-             f"  start            {fig['start_s']:9.3f} s  {100 * fig['start_s'] / w:5.1f} %"]
-    if fig["fetched"]:
-        split = ", ".join(f"{k} {fig[k + '_s']:.3f} s" for k in ("collate", "pin")
-                          if fig.get(k + "_s"))
-        lines.append(f"  fetching {fig['fetch_s']:.3f} s ({fig['fetch_per_batch_ms']:.3f} "
-                     f"ms/batch" + (f"; of it {split}" if split else "") + ")")
-    if fig["workers"]:
-        lines.append(f"  workers {fig['workers']}: prefetched on hand "
-                     f"mean {fig['prefetched_mean']:.1f} of {fig['prefetch_depth']}, "
-                     f"{fig['starved_batches']} batches found none")
-    r = fig.get("read")
-    if r:
-        lines.append("  store reads: " + ", ".join(
-            f"{k[:-2]} {r[k]:.3f} s" for k in ("post_s", "complete_s", "lock_wait_s",
-                                               "register_s", "gpu_sync_s", "other_s")
-            if r.get(k)) + f" (total {r.get('total_s', 0):.3f} s, {r.get('rows', 0)} rows; "
-            f"per batch {r.get('calls_per_batch', 0):.1f} planned reads, "
-            f"{r.get('reads_per_batch', 0):.1f} remote reads)")
-    if "ranks" in fig and fig["ranks"] > 1:
-        lines.append(f"  slowest rank {fig['slowest_rank']}: waited {fig['wait_max_s']:.3f} s "
-                     f"(mean {fig['wait_mean_s']:.3f} s, spread {fig['wait_spread_s']:.3f} s)")
-    return "\n".join(lines)
+    return ext.report_summary(fig)
 
 
 def emit(fig, target):
