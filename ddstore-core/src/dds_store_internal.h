@@ -168,6 +168,12 @@ void dds_st_var_abandon(dds_store_t *s, dds_var_t *v);
 /* 0, or -DDS_EINVAL naming what is wrong with a variable name. */
 int dds_st_check_name(const char *name);
 
+/* The transport's ops table is long enough for `field` and sets it. */
+#define DDS_ST_HAS_OP(s, field)                                               \
+    ((s)->tr.ops->size >= offsetof(dds_transport_ops_t, field) +              \
+                              sizeof((s)->tr.ops->field) &&                   \
+     (s)->tr.ops->field != NULL)
+
 /* Caller holds table_lock (read or write). */
 dds_var_t *dds_st_find_var(const dds_store_t *s, const char *name,
                            size_t *index_p);

@@ -36,6 +36,16 @@ typedef struct tctx {
     size_t owners_cap;
     dds_span_t *spans;
     size_t spans_cap;
+    /* reads of several variables (get_batch_vars): one plan per distinct
+     * layout, each variable's state, its executable ops and requests */
+    dds_plan_t *mplans;
+    size_t mplans_cap;
+    struct mvar *mvars;
+    size_t mvars_cap;
+    dds_read_op_t *mops;
+    size_t mops_cap;
+    dds_read_req_t *mreqs;
+    size_t mreqs_cap;
 } tctx_t;
 
 static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
@@ -56,6 +66,12 @@ static void tctx_free(void *p)
     free(c->ientries);
     free(c->owners);
     free(c->spans);
+    for (size_t i = 0; i < c->mplans_cap; i++)
+        dds_plan_fini(&c->mplans[i]);
+    free(c->mplans);
+    free(c->mvars);
+    free(c->mops);
+    free(c->mreqs);
     free(c);
     t_ctx = NULL;
 }
@@ -177,9 +193,10 @@ static int transport_read(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     return rc;
 }
 
-/* What a read did, for the profile. */
+/* What a read did, for the profile.  total_ns: its share of the time when
+ * several variables were read in one call (0: now - t0). */
 typedef struct rd_acct {
-    uint64_t t0, wait_ns, t_xfer, t_gpu;
+    uint64_t t0, wait_ns, t_xfer, t_gpu, total_ns;
     size_t nops, local_bytes, staged;
 } rd_acct_t;
 
@@ -355,7 +372,7 @@ static void read_account(dds_var_t *v, uint64_t calls, uint64_t rows,
     dds_prof_add(&v->prof, DDS_PROF_NS_LOCK_WAIT, a->wait_ns);
     dds_prof_add(&v->prof, DDS_PROF_NS_GPU_SYNC, a->t_gpu);
     if (a->t0 != 0) {
-        uint64_t total = dds_prof_now() - a->t0;
+        uint64_t total = a->total_ns != 0 ? a->total_ns : dds_prof_now() - a->t0;
         uint64_t known = a->wait_ns + a->t_xfer + a->t_gpu;
         dds_prof_add(&v->prof, DDS_PROF_NS_OTHER,
                      total > known ? total - known : 0);
@@ -528,6 +545,341 @@ int dds_store_get_batch(dds_store_t *s, dds_reader_t *reader,
                         const int64_t *rows, size_t n)
 {
     return store_read(s, reader, name, dst, rows, n, 0, 1);
+}
+
+/* ---- several variables in one planned call ---------------------------- */
+
+/* One variable of a get_batch_vars call. */
+typedef struct mvar {
+    dds_var_t *v;
+    const dds_buf_t *dst;
+    int route;
+    int has_req;          /* host route: it has a request in tc->mreqs     */
+    dds_plan_t *pl;       /* its plan (shared by host variables of one
+                             layout: the plan is read-only, its ops are
+                             copied into tc->mops) */
+    size_t soff;          /* its staging area in tc->staging (host route) */
+    size_t op0, nops;     /* its executable ops: tc->mops[op0 .. op0+nops) */
+    rd_acct_t a;
+} mvar_t;
+
+/* The same plan serves both: same row distribution, row size and route. */
+static int same_layout(const mvar_t *a, const mvar_t *b)
+{
+    return a->route == b->route && a->v->nranks == b->v->nranks &&
+           a->v->row_bytes == b->v->row_bytes &&
+           (a->v->offsets == b->v->offsets ||
+            memcmp(a->v->offsets, b->v->offsets,
+                   (size_t)(a->v->nranks + 1) * sizeof(int64_t)) == 0);
+}
+
+static int grow_plans(tctx_t *tc, size_t need)
+{
+    dds_plan_t *p;
+    size_t cap;
+    if (need <= tc->mplans_cap)
+        return 0;
+    cap = need < 8 ? 8 : need;
+    if (cap > SIZE_MAX / sizeof(*p))
+        return -1;
+    p = realloc(tc->mplans, cap * sizeof(*p));
+    if (p == NULL)
+        return -1;
+    for (size_t i = tc->mplans_cap; i < cap; i++)
+        dds_plan_init(&p[i]);
+    tc->mplans = p;
+    tc->mplans_cap = cap;
+    return 0;
+}
+
+/* The requests of several variables in one transport call (read_multi);
+ * the error names every variable of the call. */
+static int transport_read_multi(dds_store_t *s, dds_reader_t *reader,
+                                const dds_read_req_t *reqs, size_t nreqs,
+                                uint64_t *wait_ns, uint64_t *t_xfer)
+{
+    void *treader = reader != NULL ? reader->treader : NULL;
+    uint64_t t1;
+    int rc;
+    if (s->serialize)
+        *wait_ns += dds_st_lock_mutex_timed(&s->tmutex);
+    t1 = dds_prof_now();
+    rc = s->tr.ops->read_multi(s->tr.ctx, treader, reqs, nreqs);
+    *t_xfer += dds_prof_now() - t1;
+    if (s->serialize)
+        pthread_mutex_unlock(&s->tmutex);
+    if (rc != 0) {
+        char names[512];
+        size_t len = 0;
+        if (rc > 0)
+            rc = -rc;
+        names[0] = '\0';
+        for (size_t i = 0; i < nreqs && len + 8 < sizeof(names); i++) {
+            int w = snprintf(names + len, sizeof(names) - len, "%s'%s'",
+                             i ? ", " : "", reqs[i].name);
+            if (w < 0)
+                break;
+            len += (size_t)w;
+        }
+        rc = dds_error(rc, "read of variables %s through transport '%s': %s",
+                       names, s->tr.ops->name ? s->tr.ops->name : "?",
+                       dds_last_error()[0] ? dds_last_error()
+                                           : dds_strerror(rc));
+    }
+    return rc;
+}
+
+/* The checks of get_batch_vars, every variable before any byte moves; the
+ * caller holds the table's read lock. */
+static int vars_check(dds_store_t *s, const char *const *names,
+                      const dds_buf_t *dsts, size_t nvars, size_t n,
+                      mvar_t *mv)
+{
+    for (size_t k = 0; k < nvars; k++) {
+        mvar_t *m = &mv[k];
+        int rc;
+        memset(m, 0, sizeof(*m));
+        m->dst = &dsts[k];
+        m->route = ROUTE_HOST;
+        m->v = dds_st_find_var(s, names[k], NULL);
+        if (m->v == NULL)
+            return dds_st_not_live(s, names[k]);
+        if (m->v->ragged)
+            return wrong_kind(m->v, "get_batch");
+        if (n > (uint64_t)INT64_MAX || (int64_t)n != dsts[k].nrows)
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': %zu indices for a buffer of "
+                             "%lld rows",
+                             names[k], n, (long long)dsts[k].nrows);
+        rc = dds_st_check_buf(m->v, &dsts[k]);
+        if (rc != 0)
+            return rc;
+        if (dsts[k].mem.kind != DDS_MEM_HOST) {
+            char what[DDS_NAME_MAX + 32];
+            snprintf(what, sizeof(what), "read of '%s'", names[k]);
+            rc = dds_st_mem_route(s, &dsts[k].mem, what, 0, &m->route);
+            if (rc != 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Plan every variable: one plan per distinct layout among the host ones
+ * (the owner lookup and sort done once for them), one each for the GPU
+ * ones; the host ones' staging areas laid out in one buffer. */
+static int vars_plan(dds_store_t *s, tctx_t *tc, mvar_t *mv, size_t nvars,
+                     const int64_t *rows, size_t n, size_t *stotal_p,
+                     size_t *tops_p)
+{
+    size_t nplans = 0, stotal = 0, tops = 0;
+    if (grow_plans(tc, nvars) != 0)
+        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory for %zu "
+                         "plans", mv[0].v->name, nvars);
+    for (size_t k = 0; k < nvars; k++) {
+        mvar_t *m = &mv[k];
+        for (size_t j = 0; j < k && m->route == ROUTE_HOST; j++)
+            if (same_layout(&mv[j], m)) {
+                m->pl = mv[j].pl;
+                break;
+            }
+        if (m->pl == NULL) {
+            dds_plan_params_t pp;
+            int rc;
+            m->pl = &tc->mplans[nplans++];
+            pp.field_mask = 0;
+            pp.nranks = m->v->nranks;
+            pp.offsets = m->v->offsets;
+            pp.row_bytes = m->v->row_bytes;
+            pp.max_read_bytes = s->max_read_bytes;
+            pp.merge_row_bytes_max = s->merge_row_bytes;
+            if (m->route == ROUTE_DIRECT) {
+                pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
+                pp.flags = DDS_PLAN_DIRECT;
+            }
+            rc = dds_plan_batch(&pp, rows, n, m->pl);
+            if (rc != 0)
+                return dds_error(rc, "variable '%s': %s", m->v->name,
+                                 dds_last_error());
+        }
+        if (m->route == ROUTE_HOST) {
+            m->soff = stotal;
+            stotal += (m->pl->staging_bytes + 63) & ~(size_t)63;
+            tops += m->pl->nops;
+        }
+    }
+    *stotal_p = stotal;
+    *tops_p = tops;
+    return 0;
+}
+
+/* The host variables: own and same-node rows by memcpy, the rest of all of
+ * them in one transport call (read_multi, else read() per variable), then
+ * each plan's copies. */
+static int vars_read_host(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
+                          mvar_t *mv, size_t nvars, size_t stotal,
+                          size_t tops, uint64_t *wait_ns, uint64_t *t_xfer,
+                          size_t *nhost_p)
+{
+    size_t o = 0, nreqs = 0, nhost = 0;
+    int rc = 0;
+
+    for (size_t k = 0; k < nvars; k++)
+        nhost += mv[k].route == ROUTE_HOST;
+    *nhost_p = nhost;
+    if (nhost == 0)
+        return 0;
+    if ((stotal > 0 && tctx_staging(tc, stotal) != 0) ||
+        dds_st_grow_array((void **)&tc->mops, &tc->mops_cap, tops + 1,
+                          sizeof(dds_read_op_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->mreqs, &tc->mreqs_cap, nhost,
+                          sizeof(dds_read_req_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory for %zu "
+                         "staging bytes and %zu read ops", mv[0].v->name,
+                         stotal, tops);
+    for (size_t k = 0; k < nvars; k++) {
+        mvar_t *m = &mv[k];
+        const dds_plan_t *pl = m->pl;
+        char *dst = m->dst->ptr;
+        char *stg = tc->staging != NULL ? (char *)tc->staging + m->soff
+                                        : NULL;
+        dds_read_op_t *ops = &tc->mops[o];
+        size_t served = 0;
+        if (m->route != ROUTE_HOST)
+            continue;
+        memcpy(ops, pl->ops, pl->nops * sizeof(*ops));
+        m->op0 = o;
+        m->nops = pl->nops;
+        o += pl->nops;
+        m->a.local_bytes += serve_local(s, m->v, pl, ops, &m->nops, dst, stg);
+        rc = dds_st_shard_serve(s, m->v, ops, &m->nops, dst, stg, &served);
+        if (rc != 0)
+            return rc;
+        m->a.nops += served + m->nops;
+        /* also with no op left when some were served: the transport may
+         * refuse the reader (an inherited one in a forked child) */
+        if (m->nops > 0 || served > 0) {
+            const size_t dbytes = (size_t)m->dst->nrows * m->v->row_bytes;
+            dds_read_req_t *q = &tc->mreqs[nreqs++];
+            q->region = m->v->region;
+            q->name = m->v->name;
+            q->ops = ops;
+            q->nops = m->nops;
+            q->dst = dst;
+            q->dst_handle = dds_st_reg_lookup(s, dst, dbytes);
+            q->dst_mem = &m->dst->mem;
+            q->staging = stg;
+            q->staging_handle = pl->staging_bytes > 0
+                                    ? dds_st_reg_lookup(s, stg,
+                                                        pl->staging_bytes)
+                                    : NULL;
+            q->prof = &m->v->prof;
+            m->has_req = 1;
+        }
+    }
+    if (nreqs > 1 && DDS_ST_HAS_OP(s, read_multi)) {
+        rc = transport_read_multi(s, reader, tc->mreqs, nreqs, wait_ns,
+                                  t_xfer);
+    } else {
+        const dds_read_req_t *q = tc->mreqs;
+        for (size_t k = 0; k < nvars && rc == 0; k++) {
+            if (!mv[k].has_req)
+                continue;
+            rc = transport_read(s, reader, mv[k].v, q->ops, q->nops, q->dst,
+                                q->dst_handle, q->dst_mem, q->staging,
+                                q->staging_handle, wait_ns, t_xfer);
+            q++;
+        }
+    }
+    if (rc != 0)
+        return rc;
+    for (size_t k = 0; k < nvars; k++) {
+        mvar_t *m = &mv[k];
+        if (m->route != ROUTE_HOST)
+            continue;
+        host_copies(m->pl, (char *)m->dst->ptr,
+                    tc->staging != NULL ? (char *)tc->staging + m->soff
+                                        : NULL);
+        m->a.staged += m->pl->staging_bytes;
+    }
+    return 0;
+}
+
+int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
+                             const char *const *names, const dds_buf_t *dsts,
+                             size_t nvars, const int64_t *rows, size_t n)
+{
+    uint64_t t0, lock_ns, wait_ns = 0, t_xfer = 0, host_ns;
+    size_t stotal = 0, tops = 0, nhost = 0;
+    mvar_t *mv;
+    tctx_t *tc;
+    int rc;
+
+    if (DDS_UNLIKELY(s == NULL))
+        return dds_error(-DDS_EINVAL, "get_batch_vars: NULL store");
+    if (nvars == 0)
+        return 0;
+    if (names == NULL || dsts == NULL)
+        return dds_error(-DDS_EINVAL, "get_batch_vars: NULL %s",
+                         names == NULL ? "names" : "destinations");
+    for (size_t k = 0; k < nvars; k++) {
+        rc = dds_st_check_name(names[k]);
+        if (rc != 0)
+            return rc;
+    }
+    if (reader != NULL && reader->store != s)
+        return dds_error(-DDS_EINVAL,
+                         "read of '%s': the reader belongs to another store",
+                         names[0]);
+    t0 = dds_prof_now();
+    lock_ns = dds_st_lock_read_timed(&s->table_lock);
+    tc = tctx_get();
+    if (tc == NULL ||
+        dds_st_grow_array((void **)&tc->mvars, &tc->mvars_cap, nvars,
+                          sizeof(mvar_t)) != 0) {
+        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", names[0]);
+        goto out;
+    }
+    mv = tc->mvars;
+    rc = vars_check(s, names, dsts, nvars, n, mv);
+    if (rc == 0)
+        rc = copy_rows(tc, names[0], &rows, n);
+    if (rc == 0)
+        rc = vars_plan(s, tc, mv, nvars, rows, n, &stotal, &tops);
+    if (rc == 0)
+        rc = vars_read_host(s, reader, tc, mv, nvars, stotal, tops, &wait_ns,
+                            &t_xfer, &nhost);
+    if (rc != 0)
+        goto out;
+    host_ns = dds_prof_now() - t0;
+    /* GPU destinations: per variable, as get_batch reads them */
+    for (size_t k = 0; k < nvars && rc == 0; k++) {
+        mvar_t *m = &mv[k];
+        if (m->route == ROUTE_HOST)
+            continue;
+        m->a.t0 = dds_prof_now();
+        rc = read_exec(s, reader, m->v, tc, m->pl, m->dst->ptr,
+                       (size_t)m->dst->nrows * m->v->row_bytes,
+                       &m->dst->mem, m->route, &m->a);
+    }
+    if (rc != 0)
+        goto out;
+    /* each variable's profile counts one call, as get_batch; the host
+     * variables share the time of their common call equally */
+    for (size_t k = 0; k < nvars; k++) {
+        mvar_t *m = &mv[k];
+        if (m->route == ROUTE_HOST) {
+            m->a.t0 = t0;
+            m->a.wait_ns = (lock_ns + wait_ns) / nhost;
+            m->a.t_xfer = t_xfer / nhost;
+            m->a.total_ns = host_ns / nhost + 1;
+        }
+        read_account(m->v, 1, (uint64_t)n,
+                     (uint64_t)n * (uint64_t)m->v->row_bytes, &m->a);
+    }
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
 }
 
 /* ---- ragged reads ----------------------------------------------------- */

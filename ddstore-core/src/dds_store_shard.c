@@ -21,11 +21,7 @@ static int node_map(const dds_store_t *s)
     return (s->tr.caps & DDS_TRANSPORT_CAP_NODE_MAP) != 0;
 }
 
-/* The transport's ops table is long enough for `field` and sets it. */
-#define HAS_OP(s, field)                                                      \
-    ((s)->tr.ops->size >= offsetof(dds_transport_ops_t, field) +              \
-                              sizeof((s)->tr.ops->field) &&                   \
-     (s)->tr.ops->field != NULL)
+#define HAS_OP(s, field) DDS_ST_HAS_OP(s, field)
 
 int dds_st_shard_alloc(dds_store_t *s, dds_var_t *v, size_t bytes)
 {

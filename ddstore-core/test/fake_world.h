@@ -54,12 +54,16 @@ typedef struct fake_world {
                                    with -DDS_ENOSYS (HMEM advertised, but
                                    the registration is refused)            */
     int with_abandon;           /* the transport has region_abandon        */
+    int with_read_multi;        /* the transport has read_multi (counted
+                                   in multi_calls / multi_reqs; its reads
+                                   are not read_calls)                     */
     int with_shard_alloc;       /* the transport allocates host shards
                                    (shard_alloc / shard_free, like MPI's
                                    shared memory): malloc'ed, counted     */
 
     /* counters */
     _Atomic long read_calls, read_ops, local_ops, bad_ops, bytes_read;
+    _Atomic long multi_calls, multi_reqs;
     _Atomic long live_regions, live_regs, live_readers, epochs, destroyed;
     _Atomic long comms_destroyed;
     _Atomic long live_shards;      /* shard_alloc'ed, not yet freed        */
@@ -289,6 +293,10 @@ static inline void fw_reader_close(void *ctx, void *reader)
     free(reader);
 }
 
+static inline int fw_read_ops(void *ctx, void *region,
+                   const dds_read_op_t *ops, size_t nops, void *dst,
+                   const dds_mem_t *dst_mem, void *staging, dds_prof_t *prof);
+
 static inline int fw_read(void *ctx, void *reader, void *region,
                    const dds_read_op_t *ops, size_t nops, void *dst,
                    void *dst_handle, const dds_mem_t *dst_mem, void *staging,
@@ -296,10 +304,8 @@ static inline int fw_read(void *ctx, void *reader, void *region,
 {
     fw_tr_t *t = ctx;
     fake_world_t *w = t->w;
-    fw_region_t *r = region;
     int rc = 0;
     (void)reader;
-    (void)dst_mem;
 
     if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE) &&
         atomic_fetch_add(&w->in_read[t->rank], 1) != 0)
@@ -312,11 +318,50 @@ static inline int fw_read(void *ctx, void *reader, void *region,
         rc = dds_error(-DDS_EIO, "fake transport: injected read failure");
         goto out;
     }
-    if (w->reject_device && dst_mem != NULL && dst_mem->kind != DDS_MEM_HOST) {
-        rc = dds_error(-DDS_ENOSYS, "fake transport: registering device "
-                                    "memory failed (injected)");
-        goto out;
+    rc = fw_read_ops(ctx, region, ops, nops, dst, dst_mem, staging, prof);
+out:
+    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
+        atomic_fetch_sub(&w->in_read[t->rank], 1);
+    return rc;
+}
+
+/* read_multi: each request as read() does it, in one call. */
+static inline int fw_read_multi(void *ctx, void *reader,
+                                const dds_read_req_t *reqs, size_t nreqs)
+{
+    fw_tr_t *t = ctx;
+    fake_world_t *w = t->w;
+    int rc = 0;
+    (void)reader;
+    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE) &&
+        atomic_fetch_add(&w->in_read[t->rank], 1) != 0)
+        atomic_fetch_add(&w->unsafe_concurrent, 1);
+    atomic_fetch_add(&w->multi_calls, 1);
+    atomic_fetch_add(&w->multi_reqs, (long)nreqs);
+    if (atomic_load(&w->fail_reads) > 0) {
+        atomic_fetch_sub(&w->fail_reads, 1);
+        rc = dds_error(-DDS_EIO, "fake transport: injected read failure");
     }
+    for (size_t i = 0; i < nreqs && rc == 0; i++)
+        rc = fw_read_ops(ctx, reqs[i].region, reqs[i].ops, reqs[i].nops,
+                         reqs[i].dst, reqs[i].dst_mem, reqs[i].staging,
+                         reqs[i].prof);
+    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
+        atomic_fetch_sub(&w->in_read[t->rank], 1);
+    return rc;
+}
+
+static inline int fw_read_ops(void *ctx, void *region,
+                   const dds_read_op_t *ops, size_t nops, void *dst,
+                   const dds_mem_t *dst_mem, void *staging, dds_prof_t *prof)
+{
+    fw_tr_t *t = ctx;
+    fake_world_t *w = t->w;
+    fw_region_t *r = region;
+    int rc = 0;
+    if (w->reject_device && dst_mem != NULL && dst_mem->kind != DDS_MEM_HOST)
+        return dds_error(-DDS_ENOSYS, "fake transport: registering device "
+                                      "memory failed (injected)");
     for (size_t i = 0; i < nops; i++) {
         const dds_read_op_t *op = &ops[i];
         if (op->owner < 0 || op->owner >= r->n || op->src_offset < 0 ||
@@ -324,10 +369,10 @@ static inline int fw_read(void *ctx, void *reader, void *region,
             (w->max_read_bytes != 0 && op->len > w->max_read_bytes) ||
             (op->staged && staging == NULL)) {
             atomic_fetch_add(&w->bad_ops, 1);
-            rc = dds_error(-DDS_EIO, "fake transport: bad op %zu (owner %d, "
-                                     "src %lld, len %zu)",
-                           i, op->owner, (long long)op->src_offset, op->len);
-            goto out;
+            return dds_error(-DDS_EIO, "fake transport: bad op %zu (owner "
+                                       "%d, src %lld, len %zu)",
+                             i, op->owner, (long long)op->src_offset,
+                             op->len);
         }
         if (op->owner == t->rank)
             atomic_fetch_add(&w->local_ops, 1);
@@ -337,9 +382,6 @@ static inline int fw_read(void *ctx, void *reader, void *region,
     }
     atomic_fetch_add(&w->read_ops, (long)nops);
     dds_prof_add(prof, DDS_PROF_NS_POST, 1);
-out:
-    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
-        atomic_fetch_sub(&w->in_read[t->rank], 1);
     return rc;
 }
 
@@ -420,7 +462,8 @@ static const dds_transport_ops_t fw_tr_ops_shard_alloc = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
-    fw_shard_alloc, fw_shard_free, NULL /* region_join */, NULL, NULL, NULL};
+    fw_shard_alloc, fw_shard_free, NULL /* region_join */, NULL, NULL, NULL,
+    NULL /* read_multi */};
 
 static const dds_transport_ops_t fw_tr_ops = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
@@ -428,19 +471,27 @@ static const dds_transport_ops_t fw_tr_ops = {
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
     NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
     NULL /* region_abandon */, NULL /* region_shards */,
-    NULL /* region_check */};
+    NULL /* region_check */, NULL /* read_multi */};
+
+static const dds_transport_ops_t fw_tr_ops_multi = {
+    sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
+    fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
+    fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
+    NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
+    NULL /* region_abandon */, NULL /* region_shards */,
+    NULL /* region_check */, fw_read_multi};
 
 static const dds_transport_ops_t fw_tr_ops_abandon = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     fw_reader_open, fw_reader_close, fw_read, fw_recv_register,
     fw_recv_unregister, NULL, fw_epoch, fw_epoch, fw_tr_destroy,
     NULL /* shard_alloc */, NULL /* shard_free */, NULL /* region_join */,
-    fw_region_abandon, NULL, NULL};
+    fw_region_abandon, NULL, NULL, NULL};
 
 static const dds_transport_ops_t fw_tr_ops_noreaders = {
     sizeof(dds_transport_ops_t), "fake", fw_region_create, fw_region_destroy,
     NULL, NULL, fw_read, NULL, NULL, NULL, NULL, NULL, fw_tr_destroy, NULL, NULL,
-    NULL, NULL, NULL, NULL};
+    NULL, NULL, NULL, NULL, NULL};
 
 static inline dds_transport_t fw_transport(fake_world_t *w, int rank)
 {
@@ -452,6 +503,7 @@ static inline dds_transport_t fw_transport(fake_world_t *w, int rank)
     t.ops = w->no_readers         ? &fw_tr_ops_noreaders
             : w->with_abandon     ? &fw_tr_ops_abandon
             : w->with_shard_alloc ? &fw_tr_ops_shard_alloc
+            : w->with_read_multi  ? &fw_tr_ops_multi
                                   : &fw_tr_ops;
     t.ctx = ctx;
     t.caps = w->caps;

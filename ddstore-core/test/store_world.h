@@ -30,15 +30,18 @@ static inline void barrier(dds_store_t *s)
     c->ops->barrier(c->ctx);
 }
 
-/* Run one scenario on a fresh n-rank world; check nothing leaked. */
-static inline void run_world(int n, fw_rank_fn fn, void *arg, uint64_t caps,
-                      size_t max_read)
+/* Run one scenario on a fresh n-rank world (its transport with read_multi
+ * when `read_multi`); check nothing leaked. */
+static inline void run_world_multi(int n, fw_rank_fn fn, void *arg,
+                                   uint64_t caps, size_t max_read,
+                                   int read_multi)
 {
     fake_world_t w;
     fw_init(&w, n);
     if (caps != 0)
         w.caps = caps;
     w.max_read_bytes = max_read;
+    w.with_read_multi = read_multi;
     fw_run(&w, fn, arg);
     CHECK_EQ(atomic_load(&w.protocol_errors), 0);
     CHECK_EQ(atomic_load(&w.bad_ops), 0);
@@ -49,6 +52,12 @@ static inline void run_world(int n, fw_rank_fn fn, void *arg, uint64_t caps,
     CHECK_EQ(atomic_load(&w.comms_destroyed), n);
     CHECK_EQ(atomic_load(&w.unsafe_concurrent), 0);
     fw_fini(&w);
+}
+
+static inline void run_world(int n, fw_rank_fn fn, void *arg, uint64_t caps,
+                      size_t max_read)
+{
+    run_world_multi(n, fn, arg, caps, max_read, 0);
 }
 
 #endif

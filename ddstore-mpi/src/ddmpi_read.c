@@ -139,50 +139,19 @@ static int ddmpi_read_forked(const ddmpi_transport_t *t,
                               : "DDSTORE_MPI_SHM=0");
 }
 
-int ddmpi_read(void *ctx, void *reader, void *region,
-               const dds_read_op_t *ops, size_t nops, void *dst,
-               void *dst_handle, const dds_mem_t *dst_mem, void *staging,
-               void *staging_handle, dds_prof_t *prof)
+/* The gets of one request (a variable), posted; its owners noted for the
+ * flush.  0, or the error of the MPI_Get that failed (the earlier ones are
+ * in flight: the caller flushes them). */
+static int ddmpi_post(const ddmpi_region_t *r, const dds_read_req_t *q,
+                      uint64_t *ngets, int *owners, int *nowners_p,
+                      int *more_p)
 {
-    ddmpi_transport_t *t = ctx;
-    ddmpi_region_t *r = region;
-    uint64_t t0, t1, t2;
-    size_t i;
-    uint64_t ngets = 0;
-    int rc, mrc, prev_owner = -1;
-    int owners[8], nowners = 0, more_owners = 0; /* remote, named by errors */
+    int prev_owner = -1;
 
-    (void)reader;          /* one default reader: MPI has no endpoints     */
-    (void)dst_handle;      /* MPI needs no registration of destinations   */
-    (void)staging_handle;
-
-    if (!t || !r || (nops && !ops))
-        return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
-    /* nops == 0: the store served every op (same-node mappings) and asks
-     * whether it may; after MPI_Finalize rows of other ranks are refused,
-     * as they always were */
-    if (nops == 0 && !ddmpi_gone())
-        return 0;
-    if (nops && dst_mem && dst_mem->kind != DDS_MEM_HOST)
-        return dds_error(-DDS_ENOSYS, "variable '%s': method 0 (MPI RMA) "
-                         "reads only into host memory; GPU destinations "
-                         "(memory kind %d) need staging, which the MPI "
-                         "transport does not do yet", r->name,
-                         (int)dst_mem->kind);
-    if (ddmpi_forked())
-        return ddmpi_read_forked(t, r, ops, nops);
-    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
-        return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
-                         r->name, ddmpi_gone() ? "MPI_Finalize"
-                                               : "the window was freed");
-    if ((rc = ddmpi_read_check(t, r, ops, nops, dst, staging)) != 0)
-        return rc;
-
-    ddmpi_serial_lock(t->serial);
-    t0 = dds_prof_now();
-    for (i = 0; i < nops && rc == 0; i++) {
-        const dds_read_op_t *op = &ops[i];
-        char *to = (char *)(op->staged ? staging : dst) + op->dst_offset;
+    for (size_t i = 0; i < q->nops; i++) {
+        const dds_read_op_t *op = &q->ops[i];
+        char *to = (char *)(op->staged ? q->staging : q->dst) + op->dst_offset;
+        int mrc;
 
         if (op->len == 0)
             continue;
@@ -195,39 +164,123 @@ int ddmpi_read(void *ctx, void *reader, void *region,
 
             snprintf(what, sizeof(what), "variable '%s': MPI_Get from "
                      "rank %d", r->name, op->owner);
-            rc = ddmpi_translate_error(mrc, what);
-            break;
+            return ddmpi_translate_error(mrc, what);
         }
-        ngets++;          /* op i is in flight: flush its owner */
+        (*ngets)++;       /* op i is in flight: flush its owner */
         if (op->owner != prev_owner) { /* the planner groups ops by owner */
             prev_owner = op->owner;
-            if (nowners < (int)(sizeof owners / sizeof owners[0]))
-                owners[nowners++] = op->owner;
+            if (*nowners_p < 8)
+                owners[(*nowners_p)++] = op->owner;
             else
-                more_owners = 1;
+                *more_p = 1;
         }
     }
-    t1 = dds_prof_now();
+    return 0;
+}
 
-    /* complete everything posted, even after an error: one flush for the
-     * batch (flush_local_all where several owners have gets in flight; it
-     * may also wait for other threads' gets on this window, never less) */
-    if (nowners > 0) {
-        mrc = nowners == 1 ? MPI_Win_flush_local(owners[0], r->win)
-                           : MPI_Win_flush_local_all(r->win);
-        if (mrc != MPI_SUCCESS && rc == 0) {
-            char what[DDMPI_NAME_MAX + 160];
-            int n = snprintf(what, sizeof(what), "variable '%s': %s (reading from rank%s",
-                             r->name, nowners == 1 ? "MPI_Win_flush_local"
-                                                   : "MPI_Win_flush_local_all",
-                             nowners == 1 ? "" : "s");
-            for (int k = 0; k < nowners && n > 0 && (size_t)n < sizeof(what); k++)
-                n += snprintf(what + n, sizeof(what) - (size_t)n, "%s %d", k ? "," : "",
-                              owners[k]);
-            if (n > 0 && (size_t)n < sizeof(what))
-                snprintf(what + n, sizeof(what) - (size_t)n, "%s)", more_owners ? ", ..." : "");
-            rc = ddmpi_translate_error(mrc, what);
-        }
+/* Complete the gets posted on one request's window, even after an error:
+ * one flush (flush_local_all where several owners have gets in flight; it
+ * may also wait for other threads' gets on this window, never less). */
+static int ddmpi_flush(const ddmpi_region_t *r, const int *owners,
+                       int nowners, int more_owners)
+{
+    char what[DDMPI_NAME_MAX + 160];
+    int mrc, n;
+
+    if (nowners == 0)
+        return 0;
+    mrc = nowners == 1 ? MPI_Win_flush_local(owners[0], r->win)
+                       : MPI_Win_flush_local_all(r->win);
+    if (mrc == MPI_SUCCESS)
+        return 0;
+    n = snprintf(what, sizeof(what), "variable '%s': %s (reading from rank%s",
+                 r->name, nowners == 1 ? "MPI_Win_flush_local"
+                                       : "MPI_Win_flush_local_all",
+                 nowners == 1 ? "" : "s");
+    for (int k = 0; k < nowners && n > 0 && (size_t)n < sizeof(what); k++)
+        n += snprintf(what + n, sizeof(what) - (size_t)n, "%s %d", k ? "," : "",
+                      owners[k]);
+    if (n > 0 && (size_t)n < sizeof(what))
+        snprintf(what + n, sizeof(what) - (size_t)n, "%s)", more_owners ? ", ..." : "");
+    return ddmpi_translate_error(mrc, what);
+}
+
+/* Checks of one request, before anything is posted (0: post it; 1: nothing
+ * to read; else an error). */
+static int ddmpi_req_check(ddmpi_transport_t *t, const dds_read_req_t *q)
+{
+    const ddmpi_region_t *r = q->region;
+    int rc;
+
+    if (!r || (q->nops && !q->ops))
+        return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
+    /* nops == 0: the store served every op (same-node mappings) and asks
+     * whether it may; after MPI_Finalize rows of other ranks are refused,
+     * as they always were */
+    if (q->nops == 0 && !ddmpi_gone())
+        return 1;
+    if (q->nops && q->dst_mem && q->dst_mem->kind != DDS_MEM_HOST)
+        return dds_error(-DDS_ENOSYS, "variable '%s': method 0 (MPI RMA) "
+                         "reads only into host memory; GPU destinations "
+                         "(memory kind %d) need staging, which the MPI "
+                         "transport does not do yet", r->name,
+                         (int)q->dst_mem->kind);
+    if (ddmpi_forked()) {
+        rc = ddmpi_read_forked(t, r, q->ops, q->nops);
+        return rc != 0 ? rc : 1;
+    }
+    if ((r->win == MPI_WIN_NULL && !r->local_only) || ddmpi_gone())
+        return dds_error(-DDS_EIO, "variable '%s': mpi read after %s",
+                         r->name, ddmpi_gone() ? "MPI_Finalize"
+                                               : "the window was freed");
+    return ddmpi_read_check(t, r, q->ops, q->nops, q->dst, q->staging);
+}
+
+int ddmpi_read_multi(void *ctx, void *reader, const dds_read_req_t *reqs,
+                     size_t nreqs)
+{
+    enum { NQ = 64 };
+    ddmpi_transport_t *t = ctx;
+    uint64_t t0, t1, t2, ngets = 0;
+    size_t i, nposted = 0;
+    int rc = 0, rc2;
+    /* per request: owners with gets in flight (named by errors) */
+    int owners[NQ][8], nowners[NQ], more[NQ], post[NQ];
+
+    (void)reader;          /* one default reader: MPI has no endpoints     */
+    if (!t || (nreqs && !reqs))
+        return dds_error(-DDS_EINVAL, "mpi read: NULL argument");
+    if (nreqs > NQ) {      /* in slices of NQ variables */
+        for (i = 0; i < nreqs && rc == 0; i += NQ)
+            rc = ddmpi_read_multi(ctx, reader, reqs + i,
+                                  nreqs - i < NQ ? nreqs - i : NQ);
+        return rc;
+    }
+    for (i = 0; i < nreqs; i++) {
+        rc = ddmpi_req_check(t, &reqs[i]);
+        if (rc < 0)
+            return rc;
+        post[i] = rc == 0;
+        nowners[i] = more[i] = 0;
+    }
+    rc = 0;
+
+    ddmpi_serial_lock(t->serial);
+    t0 = dds_prof_now();
+    for (i = 0; i < nreqs && rc == 0; i++) {
+        if (!post[i])
+            continue;
+        rc = ddmpi_post(reqs[i].region, &reqs[i], &ngets, owners[i],
+                        &nowners[i], &more[i]);
+        nposted = i + 1;
+    }
+    t1 = dds_prof_now();
+    /* complete everything posted, even after an error: one flush per
+     * window (variable) */
+    for (i = 0; i < nposted; i++) {
+        rc2 = ddmpi_flush(reqs[i].region, owners[i], nowners[i], more[i]);
+        if (rc == 0)
+            rc = rc2;
     }
     t2 = dds_prof_now();
     ddmpi_serial_unlock(t->serial);
@@ -235,11 +288,35 @@ int ddmpi_read(void *ctx, void *reader, void *region,
         __atomic_add_fetch(&t->n_gets, ngets, __ATOMIC_RELAXED);
 
     /* the store counts DDS_PROF_READS (one per op it hands us; its ops are
-     * already split at our max_read_bytes, so that is our MPI_Get count) */
-    if (t0) {
-        dds_prof_add(prof, DDS_PROF_NS_POST, t1 - t0);
-        dds_prof_add(prof, DDS_PROF_NS_COMPLETE, t2 - t1);
+     * already split at our max_read_bytes, so that is our MPI_Get count);
+     * the variables share the time */
+    if (t0 && nreqs) {
+        for (i = 0; i < nreqs; i++) {
+            dds_prof_add(reqs[i].prof, DDS_PROF_NS_POST, (t1 - t0) / nreqs);
+            dds_prof_add(reqs[i].prof, DDS_PROF_NS_COMPLETE,
+                         (t2 - t1) / nreqs);
+        }
     }
     return rc;
 }
 
+int ddmpi_read(void *ctx, void *reader, void *region,
+               const dds_read_op_t *ops, size_t nops, void *dst,
+               void *dst_handle, const dds_mem_t *dst_mem, void *staging,
+               void *staging_handle, dds_prof_t *prof)
+{
+    const ddmpi_region_t *r = region;
+    dds_read_req_t q;
+
+    q.region = region;
+    q.name = r ? r->name : "?";
+    q.ops = ops;
+    q.nops = nops;
+    q.dst = dst;
+    q.dst_handle = dst_handle;   /* MPI needs no registration of destinations */
+    q.dst_mem = dst_mem;
+    q.staging = staging;
+    q.staging_handle = staging_handle;
+    q.prof = prof;
+    return ddmpi_read_multi(ctx, reader, &q, 1);
+}

@@ -515,6 +515,7 @@ static const dds_transport_ops_t ddmpi_transport_ops = {
     .destroy = ddmpi_transport_destroy,
     .region_join = NULL,
     .region_abandon = ddmpi_region_abandon,
+    .read_multi = ddmpi_read_multi,
 };
 
 int ddmpi_transport_create(MPI_Comm comm, dds_transport_t *transport_p)

@@ -53,6 +53,10 @@ int ddmpi_read(void *ctx, void *reader, void *region,
                const dds_read_op_t *ops, size_t nops, void *dst,
                void *dst_handle, const dds_mem_t *dst_mem, void *staging,
                void *staging_handle, dds_prof_t *prof);
+/* read_multi (transport.h): every variable's MPI_Gets posted, then one
+ * flush per window. */
+int ddmpi_read_multi(void *ctx, void *reader, const dds_read_req_t *reqs,
+                     size_t nreqs);
 /* Non-zero once MPI_Finalize started (ddmpi_set_gone, by the finalize
  * hook): no MPI call may be made then. */
 int ddmpi_gone(void);

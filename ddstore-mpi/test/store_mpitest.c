@@ -781,6 +781,61 @@ static int store_over(MPI_Comm comm, dds_store_t **s_p)
     return rc;
 }
 
+/* The fields of a batch in one call (dds_store_get_batch_vars: the gets of
+ * every window posted, then each flushed), with same-node shards not
+ * mapped (DDSTORE_MPI_SHM=0) so that other ranks' rows are MPI_Gets: every
+ * variable's rows right, as get_batch reads them, and each variable's
+ * profile one call. */
+static void test_batch_vars(void)
+{
+    enum { NV = 3, NB = 9 };
+    static const char *const names[NV] = {"bv_a", "bv_b", "bv_c"};
+    dds_store_t *s = NULL;
+    tvar_t v[NV];
+    uint8_t *buf[NV];
+    dds_buf_t b[NV];
+    dds_profile_t prof;
+    int64_t idx[NB], lo;
+    int rc;
+
+    ddt_section = "batch vars";
+    setenv("DDSTORE_MPI_SHM", "0", 1);
+    rc = store_over(MPI_COMM_WORLD, &s);
+    unsetenv("DDSTORE_MPI_SHM");
+    CHECK_OK(rc);
+    if (rc)
+        return;
+    tvar_setup(&v[0], names[0], DDS_DTYPE_INT64, 8, 3, 5, rows_varied);
+    tvar_setup(&v[1], names[1], DDS_DTYPE_INT64, 8, 3, 6, rows_varied);
+    tvar_setup(&v[2], names[2], DDS_DTYPE_UINT8, 1, 5, 7, rows_second_zero);
+    lo = v[0].total < v[2].total ? v[0].total : v[2].total;
+    for (int k = 0; k < NV; k++) {
+        CHECK_OK(tvar_add(s, &v[k]));
+        buf[k] = malloc(NB * v[k].row_bytes);
+        b[k] = tbuf(&v[k], buf[k], NB);
+        CHECK_OK(dds_store_profile_reset(s, names[k]));
+    }
+    for (int it = 0; it < 5; it++) {
+        for (int i = 0; i < NB; i++) /* scattered, repeats */
+            idx[i] = (it * 7 + i * 5 + ddt_rank) % lo;
+        idx[NB - 1] = idx[0];
+        CHECK_OK(dds_store_get_batch_vars(s, NULL, names, b, NV, idx, NB));
+        for (int k = 0; k < NV; k++)
+            check_rows(&v[k], buf[k], idx, NB);
+    }
+    for (int k = 0; k < NV; k++) {
+        CHECK_OK(dds_store_profile(s, names[k], &prof));
+        CHECK_EQ(prof.v[DDS_PROF_CALLS], 5);
+        CHECK_EQ(prof.v[DDS_PROF_ROWS], 5 * NB);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dds_store_destroy(s);   /* frees the live variables (collective) */
+    for (int k = 0; k < NV; k++) {
+        free(buf[k]);
+        tvar_fini(&v[k]);
+    }
+}
+
 /* In a forked child: read every row of v (and check it against the
  * reference with salt `salt`); exit status 0 ok, 1 wrong data, 2 the read
  * failed with a message containing `want_err` (NULL: any failure is 3). */
@@ -1137,6 +1192,7 @@ int main(void)
         test_bad_collective(s);
         test_free_readd(s);
         test_small_max_read();
+        test_batch_vars();
         test_same_node(s);
         test_forked_reads();
         test_split_groups();

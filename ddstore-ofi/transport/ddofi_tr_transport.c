@@ -268,31 +268,23 @@ static int reg_temp(ddofi_tr_reader_t *r, void *buf, size_t len, const dds_mem_t
     return 0;
 }
 
-static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *ops, size_t nops,
-                  void *dst, void *dst_handle, const dds_mem_t *dst_mem, void *staging,
-                  void *staging_handle, dds_prof_t *prof)
+/* Request q's ops into o[*k_p ..), with its destinations' registrations:
+ * the caller's (recv_register) when made on this reader's fabric, else on
+ * the fly where the provider needs them (FI_MR_LOCAL, or device memory
+ * with FI_MR_HMEM), left in tmp[0..2) for the caller to deregister.  The
+ * owners read are noted for the error message. */
+static int t_fill(ddofi_tr_t *t, ddofi_tr_reader_t *r, const dds_read_req_t *q,
+                  ddofi_read_op_t *o, size_t *k_p, ddofi_mr_t **tmp, int *owners,
+                  int *nowners_p, int *more_p)
 {
-    ddofi_tr_t *t = ctx;
-    ddofi_tr_region_t *g = region;
-    ddofi_tr_reader_t *r = reader ? reader : t->dflt;
-    int rc = ddofi_tr_reader_ready(r);
-    if (rc)
-        return rc;
-    if (nops == 0)
-        return 0;
-    ddofi_read_op_t *o = ddofi_tr_scratch_ops(nops);
-    if (!o)
-        return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
-
-    /* Same-node shards the store mapped never come here (it copies them:
-     * DDS_TRANSPORT_CAP_NODE_MAP); every op goes to libfabric. */
-    int dev = dst_mem && dst_mem->kind != DDS_MEM_HOST;
-    size_t k = 0, dmax = 0, smax = 0;
-    int owners[8], nowners = 0, more_owners = 0; /* of o[], named by an error */
-    for (size_t i = 0; i < nops; i++) {
-        const dds_read_op_t *p = &ops[i];
+    int dev = q->dst_mem && q->dst_mem->kind != DDS_MEM_HOST;
+    size_t k0 = *k_p, k = k0, dmax = 0, smax = 0;
+    int rc;
+    for (size_t i = 0; i < q->nops; i++) {
+        const dds_read_op_t *p = &q->ops[i];
         if ((unsigned)p->owner >= (unsigned)t->nranks)
-            return dds_error(-DDS_EINVAL, "read: owner %d outside [0, %d)", p->owner, t->nranks);
+            return dds_error(-DDS_EINVAL, "read of '%s': owner %d outside [0, %d)", q->name,
+                             p->owner, t->nranks);
         size_t end = p->dst_offset + p->len;
         if (p->staged)
             smax = end > smax ? end : smax;
@@ -300,69 +292,126 @@ static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *op
             dmax = end > dmax ? end : dmax;
         if ((rc = ddofi_tr_reader_peer(r, p->owner, &o[k].peer)) != 0)
             return rc;
-        if (!nowners || owners[nowners - 1] != p->owner) { /* ops come grouped by owner */
-            if (nowners < (int)(sizeof owners / sizeof owners[0]))
-                owners[nowners++] = p->owner;
+        int seen = 0; /* ops come grouped by owner (per request) */
+        for (int j = 0; j < *nowners_p && !seen; j++)
+            seen = owners[j] == p->owner;
+        if (!seen) {
+            if (*nowners_p < 8)
+                owners[(*nowners_p)++] = p->owner;
             else
-                more_owners = 1;
+                *more_p = 1;
         }
-        o[k].remote = &g->remotes[p->owner];
+        o[k].remote = &((ddofi_tr_region_t *)q->region)->remotes[p->owner];
         o[k].offset = (uint64_t)p->src_offset;
-        o[k].dst = (char *)(p->staged ? staging : dst) + p->dst_offset;
+        o[k].dst = (char *)(p->staged ? q->staging : q->dst) + p->dst_offset;
         o[k].len = p->len;
         o[k].dst_mr = p->staged ? (ddofi_mr_t *)o : NULL; /* marks staged: replaced below */
         k++;
     }
-
-    /* Registrations of the destinations: the caller's (recv_register) when
-     * made on this reader's fabric, else on the fly where the provider
-     * needs them (FI_MR_LOCAL, or device memory with FI_MR_HMEM). */
     int need = t->need_local_mr || (dev && t->attr.mr_hmem);
-    ddofi_tr_recv_t *dh = dst_handle, *sh = staging_handle;
+    ddofi_tr_recv_t *dh = q->dst_handle, *sh = q->staging_handle;
     ddofi_mr_t *dmr = (dh && dh->fab == r->fab && dh->pid == r->pid) ? dh->mr : NULL;
     ddofi_mr_t *smr = (sh && sh->fab == r->fab && sh->pid == r->pid) ? sh->mr : NULL;
-    ddofi_mr_t *tmp_d = NULL, *tmp_s = NULL;
     if (need && !dmr && dmax) {
-        rc = reg_temp(r, dst, dmax, dst_mem, &tmp_d, prof);
+        rc = reg_temp(r, q->dst, dmax, q->dst_mem, &tmp[0], q->prof);
         if (rc)
             return rc;
-        dmr = tmp_d;
+        dmr = tmp[0];
     }
     if (t->need_local_mr && !smr && smax) {
-        rc = reg_temp(r, staging, smax, NULL, &tmp_s, prof);
+        rc = reg_temp(r, q->staging, smax, NULL, &tmp[1], q->prof);
         if (rc)
-            goto out;
-        smr = tmp_s;
+            return rc;
+        smr = tmp[1];
     }
-    for (size_t i = 0; i < k; i++)
+    for (size_t i = k0; i < k; i++)
         o[i].dst_mr = o[i].dst_mr ? smr : dmr;
+    *k_p = k;
+    return 0;
+}
+
+/* Every request's reads posted on reader r, then waited for together: one
+ * round trip per owner for all the variables (read_multi), or one
+ * variable's (read). */
+static int t_read_reqs(ddofi_tr_t *t, ddofi_tr_reader_t *r, const dds_read_req_t *q,
+                       size_t nq)
+{
+    size_t nops = 0, k = 0;
+    int rc = ddofi_tr_reader_ready(r);
+    if (rc)
+        return rc;
+    for (size_t j = 0; j < nq; j++)
+        nops += q[j].nops;
+    if (nops == 0)
+        return 0;
+    ddofi_read_op_t *o = ddofi_tr_scratch_ops(nops);
+    ddofi_mr_t *tmp_small[8] = {0}, **tmp = tmp_small;
+    if (!o)
+        return dds_error(-DDS_ENOMEM, "read: out of memory for %zu ops", nops);
+    if (2 * nq > sizeof tmp_small / sizeof tmp_small[0] && !(tmp = calloc(2 * nq, sizeof *tmp)))
+        return dds_error(-DDS_ENOMEM, "read: out of memory for %zu variables", nq);
+
+    /* Same-node shards the store mapped never come here (it copies them:
+     * DDS_TRANSPORT_CAP_NODE_MAP); every op goes to libfabric. */
+    int owners[8], nowners = 0, more_owners = 0; /* of o[], named by an error */
+    for (size_t j = 0; j < nq && rc == 0; j++)
+        rc = t_fill(t, r, &q[j], o, &k, &tmp[2 * j], owners, &nowners, &more_owners);
+    if (rc)
+        goto out;
 
     ddofi_read_stats_t st = {0};
     rc = ddofi_read(r->ep, o, k, &st);
-    dds_prof_add(prof, DDS_PROF_NS_POST, st.ns_post);
-    dds_prof_add(prof, DDS_PROF_NS_COMPLETE, st.ns_wait);
+    for (size_t j = 0; j < nq; j++) { /* the variables share the time */
+        dds_prof_add(q[j].prof, DDS_PROF_NS_POST, st.ns_post / nq);
+        dds_prof_add(q[j].prof, DDS_PROF_NS_COMPLETE, st.ns_wait / nq);
+    }
     if (rc) {
         /* the library names its peers by address index: name the ranks */
-        char what[400];
-        int n = snprintf(what, sizeof what, "variable '%s', reading from rank%s", g->name,
-                         nowners > 1 ? "s" : "");
+        char what[600];
+        int n = snprintf(what, sizeof what, "variable%s", nq > 1 ? "s" : "");
+        for (size_t j = 0; j < nq && n > 0 && (size_t)n < sizeof what - 100; j++)
+            n += snprintf(what + n, sizeof what - (size_t)n, "%s'%s'", j ? ", " : " ",
+                          q[j].name ? q[j].name : "?");
+        if (n > 0 && (size_t)n < sizeof what)
+            n += snprintf(what + n, sizeof what - (size_t)n, ", reading from rank%s",
+                          nowners > 1 ? "s" : "");
         for (int i = 0; i < nowners && n > 0 && (size_t)n < sizeof what; i++)
             n += snprintf(what + n, sizeof what - (size_t)n, "%s%d", i ? ", " : " ", owners[i]);
         if (more_owners && n > 0 && (size_t)n < sizeof what)
             snprintf(what + n, sizeof what - (size_t)n, ", ...");
         rc = ddofi_transport_error(rc, what);
     } else {
-        rc = ddofi_tr_live_check(g); /* method 2: freed by the core job meanwhile? */
+        for (size_t j = 0; j < nq && rc == 0; j++) /* method 2: freed by the core job? */
+            rc = ddofi_tr_live_check(q[j].region);
     }
 out:
-    if (tmp_d || tmp_s) {
+    for (size_t j = 0; j < 2 * nq; j++) {
+        if (!tmp[j])
+            continue;
         uint64_t t0 = dds_prof_now();
-        ddofi_mr_deregister(tmp_d);
-        ddofi_mr_deregister(tmp_s);
+        ddofi_mr_deregister(tmp[j]);
         if (t0)
-            dds_prof_add(prof, DDS_PROF_NS_REGISTER, dds_prof_now() - t0);
+            dds_prof_add(q[j / 2].prof, DDS_PROF_NS_REGISTER, dds_prof_now() - t0);
     }
+    if (tmp != tmp_small)
+        free(tmp);
     return rc;
+}
+
+static int t_read(void *ctx, void *reader, void *region, const dds_read_op_t *ops, size_t nops,
+                  void *dst, void *dst_handle, const dds_mem_t *dst_mem, void *staging,
+                  void *staging_handle, dds_prof_t *prof)
+{
+    ddofi_tr_t *t = ctx;
+    dds_read_req_t q = {region, region ? ((ddofi_tr_region_t *)region)->name : "?", ops, nops, dst,
+                        dst_handle, dst_mem, staging, staging_handle, prof};
+    return t_read_reqs(t, reader ? reader : t->dflt, &q, 1);
+}
+
+static int t_read_multi(void *ctx, void *reader, const dds_read_req_t *reqs, size_t nreqs)
+{
+    ddofi_tr_t *t = ctx;
+    return t_read_reqs(t, reader ? reader : t->dflt, reqs, nreqs);
 }
 
 static int t_recv_register(void *ctx, void *buf, size_t bytes, const dds_mem_t *mem,
@@ -499,6 +548,7 @@ const dds_transport_ops_t ddofi_tr_ops = {
     .region_join = ddofi_hs_region_join,
     .region_shards = t_region_shards,
     .region_check = t_region_check,
+    .read_multi = t_read_multi,
 };
 
 /* ---------------- create ---------------- */

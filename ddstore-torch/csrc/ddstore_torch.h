@@ -102,8 +102,10 @@ int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_bu
               const int64_t *rows, size_t n, int64_t start, bool batch);
 
 // get_batch of the same rows[0..n) for every field: bufs[k] <- names[k], in
-// order, stopping at the first error (its status returned).  GIL released by
-// the caller.
+// one planned call (dds_store_get_batch_vars: one transport batch for all
+// the fields; every field checked before any byte moves); when core refuses
+// an element type, field by field (raw variables, see read_into), stopping
+// at the first error.  Returns the status.  GIL released by the caller.
 int read_fields_into(dds_store_t *store, dds_reader_t *reader,
                      const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
                      const int64_t *rows, size_t n);

@@ -155,7 +155,19 @@ int read_fields_into(dds_store_t *store, dds_reader_t *reader,
                      const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
                      const int64_t *rows, size_t n)
 {
-    int rc = 0;
+    // One planned call for every field (core plans the rows once per
+    // layout and hands the transport all their remote reads together).
+    std::vector<const char *> cnames(names.size());
+    for (size_t k = 0; k < names.size(); k++)
+        cnames[k] = names[k].c_str();
+    int rc = dds_store_get_batch_vars(store, reader, cnames.data(), bufs.data(), cnames.size(),
+                                      rows, n);
+    if (rc != -DDS_ETYPE)
+        return rc;
+    // Core refused a tensor's element type before reading anything: a raw
+    // variable takes any (read_into describes it as raw), any other
+    // variable's error stands.  Field by field, as before.
+    rc = 0;
     for (size_t k = 0; k < bufs.size() && rc == 0; k++)
         rc = read_into(store, reader, names[k].c_str(), &bufs[k], rows, n, 0, true);
     return rc;

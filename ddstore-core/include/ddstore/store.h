@@ -208,6 +208,23 @@ DDS_API int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const char *name, const dds_buf_t *dst,
                         const int64_t *rows, size_t n);
 
+/* Local: dsts[k] row i <- global row rows[i] of variable names[k], for
+ * k in [0, nvars): the fields of one batch in one planned call.  Every
+ * variable and destination is checked before any byte moves (an error
+ * names the variable; nothing is read then).  Rows are planned once per
+ * distinct layout (variables with the same row distribution and row size
+ * share one plan), this rank's and same-node owners' rows are copied with
+ * memcpy, and the remote reads of all the variables with host destinations
+ * go to the transport in one call (its read_multi: one round trip per
+ * owner, not one per variable) before any is waited for; GPU destinations
+ * are read per variable as dds_store_get_batch reads them.  Each variable's
+ * profile counts one call, as dds_store_get_batch.  nvars == 0 is a no-op;
+ * a name repeated is read into each of its destinations. */
+DDS_API int dds_store_get_batch_vars(dds_store_t *store, dds_reader_t *reader,
+                                     const char *const *names,
+                                     const dds_buf_t *dsts, size_t nvars,
+                                     const int64_t *rows, size_t n);
+
 /* Register a destination so reads into it or any slice of it skip
  * registration.  Registering exactly this range again is a no-op that
  * returns 0 (registrations are not counted: one unregister removes it), or

@@ -109,6 +109,19 @@ typedef struct dds_region_layout {
     int64_t *elem_offsets;
 } dds_region_layout_t;
 
+/* One variable's share of a read_multi call: what read() takes, per
+ * variable.  `name` is the variable's (for errors). */
+typedef struct dds_read_req {
+    void *region;
+    const char *name;
+    const dds_read_op_t *ops;
+    size_t nops;
+    void *dst, *dst_handle;
+    const dds_mem_t *dst_mem;
+    void *staging, *staging_handle;
+    dds_prof_t *prof;
+} dds_read_req_t;
+
 typedef struct dds_transport_ops {
     size_t size;             /* sizeof(dds_transport_ops_t) of the implementer */
     const char *name;        /* "mpi", "ofi"                                 */
@@ -225,6 +238,18 @@ typedef struct dds_transport_ops {
     int (*region_shards)(void *ctx, void *region, dds_shard_rec_t *recs,
                          int nowners);
     int (*region_check)(void *ctx, void *region);
+
+    /* Optional (may be NULL; used only when `size` covers it): the reads of
+     * several variables (regions) at once, each request as read() takes
+     * them and with read()'s guarantees, through one reader: post every
+     * request's reads before waiting for any, so that a batch of F
+     * variables costs one round trip per owner, not F.  Must not return
+     * before every posted read completed or was cancelled; an error names
+     * the variable(s) it concerns.  Requests with nops == 0 may come (the
+     * store served their ops: see read()).  When NULL the store calls
+     * read() once per request. */
+    int (*read_multi)(void *ctx, void *reader, const dds_read_req_t *reqs,
+                      size_t nreqs);
 } dds_transport_ops_t;
 
 typedef struct dds_transport {
