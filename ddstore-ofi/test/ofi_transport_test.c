@@ -386,6 +386,26 @@ static int rank_main(dds_comm_t *comm, void *arg)
             bad += bb[(size_t)i * BIG + j] != bigval(ball[i], j);
     T(bad == 0);
 
+    /* the fields of a batch in one call (read_multi: every fi_read of the
+     * variables posted, then waited for): "x" twice and "big" */
+    {
+        int64_t m = btotal < total ? btotal : total;
+        float *x2 = malloc((size_t)m * DISP * sizeof(float));
+        const char *const names[3] = {"x", "big", "x"};
+        dds_buf_t bs[3] = {fbuf(buf, m), bbuf, fbuf(x2, m)};
+        bs[1].nrows = m;
+        memset(bb, 0, (size_t)btotal * BIG);
+        T_RC(dds_store_get_batch_vars(s, NULL, names, bs, 3, ball + (btotal - m), (size_t)m), 0);
+        T(check_rows(buf, ball + (btotal - m), (size_t)m) == 0);
+        T(check_rows(x2, ball + (btotal - m), (size_t)m) == 0);
+        bad = 0;
+        for (int64_t i = 0; i < m; i++)
+            for (size_t j = 0; j < BIG; j++)
+                bad += bb[(size_t)i * BIG + j] != bigval(ball[btotal - m + i], j);
+        T(bad == 0);
+        free(x2);
+    }
+
     ragged_section(s, cfg, me, n);
 
     /* errors: out of range, unknown name; the store stays usable */
