@@ -297,31 +297,42 @@ static inline int fw_read_ops(void *ctx, void *region,
                    const dds_read_op_t *ops, size_t nops, void *dst,
                    const dds_mem_t *dst_mem, void *staging, dds_prof_t *prof);
 
+/* A read call starts: the overlap check of a transport that is not
+ * thread-safe, an injected failure; fw_leave ends it. */
+static inline int fw_enter(fw_tr_t *t)
+{
+    fake_world_t *w = t->w;
+    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE) &&
+        atomic_fetch_add(&w->in_read[t->rank], 1) != 0)
+        atomic_fetch_add(&w->unsafe_concurrent, 1);
+    if (atomic_load(&w->fail_reads) > 0) {
+        atomic_fetch_sub(&w->fail_reads, 1);
+        return dds_error(-DDS_EIO, "fake transport: injected read failure");
+    }
+    return 0;
+}
+
+static inline void fw_leave(fw_tr_t *t)
+{
+    if (!(t->w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
+        atomic_fetch_sub(&t->w->in_read[t->rank], 1);
+}
+
 static inline int fw_read(void *ctx, void *reader, void *region,
                    const dds_read_op_t *ops, size_t nops, void *dst,
                    void *dst_handle, const dds_mem_t *dst_mem, void *staging,
                    void *staging_handle, dds_prof_t *prof)
 {
     fw_tr_t *t = ctx;
-    fake_world_t *w = t->w;
-    int rc = 0;
+    int rc;
     (void)reader;
-
-    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE) &&
-        atomic_fetch_add(&w->in_read[t->rank], 1) != 0)
-        atomic_fetch_add(&w->unsafe_concurrent, 1);
-    atomic_fetch_add(&w->read_calls, 1);
-    atomic_store(&w->last_dst_handle[t->rank], dst_handle);
-    atomic_store(&w->last_staging_handle[t->rank], staging_handle);
-    if (atomic_load(&w->fail_reads) > 0) {
-        atomic_fetch_sub(&w->fail_reads, 1);
-        rc = dds_error(-DDS_EIO, "fake transport: injected read failure");
-        goto out;
-    }
-    rc = fw_read_ops(ctx, region, ops, nops, dst, dst_mem, staging, prof);
-out:
-    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
-        atomic_fetch_sub(&w->in_read[t->rank], 1);
+    atomic_fetch_add(&t->w->read_calls, 1);
+    atomic_store(&t->w->last_dst_handle[t->rank], dst_handle);
+    atomic_store(&t->w->last_staging_handle[t->rank], staging_handle);
+    rc = fw_enter(t);
+    if (rc == 0)
+        rc = fw_read_ops(ctx, region, ops, nops, dst, dst_mem, staging, prof);
+    fw_leave(t);
     return rc;
 }
 
@@ -330,24 +341,16 @@ static inline int fw_read_multi(void *ctx, void *reader,
                                 const dds_read_req_t *reqs, size_t nreqs)
 {
     fw_tr_t *t = ctx;
-    fake_world_t *w = t->w;
-    int rc = 0;
+    int rc;
     (void)reader;
-    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE) &&
-        atomic_fetch_add(&w->in_read[t->rank], 1) != 0)
-        atomic_fetch_add(&w->unsafe_concurrent, 1);
-    atomic_fetch_add(&w->multi_calls, 1);
-    atomic_fetch_add(&w->multi_reqs, (long)nreqs);
-    if (atomic_load(&w->fail_reads) > 0) {
-        atomic_fetch_sub(&w->fail_reads, 1);
-        rc = dds_error(-DDS_EIO, "fake transport: injected read failure");
-    }
+    atomic_fetch_add(&t->w->multi_calls, 1);
+    atomic_fetch_add(&t->w->multi_reqs, (long)nreqs);
+    rc = fw_enter(t);
     for (size_t i = 0; i < nreqs && rc == 0; i++)
         rc = fw_read_ops(ctx, reqs[i].region, reqs[i].ops, reqs[i].nops,
                          reqs[i].dst, reqs[i].dst_mem, reqs[i].staging,
                          reqs[i].prof);
-    if (!(w->caps & DDS_TRANSPORT_CAP_THREAD_SAFE))
-        atomic_fetch_sub(&w->in_read[t->rank], 1);
+    fw_leave(t);
     return rc;
 }
 
