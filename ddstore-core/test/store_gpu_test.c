@@ -645,6 +645,23 @@ static void hmem_rank(fake_world_t *w, int rank, void *arg)
     CHECK_EQ(atomic_load(&px->copies_on_other_stream), 0);
     CHECK_OK(dds_store_profile(s, "h", &prof));
     CHECK_EQ_U(prof.v[DDS_PROF_STAGED_BYTES], 0);
+    /* the fields of a batch in one call: a device destination (read as
+     * get_batch reads it: its fence, direct) and a host one */
+    {
+        const char *const names[2] = {"h", "h"};
+        unsigned char *host = malloc(40 * rb);
+        dds_buf_t bs[2];
+        bs[0] = buf_of(dev, 40, rb, &m);
+        bs[1] = buf_of(host, 40, rb, NULL);
+        memset(dev, 0, 40 * rb); /* host emulation: device memory is host */
+        memset(host, 0, 40 * rb);
+        CHECK_OK(dds_store_get_batch_vars(s, NULL, names, bs, 2, rows, 40));
+        check_rows(rb, dev, rows, 0, 40, 5, "get_batch_vars, device");
+        check_rows(rb, host, rows, 0, 40, 5, "get_batch_vars, host");
+        CHECK_EQ(atomic_load(&px->n[P_FENCE]), 3);
+        CHECK_EQ(atomic_load(&px->n[P_ACQUIRE]), 0);
+        free(host);
+    }
     CHECK_OK(dds_store_recv_unregister(s, dev, 40 * rb));
     CHECK_OK(ddgpu_device_free(dev));
     CHECK_OK(ddgpu_stream_destroy(stream));
