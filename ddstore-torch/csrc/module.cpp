@@ -194,4 +194,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("loader_state_check", &dt::loader_state_check, py::arg("state"),
           "(batches_yielded, samples_yielded, sampler) of a ThreadDataLoader state; "
           "ValueError naming the field that does not fit.");
+    dt::def_forked_profile(m);
+    m.def("dataset_args", &dt::dataset_args, py::arg("method"), py::arg("comm_kind"),
+          py::arg("comm_size"), py::arg("have_handshake_dir"), py::arg("fields_given"),
+          py::arg("encode_given"), py::arg("chunk_size"), py::arg("add_device"),
+          py::arg("ragged_batch"), py::arg("ragged_batches"), py::arg("pack_fields"),
+          py::arg("ragged"), py::arg("width"),
+          "DistDataset's argument checks: (method, width or None); ValueError / "
+          "TypeError naming the argument.");
 }
