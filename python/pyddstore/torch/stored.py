@@ -285,18 +285,8 @@ class _Stored(torch.utils.data.Dataset):
             rowbuf = torch.empty((n, self._pack.row_bytes), dtype=torch.uint8,
                                  device=dev if on_dev else "cpu")
             reg = [rowbuf]
-        done = []
-        try:
-            for t in reg:
-                ext.register_recv(self.ddstore, t, stream_of(t.device) if t.is_cuda else 0)
-                done.append(t)
-        except BaseException:
-            for t in done:
-                try:
-                    ext.unregister_recv(self.ddstore, t)
-                except Exception:  # noqa: BLE001
-                    pass
-            raise
+        ext.register_all(self.ddstore, reg, [stream_of(t.device) if t.is_cuda else 0
+                                             for t in reg])
         bufs = {f.key: t for f, t in zip(sel, ts)}
         self._allocs[id(bufs)] = reg
         if rowbuf is not None:
@@ -336,14 +326,7 @@ class _Stored(torch.utils.data.Dataset):
             raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
                              "buffers are not registered (released already, or not from "
                              "this dataset's alloc())")
-        err = None
-        for t in ts:
-            try:
-                ext.unregister_recv(self.ddstore, t)
-            except Exception as e:  # noqa: BLE001 - keep unregistering the rest
-                err = err or e
-        if err is not None and not isinstance(err, pyddstore.DDStoreError):
-            raise err
+        ext.unregister_all(self.ddstore, ts, True)
 
     def get_profile(self, field=None):
         """Read counters of one field (key), or summed over every field (None).
@@ -385,13 +368,9 @@ class _Stored(torch.utils.data.Dataset):
 
     def _release_all(self):
         self._rowbufs.clear()
-        for key in list(self._allocs):
-            ts = self._allocs.pop(key)
-            for t in ts:
-                try:
-                    ext.unregister_recv(self.ddstore, t)
-                except Exception:  # noqa: BLE001
-                    pass
+        for ts in self._allocs.values():
+            ext.unregister_all(self.ddstore, ts, False)
+        self._allocs.clear()
 
     def __reduce__(self):
         raise TypeError(
