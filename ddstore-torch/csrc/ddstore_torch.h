@@ -336,4 +336,14 @@ py::list meta_check(py::object meta, const std::string &path, py::object name);
 py::tuple pack_layout(py::list fields, py::object row_bytes);
 py::list budget_batches(at::Tensor indices, at::Tensor costs, int64_t budget);
 
+// ForkedProfile (profile.cpp): forked DataLoader workers' read counters.
+void def_forked_profile(py::module_ &m);
+
+// DistDataset's argument checks (construct.cpp): (method, width or None).
+py::tuple dataset_args(py::object method, const std::string &comm_kind, int64_t comm_size,
+                       bool have_handshake_dir, bool fields_given, bool encode_given,
+                       py::object chunk_size, py::object add_device, py::object ragged_batch,
+                       py::tuple ragged_batches, py::object pack_fields, bool ragged,
+                       py::object width);
+
 }  // namespace ddstore_torch

@@ -9,6 +9,12 @@
 
 namespace dt = ddstore_torch;
 
+namespace ddstore_torch {   // regs.cpp
+void register_all(py::handle store, const std::vector<at::Tensor> &bufs,
+                  const std::vector<uintptr_t> &streams);
+void unregister_all(py::handle store, const std::vector<at::Tensor> &bufs, bool strict);
+}  // namespace ddstore_torch
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
 {
     m.doc() = "ddstore reads into tensor storage (the torch side of pyddstore)";
@@ -194,4 +200,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("loader_state_check", &dt::loader_state_check, py::arg("state"),
           "(batches_yielded, samples_yielded, sampler) of a ThreadDataLoader state; "
           "ValueError naming the field that does not fit.");
+    dt::def_forked_profile(m);
+    m.def("dataset_args", &dt::dataset_args, py::arg("method"), py::arg("comm_kind"),
+          py::arg("comm_size"), py::arg("have_handshake_dir"), py::arg("fields_given"),
+          py::arg("encode_given"), py::arg("chunk_size"), py::arg("add_device"),
+          py::arg("ragged_batch"), py::arg("ragged_batches"), py::arg("pack_fields"),
+          py::arg("ragged"), py::arg("width"),
+          "DistDataset's argument checks: (method, width or None); ValueError / "
+          "TypeError naming the argument.");
+    m.def("register_all", &dt::register_all, py::arg("store"), py::arg("bufs"),
+          py::arg("streams"),
+          "register_recv of every tensor; when one fails the ones done are unregistered.");
+    m.def("unregister_all", &dt::unregister_all, py::arg("store"), py::arg("bufs"),
+          py::arg("strict"),
+          "unregister_recv of every tensor; strict: raise the first error that is not a "
+          "DDStoreError.");
 }

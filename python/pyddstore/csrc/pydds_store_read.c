@@ -4,6 +4,7 @@
  * reading (pydds_store.c describes the threading).
  */
 #include "pydds_store.h"
+#include "ddstore/prof_alias.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -483,23 +484,11 @@ PyObject *pydds_do_get_ragged(pydds_store_obj *s, pydds_reader_obj *r,
     return Py_BuildValue("(NN)", values, lens);
 }
 
-/* The original DDStore's counter names, next to ours (same values; times in
- * nanoseconds like ours).  calls and rows are already both. */
-static const struct {
-    const char *name;
-    dds_prof_counter_t counter;
-} pydds_orig_counters[] = {
-    {"lock_wait", DDS_PROF_NS_LOCK_WAIT}, /* time waiting for locks        */
-    {"mr", DDS_PROF_NS_REGISTER},         /* time registering memory       */
-    {"mr_miss", DDS_PROF_REGISTRATIONS},  /* registrations not in registry */
-    {"read", DDS_PROF_NS_POST},           /* time posting reads            */
-    {"cq", DDS_PROF_NS_COMPLETE},         /* time waiting for completions  */
-};
-
 PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
 {
     dds_profile_t p;
-    const char *name;
+    dds_prof_counter_t c;
+    const char *name, *alias;
     dds_store_t *st;
     PyObject *d;
     int rc, i;
@@ -520,13 +509,10 @@ PyObject *pydds_do_profile(pydds_store_obj *s, PyObject *name_o)
         }
         Py_DECREF(v);
     }
-    for (i = 0; d != NULL && i < (int)(sizeof(pydds_orig_counters) /
-                                       sizeof(pydds_orig_counters[0]));
-         i++) {
-        PyObject *v = PyLong_FromUnsignedLongLong(
-            p.v[pydds_orig_counters[i].counter]);
-        if (v == NULL ||
-            PyDict_SetItemString(d, pydds_orig_counters[i].name, v) < 0) {
+    /* the original DDStore's names too (same values) */
+    for (i = 0; d != NULL && (alias = ddstore_prof_alias(i, &c)) != NULL; i++) {
+        PyObject *v = PyLong_FromUnsignedLongLong(p.v[c]);
+        if (v == NULL || PyDict_SetItemString(d, alias, v) < 0) {
             Py_XDECREF(v);
             Py_CLEAR(d);
             break;

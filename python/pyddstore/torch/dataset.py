@@ -31,19 +31,11 @@ from .schema import RAGGED_KINDS, Schema, _is_pyg
 from .stored import _device, _Stored
 from .windowed import WindowedDataset, WindowRangeError, row_of  # noqa: F401
 
-# The names this module had before its parts moved out (tests and user code
-# may import them from here).
-from .metafile import (FORMAT as _META_FORMAT, VERSION as _META_VERSION,  # noqa: F401,E402
-                       VERSION_FIXED as _META_VERSION_FIXED, MAX_BYTES as _META_MAX_BYTES,
-                       RECORD_MAX_BYTES as _RECORD_MAX_BYTES, _bad_meta,
-                       _json_default, _load_meta, _record_path,
-                       _records_match, join_run as _join_run,
-                       meta_file_name as _meta_file_name, parse_meta as _parse_meta,
-                       read_meta as _read_meta, read_record as _read_record,
-                       remove_meta_file as _remove_meta_file,
+# The names this module had before its parts moved out (tests import them from here).
+from .metafile import (_record_path, meta_file_name as _meta_file_name,  # noqa: F401,E402
+                       parse_meta as _parse_meta, read_meta as _read_meta,
                        write_json_atomic as _write_json_atomic)
 from .progress import _LogProgress  # noqa: F401,E402
-from .stored import _ForkedProfile  # noqa: F401,E402
 
 __all__ = ["DistDataset", "DistDatasetReader", "WindowedDataset", "row_of",
            "sampler_kwargs"]
@@ -106,51 +98,16 @@ class DistDataset(_Stored):
         self._pid = os.getpid()
 
         # 1. arguments (agreed: a bad argument on one rank fails every rank)
-        def check_args():
-            m = method
-            if m is None:
-                m = env.method(0) if env.method_is_set() else \
-                    _backends.default_method(self.comm.kind == "mpi")
-            b = _backends.row(m)
-            if b["needs_mpi_comm"] and self.comm.kind != "mpi":
-                raise ValueError(f"method={m} ({b['help']}) needs an MPI communicator; comm is "
-                                 f"{self.comm.kind} (use method=1 or 2)")
-            if b["needs_handshake"] and not hs:
-                raise ValueError(f"method={m} needs handshake_dir= (or DDSTORE_HANDSHAKE_DIR)")
-            if fields is not None and encode is not None:
-                raise ValueError("fields= cannot be combined with encode= (select the "
-                                 "fields in encode instead)")
-            if chunk_size is not None:
-                c = operator.index(chunk_size)
-                if c < 1:
-                    raise ValueError(f"chunk_size must be >= 1, got {c}")
-            if chunk_size is not None and add_device is not None:
-                raise ValueError(f"chunk_size cannot be combined with add_device="
-                                 f"{add_device!r} (chunked loading fills host storage "
-                                 "only); leave one of them unset")
-            if self._ragged_batch not in _rg.RAGGED_BATCH:
-                raise ValueError(f"ragged_batch must be one of {_rg.RAGGED_BATCH}, got "
-                                 f"{self._ragged_batch!r}")
-            if not isinstance(self._pack_opt, (bool, np.bool_)):
-                raise TypeError(f"pack_fields must be True or False, got "
-                                f"{self._pack_opt!r}")
-            if _rg.ragged_mode(self._ragged_opt) is not None and chunk_size is not None:
-                raise ValueError("chunk_size cannot be combined with ragged= (ragged fields "
-                                 "are loaded in one pass: their sizes must all be known "
-                                 "before the store is sized); leave chunk_size unset")
-            w = None
-            if ddstore_width is not None:
-                w = operator.index(ddstore_width)
-                if w < 1:
-                    raise ValueError(f"ddstore_width must be >= 1, got {w}")
-                w = min(w, self.comm.size)
-                if b["needs_handshake"] and w < self.comm.size:
-                    raise ValueError(f"method={m} needs one group: ddstore_width must be at "
-                                     "least the number of ranks")
+        def check_args():     # the checks in C++ (construct.cpp) but the devices'
+            r = ext.dataset_args(
+                method if method is not None else env.method(None), self.comm.kind,
+                self.comm.size, bool(hs), fields is not None, encode is not None, chunk_size,
+                add_device, self._ragged_batch, _rg.RAGGED_BATCH, self._pack_opt,
+                _rg.ragged_mode(self._ragged_opt) is not None, ddstore_width)
             for d in (device, add_device):
                 if d is not None:
                     torch.device(d)  # raises on a bad device string
-            return m, w
+            return r
 
         self.method, width = _comm.run_agreed(self.comm, check_args, "arguments")
         self.device = _device(device)

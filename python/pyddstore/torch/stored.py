@@ -1,6 +1,6 @@
 """The reading side shared by DistDataset and DistDatasetReader (_Stored):
-items, batches, read_rows, alloc, the direct collate, forked workers'
-profile counters (_ForkedProfile), readers per thread and per fork."""
+items, batches, read_rows, alloc, the direct collate, readers per thread
+and per fork (forked workers' read counters: ext.ForkedProfile)."""
 
 import operator
 import os
@@ -29,63 +29,6 @@ def _device(d):
     return d
 
 
-class _ForkedProfile:
-    """Read counters of forked DataLoader workers, summed where the parent
-    sees them: a shared anonymous mapping made before the fork (one row of
-    counters per variable) and a lock; after each read a worker adds what its
-    reader counted since its last read.  get_profile() in the parent adds
-    the rows to the store's own counters."""
-
-    def __init__(self, store, variables):
-        self._vars = {v: i for i, v in enumerate(variables)}
-        self._keys = None
-        self._mem = None
-        self._lock = None
-        try:
-            sample = store.get_profile(variables[0]) if variables else {}
-        except Exception:  # noqa: BLE001 - no counters, nothing to share
-            return
-        self._keys = [k for k, v in sample.items() if isinstance(v, (int, float))
-                      and not isinstance(v, bool)]
-        if not self._keys:
-            return
-        import mmap
-        import multiprocessing
-        self._mem = mmap.mmap(-1, 8 * len(variables) * len(self._keys))   # MAP_SHARED
-        self._lock = multiprocessing.get_context("fork").Lock()
-        self._rows = np.frombuffer(self._mem, dtype=np.float64).reshape(
-            len(variables), len(self._keys))
-        self._last = {}
-
-    def _vector(self, prof):
-        return np.array([float(prof.get(k, 0)) for k in self._keys])
-
-    def start(self, reader):
-        """In a worker: what its new reader counts from now on is the worker's."""
-        if self._mem is not None:
-            self._last = {v: self._vector(reader.get_profile(v)) for v in self._vars}
-
-    def flush(self, reader, variables):
-        if self._mem is None:
-            return
-        with self._lock:
-            for v in variables:
-                cur = self._vector(reader.get_profile(v))
-                self._rows[self._vars[v]] += cur - self._last[v]
-                self._last[v] = cur
-
-    def add_to(self, var, prof):
-        if self._mem is None or var not in self._vars:
-            return prof
-        with self._lock:
-            row = self._rows[self._vars[var]].copy()
-        out = dict(prof)
-        for k, x in zip(self._keys, row):
-            if x:
-                out[k] = type(prof.get(k, 0))(out.get(k, 0) + x)
-        return out
-
-
 class _Stored(torch.utils.data.Dataset):
     """Reading side shared by DistDataset and DistDatasetReader.
 
@@ -102,7 +45,7 @@ class _Stored(torch.utils.data.Dataset):
         self._pid = os.getpid()
         self._tls = threading.local()
         self._fork = None            # (pid, reader) in a forked worker
-        self._forked = _ForkedProfile(self.ddstore, self._vars_of(self.schema.fields))
+        self._forked = ext.ForkedProfile(self._vars_of(self.schema.fields))
         self._allocs = {}            # id(bufs) -> list of registered tensors
         self._rowbufs = {}           # id(bufs) -> the packed row buffer of alloc()
         self._freed = False
@@ -342,18 +285,8 @@ class _Stored(torch.utils.data.Dataset):
             rowbuf = torch.empty((n, self._pack.row_bytes), dtype=torch.uint8,
                                  device=dev if on_dev else "cpu")
             reg = [rowbuf]
-        done = []
-        try:
-            for t in reg:
-                ext.register_recv(self.ddstore, t, stream_of(t.device) if t.is_cuda else 0)
-                done.append(t)
-        except BaseException:
-            for t in done:
-                try:
-                    ext.unregister_recv(self.ddstore, t)
-                except Exception:  # noqa: BLE001
-                    pass
-            raise
+        ext.register_all(self.ddstore, reg, [stream_of(t.device) if t.is_cuda else 0
+                                             for t in reg])
         bufs = {f.key: t for f, t in zip(sel, ts)}
         self._allocs[id(bufs)] = reg
         if rowbuf is not None:
@@ -393,14 +326,7 @@ class _Stored(torch.utils.data.Dataset):
             raise ValueError(f"{type(self).__name__} '{self.name}': release(): these "
                              "buffers are not registered (released already, or not from "
                              "this dataset's alloc())")
-        err = None
-        for t in ts:
-            try:
-                ext.unregister_recv(self.ddstore, t)
-            except Exception as e:  # noqa: BLE001 - keep unregistering the rest
-                err = err or e
-        if err is not None and not isinstance(err, pyddstore.DDStoreError):
-            raise err
+        ext.unregister_all(self.ddstore, ts, True)
 
     def get_profile(self, field=None):
         """Read counters of one field (key), or summed over every field (None).
@@ -412,16 +338,9 @@ class _Stored(torch.utils.data.Dataset):
         reads (one per batch and variable), "reads" the remote reads they
         posted."""
         fields = [self.schema.field(field)] if field is not None else self.schema.fields
-        total = {}
-        for var in self._vars_of(fields):
-            prof = (self._fork[1] if self._fork is not None and self._fork[0] == os.getpid()
-                    else self.ddstore).get_profile(var)
-            if os.getpid() == self._pid:
-                prof = self._forked.add_to(var, prof)
-            for k, v in prof.items():
-                if isinstance(v, (int, float)):
-                    total[k] = total.get(k, 0) + v
-        return total
+        forked = self._fork is not None and self._fork[0] == os.getpid()
+        return self._forked.total(self._fork[1] if forked else self.ddstore,
+                                  self._vars_of(fields), os.getpid() == self._pid)
 
     # -- direct collate (ThreadDataLoader) ----------------------------------
     def _fast_collate_ok(self):
@@ -449,13 +368,9 @@ class _Stored(torch.utils.data.Dataset):
 
     def _release_all(self):
         self._rowbufs.clear()
-        for key in list(self._allocs):
-            ts = self._allocs.pop(key)
-            for t in ts:
-                try:
-                    ext.unregister_recv(self.ddstore, t)
-                except Exception:  # noqa: BLE001
-                    pass
+        for ts in self._allocs.values():
+            ext.unregister_all(self.ddstore, ts, False)
+        self._allocs.clear()
 
     def __reduce__(self):
         raise TypeError(
