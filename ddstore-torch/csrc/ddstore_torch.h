@@ -360,6 +360,9 @@ public:
                       int64_t n, py::list cols, py::object bar) const;
 
 private:
+    using Each = std::function<void(int64_t, const py::list &, const std::string &)>;
+    void walk(py::object source, py::object encode, py::object first, int64_t lo, int64_t j0,
+              int64_t j1, py::object bar, const Each &each) const;
     void check_store(size_t k, py::handle v, const Where &where, char *dst) const;
     std::string structure_;
     int64_t width_;
@@ -386,6 +389,9 @@ private:
     at::Tensor arr_;
     std::vector<at::Tensor> items_;
 };
+// sampler.cpp: (epoch, position) of a DistSampler state dict; ValueError
+// naming the field that does not fit this sampler
+py::tuple sampler_state_check(py::handle state, int64_t n, py::object seed, bool shuffle);
 // the fields' final form from every rank's Column reports (ragged.decide)
 py::list ragged_decide(py::list fields, py::list reports, py::object mode_of,
                        const std::string &name, py::object field_cls);

@@ -222,4 +222,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("padded_values", &dt::padded_values, py::arg("values"), py::arg("lengths"),
           py::arg("offsets"), py::arg("batch"), py::arg("axis"),
           "(values padded with zeros to (B, max, *row) moved to `axis`, mask (B, max)).");
+    m.def("sampler_state_check", &dt::sampler_state_check, py::arg("state"), py::arg("n"),
+          py::arg("seed"), py::arg("shuffle"),
+          "(epoch, position) of a DistSampler state dict; ValueError naming the field.");
 }

@@ -475,6 +475,21 @@ void Samples::fill(py::object source, py::object encode, py::object first, int64
         stride[k] = a.strides(0);
         keep.push_back(a);
     }
+    walk(source, encode, first, lo, j0, j1, bar,
+         [&](int64_t j, const py::list &vals, const std::string &where) {
+             for (size_t k = 0; k < nf; k++) {
+                 const std::string &kr = specs_[k].key_repr;
+                 check_store(k, vals[k], [&] { return where + "[" + kr + "]"; },
+                             base[k] + (j - j0) * stride[k]);
+             }
+         });
+}
+
+// samples j0 .. j1-1 (source[lo + j], encoded; sample 0 is `first`) taken
+// apart, each(j, values, where); bar.update(256) every 256 samples
+void Samples::walk(py::object source, py::object encode, py::object first, int64_t lo,
+                   int64_t j0, int64_t j1, py::object bar, const Each &each) const
+{
     const bool enc = !encode.is_none();
     const std::string suffix = enc ? " (encoded)" : "";
     for (int64_t j = j0; j < j1; j++) {
@@ -487,12 +502,7 @@ void Samples::fill(py::object source, py::object encode, py::object first, int64
                 s = encode(s);
         }
         const std::string where = "source[" + std::to_string(lo + j) + "]" + suffix;
-        py::list vals = values(s, where);
-        for (size_t k = 0; k < nf; k++) {
-            const std::string &kr = specs_[k].key_repr;
-            check_store(k, vals[k], [&] { return where + "[" + kr + "]"; },
-                        base[k] + (j - j0) * stride[k]);
-        }
+        each(j, values(s, where), where);
         if (!bar.is_none() && (j & 255) == 255)
             bar.attr("update")(256);
     }
@@ -508,24 +518,11 @@ void Samples::fill_columns(py::object source, py::object encode, py::object firs
     std::vector<Column *> cs;
     for (py::handle c : cols)
         cs.push_back(c.cast<Column *>());
-    const bool enc = !encode.is_none();
-    const std::string suffix = enc ? " (encoded)" : "";
-    for (int64_t j = 0; j < n; j++) {
-        py::object s;
-        if (j == 0) {
-            s = first;
-        } else {
-            s = source[py::int_(lo + j)];
-            if (enc)
-                s = encode(s);
-        }
-        const std::string where = "source[" + std::to_string(lo + j) + "]" + suffix;
-        py::list vals = values(s, where);
-        for (size_t k = 0; k < nf; k++)
-            cs[k]->put(j, vals[k], where + "[" + specs_[k].key_repr + "]");
-        if (!bar.is_none() && (j & 255) == 255)
-            bar.attr("update")(256);
-    }
+    walk(source, encode, first, lo, 0, n, bar,
+         [&](int64_t j, const py::list &vals, const std::string &where) {
+             for (size_t k = 0; k < nf; k++)
+                 cs[k]->put(j, vals[k], where + "[" + specs_[k].key_repr + "]");
+         });
 }
 
 Column::Column(py::object field, int64_t n, py::object mode, const std::string &where)
