@@ -323,6 +323,22 @@ bool ragged_kind(int kind)
     return kind == K_TENSOR || kind == K_NDARRAY;
 }
 
+// what the checks need of a Python Field
+SampleField field_of(py::handle f)
+{
+    SampleField s;
+    s.field = py::reinterpret_borrow<py::object>(f);
+    s.kind = kind_index(f.attr("kind").cast<std::string>());
+    s.dtype = dtype_index(f.attr("dtype").cast<std::string>());
+    s.shape = shape_of(f.attr("shape"));
+    s.rdtype = f.attr("rdtype");
+    py::object rc = f.attr("rclass");
+    s.rclass = rc.is_none() ? "" : rc.cast<std::string>();
+    s.nbytes = f.attr("nbytes").cast<int64_t>();
+    s.key_repr = py::repr(f.attr("key")).cast<std::string>();
+    return s;
+}
+
 }  // namespace
 
 py::tuple classify(py::handle value, const std::string &where)
@@ -337,17 +353,7 @@ Samples::Samples(const std::string &structure, int64_t width, py::list keys, py:
     : structure_(structure), width_(width), keys_(keys), fields_(fields)
 {
     for (py::handle f : fields) {
-        SampleField s;
-        s.field = py::reinterpret_borrow<py::object>(f);
-        s.kind = kind_index(f.attr("kind").cast<std::string>());
-        s.dtype = dtype_index(f.attr("dtype").cast<std::string>());
-        s.shape = shape_of(f.attr("shape"));
-        s.rdtype = f.attr("rdtype");
-        py::object rc = f.attr("rclass");
-        s.rclass = rc.is_none() ? "" : rc.cast<std::string>();
-        s.nbytes = f.attr("nbytes").cast<int64_t>();
-        s.key_repr = py::repr(f.attr("key")).cast<std::string>();
-        specs_.push_back(std::move(s));
+        specs_.push_back(field_of(f));
     }
 }
 
@@ -527,15 +533,7 @@ void Samples::fill_columns(py::object source, py::object encode, py::object firs
 
 Column::Column(py::object field, int64_t n, py::object mode, const std::string &where)
 {
-    spec_.field = field;
-    spec_.kind = kind_index(field.attr("kind").cast<std::string>());
-    spec_.dtype = dtype_index(field.attr("dtype").cast<std::string>());
-    spec_.shape = shape_of(field.attr("shape"));
-    spec_.rdtype = field.attr("rdtype");
-    py::object rc = field.attr("rclass");
-    spec_.rclass = rc.is_none() ? "" : rc.cast<std::string>();
-    spec_.nbytes = field.attr("nbytes").cast<int64_t>();
-    spec_.key_repr = py::repr(field.attr("key")).cast<std::string>();
+    spec_ = field_of(field);
     n_ = n;
     auto_ = !mode.is_none() && py::isinstance<py::str>(mode);
     if (!mode.is_none() && !auto_) {
