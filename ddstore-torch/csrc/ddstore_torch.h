@@ -14,6 +14,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <set>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -345,5 +347,67 @@ py::tuple dataset_args(py::object method, const std::string &comm_kind, int64_t 
                        py::object chunk_size, py::object add_device, py::object ragged_batch,
                        py::tuple ragged_batches, py::object pack_fields, bool ragged,
                        py::object width);
+// samples.cpp: the user's samples while a DistDataset loads (schema.py)
+using Where = std::function<std::string()>;
+py::tuple classify(py::handle value, const std::string &where);
+struct SampleField {
+    py::object field;            // the Python Field (its matches() words a mismatch)
+    int kind = 0, dtype = 0;
+    std::vector<int64_t> shape;
+    py::object rdtype;
+    std::string rclass, key_repr;
+    int64_t nbytes = 0;
+};
+class Column;
+class Samples {
+public:
+    Samples(const std::string &structure, int64_t width, py::list keys, py::list fields);
+    py::list values(py::handle sample, const std::string &where) const;
+    void check(py::list vals, const std::string &where) const;
+    void fill(py::object source, py::object encode, py::object first, int64_t lo, int64_t j0,
+              int64_t j1, py::list dests, py::object bar) const;
+    // the same over samples 0 .. n-1 into ragged= loading's Columns
+    void fill_columns(py::object source, py::object encode, py::object first, int64_t lo,
+                      int64_t n, py::list cols, py::object bar) const;
+
+private:
+    using Each = std::function<void(int64_t, const py::list &, const std::string &)>;
+    void walk(py::object source, py::object encode, py::object first, int64_t lo, int64_t j0,
+              int64_t j1, py::object bar, const Each &each) const;
+    void check_store(size_t k, py::handle v, const Where &where, char *dst) const;
+    std::string structure_;
+    int64_t width_;
+    py::list keys_, fields_;
+    std::vector<SampleField> specs_;
+};
+// One field's local samples while a ragged= dataset loads (ragged.py): fixed
+// rows in one array until a sample's shape differs (mode "auto") or from the
+// start (a declared axis, mode an int); then per-sample host tensors.
+class Column {
+public:
+    Column(py::object field, int64_t n, py::object mode, const std::string &where);
+    void put(int64_t j, py::handle v, const std::string &where);
+    py::list report() const;     // [first shape, varying axes]
+    py::object arr() const;      // the fixed rows (numpy), None once ragged
+    py::tuple ragged_values(int64_t axis, int64_t disp) const;
+    void drop();
+
+private:
+    SampleField spec_;
+    int64_t n_ = 0, axis_ = -1;
+    bool auto_ = false, items_on_ = false;
+    std::set<int64_t> axes_;
+    at::Tensor arr_;
+    std::vector<at::Tensor> items_;
+};
+// sampler.cpp: (epoch, position) of a DistSampler state dict; ValueError
+// naming the field that does not fit this sampler
+py::tuple sampler_state_check(py::handle state, int64_t n, py::object seed, bool shuffle);
+// the fields' final form from every rank's Column reports (ragged.decide)
+py::list ragged_decide(py::list fields, py::list reports, py::object mode_of,
+                       const std::string &name, py::object field_cls);
+// (values padded to (B, max, ...) moved to `axis`, mask) of a packed batch
+py::tuple padded_values(at::Tensor values, at::Tensor lengths, at::Tensor offsets,
+                        at::Tensor batch, int64_t axis);
 
 }  // namespace ddstore_torch

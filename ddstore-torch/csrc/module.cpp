@@ -215,4 +215,35 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           py::arg("strict"),
           "unregister_recv of every tensor; strict: raise the first error that is not a "
           "DDStoreError.");
+    m.def("classify", &dt::classify, py::arg("value"), py::arg("where"),
+          "(kind, shape, dtype, record dtype, record class) of one value of a sample.");
+    py::class_<dt::Samples>(m, "Samples", "One schema's samples while loading (samples.cpp).")
+        .def(py::init<const std::string &, int64_t, py::list, py::list>(),
+             py::arg("structure"), py::arg("width"), py::arg("keys"), py::arg("fields"))
+        .def("values", &dt::Samples::values, py::arg("sample"), py::arg("where"))
+        .def("check", &dt::Samples::check, py::arg("vals"), py::arg("where"))
+        .def("fill", &dt::Samples::fill, py::arg("source"), py::arg("encode"),
+             py::arg("first"), py::arg("lo"), py::arg("j0"), py::arg("j1"), py::arg("dests"),
+             py::arg("bar"))
+        .def("fill_columns", &dt::Samples::fill_columns, py::arg("source"), py::arg("encode"),
+             py::arg("first"), py::arg("lo"), py::arg("n"), py::arg("cols"), py::arg("bar"));
+    py::class_<dt::Column>(m, "Column",
+                           "One field's local samples while a ragged= dataset loads.")
+        .def(py::init<py::object, int64_t, py::object, const std::string &>(),
+             py::arg("field"), py::arg("n"), py::arg("mode"), py::arg("where"))
+        .def("put", &dt::Column::put, py::arg("j"), py::arg("value"), py::arg("where"))
+        .def("report", &dt::Column::report)
+        .def_property_readonly("arr", &dt::Column::arr)
+        .def("ragged_values", &dt::Column::ragged_values, py::arg("axis"), py::arg("disp"))
+        .def("drop", &dt::Column::drop);
+    m.def("ragged_decide", &dt::ragged_decide, py::arg("fields"), py::arg("reports"),
+          py::arg("mode_of"), py::arg("name"), py::arg("field_cls"),
+          "The fields' final form (ragged Fields where they vary) from every rank's "
+          "Column reports; ValueError, the same on every rank, for what cannot be stored.");
+    m.def("padded_values", &dt::padded_values, py::arg("values"), py::arg("lengths"),
+          py::arg("offsets"), py::arg("batch"), py::arg("axis"),
+          "(values padded with zeros to (B, max, *row) moved to `axis`, mask (B, max)).");
+    m.def("sampler_state_check", &dt::sampler_state_check, py::arg("state"), py::arg("n"),
+          py::arg("seed"), py::arg("shuffle"),
+          "(epoch, position) of a DistSampler state dict; ValueError naming the field.");
 }

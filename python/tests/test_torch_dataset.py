@@ -790,3 +790,62 @@ def test_progress_lines_for_batch_jobs(monkeypatch):
     assert dsm._progress(10, "x", 1) is None                       # rank 0 only
     monkeypatch.setenv("DDSTORE_PROGRESS", "0")
     assert dsm._progress(10, "x", 0) is None
+
+
+def _strided_sample(i):
+    """A sample whose values are views (transposed, strided, Fortran order,
+    negative strides, a byte offset) and edge values: the loading copies
+    each one's bytes (samples.cpp) and must store exactly its values."""
+    base = torch.arange(48, dtype=torch.float32).reshape(4, 12) * (i + 1)
+    a = np.arange(24, dtype=np.int32).reshape(4, 6) * (i + 1)
+    return {"t_T": base.t()[1:5],                       # transposed, offset
+            "t_step": base[:, ::3],                     # strided
+            "bf16": (base[0, :5] / 7).to(torch.bfloat16),
+            "f16_nc": base.to(torch.float16)[::2, 1],
+            "a_F": np.asfortranarray(a),
+            "a_rev": a[::-1, ::-2],                     # negative strides
+            "u8": np.arange(5, dtype=np.uint8)[::-1] + i,
+            "npf": np.float32(-0.0) if i % 2 else np.float32(np.nan),
+            "npb": np.bool_(i % 3 == 0),
+            "i": -(2 ** 63) + i if i % 2 else 2 ** 63 - 1 - i,
+            "f": float("-inf") if i % 2 else -0.0,
+            "b": bool(i % 2)}
+
+
+@pytest.mark.parametrize("pack", [False, True])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_load_copies_strided_values_exactly(pack, chunk):
+    comm = world()
+    ds = DistDataset(Source("dict", fn=_strided_sample), fresh_name("sv"), comm,
+                     pack_fields=pack, chunk_size=chunk)
+    try:
+        _check_items(comm, ds, _strided_sample, N_ODD)
+    finally:
+        ds.free()
+
+
+def _ragged_strided(i):
+    e = torch.arange(2 * (i + 3), dtype=torch.int64).reshape(i + 3, 2).t()   # [2, e] view
+    x = np.arange(3 * (i % 4 + 1), dtype=np.float64).reshape(3, -1).T[::-1]  # [n, 3] view
+    return {"edge_index": e, "x": x, "y": torch.tensor([i], dtype=torch.float16)}
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_ragged_load_copies_strided_values_exactly(pack):
+    comm = world()
+    ds = DistDataset(Source("dict", fn=_ragged_strided), fresh_name("rv"), comm,
+                     ragged=True, pack_fields=pack)
+    try:
+        assert ds.ragged_fields == {"edge_index": 1, "x": 0}
+        for i in range(N_ODD):
+            w = same(ds[i], _ragged_strided(i), f"ds[{i}]")
+            assert_all(comm, not w, w)
+    finally:
+        ds.free()
+
+
+def test_int_too_large_for_int64():
+    comm = world()
+    _expect_all(comm, _remote_type(OverflowError),
+                lambda: DistDataset(Source("x", fn=lambda i: (i, 2 ** 64 if i == 2 else 1)),
+                                    fresh_name("ov"), comm), "too large")

@@ -238,24 +238,8 @@ class DistDataset(_Stored):
             if bar is not None:
                 bar.close()
 
-    def _sample_values(self, source, encode, first_stored, j, check=True):
-        if j == 0:
-            s = first_stored
-        else:
-            s = source[self.lo + j]
-            if encode is not None:
-                s = encode(s)
-        where = f"source[{self.lo + j}]" + (" (encoded)" if encode is not None else "")
-        return self.schema.values(s, where, check)
-
     def _fill(self, source, encode, first_stored, fields, arrays, j0, j1, bar):
-        for j in range(j0, j1):
-            vals = self._sample_values(source, encode, first_stored, j)
-            r = j - j0
-            for f, a, v in zip(fields, arrays, vals):
-                f.store_into(a, r, v)
-            if bar is not None and (j & 255) == 255:
-                bar.update(256)
+        self.schema.fill(source, encode, first_stored, self.lo, j0, j1, arrays, bar)
 
     def _add_fixed(self, f, flat):
         """Collective: this rank's shard (share, disp) of fixed field f."""
@@ -314,13 +298,7 @@ class DistDataset(_Stored):
                 if m == "auto" and f.kind not in RAGGED_KINDS:
                     m = None
                 cols.append(_rg.Column(f, share, m, f"source[{self.lo}]{suffix}[{f.key!r}]"))
-            for j in range(share):
-                where = f"source[{self.lo + j}]{suffix}"
-                vals = self._sample_values(source, encode, first_stored, j, check=False)
-                for c, f, v in zip(cols, fields, vals):
-                    c.put(j, v, f"{where}[{f.key!r}]")
-                if bar is not None and (j & 255) == 255:
-                    bar.update(256)
+            self.schema.fill_columns(source, encode, first_stored, self.lo, share, cols, bar)
             return cols
 
         cols = _comm.run_agreed(self.comm, fill, f"loading '{self.name}'")

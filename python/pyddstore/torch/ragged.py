@@ -14,18 +14,18 @@ Batches of such a field come
   ``(B, *shape)`` with the varying axis padded with zeros to the batch
   maximum, ``mask`` ``(B, max)`` True where an element is real.
 
-This module holds the loading side (which fields are ragged: detection and
-agreement across ranks) and the batch builders; the reads are the torch
-extension's (Reads.read: one packed read per ragged field, dataset.cpp).
+This module holds the ragged= options and the batch builders; the loading
+(Column, ragged_decide, samples.cpp) and the reads (Reads.read: one packed
+read per ragged field, dataset.cpp) are the torch extension's.
 """
 
 import collections.abc
 import operator
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
+from ._ext import ext
 from .schema import RAGGED_KINDS, Field
 
 __all__ = ["Packed", "Padded", "ragged_mode", "RAGGED_BATCH"]
@@ -129,91 +129,12 @@ def comparable(desc, mode_of):
 
 
 # ---------------------------------------------------------------- loading --
-def _host_copy(f, v):
-    """A host numpy copy of one sample's value (storage dtype)."""
-    if isinstance(v, torch.Tensor):
-        t = v.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        if t.dtype == torch.bfloat16:
-            t = t.view(torch.int16)
-        return t.numpy().copy()
-    return np.array(v, dtype=f.np_dtype, copy=True)
-
-
-class Column:
-    """One field's local samples while loading: fixed rows in one array,
-    until a sample's shape differs (mode "auto") or from the start (a
-    declared axis): then per-sample host arrays."""
-
-    def __init__(self, f, n, mode, where):
-        self.f = f
-        self.mode = mode
-        self.axes = set()         # axes along which this rank's samples vary
-        if isinstance(mode, int) and f.kind not in RAGGED_KINDS:
-            raise ValueError(f"{where}: ragged={{{f.key!r}: {mode}}}, but a {_kind_name(f)} "
-                             "field cannot be ragged (only tensor and ndarray fields vary in "
-                             "shape)")
-        if isinstance(mode, int) and mode >= len(f.shape):
-            raise ValueError(f"{where}: ragged={{{f.key!r}: {mode}}}, but the field has "
-                             f"{len(f.shape)} dims (shape {f.shape})")
-        if isinstance(mode, int):
-            self.arr, self.items = None, []
-        else:
-            self.arr, self.items = np.empty((n,) + f.row_shape, dtype=f.np_dtype), None
-
-    def put(self, j, v, where):
-        f = self.f
-        from .schema import classify, _desc
-        kind, shape, dtype, rdtype, rclass = classify(v, where)
-        if kind != f.kind or dtype != f.dtype or \
-                (kind == "record" and (rdtype != f.rdtype or rclass != f.rclass)):
-            f.matches(v, where)           # raises the usual message
-        if shape != f.shape:
-            if self.mode is None or kind not in RAGGED_KINDS:
-                if kind == "record" and self.mode is not None:
-                    raise ValueError(f"{where}: record shape {shape} differs from the first "
-                                     f"sample's {f.shape}: a record field cannot be ragged "
-                                     "(only tensor and ndarray fields vary in shape)")
-                f.matches(v, where)
-            if len(shape) != len(f.shape):
-                raise ValueError(
-                    f"{where}: {_desc(kind, shape, dtype, None, None)} has {len(shape)} dims, "
-                    f"the first sample's {_desc(f.kind, f.shape, f.dtype, None, None)} "
-                    f"{len(f.shape)}: a ragged field varies in size along one axis, its "
-                    "number of dims is fixed")
-            diff = {a for a in range(len(shape)) if shape[a] != f.shape[a]}
-            axes = self.axes | diff
-            if len(axes) > 1:
-                a, b = sorted(axes)[:2]
-                raise ValueError(
-                    f"{where}: field {f.key!r} varies along axes {a} and {b} (shape {shape}, "
-                    f"the first sample's {f.shape}); a ragged field varies along exactly one "
-                    "axis")
-            if isinstance(self.mode, int) and axes != {self.mode}:
-                raise ValueError(
-                    f"{where}: field {f.key!r} varies along axis {min(axes)} (shape {shape}, "
-                    f"the first sample's {f.shape}), declared ragged along axis "
-                    f"{self.mode}")
-            self.axes = axes
-            if self.items is None:
-                self.items = [self.arr[k] for k in range(j)]
-        if self.items is not None:
-            self.items.append(_host_copy(f, v))
-        else:
-            f.store_into(self.arr, j, v)
-
-    def report(self):
-        """What the ranks exchange: (first shape, varying axes)."""
-        return [list(self.f.shape), sorted(self.axes)]
-
-    def drop(self):
-        self.arr = self.items = None
-
-
-def _kind_name(f):
-    return {"int": "Python int", "float": "Python float", "bool": "Python bool",
-            "npscalar": "numpy scalar", "record": "record"}.get(f.kind, f.kind)
+# Column(field, n, mode, where): one field's local samples while loading
+# (fixed rows in one array until a sample's shape differs, mode "auto", or
+# from the start, a declared axis; then per-sample host tensors); put(j,
+# value, where), report() (what the ranks exchange: [first shape, varying
+# axes]), arr, ragged_values(axis, disp), drop().
+Column = ext.Column
 
 
 def decide(schema, columns, reports, mode_of, name):
@@ -221,73 +142,15 @@ def decide(schema, columns, reports, mode_of, name):
     every rank, so every rank raises the same error) the fields' final form:
     replaces schema.fields with ragged Fields where they vary.  Returns the
     keys of the ragged fields."""
-    out = []
-    for k, f in enumerate(schema.fields):
-        mode = mode_of(f.key) if mode_of is not None else None
-        shapes = [tuple(r[k][0]) for r in reports]
-        axes = set()
-        for r in reports:
-            axes |= set(r[k][1])
-        ndims = {len(s) for s in shapes}
-        if len(ndims) > 1:
-            rk = next(i for i, s in enumerate(shapes) if len(s) != len(shapes[0]))
-            raise ValueError(f"DistDataset '{name}': field {f.key!r}: the samples of rank "
-                             f"{rk} have shape {shapes[rk]}, rank 0's {shapes[0]}: the number "
-                             "of dims must be fixed")
-        for s in shapes[1:]:
-            axes |= {a for a in range(len(s)) if s[a] != shapes[0][a]}
-        if len(axes) > 1:
-            a, b = sorted(axes)[:2]
-            raise ValueError(f"DistDataset '{name}': field {f.key!r} varies along axes {a} "
-                             f"and {b} (across ranks: first shapes {sorted(set(shapes))}); "
-                             "a ragged field varies along exactly one axis")
-        if isinstance(mode, int):
-            if axes and axes != {mode}:
-                raise ValueError(f"DistDataset '{name}': field {f.key!r} varies along axis "
-                                 f"{min(axes)} across ranks, declared ragged along axis {mode}")
-            axis = mode
-        elif mode == "auto" and axes:
-            axis = axes.pop()
-        else:
-            axis = None
-        if axis is None:
-            if f.disp == 0:
-                raise ValueError(f"DistDataset '{name}': field {f.key!r}: a field with no "
-                                 f"elements (shape {f.shape}) cannot be stored")
-            out.append(f)
-            continue
-        shape = list(f.shape)
-        shape[axis] = -1
-        nf = Field(f.key, f.kind, shape, f.dtype, None, None, f.var, axis)
-        if nf.disp == 0:
-            raise ValueError(f"DistDataset '{name}': ragged field {f.key!r} (shape "
-                             f"{tuple(shape)}, varying along axis {axis}): its other dims "
-                             "hold no elements")
-        out.append(nf)
-    schema.fields[:] = out
-    return [f.key for f in out if f.axis is not None]
+    schema.fields[:] = ext.ragged_decide(schema.fields, reports, mode_of, name, Field)
+    schema._spec = None
+    return [f.key for f in schema.fields if f.axis is not None]
 
 
 def ragged_values(f, col, n):
     """(values (total, disp) host array of the storage dtype, lengths int64)
     of one ragged field's local samples."""
-    axis = f.axis
-    if col.items is None:        # fixed on this rank, ragged on another
-        a = col.arr
-        ln = a.shape[axis + 1]
-        lengths = np.full(n, ln, dtype=np.int64)
-        vals = np.moveaxis(a, axis + 1, 1).reshape(n * ln, f.disp)
-        return np.ascontiguousarray(vals), lengths
-    items = col.items
-    lengths = np.fromiter((x.shape[axis] for x in items), dtype=np.int64, count=len(items))
-    total = int(lengths.sum())
-    vals = np.empty((total, f.disp), dtype=f.np_dtype)
-    pos = 0
-    for x, ln in zip(items, lengths.tolist()):
-        if ln:
-            vals[pos:pos + ln] = np.moveaxis(x, axis, 0).reshape(ln, f.disp)
-            pos += ln
-    return vals, lengths
+    return col.ragged_values(f.axis, f.disp)
 
 
 # ---------------------------------------------------------------- reading --
@@ -304,17 +167,7 @@ def packed(f, values, lengths, offsets, batch):
 
 
 def padded(f, values, lengths, offsets, batch):
-    n = int(lengths.numel())
-    mx = int(lengths.max()) if n else 0
-    out = values.new_zeros((n, mx) + tuple(values.shape[1:]))
-    if values.shape[0]:
-        b = batch.to(values.device)
-        pos = torch.arange(values.shape[0], device=values.device) - \
-            offsets.to(values.device)[b]
-        out[b, pos] = values
-    mask = torch.arange(mx, device=lengths.device)[None, :] < lengths[:, None]
-    if f.axis != 0:
-        out = out.movedim(1, f.axis + 1).contiguous()
+    out, mask = ext.padded_values(values, lengths, offsets, batch, f.axis)
     return Padded(out, lengths, mask)
 
 

@@ -23,7 +23,7 @@ from ._ext import ext
 
 __all__ = ["DistSampler"]
 
-STATE_FORMAT = "ddstore.DistSampler"
+STATE_FORMAT = "ddstore.DistSampler"    # the state dict (checked by sampler.cpp)
 STATE_VERSION = 1
 MAX_N = 1 << 62            # positions + padding stay below 2**63
 _CHUNK = 1 << 16           # indices computed per step
@@ -43,17 +43,6 @@ class _Feistel:
 
     def inverse(self, y):
         return self.forward(y, True)
-
-
-def _as_int(v, field, lo=None, hi=None):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ValueError(f"DistSampler state: field {field!r} must be an integer, got "
-                         f"{type(v).__name__} {v!r}")
-    v = int(v)
-    if (lo is not None and v < lo) or (hi is not None and v >= hi):
-        rng = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
-        raise ValueError(f"DistSampler state: field {field!r} = {v} is out of range {rng}")
-    return v
 
 
 def _default_world(dataset):
@@ -235,35 +224,7 @@ class DistSampler(Sampler):
         if self._active:
             raise RuntimeError("DistSampler.load_state_dict while an iterator of this "
                                "sampler is running (finish or drop it first)")
-        if not isinstance(state, dict):
-            raise ValueError(f"DistSampler state: expected a dict, got {type(state).__name__}")
-        for key in ("format", "version", "n", "seed", "shuffle", "epoch", "position",
-                    "num_replicas"):
-            if key not in state:
-                raise ValueError(f"DistSampler state: field {key!r} is missing")
-        if state["format"] != STATE_FORMAT:
-            raise ValueError(f"DistSampler state: field 'format' is {state['format']!r}, "
-                             f"expected {STATE_FORMAT!r}")
-        if _as_int(state["version"], "version") != STATE_VERSION:
-            raise ValueError(f"DistSampler state: field 'version' is {state['version']}, "
-                             f"this pyddstore reads version {STATE_VERSION}")
-        n = _as_int(state["n"], "n", 0)
-        if n != self.n:
-            raise ValueError(f"DistSampler state: field 'n' (dataset length) is {n}, this "
-                             f"sampler's dataset has {self.n}")
-        seed = _as_int(state["seed"], "seed")
-        if seed != self.seed:
-            raise ValueError(f"DistSampler state: field 'seed' is {seed}, this sampler's "
-                             f"seed is {self.seed}")
-        if not isinstance(state["shuffle"], bool):
-            raise ValueError(f"DistSampler state: field 'shuffle' must be a bool, got "
-                             f"{state['shuffle']!r}")
-        if state["shuffle"] != self.shuffle:
-            raise ValueError(f"DistSampler state: field 'shuffle' is {state['shuffle']}, "
-                             f"this sampler has shuffle={self.shuffle}")
-        epoch = _as_int(state["epoch"], "epoch", 0)
-        w = _as_int(state["num_replicas"], "num_replicas", 1)
-        pos = _as_int(state["position"], "position", 0, n + w)
+        epoch, pos = ext.sampler_state_check(state, self.n, self.seed, self.shuffle)
         self.epoch = epoch
         self._start = pos
         self._track = None

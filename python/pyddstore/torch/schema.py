@@ -18,6 +18,8 @@ import math
 import numpy as np
 import torch
 
+from ._ext import ext
+
 __all__ = ["Field", "Schema", "SUPPORTED", "classify", "UnknownFieldError",
            "RAGGED_KINDS"]
 
@@ -43,57 +45,12 @@ _NP_STORAGE = {name: np.dtype("int16" if name == "bfloat16" else name)
 _TORCH = {"bool": torch.bool, "uint8": torch.uint8, "int32": torch.int32,
           "int64": torch.int64, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float32": torch.float32, "float64": torch.float64}
-_FROM_TORCH = {v: k for k, v in _TORCH.items()}
-_FROM_NP = {np.dtype(k): k for k in SUPPORTED if k != "bfloat16"}
-_SUPPORTED_MSG = ("supported: bool, uint8, int32, int64, float16, bfloat16 (tensors), "
-                  "float32, float64")
-
-
-def _unsupported(where, what):
-    return TypeError(f"{where}: {what} is not supported ({_SUPPORTED_MSG}; numpy "
-                     "structured records; convert other values with encode=)")
 
 
 def classify(value, where):
-    """(kind, shape, dtype name, record dtype, record class) of one value."""
-    if isinstance(value, torch.Tensor):
-        if value.layout != torch.strided:
-            raise _unsupported(where, f"a {value.layout} tensor")
-        name = _FROM_TORCH.get(value.dtype)
-        if name is None:
-            raise _unsupported(where, f"tensor dtype {value.dtype}")
-        return "tensor", tuple(value.shape), name, None, None
-    if isinstance(value, np.ndarray):
-        if value.dtype.names is not None:
-            if value.dtype.hasobject:
-                raise _unsupported(where, "a record with object fields")
-            rclass = "recarray" if isinstance(value, np.recarray) else "ndarray"
-            return "record", tuple(value.shape), "uint8", value.dtype, rclass
-        name = _FROM_NP.get(value.dtype)
-        if name is None:
-            raise _unsupported(where, f"array dtype {value.dtype}")
-        return "ndarray", tuple(value.shape), name, None, None
-    if isinstance(value, np.void):
-        if value.dtype.names is None:
-            raise _unsupported(where, "an unstructured np.void")
-        if value.dtype.hasobject:
-            raise _unsupported(where, "a record with object fields")
-        return "record", (), "uint8", value.dtype, "void"
-    if isinstance(value, np.generic):
-        name = _FROM_NP.get(value.dtype)
-        if name is None:
-            raise _unsupported(where, f"numpy scalar {type(value).__name__}")
-        return "npscalar", (), name, None, None
-    if isinstance(value, bool):
-        return "bool", (), "bool", None, None
-    if isinstance(value, int):
-        return "int", (), "int64", None, None
-    if isinstance(value, float):
-        return "float", (), "float64", None, None
-    if isinstance(value, (collections.abc.Mapping, list, tuple)):
-        raise TypeError(f"{where}: nested containers ({type(value).__name__} inside a "
-                        "sample) are not supported; flatten the sample or use encode=")
-    raise _unsupported(where, f"a value of type {type(value).__name__}")
+    """(kind, shape, dtype name, record dtype, record class) of one value
+    (the extension's classify; TypeError for what cannot be stored)."""
+    return ext.classify(value, where)
 
 
 class Field:
@@ -191,23 +148,6 @@ class Field:
         return f"Field({self.key!r}, {_desc(self.kind, self.shape, self.dtype, self.rdtype, self.rclass)})"
 
     # -- values ------------------------------------------------------------
-    def store_into(self, arr, j, value):
-        """arr[j] <- value (arr is (n, *row_shape) of the storage dtype)."""
-        k = self.kind
-        if k == "tensor":
-            t = value.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            if t.dtype == torch.bfloat16:
-                t = t.view(torch.int16)         # the same bits (storage int16)
-            arr[j] = t.numpy()
-        elif k == "record":
-            arr[j] = np.frombuffer(np.ascontiguousarray(value).tobytes()
-                                   if not isinstance(value, np.void) else value.tobytes(),
-                                   dtype=np.uint8)
-        else:
-            arr[j] = value
-
     def for_store(self, a):
         """What the store gets for host storage `a` (np_dtype): `a` itself, or
         for bfloat16 a tensor view of its bits (the store's dtype then is
@@ -317,6 +257,7 @@ class Schema:
         self.ntype = ntype               # namedtuple class (not serialised)
         self.keys = [f.key for f in self.fields]
         self._pos = {f.key: i for i, f in enumerate(self.fields)}
+        self._spec = None
 
     @classmethod
     def of(cls, sample, where="sample", keys=None, may_vary=None):
@@ -396,44 +337,36 @@ class Schema:
                                     f"{self.keys!r}") from None
 
     # -- values ------------------------------------------------------------
+    def _samples(self):
+        """The extension's view of this schema (samples.cpp); rebuilt when
+        the fields change (ragged.decide resets it)."""
+        if self._spec is None:
+            self._spec = ext.Samples(self.structure, self.width, self.keys, self.fields)
+        return self._spec
+
     def values(self, sample, where="sample", check=True):
         """The field values of `sample` (checked against this schema), in order.
 
         Works on samples with more fields than this schema (fields=).  With
         check=False only the structure is checked (the caller checks each
         value: ragged loading)."""
-        st = self.structure
-        if st == "value":
-            if isinstance(sample, (collections.abc.Mapping, list, tuple)):
-                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
-                                 "was a single value")
-            vals = [sample]
-        elif st in ("dict", "pyg"):
-            if st == "pyg" and _is_pyg(sample):
-                sample = sample.to_dict()
-            if not isinstance(sample, collections.abc.Mapping):
-                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
-                                 "was a dict")
-            if len(sample) != self.width:
-                raise ValueError(f"{where}: {len(sample)} keys, the first sample had "
-                                 f"{self.width}")
-            try:
-                vals = [sample[k] for k in self.keys]
-            except KeyError as e:
-                raise ValueError(f"{where}: key {e.args[0]!r} missing (the first sample had "
-                                 f"keys {self.keys!r})") from None
-        else:
-            if not isinstance(sample, (list, tuple)):
-                raise ValueError(f"{where}: a {type(sample).__name__} where the first sample "
-                                 f"was a {st}")
-            if len(sample) != self.width:
-                raise ValueError(f"{where}: {len(sample)} values, the first sample had "
-                                 f"{self.width}")
-            vals = [sample[k] for k in self.keys]
+        sp = self._samples()
+        vals = sp.values(sample, where)
         if check:
-            for f, v in zip(self.fields, vals):
-                f.matches(v, f"{where}[{f.key!r}]")
+            sp.check(vals, where)
         return vals
+
+    def fill(self, source, encode, first, lo, j0, j1, arrays, bar):
+        """Samples j0 .. j1-1 of this rank's share (source[lo + j], encoded;
+        sample 0 is `first`) checked and copied into rows 0 .. j1-j0-1 of
+        `arrays` (one (n, *row_shape) array of the storage dtype per field,
+        or a view into packed rows); bar.update(256) every 256 samples."""
+        self._samples().fill(source, encode, first, lo, j0, j1, arrays, bar)
+
+    def fill_columns(self, source, encode, first, lo, n, cols, bar):
+        """The same over samples 0 .. n-1 into ragged loading's Columns
+        (ragged.Column, one per field)."""
+        self._samples().fill_columns(source, encode, first, lo, n, cols, bar)
 
     def build(self, vals):
         """A sample of this structure from field values in order."""
