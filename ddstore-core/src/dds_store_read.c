@@ -1,6 +1,7 @@
-/* ddstore-core: the store: the read pipeline (get, get_batch): validate,
+/* ddstore-core: the store: the read pipeline (get, get_batch, get_batch_vars): validate,
  * plan, serve local rows, transport reads, host copies, GPU staging; the
- * per-thread read context.
+ * per-thread read context (dds_store_read_internal.h, shared with the
+ * ragged reads of dds_store_read_ragged.c).
  * Objects, locks and the helpers the store's files share:
  * dds_store_internal.h. */
 #ifndef _GNU_SOURCE
@@ -16,37 +17,10 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "dds_store_internal.h"
+#include "dds_store_read_internal.h"
 
 /* ---- per-thread read context ------------------------------------------ */
 
-typedef struct tctx {
-    dds_plan_t plan;
-    void *staging;
-    size_t staging_cap;
-    int64_t *rows;          /* the batch's indices, copied once per read   */
-    size_t rows_cap;
-    /* ragged reads: the index step's plan, its rows (two prefix-sum
-     * entries per sample) and entries read, each sample's owner, the
-     * payload spans */
-    dds_plan_t iplan;
-    int64_t *irows, *ientries;
-    size_t irows_cap, ientries_cap;
-    int *owners;
-    size_t owners_cap;
-    dds_span_t *spans;
-    size_t spans_cap;
-    /* reads of several variables (get_batch_vars): one plan per distinct
-     * layout, each variable's state, its executable ops and requests */
-    dds_plan_t *mplans;
-    size_t mplans_cap;
-    struct mvar *mvars;
-    size_t mvars_cap;
-    dds_read_op_t *mops;
-    size_t mops_cap;
-    dds_read_req_t *mreqs;
-    size_t mreqs_cap;
-} tctx_t;
 
 static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_tctx_key;
@@ -193,13 +167,6 @@ static int transport_read(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     return rc;
 }
 
-/* What a read did, for the profile.  total_ns: its share of the time when
- * several variables were read in one call (0: now - t0). */
-typedef struct rd_acct {
-    uint64_t t0, wait_ns, t_xfer, t_gpu, total_ns;
-    size_t nops, local_bytes, staged;
-} rd_acct_t;
-
 /* A GPU destination the transport cannot reach: read into a pinned staging
  * buffer laid out like the destination (plus the plan's own staging area
  * behind it), do the plan's copies on the host, then one asynchronous
@@ -283,9 +250,9 @@ static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
  * shards are mapped here (host and staged routes) by memcpy, the rest
  * through the transport, then the plan's copies; GPU destinations direct or staged.
  * Both the fixed-row and the ragged reads (each of its steps) end here. */
-static int read_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
-                     tctx_t *tc, dds_plan_t *pl, void *dst, size_t dbytes,
-                     const dds_mem_t *dst_mem, int route, rd_acct_t *a)
+int dds_rd_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
+                tctx_t *tc, dds_plan_t *pl, void *dst, size_t dbytes,
+                const dds_mem_t *dst_mem, int route, rd_acct_t *a)
 {
     dds_read_op_t *ops = pl->ops;
     size_t nops = pl->nops;
@@ -360,8 +327,8 @@ static int read_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
 }
 
 /* A read's profile: `calls` calls delivering `rows` rows of `bytes`. */
-static void read_account(dds_var_t *v, uint64_t calls, uint64_t rows,
-                         uint64_t bytes, const rd_acct_t *a)
+void dds_rd_account(dds_var_t *v, uint64_t calls, uint64_t rows,
+                    uint64_t bytes, const rd_acct_t *a)
 {
     dds_prof_add(&v->prof, DDS_PROF_CALLS, calls);
     dds_prof_add(&v->prof, DDS_PROF_ROWS, rows);
@@ -384,9 +351,9 @@ static void read_account(dds_var_t *v, uint64_t calls, uint64_t rows,
  * a ragged size query), takes the table's read lock, finds the variable,
  * checks the destination and its route, gets the thread's context.  0 with
  * the lock held, or an error without it. */
-static int read_begin(dds_store_t *s, dds_reader_t *reader, const char *name,
-                      const dds_buf_t *dst, dds_var_t **v_p, int *route_p,
-                      tctx_t **tc_p, rd_acct_t *a)
+int dds_rd_begin(dds_store_t *s, dds_reader_t *reader, const char *name,
+                 const dds_buf_t *dst, dds_var_t **v_p, int *route_p,
+                 tctx_t **tc_p, rd_acct_t *a)
 {
     dds_var_t *v;
     int rc;
@@ -439,7 +406,7 @@ fail:
  * times (check, sort, walk) and the GPU path once more, so an array that
  * another thread changes meanwhile would otherwise be checked in one state
  * and read in another.  *rows_p then points at the copy. */
-static int copy_rows(tctx_t *tc, const char *name, const int64_t **rows_p,
+int dds_rd_copy_rows(tctx_t *tc, const char *name, const int64_t **rows_p,
                      size_t n)
 {
     if (n == 0)
@@ -459,7 +426,7 @@ static int copy_rows(tctx_t *tc, const char *name, const int64_t **rows_p,
 }
 
 /* The error for a read of the wrong kind of variable. */
-static int wrong_kind(const dds_var_t *v, const char *call)
+int dds_rd_wrong_kind(const dds_var_t *v, const char *call)
 {
     if (v->ragged)
         return dds_error(-DDS_EINVAL,
@@ -488,11 +455,11 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
     if (DDS_UNLIKELY(s == NULL || dst == NULL))
         return dds_error(-DDS_EINVAL, "read: NULL %s",
                          s == NULL ? "store" : "destination buffer");
-    rc = read_begin(s, reader, name, dst, &v, &route, &tc, &a);
+    rc = dds_rd_begin(s, reader, name, dst, &v, &route, &tc, &a);
     if (rc != 0)
         return rc;
     if (v->ragged) {
-        rc = wrong_kind(v, is_batch ? "get_batch" : "get");
+        rc = dds_rd_wrong_kind(v, is_batch ? "get_batch" : "get");
         goto out;
     }
     if (is_batch && (n > (uint64_t)INT64_MAX || (int64_t)n != dst->nrows)) {
@@ -502,7 +469,7 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
         goto out;
     }
     if (is_batch) {
-        rc = copy_rows(tc, name, &rows, n);
+        rc = dds_rd_copy_rows(tc, name, &rows, n);
         if (rc != 0)
             goto out;
     }
@@ -524,10 +491,10 @@ static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
         rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
         goto out;
     }
-    rc = read_exec(s, reader, v, tc, &tc->plan, dst->ptr,
+    rc = dds_rd_exec(s, reader, v, tc, &tc->plan, dst->ptr,
                    (size_t)dst->nrows * v->row_bytes, &dst->mem, route, &a);
     if (rc == 0)
-        read_account(v, 1, (uint64_t)dst->nrows,
+        dds_rd_account(v, 1, (uint64_t)dst->nrows,
                      (uint64_t)dst->nrows * (uint64_t)v->row_bytes, &a);
 out:
     pthread_rwlock_unlock(&s->table_lock);
@@ -645,7 +612,7 @@ static int vars_check(dds_store_t *s, const char *const *names,
         if (m->v == NULL)
             return dds_st_not_live(s, names[k]);
         if (m->v->ragged)
-            return wrong_kind(m->v, "get_batch");
+            return dds_rd_wrong_kind(m->v, "get_batch");
         if (n > (uint64_t)INT64_MAX || (int64_t)n != dsts[k].nrows)
             return dds_error(-DDS_EINVAL,
                              "variable '%s': %zu indices for a buffer of "
@@ -843,7 +810,7 @@ int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
     mv = tc->mvars;
     rc = vars_check(s, names, dsts, nvars, n, mv);
     if (rc == 0)
-        rc = copy_rows(tc, names[0], &rows, n);
+        rc = dds_rd_copy_rows(tc, names[0], &rows, n);
     if (rc == 0)
         rc = vars_plan(s, tc, mv, nvars, rows, n, &stotal, &tops);
     if (rc == 0)
@@ -858,7 +825,7 @@ int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
         if (m->route == ROUTE_HOST)
             continue;
         m->a.t0 = dds_prof_now();
-        rc = read_exec(s, reader, m->v, tc, m->pl, m->dst->ptr,
+        rc = dds_rd_exec(s, reader, m->v, tc, m->pl, m->dst->ptr,
                        (size_t)m->dst->nrows * m->v->row_bytes,
                        &m->dst->mem, m->route, &m->a);
     }
@@ -874,201 +841,10 @@ int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
             m->a.t_xfer = t_xfer / nhost;
             m->a.total_ns = host_ns / nhost + 1;
         }
-        read_account(m->v, 1, (uint64_t)n,
+        dds_rd_account(m->v, 1, (uint64_t)n,
                      (uint64_t)n * (uint64_t)m->v->row_bytes, &m->a);
     }
 out:
     pthread_rwlock_unlock(&s->table_lock);
     return rc;
-}
-
-/* ---- ragged reads ----------------------------------------------------- */
-
-/* Step 1 of a ragged read: the index entries of samples rows[0..n) (the
- * prefix sums at local sample l and l + 1 of its owner: two 8-byte rows of
- * the index plan, whose "shards" are each owner's index at the start of
- * its shard), read through the same pipeline as rows (own entries by
- * memcpy, the rest batched per owner).  Leaves tc->ientries[2i, 2i+1] and
- * tc->owners[i]; the lengths, their sum, checked. */
-static int ragged_index(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
-                        tctx_t *tc, const int64_t *rows, size_t n,
-                        int64_t *lengths_out, int64_t *total_p, rd_acct_t *a)
-{
-    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
-    const int64_t total_rows = v->offsets[v->nranks];
-    dds_plan_params_t pp;
-    int64_t sum = 0;
-    int rc;
-
-    *total_p = 0;
-    if (n == 0)
-        return 0;
-    if (n > SIZE_MAX / (2 * sizeof(int64_t)) ||
-        dds_st_grow_array((void **)&tc->irows, &tc->irows_cap, 2 * n,
-                          sizeof(int64_t)) != 0 ||
-        dds_st_grow_array((void **)&tc->ientries, &tc->ientries_cap, 2 * n,
-                          sizeof(int64_t)) != 0 ||
-        dds_st_grow_array((void **)&tc->owners, &tc->owners_cap, n,
-                          sizeof(int)) != 0)
-        return dds_error(-DDS_ENOMEM,
-                         "read of '%s': out of memory for %zu samples",
-                         v->name, n);
-    for (size_t i = 0; i < n; i++) {
-        int64_t local;
-        int owner;
-        if (DDS_UNLIKELY((uint64_t)rows[i] >= (uint64_t)total_rows))
-            return dds_error(-DDS_ERANGE,
-                             "variable '%s': index %lld at position %zu is "
-                             "out of range [0, %lld)",
-                             v->name, (long long)rows[i], i,
-                             (long long)total_rows);
-        (void)dds_layout_locate(v->offsets, v->nranks, rows[i], &owner,
-                                &local);
-        tc->owners[i] = owner;
-        tc->irows[2 * i] = v->index_offsets[owner] + local;
-        tc->irows[2 * i + 1] = v->index_offsets[owner] + local + 1;
-    }
-    pp.field_mask = 0;
-    pp.nranks = v->nranks;
-    pp.offsets = v->index_offsets;
-    pp.row_bytes = sizeof(int64_t);
-    pp.max_read_bytes = s->max_read_bytes;
-    pp.merge_row_bytes_max = s->merge_row_bytes;
-    rc = dds_plan_batch(&pp, tc->irows, 2 * n, &tc->iplan);
-    if (rc != 0)
-        return dds_error(rc, "variable '%s': index: %s", v->name,
-                         dds_last_error());
-    rc = read_exec(s, reader, v, tc, &tc->iplan, tc->ientries,
-                   2 * n * sizeof(int64_t), &host, ROUTE_HOST, a);
-    if (rc != 0)
-        return rc;
-    for (size_t i = 0; i < n; i++) {
-        const int r = tc->owners[i];
-        const int64_t b = tc->ientries[2 * i], e = tc->ientries[2 * i + 1];
-        const int64_t elems = v->elem_offsets[r + 1] - v->elem_offsets[r];
-        if (b < 0 || e < b || e > elems)
-            return dds_error(-DDS_EIO,
-                             "ragged variable '%s': the index entry of "
-                             "sample %lld (rank %d) reads element rows "
-                             "[%lld, %lld) of the %lld that rank holds: the "
-                             "index is damaged",
-                             v->name, (long long)rows[i], r, (long long)b,
-                             (long long)e, (long long)elems);
-        if (e - b > INT64_MAX - sum)
-            return dds_error(-DDS_EINVAL,
-                             "ragged variable '%s': the %zu samples' "
-                             "lengths sum above INT64_MAX (at position %zu)",
-                             v->name, n, i);
-        sum += e - b;
-        if (lengths_out != NULL)
-            lengths_out[i] = e - b;
-    }
-    *total_p = sum;
-    return 0;
-}
-
-/* sizes (dst NULL) or get_batch of a ragged variable. */
-static int ragged_read(dds_store_t *s, dds_reader_t *reader,
-                       const char *name, const dds_buf_t *dst,
-                       const int64_t *rows, size_t n, int64_t *lengths_out,
-                       int64_t *total_out)
-{
-    const char *call = dst != NULL ? "ragged_get_batch" : "ragged_sizes";
-    int64_t total = 0;
-    rd_acct_t a;
-    dds_var_t *v;
-    tctx_t *tc;
-    size_t rb;
-    int rc, route;
-
-    rc = read_begin(s, reader, name, dst, &v, &route, &tc, &a);
-    if (rc != 0)
-        return rc;
-    if (!v->ragged) {
-        rc = wrong_kind(v, call);
-        goto out;
-    }
-    if (n > 0 && lengths_out == NULL && dst == NULL) {
-        rc = dds_error(-DDS_EINVAL, "%s('%s'): lengths_out is NULL", call,
-                       name);
-        goto out;
-    }
-    if (dst != NULL && total_out == NULL) {
-        rc = dds_error(-DDS_EINVAL, "%s('%s'): total_out is NULL", call,
-                       name);
-        goto out;
-    }
-    rc = copy_rows(tc, name, &rows, n);
-    if (rc == 0)
-        rc = ragged_index(s, reader, v, tc, rows, n, lengths_out, &total, &a);
-    if (rc != 0)
-        goto out;
-    if (total_out != NULL)
-        *total_out = total;
-    if (dst == NULL) {
-        read_account(v, 0, 0, 0, &a);
-        goto out;
-    }
-    if (total > dst->nrows) {
-        rc = dds_error(-DDS_ENOSPC,
-                       "%s('%s'): the %zu samples have %lld element rows, "
-                       "the destination has room for %lld (lengths and the "
-                       "total are filled; nothing was read)",
-                       call, name, n, (long long)total,
-                       (long long)dst->nrows);
-        goto out;
-    }
-
-    /* step 2: the payload, packed in request order */
-    rb = v->row_bytes;
-    if (dds_st_grow_array((void **)&tc->spans, &tc->spans_cap, n,
-                          sizeof(dds_span_t)) != 0) {
-        rc = dds_error(-DDS_ENOMEM,
-                       "read of '%s': out of memory for %zu samples", name,
-                       n);
-        goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-        const int r = tc->owners[i];
-        const int64_t b = tc->ientries[2 * i], e = tc->ientries[2 * i + 1];
-        dds_span_t *sp = &tc->spans[i];
-        sp->owner = r;
-        sp->src_offset =
-            (int64_t)dds_st_ragged_index_bytes(v->offsets[r + 1] -
-                                               v->offsets[r]) +
-            b * (int64_t)rb;
-        sp->len = (size_t)(e - b) * rb;
-    }
-    rc = dds_plan_spans(v->nranks, s->max_read_bytes, tc->spans, n,
-                        &tc->plan);
-    if (rc != 0) {
-        rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
-        goto out;
-    }
-    rc = read_exec(s, reader, v, tc, &tc->plan, dst->ptr,
-                   (size_t)total * rb, &dst->mem, route, &a);
-    if (rc == 0)
-        read_account(v, 1, (uint64_t)n, (uint64_t)total * (uint64_t)rb, &a);
-out:
-    pthread_rwlock_unlock(&s->table_lock);
-    return rc;
-}
-
-int dds_store_ragged_sizes(dds_store_t *s, dds_reader_t *reader,
-                           const char *name, const int64_t *rows, size_t n,
-                           int64_t *lengths_out)
-{
-    return ragged_read(s, reader, name, NULL, rows, n, lengths_out, NULL);
-}
-
-int dds_store_ragged_get_batch(dds_store_t *s, dds_reader_t *reader,
-                               const char *name, const dds_buf_t *dst,
-                               const int64_t *rows, size_t n,
-                               int64_t *lengths_out, int64_t *total_out)
-{
-    if (DDS_UNLIKELY(dst == NULL))
-        return dds_error(-DDS_EINVAL, "ragged_get_batch: NULL destination "
-                                      "buffer");
-    return ragged_read(s, reader, name, dst, rows, n, lengths_out,
-                       total_out);
 }
