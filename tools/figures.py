@@ -84,7 +84,18 @@ class Arm:
             last = [l for l in p.stdout.splitlines() if l.startswith("{")]
             if not last:
                 raise RuntimeError(f"arm {self.name} printed no JSON line: {self.shell()}")
-            return [json.loads(l) for l in last] if self.lines else json.loads(last[-1])
+            if not self.lines:
+                return json.loads(last[-1])
+            # ranks print one line each; the launcher may join two on one line
+            docs, dec = [], json.JSONDecoder()
+            for l in last:
+                i = 0
+                while i < len(l):
+                    doc, i = dec.raw_decode(l, i)
+                    docs.append(doc)
+                    while i < len(l) and l[i].isspace():
+                        i += 1
+            return docs
 
 
 class Figure:
