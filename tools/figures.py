@@ -790,7 +790,9 @@ def measure(fig, rounds, log=print, settle_s=0.0, build=True):
         subprocess.run(fig.build, cwd=TOP, check=True)
     rec = {"figure": fig.name, "commit": _git("rev-parse", "--short", "HEAD"),
            # a tree with changes outside docs/ (the runner itself writes docs/)
-           "dirty": any(not l[3:].startswith("docs/") for l in
+           # (split() of the whole line: _git strips the first line's leading
+           # status column, " M docs/..." would read as "M docs/...")
+           "dirty": any(not l.split(None, 1)[-1].startswith("docs/") for l in
                         _git("status", "--porcelain", "--untracked-files=no").splitlines()),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "cores": os.cpu_count(),
