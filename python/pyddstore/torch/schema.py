@@ -156,23 +156,6 @@ class Field:
             return torch.from_numpy(a).view(torch.bfloat16)
         return a
 
-    def split(self, t):
-        """Per-sample values of a batch tensor (n, *row_shape)."""
-        k = self.kind
-        if k == "tensor":
-            return list(t.unbind(0))
-        if k in ("int", "float", "bool"):
-            return t.tolist()
-        a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
-        if k == "ndarray":
-            return list(a)
-        if k == "npscalar":
-            return list(a)
-        recs = self.records(t)
-        if self.rclass == "void":
-            return list(recs)
-        return [recs[j] for j in range(recs.shape[0])]
-
     def records(self, t):
         """A batch tensor of record bytes as a structured array (n, *shape)."""
         a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
@@ -188,9 +171,6 @@ class Field:
             return self.records(t)
         return t
 
-    def single(self, t):
-        """The value of row 0 of a (1, *row_shape) tensor."""
-        return self.split(t)[0]
 
 
 def _is_pyg(sample):
@@ -370,36 +350,14 @@ class Schema:
 
     def build(self, vals):
         """A sample of this structure from field values in order."""
-        st = self.structure
-        if st == "value":
-            return vals[0]
-        if st == "tuple":
-            return tuple(vals)
-        if st == "list":
-            return list(vals)
-        if st == "namedtuple":
-            return self.ntype(*vals)
-        if st == "pyg":
-            return _pyg_data()(**dict(zip(self.keys, vals)))
-        return dict(zip(self.keys, vals))
+        return self.build_many([[v] for v in vals])[0]
 
     def build_many(self, cols):
-        """Samples from per-field columns of per-sample values (no per-sample
-        Python function call for values and tuples)."""
+        """Samples from per-field columns of per-sample values (the
+        extension's build_samples: no per-sample Python)."""
         st = self.structure
-        if st == "value":
-            return list(cols[0])
-        if st == "tuple":
-            return list(zip(*cols))
-        if st == "list":
-            return [list(v) for v in zip(*cols)]
-        if st == "namedtuple":
-            return list(map(self.ntype._make, zip(*cols)))
-        keys = self.keys
-        if st == "pyg":
-            data = _pyg_data()
-            return [data(**dict(zip(keys, v))) for v in zip(*cols)]
-        return [dict(zip(keys, v)) for v in zip(*cols)]
+        return ext.build_samples(st, self.keys, self.ntype,
+                                 _pyg_data() if st == "pyg" else None, cols)
 
     def build_batch(self, vals):
         """What default_collate returns for samples of this structure, from
