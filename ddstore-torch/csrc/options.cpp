@@ -10,6 +10,7 @@
 //   varies along and the arithmetic of a Batch (index fields incremented,
 //   slices, ptr, batch); ragged.pyg_batch builds the Batch object.
 // - pack_tensors: one ragged field's per-sample tensors packed.
+// - select_keys / field_layout: fields= and a Field's sizes (schema.py).
 // - window_spec: WindowedDataset's arguments.
 // - sampler_len / sampler_args / budget_args: the samplers' arguments.
 #include "ddstore_torch.h"
@@ -413,6 +414,65 @@ py::tuple budget_args(py::handle budget, py::handle seed, py::handle num_replica
     return py::make_tuple(b, py::int_(py::reinterpret_borrow<py::object>(seed)), w, r);
 }
 
+py::list select_keys(py::object keys, py::list have, py::object unknown_cls)
+{
+    static py::object iterable = py::module_::import("collections.abc").attr("Iterable");
+    py::list ks;
+    if (PyUnicode_Check(keys.ptr()) || PyBytes_Check(keys.ptr()) || !instance_of(keys, iterable))
+        ks.append(keys);
+    else
+        ks = py::list(keys);
+    if (ks.empty())
+        throw py::value_error("fields: an empty list selects nothing");
+    py::list missing;
+    for (py::handle k : ks)
+        if (!have.contains(k))
+            missing.append(k);
+    if (!missing.empty()) {
+        const std::string what = missing.size() == 1 ? "field " + repr_of(missing[0])
+                                                     : "fields " + repr_of(missing);
+        PyErr_SetString(unknown_cls.ptr(), ("fields: " + what + " not in the sample's fields " +
+                                            repr_of(have)).c_str());
+        throw py::error_already_set();
+    }
+    if (py::len(py::set(ks)) != ks.size())
+        throw py::value_error("fields: repeated keys in " + repr_of(ks));
+    return ks;
+}
+
+py::tuple field_layout(py::handle key, const std::string &kind, py::tuple shape,
+                       int64_t itemsize, py::object axis)
+{
+    std::vector<int64_t> dims;
+    for (py::handle d : shape)
+        dims.push_back(d.cast<int64_t>());
+    int64_t n = 1;
+    if (axis.is_none()) {
+        for (int64_t d : dims)
+            n *= d;
+        if (kind == "record")
+            return py::make_tuple(py::make_tuple(n * itemsize), n * itemsize, n * itemsize);
+        return py::make_tuple(shape, n, n * itemsize);
+    }
+    if (kind != "tensor" && kind != "ndarray")
+        throw py::value_error("field " + repr_of(key) + ": a " + kind +
+                              " field cannot be ragged (only tensor and ndarray fields vary "
+                              "in shape)");
+    py::int_ a = as_index(axis);
+    if (less(a, py::int_(0)) || !less(a, py::int_(dims.size())) ||
+        dims[a.cast<size_t>()] != -1)
+        throw py::value_error("field " + repr_of(key) + ": ragged axis " + str_of(a) +
+                              " does not fit shape " + str_of(shape) +
+                              " (-1 marks the varying axis)");
+    py::list row;
+    for (size_t i = 0; i < dims.size(); i++)
+        if (i != a.cast<size_t>()) {
+            row.append(dims[i]);
+            n *= dims[i];
+        }
+    return py::make_tuple(py::tuple(row), n, n * itemsize);
+}
+
 void def_options(py::module_ &m)
 {
     m.def("ragged_table", &ragged_table, py::arg("ragged"), py::arg("keys") = py::none(),
@@ -443,6 +503,13 @@ void def_options(py::module_ &m)
           "DistSampler: the dataset's length (an int, or len(dataset)).");
     m.def("sampler_args", &sampler_args, py::arg("num_replicas"), py::arg("rank"),
           py::arg("seed"), "DistSampler: (num_replicas, rank, seed) checked.");
+    m.def("select_keys", &select_keys, py::arg("keys"), py::arg("have"), py::arg("unknown_cls"),
+          "fields=: the keys (one key or an iterable of them) checked against the sample's "
+          "keys `have` (unknown_cls naming the missing ones, ValueError: none, repeated).");
+    m.def("field_layout", &field_layout, py::arg("key"), py::arg("kind"), py::arg("shape"),
+          py::arg("itemsize"), py::arg("axis"),
+          "(row_shape, disp, nbytes) of a field (ragged: along `axis`, -1 in shape; "
+          "ValueError when it does not fit).");
     m.def("budget_args", &budget_args, py::arg("budget"), py::arg("seed"),
           py::arg("num_replicas"), py::arg("rank"),
           "BudgetBatchSampler: (budget, seed, num_replicas, rank) checked.");

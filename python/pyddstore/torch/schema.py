@@ -13,7 +13,6 @@ per index along it.
 """
 
 import collections.abc
-import math
 
 import numpy as np
 import torch
@@ -73,27 +72,10 @@ class Field:
         self.offset = None                      # packed (packing.py): bytes into the row
         self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
-        if axis is not None:
-            # ragged: shape has -1 at `axis`; one element row = the other dims
-            if kind not in RAGGED_KINDS:
-                raise ValueError(f"field {key!r}: a {kind} field cannot be ragged (only "
-                                 "tensor and ndarray fields vary in shape)")
-            if not 0 <= axis < len(self.shape) or self.shape[axis] != -1:
-                raise ValueError(f"field {key!r}: ragged axis {axis} does not fit shape "
-                                 f"{self.shape} (-1 marks the varying axis)")
-            self.row_shape = self.shape[:axis] + self.shape[axis + 1:]
-            self.disp = math.prod(self.row_shape)
-            self.nbytes = self.disp * self.np_dtype.itemsize
-            return
-        n = math.prod(self.shape)
-        if kind == "record":
-            self.nbytes = n * rdtype.itemsize
-            self.row_shape = (self.nbytes,)
-            self.disp = self.nbytes
-        else:
-            self.nbytes = n * self.np_dtype.itemsize
-            self.row_shape = self.shape
-            self.disp = n
+        # ragged: shape has -1 at `axis`; one element row = the other dims
+        self.row_shape, self.disp, self.nbytes = ext.field_layout(
+            key, kind, self.shape, rdtype.itemsize if kind == "record" else
+            self.np_dtype.itemsize, axis)
 
     # -- description (exchanged across ranks, written to {name}.meta.json) --
     def describe(self):
@@ -190,25 +172,10 @@ def _pyg_data():
     return Data
 
 
-def _keys_msg(keys):
-    return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
-
-
 def _selected(keys, have):
     """fields=: the keys (one key or an iterable of them) checked against the
-    sample's keys `have`."""
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
-        keys = [keys]
-    keys = list(keys)
-    if not keys:
-        raise ValueError("fields: an empty list selects nothing")
-    missing = [k for k in keys if k not in have]
-    if missing:
-        raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
-                                f"fields {list(have)!r}")
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"fields: repeated keys in {keys!r}")
-    return keys
+    sample's keys `have` (the extension's select_keys)."""
+    return ext.select_keys(keys, list(have), UnknownFieldError)
 
 
 def _tuplify(x):
