@@ -10,7 +10,8 @@
 //   varies along and the arithmetic of a Batch (index fields incremented,
 //   slices, ptr, batch); ragged.pyg_batch builds the Batch object.
 // - pack_tensors: one ragged field's per-sample tensors packed.
-// - select_keys / field_layout: fields= and a Field's sizes (schema.py).
+// - structure_of / select_keys / field_layout: a sample's structure, fields=
+//   and a Field's sizes (schema.py).
 // - window_spec: WindowedDataset's arguments.
 // - sampler_len / sampler_args / budget_args: the samplers' arguments.
 #include "ddstore_torch.h"
@@ -20,6 +21,8 @@
 #include <cstring>
 
 namespace ddstore_torch {
+
+bool is_pyg(py::handle sample);   // samples.cpp
 
 namespace {
 
@@ -414,6 +417,35 @@ py::tuple budget_args(py::handle budget, py::handle seed, py::handle num_replica
     return py::make_tuple(b, py::int_(py::reinterpret_borrow<py::object>(seed)), w, r);
 }
 
+py::tuple structure_of(py::handle sample, const std::string &where)
+{
+    static py::object mapping = py::module_::import("collections.abc").attr("Mapping");
+    std::string st = "value";
+    py::object ntype = py::none();
+    py::list items;
+    if (is_pyg(sample)) {
+        st = "pyg";
+        items = py::list(sample.attr("to_dict")().attr("items")());
+    } else if (instance_of(sample, mapping)) {
+        st = "dict";
+        items = py::list(sample.attr("items")());
+    } else if (PyTuple_Check(sample.ptr()) || PyList_Check(sample.ptr())) {
+        st = PyList_Check(sample.ptr()) ? "list"
+             : py::hasattr(sample, "_fields") ? "namedtuple" : "tuple";
+        if (st == "namedtuple")
+            ntype = py::type::of(sample);
+        int64_t i = 0;
+        for (py::handle v : sample)
+            items.append(py::make_tuple(i++, v));
+    } else {
+        items.append(py::make_tuple(0, sample));
+    }
+    if (st != "value" && items.empty())
+        throw py::value_error(where + ": an empty " + type_name(sample) +
+                              " has no fields to store");
+    return py::make_tuple(st, ntype, items);
+}
+
 py::list select_keys(py::object keys, py::list have, py::object unknown_cls)
 {
     static py::object iterable = py::module_::import("collections.abc").attr("Iterable");
@@ -503,6 +535,10 @@ void def_options(py::module_ &m)
           "DistSampler: the dataset's length (an int, or len(dataset)).");
     m.def("sampler_args", &sampler_args, py::arg("num_replicas"), py::arg("rank"),
           py::arg("seed"), "DistSampler: (num_replicas, rank, seed) checked.");
+    m.def("structure_of", &structure_of, py::arg("sample"), py::arg("where"),
+          "(structure, namedtuple class or None, [(key, value)]) of a sample: 'pyg', "
+          "'dict', 'namedtuple', 'tuple', 'list' or 'value'; ValueError for an empty one.");
+    m.def("is_pyg", &is_pyg, py::arg("sample"), "True for a torch_geometric Data sample.");
     m.def("select_keys", &select_keys, py::arg("keys"), py::arg("have"), py::arg("unknown_cls"),
           "fields=: the keys (one key or an iterable of them) checked against the sample's "
           "keys `have` (unknown_cls naming the missing ones, ValueError: none, repeated).");

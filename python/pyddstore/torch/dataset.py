@@ -27,7 +27,7 @@ from . import packing as _pk
 from . import ragged as _rg
 from ._ext import ext, stream_of
 from .progress import progress as _progress
-from .schema import RAGGED_KINDS, Schema, _is_pyg
+from .schema import RAGGED_KINDS, Schema
 from .stored import _device, _Stored
 from .windowed import WindowedDataset, WindowRangeError, row_of  # noqa: F401
 
@@ -141,7 +141,7 @@ class DistDataset(_Stored):
             s = source[self.lo]
             st = encode(s) if encode is not None else s
             may = _rg.ragged_mode(self._ragged_opt)
-            pyg = _is_pyg(st)
+            pyg = ext.is_pyg(st)
             where = f"source[{self.lo}]" + (" (encoded)" if encode else "")
             full = Schema.of(st, where, keys=fields,
                              may_vary=(lambda k: True) if (pyg or may) else None)

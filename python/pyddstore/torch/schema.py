@@ -12,7 +12,6 @@ axis in Field.shape (Field.axis) and one *element row* (row_shape, disp)
 per index along it.
 """
 
-import collections.abc
 
 import numpy as np
 import torch
@@ -155,14 +154,6 @@ class Field:
 
 
 
-def _is_pyg(sample):
-    """A torch_geometric Data sample (checked without importing torch_geometric)."""
-    for c in type(sample).__mro__:
-        if c.__name__ == "Data" and c.__module__.startswith("torch_geometric."):
-            return True
-    return False
-
-
 def _pyg_data():
     try:
         from torch_geometric.data import Data
@@ -212,26 +203,7 @@ class Schema:
         order: the others are neither checked nor stored).  `may_vary(key)`:
         True for a field that may turn out ragged (no-element shapes are then
         checked once the loading knows)."""
-        if _is_pyg(sample):
-            structure, ntype = "pyg", None
-            items = list(sample.to_dict().items())
-        elif isinstance(sample, collections.abc.Mapping):
-            structure, ntype = "dict", None
-            items = list(sample.items())
-        elif isinstance(sample, tuple) and hasattr(sample, "_fields"):
-            structure, ntype = "namedtuple", type(sample)
-            items = list(enumerate(sample))
-        elif isinstance(sample, tuple):
-            structure, ntype = "tuple", None
-            items = list(enumerate(sample))
-        elif isinstance(sample, list):
-            structure, ntype = "list", None
-            items = list(enumerate(sample))
-        else:
-            structure, ntype = "value", None
-            items = [(0, sample)]
-        if structure != "value" and not items:
-            raise ValueError(f"{where}: an empty {type(sample).__name__} has no fields to store")
+        structure, ntype, items = ext.structure_of(sample, where)
         width = len(items)
         if keys is not None:
             have = dict(items)
