@@ -13,6 +13,8 @@ namespace ddstore_torch {   // regs.cpp
 void register_all(py::handle store, const std::vector<at::Tensor> &bufs,
                   const std::vector<uintptr_t> &streams);
 void unregister_all(py::handle store, const std::vector<at::Tensor> &bufs, bool strict);
+void def_options(py::module_ &m);   // options.cpp
+void def_unbatch(py::module_ &m);   // unbatch.cpp
 }  // namespace ddstore_torch
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
@@ -201,6 +203,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "(batches_yielded, samples_yielded, sampler) of a ThreadDataLoader state; "
           "ValueError naming the field that does not fit.");
     dt::def_forked_profile(m);
+    dt::def_options(m);
+    dt::def_unbatch(m);
     m.def("dataset_args", &dt::dataset_args, py::arg("method"), py::arg("comm_kind"),
           py::arg("comm_size"), py::arg("have_handshake_dir"), py::arg("fields_given"),
           py::arg("encode_given"), py::arg("chunk_size"), py::arg("add_device"),

@@ -357,8 +357,8 @@ Samples::Samples(const std::string &structure, int64_t width, py::list keys, py:
     }
 }
 
-namespace {
-
+// a torch_geometric Data (checked without importing torch_geometric; also
+// options.cpp's structure_of and is_pyg)
 bool is_pyg(py::handle sample)
 {
     for (py::handle c : py::type::handle_of(sample).attr("__mro__")) {
@@ -368,8 +368,6 @@ bool is_pyg(py::handle sample)
     }
     return false;
 }
-
-}  // namespace
 
 py::list Samples::values(py::handle sample, const std::string &where) const
 {

@@ -174,6 +174,65 @@ def test_agreement_over_filecomm(tmp_path):
     assert "KeyError: 20002 'xxxx" in res[1][1]          # its own, whole
 
 
+class _Agreed:
+    """A communicator of 2 ranks whose agreement says what `failed` is (the
+    (rank, info) Collective.agree returns), or raises it."""
+    size = 2
+
+    def __init__(self, failed):
+        self.failed, self.calls = failed, []
+
+    def collective(self):
+        return self
+
+    def agree(self, info, what):
+        self.calls.append((info, what))
+        if isinstance(self.failed, BaseException):
+            raise self.failed
+        return self.failed
+
+
+@pytest.mark.parametrize("info,what,cls,msg", [
+    (("builtins", "KeyError", "k"), "step", KeyError, "rank 1 (step): k"),
+    (("pyddstore", "DDStoreError", "m"), "", pyddstore.DDStoreError, "rank 1: m"),
+    # a constructor with another signature, a BaseException, a class of another module
+    (("builtins", "UnicodeDecodeError", "u"), "s", RuntimeError,
+     "rank 1 (s): UnicodeDecodeError: u"),
+    (("builtins", "KeyboardInterrupt", ""), "s", RuntimeError, "rank 1 (s): KeyboardInterrupt"),
+    (("os", "system", "x"), "s", RuntimeError, "rank 1 (s): system: x"),
+    (("builtins", "ValueError"), "s", RuntimeError,
+     "rank 1 (s): an error (its message did not reach this rank)"),
+])
+def test_agree_rebuilds_the_failing_ranks_error(info, what, cls, msg):
+    """agree (C: _core.agree) on a rank that passed: the failing rank's class
+    (built-in or pyddstore, else RuntimeError) with a message naming it."""
+    c = _Agreed((1, info))
+    with pytest.raises(cls) as e:
+        tcomm.agree(c, None, what)
+    assert type(e.value) is cls and str(e.value).strip("'") == msg
+    assert c.calls == [(None, f"error agreement ({what})" if what else "error agreement")]
+
+
+def test_agree_failing_rank_raises_its_own():
+    """The failing rank sends (module, qualname, message) and re-raises its
+    own exception, also when the agreement itself fails; no failure: None."""
+    own = ValueError("mine")
+    c = _Agreed((0, ("builtins", "ValueError", "mine")))
+    with pytest.raises(ValueError) as e:
+        tcomm.agree(c, own, "w")
+    assert e.value is own and c.calls == [(("builtins", "ValueError", "mine"),
+                                           "error agreement (w)")]
+    with pytest.raises(ValueError) as e:
+        tcomm.agree(_Agreed(pyddstore.DDStoreError("lost")), own)
+    assert e.value is own
+    assert tcomm.agree(_Agreed(None), None) is None
+    with pytest.raises(pyddstore.DDStoreError, match="lost"):
+        tcomm.agree(_Agreed(pyddstore.DDStoreError("lost")), None)
+    assert tcomm.run_agreed(_Agreed(None), lambda: 7, "w") == 7
+    with pytest.raises(ZeroDivisionError):
+        tcomm.run_agreed(_Agreed((0, None)), lambda: 1 / 0, "w")
+
+
 # -- meta.json ---------------------------------------------------------------------
 
 def _method2_or_skip():

@@ -288,8 +288,11 @@ PyObject *pydds_mpi_same_library(PyObject *mod, PyObject *unused);
  * pyddstore.FileComm; else 0 (with RuntimeError set for a FileComm that
  * was never initialised). */
 int pydds_filecomm_comm(PyObject *obj, dds_comm_t **comm_p, PyThread_type_lock *lock_p);
-/* pydds_coll.c: Collective, wire_encode/decode/gather, comm_capsule. */
+/* pydds_coll.c: Collective, wire_encode/decode/gather, comm_capsule (and,
+ * through pydds_agree_ready, agree / run_agreed). */
 int pydds_coll_ready(PyObject *module);
+/* pydds_agree.c: agree / run_agreed (called by pydds_coll_ready) */
+int pydds_agree_ready(PyObject *module);
 
 /* Keep `ref` alive until variable `name` is freed (free(), destroy). */
 int pydds_store_keep(pydds_store_obj *s, const char *name, PyObject *ref);

@@ -949,5 +949,7 @@ int pydds_coll_ready(PyObject *module)
         Py_DECREF(&coll_type);
         return -1;
     }
-    return PyModule_AddFunctions(module, coll_functions);
+    if (PyModule_AddFunctions(module, coll_functions) < 0)
+        return -1;
+    return pydds_agree_ready(module);
 }

@@ -12,7 +12,6 @@ first batches (``drop_last=False``, as DistributedSampler pads), or the
 minimum, the other ranks dropping their last batches (``drop_last=True``).
 """
 
-import numbers
 import operator
 import warnings
 
@@ -47,26 +46,16 @@ class BudgetBatchSampler(Sampler):
 
     def __init__(self, dataset, budget, field=None, shuffle=True, seed=0, drop_last=False,
                  num_replicas=None, rank=None, comm=None):
-        if isinstance(budget, bool) or not isinstance(budget, numbers.Integral):
-            raise TypeError(f"BudgetBatchSampler: budget must be an int, got "
-                            f"{type(budget).__name__}")
-        if budget < 1:
-            raise ValueError(f"BudgetBatchSampler: budget must be >= 1, got {budget}")
         if not callable(getattr(dataset, "sizes", None)):
             raise TypeError("BudgetBatchSampler needs a DistDataset or DistDatasetReader "
                             f"with ragged fields (sizes()), got {type(dataset).__name__}")
-        for what, v in (("seed", seed),):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"BudgetBatchSampler: {what} must be an int, got "
-                                f"{type(v).__name__}")
         n = len(dataset)
         if num_replicas is None or rank is None:
             w, r = _default_world(dataset)
             num_replicas = w if num_replicas is None else num_replicas
             rank = r if rank is None else rank
-        num_replicas, rank = operator.index(num_replicas), operator.index(rank)
-        if num_replicas < 1 or not 0 <= rank < num_replicas:
-            raise ValueError(f"BudgetBatchSampler: rank {rank} of {num_replicas} replicas")
+        # budget, seed, num_replicas and rank checked in C++
+        budget, seed, num_replicas, rank = ext.budget_args(budget, seed, num_replicas, rank)
         comm = comm if comm is not None else getattr(dataset, "comm", None)
         if comm is None and num_replicas > 1:
             raise ValueError("BudgetBatchSampler: the ranks agree on the number of steps: "
@@ -81,10 +70,10 @@ class BudgetBatchSampler(Sampler):
         for f in fields:
             dataset._ragged_field(f, "BudgetBatchSampler")     # raises for a fixed field
         self.dataset = dataset
-        self.budget = int(budget)
+        self.budget = budget
         self.fields = fields
         self.shuffle = bool(shuffle)
-        self.seed = int(seed)
+        self.seed = seed
         self.drop_last = bool(drop_last)
         self.num_replicas = num_replicas
         self.rank = rank

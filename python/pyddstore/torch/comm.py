@@ -18,8 +18,6 @@ another MPI library than pyddstore's).  The movers' waits are bounded by
 DDSTORE_COLLECTIVE_TIMEOUT_S as C's are, with the same messages.
 """
 
-import builtins
-
 import pyddstore
 from pyddstore import _core
 
@@ -394,18 +392,6 @@ def _check_launch(c, given="comm=None"):
 
 # -- error agreement ----------------------------------------------------------
 
-def _exception_class(module, qualname):
-    if module == "builtins":
-        cls = getattr(builtins, qualname, None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            return cls
-    if module.startswith("pyddstore"):
-        cls = getattr(pyddstore, qualname, None)
-        if isinstance(cls, type) and issubclass(cls, Exception):
-            return cls
-    return None
-
-
 def agree(comm, exc, what=""):
     """Collective: raise on every rank if `exc` (an exception or None) is set
     on any rank.  The failing rank re-raises its own exception; the others
@@ -414,48 +400,11 @@ def agree(comm, exc, what=""):
     (KeyboardInterrupt, SystemExit, GeneratorExit, ...) is agreed like any
     other: the others raise RuntimeError naming it and the rank.  Returns
     normally when every rank passed None.  The protocol is core's
-    (dds_comm_agree_record): one small exchange when every rank passed."""
-    info = None
-    if exc is not None:
-        cls = type(exc)
-        info = (cls.__module__, cls.__qualname__, str(exc)[:3000])
-    if comm.size == 1:
-        failed = None if info is None else (0, info)
-    else:
-        try:
-            failed = comm.collective().agree(info, f"error agreement ({what})" if what
-                                             else "error agreement")
-        except BaseException:
-            if exc is not None:
-                raise exc   # the original error matters more than the agreement's
-            raise
-    if failed is None:
-        return
-    if exc is not None:
-        raise exc
-    r, info = failed
-    where = f"rank {r}" + (f" ({what})" if what else "")
-    if type(info) is not tuple or len(info) != 3:
-        raise RuntimeError(f"{where}: an error (its message did not reach this rank)")
-    module, qualname, msg = info
-    cls = _exception_class(module, qualname)
-    if cls is None:
-        raise RuntimeError(f"{where}: {qualname}" + (f": {msg}" if msg else ""))
-    try:
-        err = cls(f"{where}: {msg}")
-    except Exception:  # noqa: BLE001 - a constructor with another signature
-        err = RuntimeError(f"{where}: {qualname}: {msg}")
-    raise err
+    (dds_comm_agree_record), the exception rebuilt in C (_core.agree): one
+    small exchange when every rank passed."""
+    _core.agree(comm, exc, what)
 
 
-def run_agreed(comm, fn, what=""):
-    """fn() on every rank; if it raises on any rank, raise on every rank (any
-    BaseException, KeyboardInterrupt included: the rank where it happened
-    re-raises it, the others raise an error naming that rank and it)."""
-    try:
-        result = fn()
-    except BaseException as e:  # noqa: BLE001 - reported on every rank
-        agree(comm, e, what)
-        raise  # pragma: no cover - agree re-raises
-    agree(comm, None, what)
-    return result
+# fn() on every rank; if it raises on any rank (any BaseException), raise on
+# every rank (agree: the rank where it happened re-raises it)
+run_agreed = _core.run_agreed

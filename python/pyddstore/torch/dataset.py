@@ -27,7 +27,7 @@ from . import packing as _pk
 from . import ragged as _rg
 from ._ext import ext, stream_of
 from .progress import progress as _progress
-from .schema import RAGGED_KINDS, Schema, _is_pyg
+from .schema import RAGGED_KINDS, Schema
 from .stored import _device, _Stored
 from .windowed import WindowedDataset, WindowRangeError, row_of  # noqa: F401
 
@@ -141,7 +141,7 @@ class DistDataset(_Stored):
             s = source[self.lo]
             st = encode(s) if encode is not None else s
             may = _rg.ragged_mode(self._ragged_opt)
-            pyg = _is_pyg(st)
+            pyg = ext.is_pyg(st)
             where = f"source[{self.lo}]" + (" (encoded)" if encode else "")
             full = Schema.of(st, where, keys=fields,
                              may_vary=(lambda k: True) if (pyg or may) else None)
@@ -149,30 +149,15 @@ class DistDataset(_Stored):
                 mode_box[0] = _rg.pyg_mode(full)
             else:
                 mode_box[0] = _rg.ragged_mode(self._ragged_opt, full.keys)
-            m = mode_box[0]
-            for f in full.fields:
-                if f.disp == 0 and (m is None or m(f.key) is None):
-                    raise ValueError(f"{where}[{f.key!r}]: a field with no elements (shape "
-                                     f"{f.shape}) cannot be stored (a fixed field)")
-            if pyg and self._ragged_batch != "packed":
-                raise ValueError("torch_geometric Data samples are batched as a "
-                                 "torch_geometric Batch (packed): ragged_batch='padded' "
-                                 "does not apply")
-            if pyg and self.chunk_size is not None:
-                raise ValueError("chunk_size cannot be used with torch_geometric Data samples "
-                                 "(their fields are ragged: loaded in one pass)")
+            ext.first_checks(full.fields, mode_box[0], where, pyg, self._ragged_batch,
+                             self.chunk_size is not None)
             return st, full
 
         first_stored, full = _comm.run_agreed(self.comm, first, f"loading '{name}'")
         self._mode_of = mode_box[0]
-        descs = self.comm.allgather(_rg.comparable(full.describe(), self._mode_of))
-        bad = [r for r, d in enumerate(descs) if d != descs[0]]
-        if bad:   # every rank sees the same list: all raise
-            raise ValueError(
-                f"DistDataset '{name}': the samples of rank {bad[0]} differ from rank 0's: "
-                f"{_diff(descs[0], descs[bad[0]])}; shapes and dtypes must be fixed across "
-                "samples (DistDataset(ragged=True) stores tensor/ndarray fields whose size "
-                "varies along one axis)")
+        # every rank sees the same list: all raise
+        ext.check_descs(name, self.comm.allgather(_rg.comparable(full.describe(),
+                                                                 self._mode_of)))
         # variable names: one per stored field, by position
         for i, f in enumerate(full.fields):
             f.var = f"{name}/{i}"
@@ -327,7 +312,7 @@ class DistDataset(_Stored):
                 if f.axis is None:
                     self._add_fixed(f, c.arr.reshape(share, -1))
                 else:
-                    vals, lengths = _rg.ragged_values(f, c, share)
+                    vals, lengths = c.ragged_values(f.axis, f.disp)
                     self.ddstore.add_ragged(f.var, f.for_store(vals), lengths)
                 c.drop()   # the store has its copy: drop ours now
         _comm.run_agreed(self.comm, add, f"storing '{self.name}'")
@@ -460,18 +445,6 @@ class DistDatasetReader(_Stored):
                 f"job stored the dataset {'packed (one row per sample)' if pk else 'one variable per field'} "
                 "(its meta file); leave pack_fields=None to read what it stored")
         self._init_reading()
-
-
-def _diff(a, b):
-    if a.get("structure") != b.get("structure"):
-        return f"structure {a.get('structure')} vs {b.get('structure')}"
-    fa, fb = a["fields"], b["fields"]
-    if len(fa) != len(fb):
-        return f"{len(fa)} vs {len(fb)} fields"
-    for x, y in zip(fa, fb):
-        if x != y:
-            return f"field {x['key']!r}: {x} vs {y}"
-    return "different descriptions"
 
 
 def sampler_kwargs(dataset):

@@ -13,7 +13,7 @@ is an AttributeError.
 
 The getters below read a fresh view, at the moment they are called (a job
 script, ``os.environ`` before the call or a test's ``monkeypatch`` all
-work); a getter that reads several (affinity()) reads them from one view.
+work).
 The launcher variables (SLURM_*, RANK ...) are not settings: they are read
 directly.
 """
@@ -21,11 +21,10 @@ directly.
 import functools
 import os
 
-__all__ = ["Settings", "read", "method", "batch_get", "fast_collate", "thread_readers",
-           "fork_workers", "comm_kind", "affinity", "progress", "handshake_dir",
-           "use_mpi", "local_rank", "handshake_timeout", "slurm_rank_size",
-           "collective_timeout", "launch_sizes",
-           "exchange_ns", "loader_report"]
+__all__ = ["Settings", "read", "method", "batch_get", "fork_workers", "comm_kind",
+           "progress", "handshake_dir", "use_mpi", "local_rank", "handshake_timeout",
+           "slurm_rank_size", "collective_timeout", "launch_sizes", "exchange_ns",
+           "loader_report"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,24 +65,24 @@ def method(default=0):
     """DDSTORE_METHOD when set (a method of the hub's backend table, checked
     there: a ValueError naming it otherwise), else `default`."""
     from pyddstore import _core
-    return _core.method_from_env() if method_is_set() else default
-
-
-def method_is_set():
-    return read().is_set("method")
-
-
-def _view(field):
-    def get():
-        return getattr(read(), field)
-    get.__name__ = field
-    return get
+    return _core.method_from_env() if read().is_set("method") else default
 
 
 # one setting each, read fresh (DDSTORE_HANDSHAKE_TIMEOUT_S: seconds > 0, or inf)
-batch_get, loader_help, fast_collate, thread_readers, use_mpi, progress, handshake_timeout = map(
-    _view, ("batch_get", "loader_help", "fast_collate", "thread_readers", "mpi", "progress",
-            "handshake_timeout_s"))
+def batch_get():
+    return read().batch_get
+
+
+def use_mpi():
+    return read().mpi
+
+
+def progress():
+    return read().progress
+
+
+def handshake_timeout():
+    return read().handshake_timeout_s
 
 
 def fork_workers():
@@ -99,13 +98,6 @@ def comm_kind():
     """DDSTORE_COMM: None (auto) or 'mpi' / 'torch' / 'file'."""
     v = read().comm
     return None if v in (None, "auto") else v
-
-
-def affinity():
-    """(width, offset): width 0 = no pinning.  A bad value is a ValueError
-    naming the variable and the value."""
-    s = read()
-    return s.affinity_width, s.affinity_offset
 
 
 def handshake_dir(given=None):

@@ -88,33 +88,16 @@ class DistSampler(Sampler):
 
     def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True, seed=0,
                  drop_last=False):
-        if isinstance(dataset, numbers.Integral) and not isinstance(dataset, bool):
-            n = int(dataset)
-        else:
-            try:
-                n = operator.index(len(dataset))
-            except TypeError:
-                raise TypeError(f"DistSampler: dataset must have len() or be an int, got "
-                                f"{type(dataset).__name__}") from None
-        if n < 0 or n >= MAX_N:
-            raise ValueError(f"DistSampler: the dataset length must be in [0, 2**62), got {n}")
+        n = ext.sampler_len(dataset, MAX_N)       # TypeError / ValueError as documented
         if num_replicas is None or rank is None:
             w, r = _default_world(dataset)
             num_replicas = w if num_replicas is None else num_replicas
             rank = r if rank is None else rank
-        for what, v in (("num_replicas", num_replicas), ("rank", rank), ("seed", seed)):
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"DistSampler: {what} must be an int, got {type(v).__name__}")
-        if num_replicas < 1:
-            raise ValueError(f"DistSampler: num_replicas must be >= 1, got {num_replicas}")
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"DistSampler: rank must be in [0, {num_replicas - 1}], got {rank}")
+        num_replicas, rank, seed = ext.sampler_args(num_replicas, rank, seed)
         self.dataset = None if isinstance(dataset, numbers.Integral) else dataset
         self.n = n
-        self.num_replicas = int(num_replicas)
-        self.rank = int(rank)
+        self.num_replicas, self.rank, self.seed = num_replicas, rank, seed
         self.shuffle = bool(shuffle)
-        self.seed = int(seed)
         self.drop_last = bool(drop_last)
         self.epoch = 0
         self._start = 0        # global position this epoch's iterations start at

@@ -12,8 +12,6 @@ axis in Field.shape (Field.axis) and one *element row* (row_shape, disp)
 per index along it.
 """
 
-import collections.abc
-import math
 
 import numpy as np
 import torch
@@ -73,27 +71,10 @@ class Field:
         self.offset = None                      # packed (packing.py): bytes into the row
         self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
-        if axis is not None:
-            # ragged: shape has -1 at `axis`; one element row = the other dims
-            if kind not in RAGGED_KINDS:
-                raise ValueError(f"field {key!r}: a {kind} field cannot be ragged (only "
-                                 "tensor and ndarray fields vary in shape)")
-            if not 0 <= axis < len(self.shape) or self.shape[axis] != -1:
-                raise ValueError(f"field {key!r}: ragged axis {axis} does not fit shape "
-                                 f"{self.shape} (-1 marks the varying axis)")
-            self.row_shape = self.shape[:axis] + self.shape[axis + 1:]
-            self.disp = math.prod(self.row_shape)
-            self.nbytes = self.disp * self.np_dtype.itemsize
-            return
-        n = math.prod(self.shape)
-        if kind == "record":
-            self.nbytes = n * rdtype.itemsize
-            self.row_shape = (self.nbytes,)
-            self.disp = self.nbytes
-        else:
-            self.nbytes = n * self.np_dtype.itemsize
-            self.row_shape = self.shape
-            self.disp = n
+        # ragged: shape has -1 at `axis`; one element row = the other dims
+        self.row_shape, self.disp, self.nbytes = ext.field_layout(
+            key, kind, self.shape, rdtype.itemsize if kind == "record" else
+            self.np_dtype.itemsize, axis)
 
     # -- description (exchanged across ranks, written to {name}.meta.json) --
     def describe(self):
@@ -156,23 +137,6 @@ class Field:
             return torch.from_numpy(a).view(torch.bfloat16)
         return a
 
-    def split(self, t):
-        """Per-sample values of a batch tensor (n, *row_shape)."""
-        k = self.kind
-        if k == "tensor":
-            return list(t.unbind(0))
-        if k in ("int", "float", "bool"):
-            return t.tolist()
-        a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
-        if k == "ndarray":
-            return list(a)
-        if k == "npscalar":
-            return list(a)
-        recs = self.records(t)
-        if self.rclass == "void":
-            return list(recs)
-        return [recs[j] for j in range(recs.shape[0])]
-
     def records(self, t):
         """A batch tensor of record bytes as a structured array (n, *shape)."""
         a = t.numpy() if t.device.type == "cpu" else t.cpu().numpy()
@@ -188,17 +152,6 @@ class Field:
             return self.records(t)
         return t
 
-    def single(self, t):
-        """The value of row 0 of a (1, *row_shape) tensor."""
-        return self.split(t)[0]
-
-
-def _is_pyg(sample):
-    """A torch_geometric Data sample (checked without importing torch_geometric)."""
-    for c in type(sample).__mro__:
-        if c.__name__ == "Data" and c.__module__.startswith("torch_geometric."):
-            return True
-    return False
 
 
 def _pyg_data():
@@ -210,25 +163,10 @@ def _pyg_data():
     return Data
 
 
-def _keys_msg(keys):
-    return f"field {keys[0]!r}" if len(keys) == 1 else f"fields {keys!r}"
-
-
 def _selected(keys, have):
     """fields=: the keys (one key or an iterable of them) checked against the
-    sample's keys `have`."""
-    if isinstance(keys, (str, bytes)) or not isinstance(keys, collections.abc.Iterable):
-        keys = [keys]
-    keys = list(keys)
-    if not keys:
-        raise ValueError("fields: an empty list selects nothing")
-    missing = [k for k in keys if k not in have]
-    if missing:
-        raise UnknownFieldError(f"fields: {_keys_msg(missing)} not in the sample's "
-                                f"fields {list(have)!r}")
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"fields: repeated keys in {keys!r}")
-    return keys
+    sample's keys `have` (the extension's select_keys)."""
+    return ext.select_keys(keys, list(have), UnknownFieldError)
 
 
 def _tuplify(x):
@@ -265,26 +203,7 @@ class Schema:
         order: the others are neither checked nor stored).  `may_vary(key)`:
         True for a field that may turn out ragged (no-element shapes are then
         checked once the loading knows)."""
-        if _is_pyg(sample):
-            structure, ntype = "pyg", None
-            items = list(sample.to_dict().items())
-        elif isinstance(sample, collections.abc.Mapping):
-            structure, ntype = "dict", None
-            items = list(sample.items())
-        elif isinstance(sample, tuple) and hasattr(sample, "_fields"):
-            structure, ntype = "namedtuple", type(sample)
-            items = list(enumerate(sample))
-        elif isinstance(sample, tuple):
-            structure, ntype = "tuple", None
-            items = list(enumerate(sample))
-        elif isinstance(sample, list):
-            structure, ntype = "list", None
-            items = list(enumerate(sample))
-        else:
-            structure, ntype = "value", None
-            items = [(0, sample)]
-        if structure != "value" and not items:
-            raise ValueError(f"{where}: an empty {type(sample).__name__} has no fields to store")
+        structure, ntype, items = ext.structure_of(sample, where)
         width = len(items)
         if keys is not None:
             have = dict(items)
@@ -370,36 +289,14 @@ class Schema:
 
     def build(self, vals):
         """A sample of this structure from field values in order."""
-        st = self.structure
-        if st == "value":
-            return vals[0]
-        if st == "tuple":
-            return tuple(vals)
-        if st == "list":
-            return list(vals)
-        if st == "namedtuple":
-            return self.ntype(*vals)
-        if st == "pyg":
-            return _pyg_data()(**dict(zip(self.keys, vals)))
-        return dict(zip(self.keys, vals))
+        return self.build_many([[v] for v in vals])[0]
 
     def build_many(self, cols):
-        """Samples from per-field columns of per-sample values (no per-sample
-        Python function call for values and tuples)."""
+        """Samples from per-field columns of per-sample values (the
+        extension's build_samples: no per-sample Python)."""
         st = self.structure
-        if st == "value":
-            return list(cols[0])
-        if st == "tuple":
-            return list(zip(*cols))
-        if st == "list":
-            return [list(v) for v in zip(*cols)]
-        if st == "namedtuple":
-            return list(map(self.ntype._make, zip(*cols)))
-        keys = self.keys
-        if st == "pyg":
-            data = _pyg_data()
-            return [data(**dict(zip(keys, v))) for v in zip(*cols)]
-        return [dict(zip(keys, v)) for v in zip(*cols)]
+        return ext.build_samples(st, self.keys, self.ntype,
+                                 _pyg_data() if st == "pyg" else None, cols)
 
     def build_batch(self, vals):
         """What default_collate returns for samples of this structure, from

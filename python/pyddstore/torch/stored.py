@@ -214,15 +214,10 @@ class _Stored(torch.utils.data.Dataset):
             self._forked.flush(reader, self._vars_of(fields or self.schema.fields))
         return ts
 
-    @staticmethod
-    def _single(f, t):
-        return f.single(t) if f.axis is None else _rg.sample_value(f, t[0])
-
     def __getitem__(self, i):
         i = self._reads.index(i)
-        fields = self.schema.fields
         ts = self._read(None, (i,))
-        sample = self.schema.build([self._single(f, t) for f, t in zip(fields, ts)])
+        sample = self.schema.build_many(ext.split_batch(self.schema.fields, ts))[0]
         if self.decode is not None:
             sample = self.decode(sample, i)
         return sample
@@ -237,9 +232,7 @@ class _Stored(torch.utils.data.Dataset):
         idx = self._reads.indices(indices)
         fields = self.schema.fields
         ts = self._read(None, idx, out)
-        samples = self.schema.build_many([
-            f.split(t) if f.axis is None else _rg.split_values(f, t[0], t[1])
-            for f, t in zip(fields, ts)])
+        samples = self.schema.build_many(ext.split_batch(fields, ts))
         if self.decode is not None:
             dec = self.decode
             samples = [dec(s, int(i)) for s, i in zip(samples, idx.tolist())]

@@ -2,7 +2,6 @@
 
 import operator
 
-import numpy as np
 import torch
 
 from ._ext import ext
@@ -33,14 +32,10 @@ class WindowedDataset(torch.utils.data.Dataset):
         if not hasattr(ds, "read_rows") or not hasattr(ds, "schema"):
             raise TypeError("WindowedDataset needs a DistDataset or DistDatasetReader, got "
                             f"{type(ds).__name__}")
-        for what, v in (("window", window), ("stride", stride), ("dilation", dilation)):
-            v = operator.index(v)
-            if v < 1:
-                raise ValueError(f"WindowedDataset: {what} must be >= 1, got {v}")
+        # the arguments checked (and starts converted) in C++
+        (self.window, self.stride, self.dilation, self.span, self._starts,
+         self._len) = ext.window_spec(window, stride, dilation, starts, len(ds), WindowRangeError)
         self.ds = ds
-        self.window = operator.index(window)
-        self.stride = operator.index(stride)
-        self.dilation = operator.index(dilation)
         self.schema = ds.schema
         if fields is not None:       # a dict keyed by field, as the original
             sel = ds.schema.select(fields)
@@ -50,25 +45,6 @@ class WindowedDataset(torch.utils.data.Dataset):
                              "are ragged; windows stack fixed-size rows (select fixed "
                              "fields with fields=)")
         self._keys = self.schema.keys
-        n = len(ds)
-        span = (self.window - 1) * self.dilation + 1
-        self.span = span
-        if starts is None:
-            self._starts = None
-            self._len = 0 if n < span else (n - span) // self.stride + 1
-        else:
-            s = np.asarray(starts)
-            if s.ndim != 1 or (s.size and s.dtype.kind not in "iu"):
-                raise ValueError("WindowedDataset: starts must be a 1-D sequence of integers")
-            s = s.astype(np.int64)
-            bad = np.nonzero((s < 0) | (s + span > n))[0]
-            if bad.size:
-                k = int(bad[0])
-                raise WindowRangeError(
-                    f"WindowedDataset: starts[{k}] = {int(s[k])} needs rows "
-                    f"{int(s[k])}..{int(s[k]) + span - 1}, outside [0, {n})")
-            self._starts = torch.from_numpy(s)
-            self._len = int(s.size)
 
     def __len__(self):
         return self._len
