@@ -727,22 +727,13 @@ static void test_hmem_path(void)
 
 /* ---- ragged variables into device memory --------------------------------- */
 
-/* Sample g: g % 4 element rows; element row j is make_row's row g*100+j. */
-static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
+/* Ragged "r": this rank's g_rows_of[rank] samples, sample g has g % 4
+ * element rows; element row j is make_row's row g*100+j (salt 3). */
+static void add_ragged_r(dds_store_t *s, int rank, size_t rb)
 {
-    const size_t rb = 24;
-    const int64_t total = first_of(w->n), first = first_of(rank);
-    int64_t lens[27], nel = 0, k = 0, rows[30], lengths[30], got = 0;
-    unsigned char *data, *host, *dev;
-    dds_store_t *s = NULL;
-    void *stream = NULL;
-    dds_mem_t m;
-    dds_buf_t b;
-    (void)arg;
-
-    CHECK_OK(gstore_create(w, rank, &s));
-    if (s == NULL)
-        return;
+    const int64_t first = first_of(rank);
+    int64_t lens[27], nel = 0, k = 0;
+    unsigned char *data;
     for (int64_t i = 0; i < g_rows_of[rank]; i++)
         nel += lens[i] = (first + i) % 4;
     data = malloc((size_t)nel * rb + 1);
@@ -752,6 +743,25 @@ static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
     CHECK_OK(dds_store_ragged_add(s, "r", data, nel, lens, g_rows_of[rank],
                                   1, rb, DDS_DTYPE_RAW, NULL, DDS_ADD_COPY));
     free(data);
+}
+
+/* Sample g: g % 4 element rows; element row j is make_row's row g*100+j. */
+static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 24;
+    const int64_t total = first_of(w->n);
+    int64_t k = 0, rows[30], lengths[30], got = 0;
+    unsigned char *host, *dev;
+    dds_store_t *s = NULL;
+    void *stream = NULL;
+    dds_mem_t m;
+    dds_buf_t b;
+    (void)arg;
+
+    CHECK_OK(gstore_create(w, rank, &s));
+    if (s == NULL)
+        return;
+    add_ragged_r(s, rank, rb);
     CHECK_OK(ddgpu_stream_create(0, &stream));
     m = dmem(stream);
     dev = dalloc(100 * rb);
@@ -826,9 +836,9 @@ static int grow_device(void *arg, dds_read_var_t *var)
 static void mixed_gpu_rank(fake_world_t *w, int rank, void *arg)
 {
     const size_t rb = 24;
-    const int64_t first = first_of(rank), rtotal = first_of(w->n);
-    int64_t lens[27], nel = 0, k = 0, rows[40], lr[40], lz[40];
-    unsigned char *dev, *data, *host, *hr, *back;
+    const int64_t rtotal = first_of(w->n);
+    int64_t k = 0, rows[40], lr[40], lz[40];
+    unsigned char *dev, *host, *hr, *back;
     void *stream = NULL, *grown = NULL;
     proxy_t *px = &g_px[rank];
     dds_read_var_t e[4];
@@ -838,15 +848,7 @@ static void mixed_gpu_rank(fake_world_t *w, int rank, void *arg)
 
     if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
         return;
-    for (int64_t i = 0; i < g_rows_of[rank]; i++)
-        nel += lens[i] = (first + i) % 4;
-    data = malloc((size_t)nel * rb + 1);
-    for (int64_t i = 0; i < g_rows_of[rank]; i++)
-        for (int64_t j = 0; j < lens[i]; j++, k++)
-            make_row(rb, (first + i) * 100 + j, 3, data + (size_t)k * rb);
-    CHECK_OK(dds_store_ragged_add(s, "r", data, nel, lens, g_rows_of[rank],
-                                  1, rb, DDS_DTYPE_RAW, NULL, DDS_ADD_COPY));
-    free(data);
+    add_ragged_r(s, rank, rb);
     host = malloc(40 * rb);
     back = malloc(40 * rb);
     for (int i = 0; i < 40; i++) /* every owner of both, repeats */

@@ -369,6 +369,18 @@ static int64_t rg_want(int k, const int64_t *rows, size_t n,
     return e;
 }
 
+static dds_read_var_t entry(const char *name, int kind, dds_buf_t dst,
+                            int64_t *lengths)
+{
+    dds_read_var_t e;
+    memset(&e, 0, sizeof(e));
+    e.name = name;
+    e.kind = kind;
+    e.dst = dst;
+    e.lengths = lengths;
+    return e;
+}
+
 /* A grow callback: malloc'ed room (kept in arg, freed by the test). */
 static int grow_malloc(void *arg, dds_read_var_t *var)
 {
@@ -412,28 +424,19 @@ static void mixed_rank(fake_world_t *w, int rank, void *arg)
     fill_rows(0, g7, 7, wga);
     tr = rg_want(0, rows, NB, wr);
     ts = rg_want(1, rows, NB, ws);
-    memset(e, 0, sizeof(e));
-    e[0].name = "a";
-    e[0].kind = DDS_READ_FIXED;
-    e[0].dst = buf_of(fa, NB, 24, DDS_DTYPE_INT64, 8);
-    e[1].name = "r";
-    e[1].kind = DDS_READ_RAGGED;
-    e[1].dst = buf_of(pr, 64, 16, DDS_DTYPE_INT64, 8);
-    e[1].lengths = lr;
-    e[2].name = "d";
-    e[2].kind = DDS_READ_FIXED;
-    e[2].dst = buf_of(fd, NB, 8, DDS_DTYPE_INT32, 4);
-    e[3].name = "s";
-    e[3].kind = DDS_READ_RAGGED;
-    e[3].dst = buf_of(ps, 64, 1, DDS_DTYPE_UINT8, 1);
-    e[3].lengths = ls;
-    e[4].name = "r";
-    e[4].kind = DDS_READ_SIZES;
-    e[4].lengths = lz;
-    e[5].name = "a";
-    e[5].kind = DDS_READ_RANGE;
+    e[0] = entry("a", DDS_READ_FIXED, buf_of(fa, NB, 24, DDS_DTYPE_INT64, 8),
+                 NULL);
+    e[1] = entry("r", DDS_READ_RAGGED, buf_of(pr, 64, 16, DDS_DTYPE_INT64, 8),
+                 lr);
+    e[2] = entry("d", DDS_READ_FIXED, buf_of(fd, NB, 8, DDS_DTYPE_INT32, 4),
+                 NULL);
+    e[3] = entry("s", DDS_READ_RAGGED, buf_of(ps, 64, 1, DDS_DTYPE_UINT8, 1),
+                 ls);
+    e[4] = entry("r", DDS_READ_SIZES, buf_of(NULL, 0, 16, DDS_DTYPE_INT64, 8),
+                 lz);
+    e[5] = entry("a", DDS_READ_RANGE, buf_of(ga, 7, 24, DDS_DTYPE_INT64, 8),
+                 NULL);
     e[5].start = 3;
-    e[5].dst = buf_of(ga, 7, 24, DDS_DTYPE_INT64, 8);
     for (int k = 0; k < NV; k++)
         CHECK_OK(dds_store_profile_reset(s, g_names[k]));
     CHECK_OK(dds_store_profile_reset(s, "r"));
