@@ -539,10 +539,15 @@ static const char *kind_call(int kind)
                                     : "get_batch";
 }
 
-/* Fixed-row entries (FIXED, RANGE). */
+/* Fixed-row entries (FIXED, RANGE); ragged ones (RAGGED, SIZES). */
 static int is_fixed(int kind)
 {
     return kind == DDS_READ_FIXED || kind == DDS_READ_RANGE;
+}
+
+static int is_ragged(int kind)
+{
+    return kind == DDS_READ_RAGGED || kind == DDS_READ_SIZES;
 }
 
 /* Every entry checked before any byte moves; the caller holds the table's
@@ -649,6 +654,62 @@ static int vars_plan_fixed(dds_store_t *s, tctx_t *tc, rd_var_t *mv,
                              dds_last_error());
     }
     return 0;
+}
+
+/* The ragged entries' index entries, all in one round (the only step
+ * before the data round); each one's d->total and d->lengths set. */
+static int vars_index(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
+                      rd_var_t *mv, size_t nvars, size_t nragged,
+                      const int64_t *rows, size_t n, uint64_t *wait_ns,
+                      uint64_t *t_xfer)
+{
+    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
+    size_t ns = 0;
+    int rc;
+
+    for (size_t k = 0; k < nvars; k++)
+        if (is_ragged(mv[k].d->kind)) {
+            mv[k].d->total = 0;
+            mv[k].pl = &tc->plans[k];
+        }
+    if (n == 0)
+        return 0;
+    if (n > SIZE_MAX / (2 * sizeof(int64_t)) / nragged ||
+        dds_st_grow_array((void **)&tc->irows, &tc->irows_cap,
+                          2 * n * nragged, sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->ientries, &tc->ientries_cap,
+                          2 * n * nragged, sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->owners, &tc->owners_cap,
+                          n * nragged, sizeof(int)) != 0 ||
+        dds_st_grow_array((void **)&tc->steps, &tc->steps_cap, nragged,
+                          sizeof(rd_step_t)) != 0)
+        return dds_error(-DDS_ENOMEM,
+                         "read of '%s': out of memory for %zu samples",
+                         mv[0].v->name, n);
+    /* every ragged entry's indices checked and planned, then one round */
+    for (size_t k = 0; k < nvars; k++) {
+        rd_var_t *m = &mv[k];
+        rd_step_t *t;
+        if (!is_ragged(m->d->kind))
+            continue;
+        rc = dds_rd_ragged_index_plan(s, tc, m, rows, n);
+        if (rc != 0)
+            return rc;
+        t = &tc->steps[ns++];
+        memset(t, 0, sizeof(*t));
+        t->v = m->v;
+        t->pl = m->pl;
+        t->dst = tc->ientries + 2 * n * m->ri;
+        t->dbytes = 2 * n * sizeof(int64_t);
+        t->mem = &host;
+        t->route = ROUTE_HOST;
+        t->a = &m->a;
+    }
+    rc = dds_rd_exec(s, reader, tc, tc->steps, ns, wait_ns, t_xfer);
+    for (size_t k = 0; k < nvars && rc == 0; k++)
+        if (is_ragged(mv[k].d->kind))
+            rc = dds_rd_ragged_lengths(tc, &mv[k], rows, n);
+    return rc;
 }
 
 /* Every ragged destination has room for its samples (or gets it from its
@@ -799,8 +860,8 @@ int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
     if (rc == 0)
         rc = vars_plan_fixed(s, tc, mv, nvars, rows, n);
     if (rc == 0 && nragged > 0)
-        rc = dds_rd_ragged_index(s, reader, tc, mv, nvars, nragged, rows, n,
-                                 &wait_ns, &t_xfer);
+        rc = vars_index(s, reader, tc, mv, nvars, nragged, rows, n,
+                        &wait_ns, &t_xfer);
     if (rc == 0 && nragged > 0)
         rc = vars_room(s, mv, nvars, n);
     if (rc == 0)

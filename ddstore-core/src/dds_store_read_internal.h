@@ -94,13 +94,16 @@ void dds_rd_account(dds_var_t *v, uint64_t calls, uint64_t rows,
 /* The error for a read of the wrong kind of variable. */
 int dds_rd_wrong_kind(const dds_var_t *v, const char *call);
 
-/* The ragged variables' index step (dds_store_read_ragged.c): rows checked
- * and the index entries of every ragged variable of mv[0..nvars) (nragged
- * of them) read in one round; each one's d->total and d->lengths set. */
-int dds_rd_ragged_index(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
-                        rd_var_t *mv, size_t nvars, size_t nragged,
-                        const int64_t *rows, size_t n, uint64_t *wait_ns,
-                        uint64_t *t_xfer);
+/* The ragged steps (dds_store_read_ragged.c).  m's index plan (into
+ * m->pl): the index entries of samples rows[0..n) (checked: -DDS_ERANGE
+ * names the variable and the position), its rows in m's slot of
+ * tc->irows / tc->owners (grown by the caller for every ragged variable). */
+int dds_rd_ragged_index_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m,
+                             const int64_t *rows, size_t n);
+/* m's lengths (m->d->lengths, m->d->total) from its entries in
+ * tc->ientries, checked (a damaged index is -DDS_EIO). */
+int dds_rd_ragged_lengths(tctx_t *tc, rd_var_t *m, const int64_t *rows,
+                          size_t n);
 /* m's payload plan (into m->pl) from its index entries: samples packed in
  * request order. */
 int dds_rd_ragged_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m, size_t n);

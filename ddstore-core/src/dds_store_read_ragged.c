@@ -1,7 +1,7 @@
 /* ddstore-core: the store: the ragged steps of the one planned read
- * (dds_store_read.c): the index entries of every ragged variable of a call
- * in one round, then each one's payload plan (samples packed in request
- * order). */
+ * (dds_store_read.c executes them): each ragged variable's index plan, its
+ * lengths from the entries read, its payload plan (samples packed in
+ * request order).  Planning only: nothing here moves bytes. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,7 +18,7 @@
  * prefix sums at local sample l and l + 1 of its owner: two 8-byte rows of
  * the index plan, whose "shards" are each owner's index at the start of
  * its shard), into its slot of tc->irows / tc->owners. */
-static int index_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m,
+int dds_rd_ragged_index_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m,
                       const int64_t *rows, size_t n)
 {
     dds_var_t *v = m->v;
@@ -57,8 +57,8 @@ static int index_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m,
 }
 
 /* Variable m's lengths from the entries read, checked; their sum. */
-static int index_lengths(tctx_t *tc, rd_var_t *m, const int64_t *rows,
-                         size_t n)
+int dds_rd_ragged_lengths(tctx_t *tc, rd_var_t *m, const int64_t *rows,
+                          size_t n)
 {
     const dds_var_t *v = m->v;
     const int64_t *ent = tc->ientries + 2 * n * m->ri;
@@ -87,60 +87,6 @@ static int index_lengths(tctx_t *tc, rd_var_t *m, const int64_t *rows,
     }
     m->d->total = sum;
     return 0;
-}
-
-int dds_rd_ragged_index(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
-                        rd_var_t *mv, size_t nvars, size_t nragged,
-                        const int64_t *rows, size_t n, uint64_t *wait_ns,
-                        uint64_t *t_xfer)
-{
-    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
-    size_t ns = 0;
-    int rc;
-
-    for (size_t k = 0; k < nvars; k++)
-        if ((mv[k].d->kind == DDS_READ_RAGGED || mv[k].d->kind == DDS_READ_SIZES)) {
-            mv[k].d->total = 0;
-            mv[k].pl = &tc->plans[k];
-        }
-    if (n == 0)
-        return 0;
-    if (n > SIZE_MAX / (2 * sizeof(int64_t)) / nragged ||
-        dds_st_grow_array((void **)&tc->irows, &tc->irows_cap,
-                          2 * n * nragged, sizeof(int64_t)) != 0 ||
-        dds_st_grow_array((void **)&tc->ientries, &tc->ientries_cap,
-                          2 * n * nragged, sizeof(int64_t)) != 0 ||
-        dds_st_grow_array((void **)&tc->owners, &tc->owners_cap,
-                          n * nragged, sizeof(int)) != 0 ||
-        dds_st_grow_array((void **)&tc->steps, &tc->steps_cap, nragged,
-                          sizeof(rd_step_t)) != 0)
-        return dds_error(-DDS_ENOMEM,
-                         "read of '%s': out of memory for %zu samples",
-                         mv[0].v->name, n);
-    /* every ragged variable's indices checked and planned, then one round */
-    for (size_t k = 0; k < nvars; k++) {
-        rd_var_t *m = &mv[k];
-        rd_step_t *t;
-        if (m->d->kind != DDS_READ_RAGGED && m->d->kind != DDS_READ_SIZES)
-            continue;
-        rc = index_plan(s, tc, m, rows, n);
-        if (rc != 0)
-            return rc;
-        t = &tc->steps[ns++];
-        memset(t, 0, sizeof(*t));
-        t->v = m->v;
-        t->pl = m->pl;
-        t->dst = tc->ientries + 2 * n * m->ri;
-        t->dbytes = 2 * n * sizeof(int64_t);
-        t->mem = &host;
-        t->route = ROUTE_HOST;
-        t->a = &m->a;
-    }
-    rc = dds_rd_exec(s, reader, tc, tc->steps, ns, wait_ns, t_xfer);
-    for (size_t k = 0; k < nvars && rc == 0; k++)
-        if ((mv[k].d->kind == DDS_READ_RAGGED || mv[k].d->kind == DDS_READ_SIZES))
-            rc = index_lengths(tc, &mv[k], rows, n);
-    return rc;
 }
 
 int dds_rd_ragged_plan(dds_store_t *s, tctx_t *tc, rd_var_t *m, size_t n)
