@@ -1,7 +1,10 @@
-/* ddstore-core: the store: the read pipeline (get, get_batch, get_batch_vars): validate,
- * plan, serve local rows, transport reads, host copies, GPU staging; the
- * per-thread read context (dds_store_read_internal.h, shared with the
- * ragged reads of dds_store_read_ragged.c).
+/* ddstore-core: the store: the one planned read (dds_store_read_vars; get,
+ * get_batch, get_batch_vars, ragged_get_batch and ragged_sizes are it with
+ * one or more entries): validate every entry, plan, serve local rows, one
+ * transport round for every variable (host and GPU destinations), host
+ * copies, GPU staging; the per-thread read context
+ * (dds_store_read_internal.h, shared with the ragged steps of
+ * dds_store_read_ragged.c).
  * Objects, locks and the helpers the store's files share:
  * dds_store_internal.h. */
 #ifndef _GNU_SOURCE
@@ -21,7 +24,6 @@
 
 /* ---- per-thread read context ------------------------------------------ */
 
-
 static pthread_once_t g_tctx_once = PTHREAD_ONCE_INIT;
 static pthread_key_t g_tctx_key;
 static int g_tctx_key_ok;
@@ -32,20 +34,20 @@ static void tctx_free(void *p)
     tctx_t *c = p;
     if (c == NULL)
         return;
-    dds_plan_fini(&c->plan);
-    dds_plan_fini(&c->iplan);
     free(c->staging);
     free(c->rows);
+    for (size_t i = 0; i < c->plans_cap; i++)
+        dds_plan_fini(&c->plans[i]);
+    free(c->plans);
+    free(c->vars);
+    free(c->steps);
+    free(c->ops);
+    free(c->reqs);
+    free(c->descs);
     free(c->irows);
     free(c->ientries);
     free(c->owners);
     free(c->spans);
-    for (size_t i = 0; i < c->mplans_cap; i++)
-        dds_plan_fini(&c->mplans[i]);
-    free(c->mplans);
-    free(c->mvars);
-    free(c->mops);
-    free(c->mreqs);
     free(c);
     t_ctx = NULL;
 }
@@ -55,7 +57,7 @@ static void tctx_key_init(void)
     g_tctx_key_ok = pthread_key_create(&g_tctx_key, tctx_free) == 0;
 }
 
-static tctx_t *tctx_get(void)
+tctx_t *dds_rd_tctx(void)
 {
     tctx_t *c = t_ctx;
     if (DDS_LIKELY(c != NULL))
@@ -64,8 +66,6 @@ static tctx_t *tctx_get(void)
     c = calloc(1, sizeof(*c));
     if (c == NULL)
         return NULL;
-    dds_plan_init(&c->plan);
-    dds_plan_init(&c->iplan);
     if (g_tctx_key_ok)
         pthread_setspecific(g_tctx_key, c);
     t_ctx = c;
@@ -167,163 +167,285 @@ static int transport_read(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
     return rc;
 }
 
-/* A GPU destination the transport cannot reach: read into a pinned staging
- * buffer laid out like the destination (plus the plan's own staging area
- * behind it), do the plan's copies on the host, then one asynchronous
- * host-to-device copy on dst_mem->stream and give the buffer back without
- * waiting (its event keeps it from being reused before the copy ran). */
-static int read_staged(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
-                       const dds_plan_t *pl, dds_read_op_t *ops,
-                       size_t *nops_p, void *dst, size_t dbytes,
-                       const dds_mem_t *dst_mem, rd_acct_t *a)
+/* The requests of several variables in one transport call (read_multi);
+ * the error names every variable of the call. */
+static int transport_read_multi(dds_store_t *s, dds_reader_t *reader,
+                                const dds_read_req_t *reqs, size_t nreqs,
+                                uint64_t *wait_ns, uint64_t *t_xfer)
+{
+    void *treader = reader != NULL ? reader->treader : NULL;
+    uint64_t t1;
+    int rc;
+    if (s->serialize)
+        *wait_ns += dds_st_lock_mutex_timed(&s->tmutex);
+    t1 = dds_prof_now();
+    rc = s->tr.ops->read_multi(s->tr.ctx, treader, reqs, nreqs);
+    *t_xfer += dds_prof_now() - t1;
+    if (s->serialize)
+        pthread_mutex_unlock(&s->tmutex);
+    if (rc != 0) {
+        char names[512];
+        size_t len = 0;
+        if (rc > 0)
+            rc = -rc;
+        names[0] = '\0';
+        for (size_t i = 0; i < nreqs && len + 8 < sizeof(names); i++) {
+            int w = snprintf(names + len, sizeof(names) - len, "%s'%s'",
+                             i ? ", " : "", reqs[i].name);
+            if (w < 0)
+                break;
+            len += (size_t)w;
+        }
+        rc = dds_error(rc, "read of variables %s through transport '%s': %s",
+                       names, s->tr.ops->name ? s->tr.ops->name : "?",
+                       dds_last_error()[0] ? dds_last_error()
+                                           : dds_strerror(rc));
+    }
+    return rc;
+}
+
+static size_t align64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
+/* Give back the staged steps' pinned buffers (their copies, if any, were
+ * queued: the buffers' events keep them until the copies ran). */
+static int release_staged(dds_store_t *s, rd_step_t *st, size_t ns, int rc)
+{
+    for (size_t i = 0; i < ns; i++) {
+        uint64_t t0;
+        int rc2;
+        if (st[i].sbuf == NULL)
+            continue;
+        t0 = dds_prof_now();
+        rc2 = s->ms.ops->staging_release(s->ms.ctx, st[i].sbuf);
+        st[i].a->t_gpu += dds_prof_now() - t0;
+        st[i].sbuf = NULL;
+        if (rc == 0 && rc2 != 0)
+            rc = dds_error(rc2 < 0 ? rc2 : -rc2,
+                           "read of '%s': releasing the staging buffer: %s",
+                           st[i].v->name, dds_last_error());
+    }
+    return rc;
+}
+
+/* Before any byte moves: a direct step waits for the work queued on its
+ * stream (the NIC writes GPU memory that queued kernels may still use: one
+ * event, never a device-wide synchronise; without a memsys for this memory
+ * the caller orders); a staged step takes a pinned buffer laid out like
+ * its destination, the plan's staging area behind it. */
+static int exec_prepare(dds_store_t *s, rd_step_t *t)
+{
+    uint64_t t0;
+    int rc;
+    if (t->dbytes == 0)
+        return 0;
+    if (t->route == ROUTE_DIRECT && dds_st_ms_serves(s, t->mem->kind)) {
+        t0 = dds_prof_now();
+        rc = s->ms.ops->stream_fence(s->ms.ctx, t->mem);
+        t->a->t_gpu += dds_prof_now() - t0;
+        if (rc != 0)
+            return dds_error(rc < 0 ? rc : -rc,
+                             "read of '%s': waiting for the work queued on "
+                             "the destination's stream: %s",
+                             t->v->name, dds_last_error());
+    } else if (t->route == ROUTE_STAGED) {
+        const size_t total = align64(t->dbytes) + t->pl->staging_bytes;
+        void *hp = NULL;
+        t0 = dds_prof_now();
+        rc = s->ms.ops->staging_acquire(s->ms.ctx, total, &t->sbuf, &hp);
+        t->a->t_gpu += dds_prof_now() - t0;
+        if (rc != 0) {
+            t->sbuf = NULL;
+            return dds_error(rc < 0 ? rc : -rc,
+                             "read of '%s' into %s memory: cannot get a "
+                             "pinned staging buffer of %zu bytes: %s",
+                             t->v->name, dds_st_mem_name(t->mem->kind),
+                             total, dds_last_error());
+        }
+        t->h = hp;
+    }
+    return 0;
+}
+
+/* Where step t's reads land: host: its destination and its area of the
+ * thread's staging buffer; staged: the pinned buffer; direct: the GPU
+ * destination (no staging: its plan has none). */
+static char *step_dst(const rd_step_t *t)
+{
+    return t->route == ROUTE_STAGED ? t->h : (char *)t->dst;
+}
+
+static char *step_staging(const tctx_t *tc, const rd_step_t *t)
+{
+    if (t->pl->staging_bytes == 0)
+        return NULL;
+    if (t->route == ROUTE_STAGED)
+        return t->h + align64(t->dbytes);
+    return tc->staging != NULL ? (char *)tc->staging + t->soff : NULL;
+}
+
+/* Step t's ops (copied to ops[]): own and mapped same-node rows by memcpy
+ * (host memory only), the rest as a request in *q when any is left (or
+ * when some were served: the transport may refuse the reader, an inherited
+ * one in a forked child). */
+static int exec_serve(dds_store_t *s, tctx_t *tc, rd_step_t *t,
+                      dds_read_op_t *ops, dds_read_req_t *q)
 {
     static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
-    const dds_memops_t *o = s->ms.ops;
-    const size_t soff = (dbytes + 63) & ~(size_t)63;
-    const size_t total = soff + pl->staging_bytes;
-    void *sbuf = NULL, *hp = NULL;
-    char *h, *stg;
-    dds_memseg_t seg;
-    uint64_t t0;
-    size_t served = 0;
-    int rc, rc2;
+    char *dst = step_dst(t), *stg = step_staging(tc, t);
+    int rc;
 
-    if (dbytes == 0) {
-        *nops_p = 0;
+    t->nops = t->pl->nops;
+    t->served = t->local = 0;
+    t->has_req = 0;
+    memcpy(ops, t->pl->ops, t->pl->nops * sizeof(*ops));
+    if (t->route == ROUTE_STAGED && t->dbytes == 0) {
+        t->nops = 0;
         return 0;
     }
-    t0 = dds_prof_now();
-    rc = o->staging_acquire(s->ms.ctx, total, &sbuf, &hp);
-    a->t_gpu += dds_prof_now() - t0;
-    if (rc != 0)
-        return dds_error(rc < 0 ? rc : -rc,
-                         "read of '%s' into %s memory: cannot get a pinned "
-                         "staging buffer of %zu bytes: %s",
-                         v->name, dds_st_mem_name(dst_mem->kind), total,
-                         dds_last_error());
-    h = hp;
-    stg = pl->staging_bytes > 0 ? h + soff : NULL;
-    a->local_bytes += serve_local(s, v, pl, ops, nops_p, h, stg);
-    /* rows of same-node owners from their mapped shards */
-    rc = dds_st_shard_serve(s, v, ops, nops_p, h, stg, &served);
-    a->nops += served;
-    if (rc == 0 && (*nops_p > 0 || served > 0)) /* served: the reader */
-        rc = transport_read(s, reader, v, ops, *nops_p, h, NULL, &host, stg,
-                            NULL, &a->wait_ns, &a->t_xfer);
-    t0 = dds_prof_now();
-    if (rc == 0) {
-        host_copies(pl, h, stg);
+    if (t->route != ROUTE_DIRECT) {
+        t->local = serve_local(s, t->v, t->pl, ops, &t->nops, dst, stg);
+        rc = dds_st_shard_serve(s, t->v, ops, &t->nops, dst, stg, &t->served);
+        if (rc != 0)
+            return rc;
+    }
+    if (t->nops == 0 && t->served == 0)
+        return 0;
+    q->region = t->v->region;
+    q->name = t->v->name;
+    q->ops = ops;
+    q->nops = t->nops;
+    q->dst = dst;
+    q->dst_mem = t->route == ROUTE_STAGED ? &host : t->mem;
+    q->dst_handle =
+        t->route == ROUTE_STAGED ? NULL : dds_st_reg_lookup(s, dst, t->dbytes);
+    q->staging = stg;
+    q->staging_handle =
+        t->route == ROUTE_HOST && stg != NULL
+            ? dds_st_reg_lookup(s, stg, t->pl->staging_bytes)
+            : NULL;
+    q->prof = &t->v->prof;
+    t->has_req = 1;
+    return 0;
+}
+
+/* After the transport: the plans' copies on host memory, and each staged
+ * step's one asynchronous host-to-device copy on its stream. */
+static int exec_finish(dds_store_t *s, tctx_t *tc, rd_step_t *t)
+{
+    dds_memseg_t seg;
+    uint64_t t0;
+    int rc;
+    if (t->route == ROUTE_HOST) {
+        host_copies(t->pl, (char *)t->dst, step_staging(tc, t));
+        t->a->staged += t->pl->staging_bytes;
+    } else if (t->route == ROUTE_STAGED && t->sbuf != NULL) {
+        host_copies(t->pl, t->h, step_staging(tc, t));
         seg.src_offset = 0;
         seg.dst_offset = 0;
-        seg.len = dbytes;
-        rc = o->copy_async(s->ms.ctx, DDS_COPY_H2D, dst, h, &seg, 1, dst_mem,
-                           sbuf);
+        seg.len = t->dbytes;
+        t0 = dds_prof_now();
+        rc = s->ms.ops->copy_async(s->ms.ctx, DDS_COPY_H2D, t->dst, t->h,
+                                   &seg, 1, t->mem, t->sbuf);
+        t->a->t_gpu += dds_prof_now() - t0;
         if (rc != 0)
-            rc = dds_error(rc < 0 ? rc : -rc,
-                           "read of '%s': copy from the staging buffer to "
-                           "%s memory failed: %s",
-                           v->name, dds_st_mem_name(dst_mem->kind),
-                           dds_last_error());
-    }
-    rc2 = o->staging_release(s->ms.ctx, sbuf);
-    a->t_gpu += dds_prof_now() - t0;
-    if (rc == 0 && rc2 != 0)
-        rc = dds_error(rc2 < 0 ? rc2 : -rc2,
-                       "read of '%s': releasing the staging buffer: %s",
-                       v->name, dds_last_error());
-    if (rc == 0) {
-        a->staged += dbytes + pl->staging_bytes;
+            return dds_error(rc < 0 ? rc : -rc,
+                             "read of '%s': copy from the staging buffer to "
+                             "%s memory failed: %s",
+                             t->v->name, dds_st_mem_name(t->mem->kind),
+                             dds_last_error());
+        t->a->staged += t->dbytes + t->pl->staging_bytes;
         DDS_LOG_ONCE(DDS_LOG_WARN, DDS_SUBSYS_CORE,
                      "reads into %s memory go through pinned host staging "
                      "buffers: transport '%s' cannot reach %s memory (no "
                      "FI_HMEM); counted as staged_bytes in the profile; "
                      "DDSTORE_GPU_STAGING=0 makes this an error",
-                     dds_st_mem_name(dst_mem->kind),
+                     dds_st_mem_name(t->mem->kind),
                      s->tr.ops->name ? s->tr.ops->name : "?",
-                     dds_st_mem_name(dst_mem->kind));
+                     dds_st_mem_name(t->mem->kind));
     }
-    return rc;
+    t->a->local_bytes += t->local;
+    t->a->nops += t->served + t->nops;
+    return 0;
 }
 
-/* Execute plan `pl` (built for v) into `dst` (dbytes, memory dst_mem,
- * moved by `route`): this rank's rows and those of same-node owners whose
- * shards are mapped here (host and staged routes) by memcpy, the rest
- * through the transport, then the plan's copies; GPU destinations direct or staged.
- * Both the fixed-row and the ragged reads (each of its steps) end here. */
-int dds_rd_exec(dds_store_t *s, dds_reader_t *reader, dds_var_t *v,
-                tctx_t *tc, dds_plan_t *pl, void *dst, size_t dbytes,
-                const dds_mem_t *dst_mem, int route, rd_acct_t *a)
+/* A direct read refused with -DDS_ENOSYS although the transport advertised
+ * HMEM: when staging stands in for that memory (dds_st_hmem_failed), the
+ * direct steps of that kind go staged.  1 when any did. */
+static int exec_hmem_fallback(dds_store_t *s, rd_step_t *st, size_t ns)
 {
-    dds_read_op_t *ops = pl->ops;
-    size_t nops = pl->nops;
-    int rc = 0;
-
-    if (route == ROUTE_HOST) {
-        void *dh, *sh = NULL;
-        if (pl->staging_bytes > 0 &&
-            tctx_staging(tc, pl->staging_bytes) != 0)
-            return dds_error(-DDS_ENOMEM,
-                             "read of '%s': cannot allocate %zu staging "
-                             "bytes", v->name, pl->staging_bytes);
-        /* rows of this rank straight from the local shard's host view */
-        a->local_bytes += serve_local(s, v, pl, ops, &nops, (char *)dst,
-                                      (char *)tc->staging);
-        /* rows of same-node owners from their mapped shards */
-        size_t served = 0;
-        rc = dds_st_shard_serve(s, v, ops, &nops, (char *)dst,
-                                (char *)tc->staging, &served);
-        a->nops += served;
-        if (rc != 0)
-            return rc;
-        /* also with no op left when some were served: the transport may
-         * refuse the reader (an inherited one in a forked child) */
-        if (nops > 0 || served > 0) {
-            dh = dds_st_reg_lookup(s, dst, dbytes);
-            if (pl->staging_bytes > 0)
-                sh = dds_st_reg_lookup(s, tc->staging, pl->staging_bytes);
-            rc = transport_read(s, reader, v, ops, nops, dst, dh, dst_mem,
-                                tc->staging, sh, &a->wait_ns, &a->t_xfer);
-            if (rc != 0)
-                return rc;
+    int any = 0;
+    for (size_t i = 0; i < ns; i++) {
+        rd_step_t *t = &st[i];
+        if (t->route != ROUTE_DIRECT)
+            continue;
+        if (dds_st_hmem_failed(s, t->mem->kind, t->v->name)) {
+            t->route = ROUTE_STAGED;
+            any = 1;
         }
-        host_copies(pl, (char *)dst, (const char *)tc->staging);
-        a->staged += pl->staging_bytes;
-    } else if (route == ROUTE_DIRECT) {
-        /* The NIC writes into GPU memory: queued kernels that still use the
-         * destination must be done first.  One event on the caller's
-         * stream, never a device-wide synchronise.  Without a memsys for
-         * this memory the caller orders (C users, tests). */
-        if (dbytes > 0 && dds_st_ms_serves(s, dst_mem->kind)) {
-            uint64_t tg = dds_prof_now();
-            rc = s->ms.ops->stream_fence(s->ms.ctx, dst_mem);
-            a->t_gpu += dds_prof_now() - tg;
-            if (rc != 0)
-                return dds_error(rc < 0 ? rc : -rc,
-                                 "read of '%s': waiting for the work queued "
-                                 "on the destination's stream: %s",
-                                 v->name, dds_last_error());
-        }
-        if (nops > 0) {
-            void *dh = dds_st_reg_lookup(s, dst, dbytes);
-            rc = transport_read(s, reader, v, ops, nops, dst, dh, dst_mem,
-                                NULL, NULL, &a->wait_ns, &a->t_xfer);
-            if (rc == -DDS_ENOSYS &&
-                dds_st_hmem_failed(s, dst_mem->kind, v->name)) {
-                /* the registration result says no: the same read, staged */
-                rc = read_staged(s, reader, v, pl, ops, &nops, dst, dbytes,
-                                 dst_mem, a);
-            }
-            if (rc != 0)
-                return rc;
-        }
-    } else {
-        rc = read_staged(s, reader, v, pl, ops, &nops, dst, dbytes, dst_mem,
-                         a);
-        if (rc != 0)
-            return rc;
     }
-    a->nops += nops;
-    return 0;
+    return any;
+}
+
+int dds_rd_exec(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
+                rd_step_t *st, size_t ns, uint64_t *wait_ns,
+                uint64_t *t_xfer)
+{
+    int retried = 0, rc;
+
+again:;
+    size_t stotal = 0, tops = 0, o = 0, nreqs = 0;
+    for (size_t i = 0; i < ns; i++) {
+        st[i].sbuf = NULL;
+        st[i].h = NULL;
+        st[i].soff = 0;
+        if (st[i].route == ROUTE_HOST) {
+            st[i].soff = stotal;
+            stotal += align64(st[i].pl->staging_bytes);
+        }
+        tops += st[i].pl->nops;
+    }
+    if ((stotal > 0 && tctx_staging(tc, stotal) != 0) ||
+        dds_st_grow_array((void **)&tc->ops, &tc->ops_cap, tops + 1,
+                          sizeof(dds_read_op_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->reqs, &tc->reqs_cap, ns + 1,
+                          sizeof(dds_read_req_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory for %zu "
+                         "staging bytes and %zu read ops", st[0].v->name,
+                         stotal, tops);
+    rc = 0;
+    for (size_t i = 0; i < ns && rc == 0; i++)
+        rc = exec_prepare(s, &st[i]);
+    for (size_t i = 0; i < ns && rc == 0; i++) {
+        rc = exec_serve(s, tc, &st[i], &tc->ops[o], &tc->reqs[nreqs]);
+        o += st[i].pl->nops;
+        nreqs += st[i].has_req;
+    }
+    if (rc == 0 && nreqs > 1 && DDS_ST_HAS_OP(s, read_multi)) {
+        rc = transport_read_multi(s, reader, tc->reqs, nreqs, wait_ns,
+                                  t_xfer);
+    } else if (rc == 0) {
+        const dds_read_req_t *q = tc->reqs;
+        for (size_t i = 0; i < ns && rc == 0; i++) {
+            if (!st[i].has_req)
+                continue;
+            rc = transport_read(s, reader, st[i].v, q->ops, q->nops, q->dst,
+                                q->dst_handle, q->dst_mem, q->staging,
+                                q->staging_handle, wait_ns, t_xfer);
+            q++;
+        }
+    }
+    if (rc == -DDS_ENOSYS && !retried && exec_hmem_fallback(s, st, ns)) {
+        /* the registration result says no: the same round, those staged */
+        release_staged(s, st, ns, 0);
+        retried = 1;
+        goto again;
+    }
+    for (size_t i = 0; i < ns && rc == 0; i++)
+        rc = exec_finish(s, tc, &st[i]);
+    return release_staged(s, st, ns, rc);
 }
 
 /* A read's profile: `calls` calls delivering `rows` rows of `bytes`. */
@@ -345,61 +467,6 @@ void dds_rd_account(dds_var_t *v, uint64_t calls, uint64_t rows,
                      total > known ? total - known : 0);
         dds_prof_add(&v->prof, DDS_PROF_NS_TOTAL, total);
     }
-}
-
-/* A read's start, for every kind: checks the arguments (dst may be NULL:
- * a ragged size query), takes the table's read lock, finds the variable,
- * checks the destination and its route, gets the thread's context.  0 with
- * the lock held, or an error without it. */
-int dds_rd_begin(dds_store_t *s, dds_reader_t *reader, const char *name,
-                 const dds_buf_t *dst, dds_var_t **v_p, int *route_p,
-                 tctx_t **tc_p, rd_acct_t *a)
-{
-    dds_var_t *v;
-    int rc;
-
-    memset(a, 0, sizeof(*a));
-    a->t0 = dds_prof_now();
-    *route_p = ROUTE_HOST;
-    if (DDS_UNLIKELY(s == NULL))
-        return dds_error(-DDS_EINVAL, "read: NULL store");
-    rc = dds_st_check_name(name);
-    if (rc != 0)
-        return rc;
-    if (reader != NULL && reader->store != s)
-        return dds_error(-DDS_EINVAL,
-                         "read of '%s': the reader belongs to another store",
-                         name);
-    a->wait_ns = dds_st_lock_read_timed(&s->table_lock);
-
-    /* validate everything before any byte moves */
-    v = dds_st_find_var(s, name, NULL);
-    if (v == NULL) {
-        rc = dds_st_not_live(s, name);
-        goto fail;
-    }
-    if (dst != NULL) {
-        rc = dds_st_check_buf(v, dst);
-        if (rc != 0)
-            goto fail;
-        if (dst->mem.kind != DDS_MEM_HOST) {
-            char what[DDS_NAME_MAX + 32];
-            snprintf(what, sizeof(what), "read of '%s'", name);
-            rc = dds_st_mem_route(s, &dst->mem, what, 0, route_p);
-            if (rc != 0)
-                goto fail;
-        }
-    }
-    *tc_p = tctx_get();
-    if (*tc_p == NULL) {
-        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", name);
-        goto fail;
-    }
-    *v_p = v;
-    return 0;
-fail:
-    pthread_rwlock_unlock(&s->table_lock);
-    return rc;
 }
 
 /* The caller's indices, read once, here: the plan passes over them several
@@ -442,96 +509,103 @@ int dds_rd_wrong_kind(const dds_var_t *v, const char *call)
                      v->name, call);
 }
 
-static int store_read(dds_store_t *s, dds_reader_t *reader, const char *name,
-                      const dds_buf_t *dst, const int64_t *rows, size_t n,
-                      int64_t start, int is_batch)
+static int grow_plans(tctx_t *tc, size_t need)
 {
-    dds_plan_params_t pp;
-    rd_acct_t a;
-    dds_var_t *v;
-    tctx_t *tc;
-    int rc, route;
+    dds_plan_t *p;
+    size_t cap;
+    if (need <= tc->plans_cap)
+        return 0;
+    cap = need < 8 ? 8 : need;
+    if (cap > SIZE_MAX / sizeof(*p))
+        return -1;
+    p = realloc(tc->plans, cap * sizeof(*p));
+    if (p == NULL)
+        return -1;
+    for (size_t i = tc->plans_cap; i < cap; i++)
+        dds_plan_init(&p[i]);
+    tc->plans = p;
+    tc->plans_cap = cap;
+    return 0;
+}
 
-    if (DDS_UNLIKELY(s == NULL || dst == NULL))
-        return dds_error(-DDS_EINVAL, "read: NULL %s",
-                         s == NULL ? "store" : "destination buffer");
-    rc = dds_rd_begin(s, reader, name, dst, &v, &route, &tc, &a);
-    if (rc != 0)
-        return rc;
-    if (v->ragged) {
-        rc = dds_rd_wrong_kind(v, is_batch ? "get_batch" : "get");
-        goto out;
-    }
-    if (is_batch && (n > (uint64_t)INT64_MAX || (int64_t)n != dst->nrows)) {
-        rc = dds_error(-DDS_EINVAL,
-                       "variable '%s': %zu indices for a buffer of %lld rows",
-                       name, n, (long long)dst->nrows);
-        goto out;
-    }
-    if (is_batch) {
-        rc = dds_rd_copy_rows(tc, name, &rows, n);
+/* ---- the one planned read --------------------------------------------- */
+
+/* The call a kind of entry stands for, in messages. */
+static const char *kind_call(int kind)
+{
+    return kind == DDS_READ_RAGGED ? "ragged_get_batch"
+           : kind == DDS_READ_SIZES ? "ragged_sizes"
+           : kind == DDS_READ_RANGE ? "get"
+                                    : "get_batch";
+}
+
+/* Fixed-row entries (FIXED, RANGE); ragged ones (RAGGED, SIZES). */
+static int is_fixed(int kind)
+{
+    return kind == DDS_READ_FIXED || kind == DDS_READ_RANGE;
+}
+
+static int is_ragged(int kind)
+{
+    return kind == DDS_READ_RAGGED || kind == DDS_READ_SIZES;
+}
+
+/* Every entry checked before any byte moves; the caller holds the table's
+ * read lock. */
+static int vars_check(dds_store_t *s, dds_read_var_t *vars, size_t nvars,
+                      size_t n, rd_var_t *mv, size_t *nragged_p)
+{
+    size_t nr = 0;
+    for (size_t k = 0; k < nvars; k++) {
+        rd_var_t *m = &mv[k];
+        dds_read_var_t *d = &vars[k];
+        const char *call = kind_call(d->kind);
+        int rc;
+        memset(m, 0, sizeof(*m));
+        m->d = d;
+        m->route = ROUTE_HOST;
+        m->v = dds_st_find_var(s, d->name, NULL);
+        if (m->v == NULL)
+            return dds_st_not_live(s, d->name);
+        if (!is_fixed(d->kind) && d->kind != DDS_READ_RAGGED &&
+            d->kind != DDS_READ_SIZES)
+            return dds_error(-DDS_EINVAL, "read of '%s': unknown kind %d "
+                             "(DDS_READ_FIXED, _RAGGED, _SIZES or _RANGE)",
+                             d->name, d->kind);
+        if (is_fixed(d->kind) == (m->v->ragged != 0))
+            return dds_rd_wrong_kind(m->v, call);
+        if (d->kind == DDS_READ_SIZES) {
+            if (n > 0 && d->lengths == NULL)
+                return dds_error(-DDS_EINVAL, "%s('%s'): lengths_out is NULL",
+                                 call, d->name);
+            m->ri = nr++;
+            continue;
+        }
+        if (d->kind == DDS_READ_FIXED &&
+            (n > (uint64_t)INT64_MAX || (int64_t)n != d->dst.nrows))
+            return dds_error(-DDS_EINVAL,
+                             "variable '%s': %zu indices for a buffer of "
+                             "%lld rows",
+                             d->name, n, (long long)d->dst.nrows);
+        rc = dds_st_check_buf(m->v, &d->dst);
         if (rc != 0)
-            goto out;
+            return rc;
+        if (d->dst.mem.kind != DDS_MEM_HOST) {
+            char what[DDS_NAME_MAX + 32];
+            snprintf(what, sizeof(what), "read of '%s'", d->name);
+            rc = dds_st_mem_route(s, &d->dst.mem, what, 0, &m->route);
+            if (rc != 0)
+                return rc;
+        }
+        if (d->kind == DDS_READ_RAGGED)
+            m->ri = nr++;
     }
-    pp.field_mask = 0;
-    pp.nranks = v->nranks;
-    pp.offsets = v->offsets;
-    pp.row_bytes = v->row_bytes;
-    pp.max_read_bytes = s->max_read_bytes;
-    pp.merge_row_bytes_max = s->merge_row_bytes;
-    /* GPU memory the transport writes: no host copies into it, every row
-     * is read into its own slot (the staged fallback takes the same plan) */
-    if (route == ROUTE_DIRECT) {
-        pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
-        pp.flags = DDS_PLAN_DIRECT;
-    }
-    rc = is_batch ? dds_plan_batch(&pp, rows, n, &tc->plan)
-                  : dds_plan_range(&pp, start, dst->nrows, &tc->plan);
-    if (rc != 0) {
-        rc = dds_error(rc, "variable '%s': %s", name, dds_last_error());
-        goto out;
-    }
-    rc = dds_rd_exec(s, reader, v, tc, &tc->plan, dst->ptr,
-                   (size_t)dst->nrows * v->row_bytes, &dst->mem, route, &a);
-    if (rc == 0)
-        dds_rd_account(v, 1, (uint64_t)dst->nrows,
-                     (uint64_t)dst->nrows * (uint64_t)v->row_bytes, &a);
-out:
-    pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    *nragged_p = nr;
+    return 0;
 }
-
-int dds_store_get(dds_store_t *s, dds_reader_t *reader, const char *name,
-                  const dds_buf_t *dst, int64_t start)
-{
-    return store_read(s, reader, name, dst, NULL, 0, start, 0);
-}
-
-int dds_store_get_batch(dds_store_t *s, dds_reader_t *reader,
-                        const char *name, const dds_buf_t *dst,
-                        const int64_t *rows, size_t n)
-{
-    return store_read(s, reader, name, dst, rows, n, 0, 1);
-}
-
-/* ---- several variables in one planned call ---------------------------- */
-
-/* One variable of a get_batch_vars call. */
-typedef struct mvar {
-    dds_var_t *v;
-    const dds_buf_t *dst;
-    int route;
-    int has_req;          /* host route: it has a request in tc->mreqs     */
-    dds_plan_t *pl;       /* its plan (shared by host variables of one
-                             layout: the plan is read-only, its ops are
-                             copied into tc->mops) */
-    size_t soff;          /* its staging area in tc->staging (host route) */
-    size_t op0, nops;     /* its executable ops: tc->mops[op0 .. op0+nops) */
-    rd_acct_t a;
-} mvar_t;
 
 /* The same plan serves both: same row distribution, row size and route. */
-static int same_layout(const mvar_t *a, const mvar_t *b)
+static int same_layout(const rd_var_t *a, const rd_var_t *b)
 {
     return a->route == b->route && a->v->nranks == b->v->nranks &&
            a->v->row_bytes == b->v->row_bytes &&
@@ -540,248 +614,339 @@ static int same_layout(const mvar_t *a, const mvar_t *b)
                    (size_t)(a->v->nranks + 1) * sizeof(int64_t)) == 0);
 }
 
-static int grow_plans(tctx_t *tc, size_t need)
-{
-    dds_plan_t *p;
-    size_t cap;
-    if (need <= tc->mplans_cap)
-        return 0;
-    cap = need < 8 ? 8 : need;
-    if (cap > SIZE_MAX / sizeof(*p))
-        return -1;
-    p = realloc(tc->mplans, cap * sizeof(*p));
-    if (p == NULL)
-        return -1;
-    for (size_t i = tc->mplans_cap; i < cap; i++)
-        dds_plan_init(&p[i]);
-    tc->mplans = p;
-    tc->mplans_cap = cap;
-    return 0;
-}
-
-/* The requests of several variables in one transport call (read_multi);
- * the error names every variable of the call. */
-static int transport_read_multi(dds_store_t *s, dds_reader_t *reader,
-                                const dds_read_req_t *reqs, size_t nreqs,
-                                uint64_t *wait_ns, uint64_t *t_xfer)
-{
-    void *treader = reader != NULL ? reader->treader : NULL;
-    uint64_t t1;
-    int rc;
-    if (s->serialize)
-        *wait_ns += dds_st_lock_mutex_timed(&s->tmutex);
-    t1 = dds_prof_now();
-    rc = s->tr.ops->read_multi(s->tr.ctx, treader, reqs, nreqs);
-    *t_xfer += dds_prof_now() - t1;
-    if (s->serialize)
-        pthread_mutex_unlock(&s->tmutex);
-    if (rc != 0) {
-        char names[512];
-        size_t len = 0;
-        if (rc > 0)
-            rc = -rc;
-        names[0] = '\0';
-        for (size_t i = 0; i < nreqs && len + 8 < sizeof(names); i++) {
-            int w = snprintf(names + len, sizeof(names) - len, "%s'%s'",
-                             i ? ", " : "", reqs[i].name);
-            if (w < 0)
-                break;
-            len += (size_t)w;
-        }
-        rc = dds_error(rc, "read of variables %s through transport '%s': %s",
-                       names, s->tr.ops->name ? s->tr.ops->name : "?",
-                       dds_last_error()[0] ? dds_last_error()
-                                           : dds_strerror(rc));
-    }
-    return rc;
-}
-
-/* The checks of get_batch_vars, every variable before any byte moves; the
- * caller holds the table's read lock. */
-static int vars_check(dds_store_t *s, const char *const *names,
-                      const dds_buf_t *dsts, size_t nvars, size_t n,
-                      mvar_t *mv)
+/* The fixed entries' plans (checking their indices): one per distinct
+ * layout, the owner lookup and sort done once for those that share it. */
+static int vars_plan_fixed(dds_store_t *s, tctx_t *tc, rd_var_t *mv,
+                           size_t nvars, const int64_t *rows, size_t n)
 {
     for (size_t k = 0; k < nvars; k++) {
-        mvar_t *m = &mv[k];
+        rd_var_t *m = &mv[k];
+        dds_plan_params_t pp;
         int rc;
-        memset(m, 0, sizeof(*m));
-        m->dst = &dsts[k];
-        m->route = ROUTE_HOST;
-        m->v = dds_st_find_var(s, names[k], NULL);
-        if (m->v == NULL)
-            return dds_st_not_live(s, names[k]);
-        if (m->v->ragged)
-            return dds_rd_wrong_kind(m->v, "get_batch");
-        if (n > (uint64_t)INT64_MAX || (int64_t)n != dsts[k].nrows)
-            return dds_error(-DDS_EINVAL,
-                             "variable '%s': %zu indices for a buffer of "
-                             "%lld rows",
-                             names[k], n, (long long)dsts[k].nrows);
-        rc = dds_st_check_buf(m->v, &dsts[k]);
-        if (rc != 0)
-            return rc;
-        if (dsts[k].mem.kind != DDS_MEM_HOST) {
-            char what[DDS_NAME_MAX + 32];
-            snprintf(what, sizeof(what), "read of '%s'", names[k]);
-            rc = dds_st_mem_route(s, &dsts[k].mem, what, 0, &m->route);
-            if (rc != 0)
-                return rc;
-        }
-    }
-    return 0;
-}
-
-/* Plan every variable: one plan per distinct layout among the host ones
- * (the owner lookup and sort done once for them), one each for the GPU
- * ones; the host ones' staging areas laid out in one buffer. */
-static int vars_plan(dds_store_t *s, tctx_t *tc, mvar_t *mv, size_t nvars,
-                     const int64_t *rows, size_t n, size_t *stotal_p,
-                     size_t *tops_p)
-{
-    size_t nplans = 0, stotal = 0, tops = 0;
-    if (grow_plans(tc, nvars) != 0)
-        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory for %zu "
-                         "plans", mv[0].v->name, nvars);
-    for (size_t k = 0; k < nvars; k++) {
-        mvar_t *m = &mv[k];
-        for (size_t j = 0; j < k && m->route == ROUTE_HOST; j++)
-            if (same_layout(&mv[j], m)) {
+        if (!is_fixed(m->d->kind))
+            continue;
+        for (size_t j = 0; j < k && m->d->kind == DDS_READ_FIXED; j++)
+            if (mv[j].d->kind == DDS_READ_FIXED && same_layout(&mv[j], m)) {
                 m->pl = mv[j].pl;
                 break;
             }
-        if (m->pl == NULL) {
-            dds_plan_params_t pp;
-            int rc;
-            m->pl = &tc->mplans[nplans++];
-            pp.field_mask = 0;
-            pp.nranks = m->v->nranks;
-            pp.offsets = m->v->offsets;
-            pp.row_bytes = m->v->row_bytes;
-            pp.max_read_bytes = s->max_read_bytes;
-            pp.merge_row_bytes_max = s->merge_row_bytes;
-            if (m->route == ROUTE_DIRECT) {
-                pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
-                pp.flags = DDS_PLAN_DIRECT;
-            }
-            rc = dds_plan_batch(&pp, rows, n, m->pl);
-            if (rc != 0)
-                return dds_error(rc, "variable '%s': %s", m->v->name,
-                                 dds_last_error());
+        if (m->pl != NULL)
+            continue;
+        m->pl = &tc->plans[k];
+        pp.field_mask = 0;
+        pp.nranks = m->v->nranks;
+        pp.offsets = m->v->offsets;
+        pp.row_bytes = m->v->row_bytes;
+        pp.max_read_bytes = s->max_read_bytes;
+        pp.merge_row_bytes_max = s->merge_row_bytes;
+        /* GPU memory the transport writes: no host copies into it, every
+         * row is read into its own slot (the staged fallback takes the
+         * same plan) */
+        if (m->route == ROUTE_DIRECT) {
+            pp.field_mask |= DDS_PLAN_PARAM_FLAGS;
+            pp.flags = DDS_PLAN_DIRECT;
         }
-        if (m->route == ROUTE_HOST) {
-            m->soff = stotal;
-            stotal += (m->pl->staging_bytes + 63) & ~(size_t)63;
-            tops += m->pl->nops;
-        }
+        rc = m->d->kind == DDS_READ_RANGE
+                 ? dds_plan_range(&pp, m->d->start, m->d->dst.nrows, m->pl)
+                 : dds_plan_batch(&pp, rows, n, m->pl);
+        if (rc != 0)
+            return dds_error(rc, "variable '%s': %s", m->v->name,
+                             dds_last_error());
     }
-    *stotal_p = stotal;
-    *tops_p = tops;
     return 0;
 }
 
-/* The host variables: own and same-node rows by memcpy, the rest of all of
- * them in one transport call (read_multi, else read() per variable), then
- * each plan's copies. */
-static int vars_read_host(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
-                          mvar_t *mv, size_t nvars, size_t stotal,
-                          size_t tops, uint64_t *wait_ns, uint64_t *t_xfer,
-                          size_t *nhost_p)
+/* The ragged entries' index entries, all in one round (the only step
+ * before the data round); each one's d->total and d->lengths set. */
+static int vars_index(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
+                      rd_var_t *mv, size_t nvars, size_t nragged,
+                      const int64_t *rows, size_t n, uint64_t *wait_ns,
+                      uint64_t *t_xfer)
 {
-    size_t o = 0, nreqs = 0, nhost = 0;
-    int rc = 0;
+    static const dds_mem_t host = {DDS_MEM_HOST, 0, NULL};
+    size_t ns = 0;
+    int rc;
 
     for (size_t k = 0; k < nvars; k++)
-        nhost += mv[k].route == ROUTE_HOST;
-    *nhost_p = nhost;
-    if (nhost == 0)
+        if (is_ragged(mv[k].d->kind)) {
+            mv[k].d->total = 0;
+            mv[k].pl = &tc->plans[k];
+        }
+    if (n == 0)
         return 0;
-    if ((stotal > 0 && tctx_staging(tc, stotal) != 0) ||
-        dds_st_grow_array((void **)&tc->mops, &tc->mops_cap, tops + 1,
-                          sizeof(dds_read_op_t)) != 0 ||
-        dds_st_grow_array((void **)&tc->mreqs, &tc->mreqs_cap, nhost,
-                          sizeof(dds_read_req_t)) != 0)
-        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory for %zu "
-                         "staging bytes and %zu read ops", mv[0].v->name,
-                         stotal, tops);
+    if (n > SIZE_MAX / (2 * sizeof(int64_t)) / nragged ||
+        dds_st_grow_array((void **)&tc->irows, &tc->irows_cap,
+                          2 * n * nragged, sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->ientries, &tc->ientries_cap,
+                          2 * n * nragged, sizeof(int64_t)) != 0 ||
+        dds_st_grow_array((void **)&tc->owners, &tc->owners_cap,
+                          n * nragged, sizeof(int)) != 0 ||
+        dds_st_grow_array((void **)&tc->steps, &tc->steps_cap, nragged,
+                          sizeof(rd_step_t)) != 0)
+        return dds_error(-DDS_ENOMEM,
+                         "read of '%s': out of memory for %zu samples",
+                         mv[0].v->name, n);
+    /* every ragged entry's indices checked and planned, then one round */
     for (size_t k = 0; k < nvars; k++) {
-        mvar_t *m = &mv[k];
-        const dds_plan_t *pl = m->pl;
-        char *dst = m->dst->ptr;
-        char *stg = tc->staging != NULL ? (char *)tc->staging + m->soff
-                                        : NULL;
-        dds_read_op_t *ops = &tc->mops[o];
-        size_t served = 0;
-        if (m->route != ROUTE_HOST)
+        rd_var_t *m = &mv[k];
+        rd_step_t *t;
+        if (!is_ragged(m->d->kind))
             continue;
-        memcpy(ops, pl->ops, pl->nops * sizeof(*ops));
-        m->op0 = o;
-        m->nops = pl->nops;
-        o += pl->nops;
-        m->a.local_bytes += serve_local(s, m->v, pl, ops, &m->nops, dst, stg);
-        rc = dds_st_shard_serve(s, m->v, ops, &m->nops, dst, stg, &served);
+        rc = dds_rd_ragged_index_plan(s, tc, m, rows, n);
         if (rc != 0)
             return rc;
-        m->a.nops += served + m->nops;
-        /* also with no op left when some were served: the transport may
-         * refuse the reader (an inherited one in a forked child) */
-        if (m->nops > 0 || served > 0) {
-            const size_t dbytes = (size_t)m->dst->nrows * m->v->row_bytes;
-            dds_read_req_t *q = &tc->mreqs[nreqs++];
-            q->region = m->v->region;
-            q->name = m->v->name;
-            q->ops = ops;
-            q->nops = m->nops;
-            q->dst = dst;
-            q->dst_handle = dds_st_reg_lookup(s, dst, dbytes);
-            q->dst_mem = &m->dst->mem;
-            q->staging = stg;
-            q->staging_handle = pl->staging_bytes > 0
-                                    ? dds_st_reg_lookup(s, stg,
-                                                        pl->staging_bytes)
-                                    : NULL;
-            q->prof = &m->v->prof;
-            m->has_req = 1;
-        }
+        t = &tc->steps[ns++];
+        memset(t, 0, sizeof(*t));
+        t->v = m->v;
+        t->pl = m->pl;
+        t->dst = tc->ientries + 2 * n * m->ri;
+        t->dbytes = 2 * n * sizeof(int64_t);
+        t->mem = &host;
+        t->route = ROUTE_HOST;
+        t->a = &m->a;
     }
-    if (nreqs > 1 && DDS_ST_HAS_OP(s, read_multi)) {
-        rc = transport_read_multi(s, reader, tc->mreqs, nreqs, wait_ns,
-                                  t_xfer);
-    } else {
-        const dds_read_req_t *q = tc->mreqs;
-        for (size_t k = 0; k < nvars && rc == 0; k++) {
-            if (!mv[k].has_req)
-                continue;
-            rc = transport_read(s, reader, mv[k].v, q->ops, q->nops, q->dst,
-                                q->dst_handle, q->dst_mem, q->staging,
-                                q->staging_handle, wait_ns, t_xfer);
-            q++;
-        }
-    }
-    if (rc != 0)
-        return rc;
+    rc = dds_rd_exec(s, reader, tc, tc->steps, ns, wait_ns, t_xfer);
+    for (size_t k = 0; k < nvars && rc == 0; k++)
+        if (is_ragged(mv[k].d->kind))
+            rc = dds_rd_ragged_lengths(tc, &mv[k], rows, n);
+    return rc;
+}
+
+/* Every ragged destination has room for its samples (or gets it from its
+ * grow callback); else -DDS_ENOSPC naming the first without. */
+static int vars_room(dds_store_t *s, rd_var_t *mv, size_t nvars, size_t n)
+{
     for (size_t k = 0; k < nvars; k++) {
-        mvar_t *m = &mv[k];
-        if (m->route != ROUTE_HOST)
+        rd_var_t *m = &mv[k];
+        dds_read_var_t *d = m->d;
+        int rc;
+        if (d->kind != DDS_READ_RAGGED || d->total <= d->dst.nrows)
             continue;
-        host_copies(m->pl, (char *)m->dst->ptr,
-                    tc->staging != NULL ? (char *)tc->staging + m->soff
-                                        : NULL);
-        m->a.staged += m->pl->staging_bytes;
+        if (d->grow != NULL) {
+            rc = d->grow(d->grow_arg, d);
+            if (rc < 0)
+                return dds_error(rc, "ragged_get_batch('%s'): no destination "
+                                 "for %lld element rows: %s", d->name,
+                                 (long long)d->total,
+                                 dds_last_error()[0] ? dds_last_error()
+                                                     : dds_strerror(rc));
+            rc = dds_st_check_buf(m->v, &d->dst);
+            if (rc == 0 && d->dst.mem.kind != DDS_MEM_HOST) {
+                char what[DDS_NAME_MAX + 32];
+                snprintf(what, sizeof(what), "read of '%s'", d->name);
+                rc = dds_st_mem_route(s, &d->dst.mem, what, 0, &m->route);
+            } else if (rc == 0) {
+                m->route = ROUTE_HOST;
+            }
+            if (rc != 0)
+                return rc;
+            if (d->total <= d->dst.nrows)
+                continue;
+        }
+        return dds_error(-DDS_ENOSPC,
+                         "ragged_get_batch('%s'): the %zu samples have %lld "
+                         "element rows, the destination has room for %lld "
+                         "(lengths and the total are filled; nothing was "
+                         "read)",
+                         d->name, n, (long long)d->total,
+                         (long long)d->dst.nrows);
     }
     return 0;
+}
+
+/* The data round: every fixed and ragged entry's rows. */
+static int vars_read(dds_store_t *s, dds_reader_t *reader, tctx_t *tc,
+                     rd_var_t *mv, size_t nvars, size_t n, uint64_t *wait_ns,
+                     uint64_t *t_xfer)
+{
+    size_t ns = 0;
+    int rc;
+    if (dds_st_grow_array((void **)&tc->steps, &tc->steps_cap, nvars,
+                          sizeof(rd_step_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "read of '%s': out of memory",
+                         mv[0].v->name);
+    for (size_t k = 0; k < nvars; k++) {
+        rd_var_t *m = &mv[k];
+        rd_step_t *t = &tc->steps[ns];
+        if (m->d->kind == DDS_READ_SIZES)
+            continue;
+        if (m->d->kind == DDS_READ_RAGGED) {
+            rc = dds_rd_ragged_plan(s, tc, m, n);
+            if (rc != 0)
+                return rc;
+        }
+        memset(t, 0, sizeof(*t));
+        t->v = m->v;
+        t->pl = m->pl;
+        t->dst = m->d->dst.ptr;
+        t->dbytes = (size_t)(m->d->kind == DDS_READ_RAGGED
+                                 ? m->d->total
+                                 : m->d->dst.nrows) *
+                    m->v->row_bytes;
+        t->mem = &m->d->dst.mem;
+        t->route = m->route;
+        t->a = &m->a;
+        ns++;
+    }
+    return ns > 0 ? dds_rd_exec(s, reader, tc, tc->steps, ns, wait_ns, t_xfer)
+                  : 0;
+}
+
+/* Each variable's profile as its one-variable call counts it; the
+ * variables share the call's time equally. */
+static void vars_account(rd_var_t *mv, size_t nvars, size_t n, uint64_t t0,
+                         uint64_t wait_ns, uint64_t t_xfer)
+{
+    const uint64_t elapsed = dds_prof_now() - t0;
+    for (size_t k = 0; k < nvars; k++) {
+        rd_var_t *m = &mv[k];
+        const dds_read_var_t *d = m->d;
+        uint64_t rows = 0, bytes = 0;
+        m->a.t0 = t0;
+        m->a.wait_ns += wait_ns / nvars;
+        m->a.t_xfer += t_xfer / nvars;
+        m->a.total_ns = nvars > 1 ? elapsed / nvars + 1 : 0;
+        if (is_fixed(d->kind)) {
+            rows = (uint64_t)d->dst.nrows;
+            bytes = rows * (uint64_t)m->v->row_bytes;
+        } else if (d->kind == DDS_READ_RAGGED) {
+            rows = (uint64_t)n;
+            bytes = (uint64_t)d->total * (uint64_t)m->v->row_bytes;
+        }
+        dds_rd_account(m->v, d->kind != DDS_READ_SIZES, rows, bytes, &m->a);
+    }
+}
+
+int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
+                        dds_read_var_t *vars, size_t nvars,
+                        const int64_t *rows, size_t n)
+{
+    uint64_t t0, wait_ns, t_xfer = 0;
+    size_t nragged = 0;
+    rd_var_t *mv;
+    tctx_t *tc;
+    int rc;
+
+    if (DDS_UNLIKELY(s == NULL))
+        return dds_error(-DDS_EINVAL, "read_vars: NULL store");
+    if (nvars == 0)
+        return 0;
+    if (vars == NULL)
+        return dds_error(-DDS_EINVAL, "read_vars: NULL variables");
+    for (size_t k = 0; k < nvars; k++) {
+        rc = dds_st_check_name(vars[k].name);
+        if (rc != 0)
+            return rc;
+    }
+    if (reader != NULL && reader->store != s)
+        return dds_error(-DDS_EINVAL,
+                         "read of '%s': the reader belongs to another store",
+                         vars[0].name);
+    t0 = dds_prof_now();
+    wait_ns = dds_st_lock_read_timed(&s->table_lock);
+    tc = dds_rd_tctx();
+    if (tc == NULL ||
+        dds_st_grow_array((void **)&tc->vars, &tc->vars_cap, nvars,
+                          sizeof(rd_var_t)) != 0 ||
+        grow_plans(tc, nvars) != 0) {
+        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory",
+                       vars[0].name);
+        goto out;
+    }
+    mv = tc->vars;
+    rc = vars_check(s, vars, nvars, n, mv, &nragged);
+    if (rc == 0)
+        rc = dds_rd_copy_rows(tc, vars[0].name, &rows, n);
+    if (rc == 0)
+        rc = vars_plan_fixed(s, tc, mv, nvars, rows, n);
+    if (rc == 0 && nragged > 0)
+        rc = vars_index(s, reader, tc, mv, nvars, nragged, rows, n,
+                        &wait_ns, &t_xfer);
+    if (rc == 0 && nragged > 0)
+        rc = vars_room(s, mv, nvars, n);
+    if (rc == 0)
+        rc = vars_read(s, reader, tc, mv, nvars, n, &wait_ns, &t_xfer);
+    if (rc == 0)
+        vars_account(mv, nvars, n, t0, wait_ns, t_xfer);
+out:
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}
+
+/* A one-entry read (the thread's descriptor). */
+static int read_one(dds_store_t *s, dds_reader_t *reader, const char *name,
+                    int kind, const dds_buf_t *dst, const int64_t *rows,
+                    size_t n, int64_t start, int64_t *lengths,
+                    int64_t *total_out)
+{
+    dds_read_var_t d;
+    int rc;
+    memset(&d, 0, sizeof(d));
+    d.name = name;
+    d.kind = kind;
+    if (dst != NULL)
+        d.dst = *dst;
+    d.lengths = lengths;
+    d.start = start;
+    rc = dds_store_read_vars(s, reader, &d, 1, rows, n);
+    if (total_out != NULL && (rc == 0 || rc == -DDS_ENOSPC))
+        *total_out = d.total;
+    return rc;
+}
+
+int dds_store_get(dds_store_t *s, dds_reader_t *reader, const char *name,
+                  const dds_buf_t *dst, int64_t start)
+{
+    if (DDS_UNLIKELY(s == NULL || dst == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL %s",
+                         s == NULL ? "store" : "destination buffer");
+    return read_one(s, reader, name, DDS_READ_RANGE, dst, NULL, 0, start,
+                    NULL, NULL);
+}
+
+int dds_store_get_batch(dds_store_t *s, dds_reader_t *reader,
+                        const char *name, const dds_buf_t *dst,
+                        const int64_t *rows, size_t n)
+{
+    if (DDS_UNLIKELY(s == NULL || dst == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL %s",
+                         s == NULL ? "store" : "destination buffer");
+    return read_one(s, reader, name, DDS_READ_FIXED, dst, rows, n, 0, NULL,
+                    NULL);
+}
+
+int dds_store_ragged_sizes(dds_store_t *s, dds_reader_t *reader,
+                           const char *name, const int64_t *rows, size_t n,
+                           int64_t *lengths_out)
+{
+    if (DDS_UNLIKELY(s == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL store");
+    return read_one(s, reader, name, DDS_READ_SIZES, NULL, rows, n, 0,
+                    lengths_out, NULL);
+}
+
+int dds_store_ragged_get_batch(dds_store_t *s, dds_reader_t *reader,
+                               const char *name, const dds_buf_t *dst,
+                               const int64_t *rows, size_t n,
+                               int64_t *lengths_out, int64_t *total_out)
+{
+    if (DDS_UNLIKELY(s == NULL))
+        return dds_error(-DDS_EINVAL, "read: NULL store");
+    if (DDS_UNLIKELY(dst == NULL))
+        return dds_error(-DDS_EINVAL, "ragged_get_batch: NULL destination "
+                                      "buffer");
+    if (total_out == NULL)
+        return dds_error(-DDS_EINVAL, "ragged_get_batch('%s'): total_out is "
+                                      "NULL", name != NULL ? name : "?");
+    return read_one(s, reader, name, DDS_READ_RAGGED, dst, rows, n, 0,
+                    lengths_out, total_out);
 }
 
 int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
                              const char *const *names, const dds_buf_t *dsts,
                              size_t nvars, const int64_t *rows, size_t n)
 {
-    uint64_t t0, lock_ns, wait_ns = 0, t_xfer = 0, host_ns;
-    size_t stotal = 0, tops = 0, nhost = 0;
-    mvar_t *mv;
     tctx_t *tc;
-    int rc;
-
     if (DDS_UNLIKELY(s == NULL))
         return dds_error(-DDS_EINVAL, "get_batch_vars: NULL store");
     if (nvars == 0)
@@ -789,62 +954,17 @@ int dds_store_get_batch_vars(dds_store_t *s, dds_reader_t *reader,
     if (names == NULL || dsts == NULL)
         return dds_error(-DDS_EINVAL, "get_batch_vars: NULL %s",
                          names == NULL ? "names" : "destinations");
-    for (size_t k = 0; k < nvars; k++) {
-        rc = dds_st_check_name(names[k]);
-        if (rc != 0)
-            return rc;
-    }
-    if (reader != NULL && reader->store != s)
-        return dds_error(-DDS_EINVAL,
-                         "read of '%s': the reader belongs to another store",
-                         names[0]);
-    t0 = dds_prof_now();
-    lock_ns = dds_st_lock_read_timed(&s->table_lock);
-    tc = tctx_get();
+    tc = dds_rd_tctx();
     if (tc == NULL ||
-        dds_st_grow_array((void **)&tc->mvars, &tc->mvars_cap, nvars,
-                          sizeof(mvar_t)) != 0) {
-        rc = dds_error(-DDS_ENOMEM, "read of '%s': out of memory", names[0]);
-        goto out;
-    }
-    mv = tc->mvars;
-    rc = vars_check(s, names, dsts, nvars, n, mv);
-    if (rc == 0)
-        rc = dds_rd_copy_rows(tc, names[0], &rows, n);
-    if (rc == 0)
-        rc = vars_plan(s, tc, mv, nvars, rows, n, &stotal, &tops);
-    if (rc == 0)
-        rc = vars_read_host(s, reader, tc, mv, nvars, stotal, tops, &wait_ns,
-                            &t_xfer, &nhost);
-    if (rc != 0)
-        goto out;
-    host_ns = dds_prof_now() - t0;
-    /* GPU destinations: per variable, as get_batch reads them */
-    for (size_t k = 0; k < nvars && rc == 0; k++) {
-        mvar_t *m = &mv[k];
-        if (m->route == ROUTE_HOST)
-            continue;
-        m->a.t0 = dds_prof_now();
-        rc = dds_rd_exec(s, reader, m->v, tc, m->pl, m->dst->ptr,
-                       (size_t)m->dst->nrows * m->v->row_bytes,
-                       &m->dst->mem, m->route, &m->a);
-    }
-    if (rc != 0)
-        goto out;
-    /* each variable's profile counts one call, as get_batch; the host
-     * variables share the time of their common call equally */
+        dds_st_grow_array((void **)&tc->descs, &tc->descs_cap, nvars,
+                          sizeof(dds_read_var_t)) != 0)
+        return dds_error(-DDS_ENOMEM, "get_batch_vars: out of memory for %zu "
+                         "variables", nvars);
+    memset(tc->descs, 0, nvars * sizeof(dds_read_var_t));
     for (size_t k = 0; k < nvars; k++) {
-        mvar_t *m = &mv[k];
-        if (m->route == ROUTE_HOST) {
-            m->a.t0 = t0;
-            m->a.wait_ns = (lock_ns + wait_ns) / nhost;
-            m->a.t_xfer = t_xfer / nhost;
-            m->a.total_ns = host_ns / nhost + 1;
-        }
-        dds_rd_account(m->v, 1, (uint64_t)n,
-                     (uint64_t)n * (uint64_t)m->v->row_bytes, &m->a);
+        tc->descs[k].name = names[k];
+        tc->descs[k].kind = DDS_READ_FIXED;
+        tc->descs[k].dst = dsts[k];
     }
-out:
-    pthread_rwlock_unlock(&s->table_lock);
-    return rc;
+    return dds_store_read_vars(s, reader, tc->descs, nvars, rows, n);
 }

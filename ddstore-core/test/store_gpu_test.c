@@ -174,6 +174,7 @@ typedef struct proxy {
 
 static proxy_t g_px[FW_MAX_RANKS];
 static int g_with_memsys = 1;
+static int g_read_multi;   /* the fake transport has read_multi */
 
 #define PX(ctx) ((proxy_t *)(ctx))
 #define IN(ctx) (PX(ctx)->inner)
@@ -344,6 +345,7 @@ static void run_world(int n, fw_rank_fn fn, void *arg, uint64_t caps,
     fw_init(&w, n);
     w.caps = caps;
     w.max_read_bytes = max_read;
+    w.with_read_multi = g_read_multi;
     fw_run(&w, fn, arg);
     CHECK_EQ(atomic_load(&w.protocol_errors), 0);
     CHECK_EQ(atomic_load(&w.bad_ops), 0);
@@ -725,22 +727,13 @@ static void test_hmem_path(void)
 
 /* ---- ragged variables into device memory --------------------------------- */
 
-/* Sample g: g % 4 element rows; element row j is make_row's row g*100+j. */
-static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
+/* Ragged "r": this rank's g_rows_of[rank] samples, sample g has g % 4
+ * element rows; element row j is make_row's row g*100+j (salt 3). */
+static void add_ragged_r(dds_store_t *s, int rank, size_t rb)
 {
-    const size_t rb = 24;
-    const int64_t total = first_of(w->n), first = first_of(rank);
-    int64_t lens[27], nel = 0, k = 0, rows[30], lengths[30], got = 0;
-    unsigned char *data, *host, *dev;
-    dds_store_t *s = NULL;
-    void *stream = NULL;
-    dds_mem_t m;
-    dds_buf_t b;
-    (void)arg;
-
-    CHECK_OK(gstore_create(w, rank, &s));
-    if (s == NULL)
-        return;
+    const int64_t first = first_of(rank);
+    int64_t lens[27], nel = 0, k = 0;
+    unsigned char *data;
     for (int64_t i = 0; i < g_rows_of[rank]; i++)
         nel += lens[i] = (first + i) % 4;
     data = malloc((size_t)nel * rb + 1);
@@ -750,6 +743,25 @@ static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
     CHECK_OK(dds_store_ragged_add(s, "r", data, nel, lens, g_rows_of[rank],
                                   1, rb, DDS_DTYPE_RAW, NULL, DDS_ADD_COPY));
     free(data);
+}
+
+/* Sample g: g % 4 element rows; element row j is make_row's row g*100+j. */
+static void ragged_gpu_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 24;
+    const int64_t total = first_of(w->n);
+    int64_t k = 0, rows[30], lengths[30], got = 0;
+    unsigned char *host, *dev;
+    dds_store_t *s = NULL;
+    void *stream = NULL;
+    dds_mem_t m;
+    dds_buf_t b;
+    (void)arg;
+
+    CHECK_OK(gstore_create(w, rank, &s));
+    if (s == NULL)
+        return;
+    add_ragged_r(s, rank, rb);
     CHECK_OK(ddgpu_stream_create(0, &stream));
     m = dmem(stream);
     dev = dalloc(100 * rb);
@@ -801,6 +813,130 @@ static void test_ragged_device_destination(void)
     }
     run_world(3, ragged_gpu_rank, NULL,
               HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA, 16);
+}
+
+/* ---- fixed and ragged variables, host and device, in one planned call -- */
+
+/* Device memory for a ragged entry once core knows its total. */
+static int grow_device(void *arg, dds_read_var_t *var)
+{
+    void **keep = arg;
+    *keep = dalloc((size_t)var->total * var->dst.row_bytes + 1);
+    if (*keep == NULL)
+        return -DDS_ENOMEM;
+    var->dst.ptr = *keep;
+    var->dst.nrows = var->total;
+    return 0;
+}
+
+/* "h" (20 rows a rank) into device and host memory, ragged "r" (sample g:
+ * g % 4 element rows) into device memory allocated by the grow callback,
+ * and r's sizes: one dds_store_read_vars, two transport calls (the index
+ * entries; everything else), bytes compared with the source rows. */
+static void mixed_gpu_rank(fake_world_t *w, int rank, void *arg)
+{
+    const size_t rb = 24;
+    const int64_t rtotal = first_of(w->n);
+    int64_t k = 0, rows[40], lr[40], lz[40];
+    unsigned char *dev, *host, *hr, *back;
+    void *stream = NULL, *grown = NULL;
+    proxy_t *px = &g_px[rank];
+    dds_read_var_t e[4];
+    dds_store_t *s = NULL;
+    dds_mem_t m;
+    (void)arg;
+
+    if (hmem_start(w, rank, rb, &s, &stream, &dev, &m) != 0)
+        return;
+    add_ragged_r(s, rank, rb);
+    host = malloc(40 * rb);
+    back = malloc(40 * rb);
+    for (int i = 0; i < 40; i++) /* every owner of both, repeats */
+        rows[i] = (int64_t)((i * 11 + rank) % rtotal);
+    memset(e, 0, sizeof(e));
+    e[0].name = "h";
+    e[0].kind = DDS_READ_FIXED;
+    e[0].dst = buf_of(dev, 40, rb, &m);
+    e[1].name = "r";
+    e[1].kind = DDS_READ_RAGGED;
+    e[1].dst = buf_of(NULL, 0, rb, &m); /* no room: grow gives it */
+    e[1].lengths = lr;
+    e[1].grow = grow_device;
+    e[1].grow_arg = &grown;
+    e[2].name = "h";
+    e[2].kind = DDS_READ_FIXED;
+    e[2].dst = buf_of(host, 40, rb, NULL);
+    e[3].name = "r";
+    e[3].kind = DDS_READ_SIZES;
+    e[3].lengths = lz;
+    dpoison(dev, 40 * rb, 0xAB, &m);
+    for (int r = 0; r < w->n; r++) {
+        barrier(s);
+        if (r != rank)
+            continue;
+        const long mc0 = atomic_load(&w->multi_calls);
+        const long rc0 = atomic_load(&w->read_calls);
+        const long f0 = atomic_load(&px->n[P_FENCE]);
+        const long a0 = atomic_load(&px->n[P_ACQUIRE]);
+        CHECK_OK(dds_store_read_vars(s, NULL, e, 4, rows, 40));
+        CHECK_EQ(atomic_load(&w->multi_calls) - mc0, 2);
+        CHECK_EQ(atomic_load(&w->read_calls) - rc0, 0);
+        if (w->caps & DDS_TRANSPORT_CAP_HMEM_CUDA) {
+            CHECK_EQ(atomic_load(&px->n[P_FENCE]) - f0, 2); /* one a dst */
+            CHECK_EQ(atomic_load(&px->n[P_ACQUIRE]) - a0, 0);
+        } else {
+            CHECK_EQ(atomic_load(&px->n[P_ACQUIRE]) - a0, 2); /* staged */
+        }
+    }
+    barrier(s);
+    d2h(back, dev, 40 * rb, &m);
+    check_rows(rb, back, rows, 0, 40, 5, "read_vars, fixed into device");
+    check_rows(rb, host, rows, 0, 40, 5, "read_vars, fixed into host");
+    CHECK(grown != NULL && e[1].dst.ptr == grown);
+    hr = malloc((size_t)e[1].total * rb + 1);
+    if (e[1].total > 0)
+        d2h(hr, grown, (size_t)e[1].total * rb, &m);
+    k = 0;
+    for (int i = 0; i < 40; i++) {
+        CHECK_EQ(lr[i], rows[i] % 4);
+        CHECK_EQ(lz[i], rows[i] % 4);
+        for (int64_t j = 0; j < lr[i] && k < e[1].total; j++, k++) {
+            unsigned char want[24];
+            make_row(rb, rows[i] * 100 + j, 3, want);
+            if (memcmp(want, hr + (size_t)k * rb, rb) != 0) {
+                CHECK_FAIL_("read_vars, ragged into device: sample %lld "
+                            "element %lld differs", (long long)rows[i],
+                            (long long)j);
+                i = 40;
+                break;
+            }
+        }
+    }
+    CHECK_EQ(k, e[1].total);
+    CHECK_EQ(e[3].total, e[1].total);
+    free(hr);
+    CHECK_OK(ddgpu_device_free(grown));
+    CHECK_OK(ddgpu_device_free(dev));
+    CHECK_OK(ddgpu_stream_destroy(stream));
+    free(host);
+    free(back);
+    dds_store_destroy(s);
+}
+
+static void test_mixed_one_call(void)
+{
+    g_read_multi = 1;
+    run_world(3, mixed_gpu_rank, NULL, HOST_ONLY, 0); /* staged */
+    run_world(3, mixed_gpu_rank, NULL, HOST_ONLY, 40); /* split reads */
+    if (!g_emulated) {
+        printf("n/a test_mixed_one_call (HMEM): the fake transport writes "
+               "device memory with memcpy, which only the host emulation "
+               "allows\n");
+    } else {
+        run_world(3, mixed_gpu_rank, NULL,
+                  HOST_ONLY | DDS_TRANSPORT_CAP_HMEM_CUDA, 16);
+    }
+    g_read_multi = 0;
 }
 
 /* ---- HMEM advertised, registration refused: staged from then on --------- */
@@ -1272,6 +1408,7 @@ int main(void)
     RUN_TEST(test_indices_changed_during_read);
     RUN_TEST(test_hmem_refused);
     RUN_TEST(test_ragged_device_destination);
+    RUN_TEST(test_mixed_one_call);
     RUN_TEST(test_gpu_shards);
     RUN_TEST(test_staging_disabled);
     RUN_TEST(test_kinds_and_pointers);

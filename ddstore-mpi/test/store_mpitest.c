@@ -785,7 +785,9 @@ static int store_over(MPI_Comm comm, dds_store_t **s_p)
  * every window posted, then each flushed), with same-node shards not
  * mapped (DDSTORE_MPI_SHM=0) so that other ranks' rows are MPI_Gets: every
  * variable's rows right, as get_batch reads them, and each variable's
- * profile one call. */
+ * profile one call; then fixed and ragged fields in one dds_store_read_vars
+ * (the ragged index entries in one round, every field's rows in the next),
+ * bytes against the source rows. */
 static void test_batch_vars(void)
 {
     enum { NV = 3, NB = 9 };
@@ -827,6 +829,66 @@ static void test_batch_vars(void)
         CHECK_OK(dds_store_profile(s, names[k], &prof));
         CHECK_EQ(prof.v[DDS_PROF_CALLS], 5);
         CHECK_EQ(prof.v[DDS_PROF_ROWS], 5 * NB);
+    }
+    /* fixed and ragged fields in one dds_store_read_vars (a ragged "bv_r":
+     * 2 + rank samples a rank, sample g has g % 3 element rows of two
+     * int64, g * 100 + j * 10 and + 1) */
+    {
+        int64_t first = 0, nloc = 2 + ddt_rank, nel = 0, e = 0, rtot = 0;
+        int64_t lens[64], lr[NB], total;
+        int64_t *data, *pr = malloc(3 * NB * 16);
+        dds_read_var_t ent[NV + 1];
+        for (int r = 0; r < ddt_size; r++) {
+            rtot += 2 + r;
+            if (r < ddt_rank)
+                first += 2 + r;
+        }
+        for (int64_t i = 0; i < nloc; i++)
+            nel += lens[i] = (first + i) % 3;
+        data = malloc((size_t)nel * 16 + 16);
+        for (int64_t i = 0; i < nloc; i++)
+            for (int64_t j = 0; j < lens[i]; j++, e++) {
+                data[2 * e] = (first + i) * 100 + j * 10;
+                data[2 * e + 1] = (first + i) * 100 + j * 10 + 1;
+            }
+        CHECK_OK(dds_store_ragged_add(s, "bv_r", data, nel, lens, nloc, 2, 8,
+                                      DDS_DTYPE_INT64, NULL, DDS_ADD_COPY));
+        free(data);
+        memset(ent, 0, sizeof(ent));
+        for (int k = 0; k < NV; k++) {
+            ent[k].name = names[k];
+            ent[k].kind = DDS_READ_FIXED;
+            ent[k].dst = b[k];
+        }
+        ent[NV].name = "bv_r";
+        ent[NV].kind = DDS_READ_RAGGED;
+        ent[NV].dst.ptr = pr;
+        ent[NV].dst.nrows = 3 * NB;
+        ent[NV].dst.row_bytes = 16;
+        ent[NV].dst.dtype = DDS_DTYPE_INT64;
+        ent[NV].dst.itemsize = 8;
+        ent[NV].lengths = lr;
+        if (lo > rtot)
+            lo = rtot;
+        for (int it = 0; it < 5; it++) {
+            for (int i = 0; i < NB; i++) /* scattered over every owner */
+                idx[i] = (it * 7 + i * 5 + ddt_rank) % lo;
+            idx[NB - 1] = idx[0];
+            memset(pr, 0xAB, 3 * NB * 16);
+            CHECK_OK(dds_store_read_vars(s, NULL, ent, NV + 1, idx, NB));
+            for (int k = 0; k < NV; k++)
+                check_rows(&v[k], buf[k], idx, NB);
+            total = 0;
+            for (int i = 0; i < NB; i++) {
+                CHECK_EQ(lr[i], idx[i] % 3);
+                for (int64_t j = 0; j < idx[i] % 3; j++, total++) {
+                    CHECK_EQ(pr[2 * total], idx[i] * 100 + j * 10);
+                    CHECK_EQ(pr[2 * total + 1], idx[i] * 100 + j * 10 + 1);
+                }
+            }
+            CHECK_EQ(ent[NV].total, total);
+        }
+        free(pr);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     dds_store_destroy(s);   /* frees the live variables (collective) */

@@ -199,6 +199,37 @@ static void ragged_section(dds_store_t *s, const cfg_t *cfg, int me, int n)
     const uint64_t idx_bytes = b1 - b0, step_bytes = b2 - b1;
     T(cfg->map && n > 1 ? idx_bytes > 0 : idx_bytes == 0);
     T(step_bytes == (cfg->map ? (uint64_t)remote_bytes + idx_bytes : 0));
+    /* ragged entries in one planned read (dds_store_read_vars: the index
+     * entries of both in one read_multi, then both payloads in one) */
+    {
+        float *out2 = malloc((size_t)(want_total + 1) * RDISP * sizeof(float));
+        int64_t l2[3 + 2 * FORKCOMM_MAX * FORKCOMM_MAX];
+        dds_read_var_t e[3];
+        memset(e, 0, sizeof(e));
+        memset(out, 0, (size_t)want_total * RDISP * sizeof(float));
+        e[0].name = e[1].name = e[2].name = "rg";
+        e[0].kind = e[1].kind = DDS_READ_RAGGED;
+        e[2].kind = DDS_READ_SIZES;
+        e[0].dst = ob;
+        e[1].dst = ob;
+        e[1].dst.ptr = out2;
+        e[0].lengths = got_len;
+        e[2].lengths = l2;
+        T_RC(dds_store_read_vars(s, NULL, e, 3, rows, (size_t)total), 0);
+        T(e[0].total == want_total && e[1].total == want_total && e[2].total == want_total);
+        bad = 0;
+        for (int64_t i = 0, e0 = 0; i < total; e0 += rows[i] % 5, i++) {
+            bad += got_len[i] != rows[i] % 5;
+            bad += l2[i] != rows[i] % 5;
+            for (int64_t k = 0; k < rows[i] % 5; k++)
+                for (int64_t c = 0; c < RDISP; c++) {
+                    bad += out[(e0 + k) * RDISP + c] != rval(rows[i], k, c);
+                    bad += out2[(e0 + k) * RDISP + c] != rval(rows[i], k, c);
+                }
+        }
+        T(bad == 0);
+        free(out2);
+    }
     /* freed with the store: a var_free now would free the shard while this
      * process's progress thread has sent from it, ordered only through the
      * other ranks (the barrier), which TSan cannot see */

@@ -3,16 +3,16 @@
 // Given a dataset's field schema and a batch's indices, allocate each
 // field's batch tensor once, (len(indices), *field_shape) with the dtype
 // default_collate would produce, and read every sample's row into its slot:
-// one get_batch per field, no per-sample work, the GIL released for all the
-// reads.  Python (pyddstore.torch) arranges the tensors into the sample's
+// one planned read for all the fields (read_vars), no per-sample work, the
+// GIL released for it.  Python (pyddstore.torch) arranges the tensors into the sample's
 // structure (value / list / dict), which is what default_collate returns.
 //
-// Ragged fields (ragged_collate): one dds_store_ragged_get_batch per field
-// straight into the values tensor, sized from a guess (the DDS_ENOSPC
-// two-step: on a miss core returns the lengths and the total without
-// reading payload, the tensor is reallocated and the read made again) or,
-// without a guess, from dds_store_ragged_sizes first; the offsets (prefix sums)
-// and the per-element batch vector are built here, with the GIL released.
+// Ragged fields (ragged_collate, and a dataset's ragged fields with its
+// fixed ones, dataset.cpp): a DDS_READ_RAGGED entry of the one planned read
+// straight into the values tensor, which core has allocated at the exact
+// size once it read the samples' index entries (ragged_entry's grow
+// callback: no guess, no second call); the offsets (prefix sums) and the
+// per-element batch vector are built here, with the GIL released.
 #include <limits>
 
 #include "ddstore_torch.h"
@@ -236,60 +236,43 @@ at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
     return at::empty(shape, opts);
 }
 
+// The entry's grow callback: core knows the total and the tensor is short
+// (no GIL here: torch allocates without it).
+int grow_values(void *arg, dds_read_var_t *var)
+{
+    auto *r = static_cast<RaggedOut *>(arg);
+    try {
+        r->values = ragged_values(r->row_shape, var->total, r->opts);
+    } catch (const std::exception &e) {
+        return dds_error(-DDS_ENOMEM, "cannot allocate %lld element rows: %s",
+                         static_cast<long long>(var->total), e.what());
+    }
+    var->dst.ptr = r->values.data_ptr();
+    var->dst.nrows = var->total;
+    return 0;
+}
+
 }  // namespace
 
-// Rows `idx` (int64, CPU) of ragged variable `name`, packed in request
-// order: (values (total, *row_shape), lengths (n,), offsets (n+1,), batch
-// (total,)), lengths/offsets/batch int64 on the values' device.  guess >= 0:
-// element rows to allocate first (a miss costs one more index read); < 0:
-// sizes first.
-std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
-                                    const std::vector<int64_t> &row_shape,
-                                    const at::TensorOptions &opts, const at::Tensor &idx,
-                                    int64_t guess, uintptr_t stream)
+dds_read_var_t ragged_entry(const std::string &name, RaggedOut &r, int64_t n, int64_t guess,
+                            uintptr_t stream)
 {
-    const int64_t n = idx.numel();
-    at::Tensor lengths = at::empty({n}, at::kLong);
-    int64_t total = 0;
-    int rc = 0;
-    at::Tensor values;
-    dds_buf_t buf{};
-    const bool sized = guess < 0;
-    if (sized) {
-        {
-            py::gil_scoped_release nogil;
-            rc = dds_store_ragged_sizes(t.store, t.reader, name.c_str(), idx.data_ptr<int64_t>(),
-                                     static_cast<size_t>(n), lengths.data_ptr<int64_t>());
-        }
-        check(rc);
-        const int64_t *lp = lengths.data_ptr<int64_t>();
-        for (int64_t i = 0; i < n; i++)
-            total += lp[i];
-        guess = total;
-    }
-    values = ragged_values(row_shape, guess, opts);
-    // one packed read into `values` (lengths and total filled, also on ENOSPC)
-    auto read = [&](int64_t rows) {
-        buf = describe(name, values, rows, stream);
-        py::gil_scoped_release nogil;
-        const uint64_t t0 = now_ns();
-        const int r = dds_store_ragged_get_batch(t.store, t.reader, name.c_str(), &buf,
-                                              idx.data_ptr<int64_t>(), static_cast<size_t>(n),
-                                              lengths.data_ptr<int64_t>(), &total);
-        note_read(t0, now_ns());
-        return r;
-    };
-    if (n > 0 && !(sized && total == 0)) {
-        rc = read(guess);
-        if (rc == -DDS_ENOSPC) {   // the guess was short: lengths and total are filled
-            values = ragged_values(row_shape, total, opts);
-            rc = read(total);
-        }
-        check(rc);
-    }
+    r.lengths = at::empty({n}, at::kLong);
+    r.values = ragged_values(r.row_shape, std::max<int64_t>(guess, 0), r.opts);
+    dds_read_var_t e =
+        read_entry(name.c_str(), DDS_READ_RAGGED, describe(name, r.values, r.values.size(0), stream));
+    e.lengths = r.lengths.data_ptr<int64_t>();
+    e.grow = grow_values;
+    e.grow_arg = &r;
+    return e;
+}
+
+std::vector<at::Tensor> ragged_finish(RaggedOut &r, int64_t total)
+{
+    const int64_t n = r.lengths.numel();
+    at::Tensor values = r.values, lengths = r.lengths;
     if (values.size(0) != total)
         values = values.narrow(0, 0, total);
-
     at::Tensor offsets = at::empty({n + 1}, at::kLong);
     at::Tensor batch = at::empty({total}, at::kLong);
     {
@@ -309,6 +292,31 @@ std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
         batch = batch.to(values.device(), false);
     }
     return {values, lengths, offsets, batch};
+}
+
+// Rows `idx` (int64, CPU) of ragged variable `name`, packed in request
+// order: (values (total, *row_shape), lengths (n,), offsets (n+1,), batch
+// (total,)), lengths/offsets/batch int64 on the values' device.  One
+// planned read: `guess` element rows (>= 0) allocated first, and when the
+// samples need more, core has the exact size allocated before any payload
+// moves (ragged_entry's grow; < 0: nothing first).
+std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
+                                    const std::vector<int64_t> &row_shape,
+                                    const at::TensorOptions &opts, const at::Tensor &idx,
+                                    int64_t guess, uintptr_t stream)
+{
+    const int64_t n = idx.numel();
+    RaggedOut r{row_shape, opts, {}, {}};
+    dds_read_var_t e = ragged_entry(name, r, n, guess, stream);
+    int rc;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        rc = read_vars(t.store, t.reader, &e, 1, idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+        note_read(t0, now_ns());
+    }
+    check(rc);
+    return ragged_finish(r, e.total);
 }
 
 c10::optional<at::Device> device_of(const py::object &device)

@@ -4,12 +4,13 @@
 // its fields: (key, name in errors, variable, row shape, dtype, tensor kind,
 // ragged, offset in the packed row or None).  A read of some fields for a
 // batch of rows then enters C++ once: the fixed fields' batch tensors are
-// allocated (or taken from out=, alloc()'s buffers) and read with one
-// get_batch per variable (one of the packed row with pack_fields), each
-// ragged field with one packed ragged read whose size is guessed from the
-// largest element rows per sample read so far (a short guess costs one
-// more index read: ragged_read).  Python builds samples and batches from
-// the tensors.
+// allocated (or taken from out=, alloc()'s buffers) and every field read in
+// one planned call (read_vars: a fixed entry per variable, or the packed row
+// with pack_fields; a ragged entry per ragged field, its values allocated
+// at the exact size once core read the samples' index entries), the GIL
+// released for it: one transport round for the fixed fields, two with
+// ragged ones (their index entries, then every field's rows).  Python
+// builds samples and batches from the tensors.
 //
 // Also here: DistSampler's keyed order (feistel) and WindowedDataset's
 // window rows, the arithmetic of those two Python classes.
@@ -67,7 +68,6 @@ Reads::Reads(py::list fields, int64_t total, std::string who, py::object packed)
         }
         f_.push_back(std::move(f));
     }
-    ratio_.assign(f_.size(), -1.0);
 }
 
 int64_t Reads::index(py::handle i) const
@@ -132,15 +132,22 @@ py::list Reads::read(py::handle obj, py::handle indices, py::object sel, py::obj
     const int64_t n = idx.numel();
     const c10::optional<at::Device> dev = device_of(device);
 
-    // the fixed fields: one read per variable (one of the packed row)
+    // every field of the batch as one entry of one planned read: a fixed
+    // field per variable (or the packed row), a ragged one per variable
     std::vector<std::string> names;
     std::vector<at::Tensor> outs;
     std::vector<dds_buf_t> bufs;
+    std::vector<dds_read_var_t> entries;
+    std::vector<RaggedOut> rag;
     PackedRow pk;
     if (packed_) {
         pk.var = pack_var_;
         pk.row_bytes = row_bytes_;
     }
+    size_t nrag = 0;
+    for (size_t k : which)
+        nrag += f_[k].ragged;
+    rag.reserve(nrag);   // the entries point at their RaggedOut
     for (size_t k : which) {
         const Field &f = f_[k];
         if (f.ragged)
@@ -166,41 +173,51 @@ py::list Reads::read(py::handle obj, py::handle indices, py::object sel, py::obj
         if (packed_) {
             pk.offsets.push_back(f.offset);
             check_packed_out(pk, pk.offsets.size() - 1, bufs.back(), f.name);
+        } else {
+            entries.push_back(read_entry(f.var.c_str(), DDS_READ_FIXED, bufs.back()));
         }
     }
+    at::Tensor rb;
+    bool host = true;
     if (!outs.empty() && packed_) {
-        packed_read(t, pk, outs, bufs, idx, stream,
-                    rowbuf.is_none() ? at::Tensor() : rowbuf.cast<at::Tensor>());
-    } else if (!outs.empty()) {
-        read_fields_checked(t, names, bufs, idx);
+        rb = packed_rowbuf(pk, outs, n, rowbuf.is_none() ? at::Tensor() : rowbuf.cast<at::Tensor>(),
+                           &host);
+        entries.push_back(read_entry(pk.var.c_str(), DDS_READ_FIXED, describe(pk.var, rb, n, stream)));
     }
+    for (size_t k : which) {
+        const Field &f = f_[k];
+        if (!f.ragged)
+            continue;
+        rag.push_back(RaggedOut{f.row_shape,
+                                field_options(f.st, f.tensor ? dev : c10::nullopt, pin_memory),
+                                {}, {}});
+        entries.push_back(ragged_entry(f.var, rag.back(), n, -1, stream));
+    }
+    int rc = 0;
+    {
+        py::gil_scoped_release nogil;
+        const uint64_t t0 = now_ns();
+        rc = read_vars(t.store, t.reader, entries.data(), entries.size(), idx.data_ptr<int64_t>(),
+                       static_cast<size_t>(n));
+        if (rc == 0 && rb.defined() && host)
+            scatter_host(pk, rb.data_ptr(), n, bufs, bufs.size());
+        note_read(t0, now_ns());
+    }
+    check(rc);
+    if (rb.defined() && !host)
+        scatter_tensors(pk, rb, outs);
 
-    // then each ragged field, in the order asked for
     py::list res(which.size());
-    size_t next = 0;
+    size_t next = 0, r = 0;
+    const size_t rag0 = entries.size() - nrag;
     for (size_t j = 0; j < which.size(); j++) {
         const Field &f = f_[which[j]];
         if (!f.ragged) {
             res[j] = py::cast(outs[next++]);
             continue;
         }
-        int64_t guess = -1;
-        {
-            std::lock_guard<std::mutex> g(mu_);
-            const double r = ratio_[which[j]];
-            if (r >= 0)
-                guess = static_cast<int64_t>(r * static_cast<double>(n) * 1.25) + 16;
-        }
-        std::vector<at::Tensor> v =
-            ragged_read(t, f.var, f.row_shape,
-                        field_options(f.st, f.tensor ? dev : c10::nullopt, pin_memory), idx,
-                        guess, stream);
-        if (n > 0) {
-            const double r = static_cast<double>(v[0].size(0)) / static_cast<double>(n);
-            std::lock_guard<std::mutex> g(mu_);
-            if (r > ratio_[which[j]])
-                ratio_[which[j]] = r;
-        }
+        std::vector<at::Tensor> v = ragged_finish(rag[r], entries[rag0 + r].total);
+        r++;
         res[j] = py::make_tuple(v[0], v[1], v[2], v[3]);
     }
     return res;

@@ -89,25 +89,21 @@ bool to_dds_dtype(at::ScalarType st, dds_dtype_t *dt);
 dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows,
                    uintptr_t stream);
 
-// One read of variable `name` into `buf` (describe()), with the GIL released
-// by the caller: get_batch of rows[0..n) when `batch`, else get from `start`.
-// A raw variable (DDS_DTYPE_RAW) takes a tensor of any supported dtype whose
-// rows have its row bytes: when core refuses the tensor's dtype
-// (-DDS_ETYPE) and the variable is raw, `buf` is described as raw and the
-// read made again.  Returns core's status (error detail in
-// dds_last_error(): call check() with the GIL held).
-int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
-              size_t n, int64_t start, bool batch);
-// The same with the store and reader already unwrapped (and pinned by the
-// caller): callable without the GIL from a thread that never held it.
-int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_buf_t *buf,
-              const int64_t *rows, size_t n, int64_t start, bool batch);
-
-// get_batch of the same rows[0..n) for every field: bufs[k] <- names[k], in
-// one planned call (dds_store_get_batch_vars: one transport batch for all
-// the fields; every field checked before any byte moves); when core refuses
-// an element type, field by field (raw variables, see read_into), stopping
-// at the first error.  Returns the status.  GIL released by the caller.
+// An entry of the one planned read (dds_store_read_vars): variable `name`
+// (kept alive by the caller), DDS_READ_* `kind`, destination `buf`
+// (describe()).
+dds_read_var_t read_entry(const char *name, int kind, const dds_buf_t &buf);
+// Every read of the extension: vars[0..nvars) for rows[0..n) in one planned
+// call (one transport round for all of them; two with ragged entries),
+// with the GIL released by the caller.  A raw variable (DDS_DTYPE_RAW)
+// takes a tensor of any supported dtype whose rows have its row bytes: when
+// core refuses an element type (-DDS_ETYPE) the raw variables' entries are
+// described as raw and the call made again.  Returns core's status (error
+// detail in dds_last_error(): call check() with the GIL held).  Callable
+// without the GIL from a thread that never held it.
+int read_vars(dds_store_t *store, dds_reader_t *reader, dds_read_var_t *vars, size_t nvars,
+              const int64_t *rows, size_t n);
+// read_vars of the fixed fields names[k] into bufs[k] (the same rows).
 int read_fields_into(dds_store_t *store, dds_reader_t *reader,
                      const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
                      const int64_t *rows, size_t n);
@@ -166,6 +162,11 @@ int packed_read_host(dds_store_t *store, dds_reader_t *reader, const PackedRow &
 // Scatter with torch copies (any device; rowbuf (n, row_bytes) uint8).
 void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
                      const std::vector<at::Tensor> &outs);
+// The row buffer of a packed read of n rows: `rowbuf` (alloc()'s, checked;
+// its device decides) or, undefined, one allocated on the outs' device;
+// *host_p: the read and the scatter are on the host.  GIL held.
+at::Tensor packed_rowbuf(const PackedRow &p, const std::vector<at::Tensor> &outs, int64_t n,
+                         at::Tensor rowbuf, bool *host_p);
 // Rows idx of p.var into outs (described as bufs, field k at p.offsets[k]),
 // through `rowbuf` (undefined: allocated on the outs' device).  GIL held.
 void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tensor> &outs,
@@ -182,9 +183,23 @@ c10::optional<at::Device> device_of(const py::object &device);
 // Options of a fresh batch tensor: on `dev` when given, else host (pinned).
 at::TensorOptions field_options(at::ScalarType st, const c10::optional<at::Device> &dev,
                                 bool pin_memory);
+// A ragged field's output of a planned read: values allocated with `opts`
+// (by core's grow callback once the samples' size is known), lengths.
+struct RaggedOut {
+    std::vector<int64_t> row_shape;
+    at::TensorOptions opts;
+    at::Tensor values, lengths;
+};
+// The DDS_READ_RAGGED entry of variable `name` (kept alive by the caller)
+// for n samples into r (`guess` element rows allocated first, < 0: none; r
+// must not move until the read returned).  GIL held.
+dds_read_var_t ragged_entry(const std::string &name, RaggedOut &r, int64_t n, int64_t guess,
+                            uintptr_t stream);
+// After the read: {values (total, *row_shape), lengths, offsets, batch} on
+// the values' device.  GIL held.
+std::vector<at::Tensor> ragged_finish(RaggedOut &r, int64_t total);
 // One packed read of ragged variable `name` (rows idx, int64 CPU):
-// {values (total, *row_shape) allocated with opts, lengths, offsets, batch};
-// `guess` element rows allocated first (< 0: sizes first).  GIL held.
+// {values, lengths, offsets, batch} (ragged_entry, ragged_finish).  GIL held.
 std::vector<at::Tensor> ragged_read(const Target &t, const std::string &name,
                                     const std::vector<int64_t> &row_shape,
                                     const at::TensorOptions &opts, const at::Tensor &idx,
@@ -207,12 +222,12 @@ at::Tensor seq_indices(py::handle indices, int64_t total, const std::string &who
 
 // The direct collate of one dataset's host fields, its specs parsed once:
 // call(reader, indices) converts the indices (seq_indices), allocates
-// (len(indices), *shape) per field, reads each field with one get_batch
-// under one GIL release, and returns what default_collate would: the
+// (len(indices), *shape) per field, reads every field in one planned read
+// (read_vars) under one GIL release, and returns what default_collate would: the
 // tensor ("value"), a list ("tuple"/"list"), aux(*tensors) ("namedtuple")
 // or {aux[k]: tensor} ("dict").  With `packed` (a PackedRow as Python
-// gives it, parse_packed) the fields are read with one get_batch of the
-// packed variable into a row buffer (allocated with the batch: the last
+// gives it, parse_packed) the fields are read as one entry, the packed
+// variable, into a row buffer (allocated with the batch: the last
 // of alloc()'s outs and bufs) and scattered (rowpack.cpp).
 class Collator {
 public:
@@ -264,8 +279,6 @@ private:
     bool packed_ = false;
     std::string pack_var_;
     size_t row_bytes_ = 0;
-    std::mutex mu_;
-    std::vector<double> ratio_;   // ragged: most element rows per sample read so far
 };
 // The samples of positions x (int64, in [0, n)) of DistSampler's keyed
 // order (inverse: the positions of samples x).

@@ -151,54 +151,42 @@ dds_buf_t describe(const std::string &name, const at::Tensor &out, int64_t nrows
     return buf;
 }
 
-int read_fields_into(dds_store_t *store, dds_reader_t *reader,
-                     const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
-                     const int64_t *rows, size_t n)
+dds_read_var_t read_entry(const char *name, int kind, const dds_buf_t &buf)
 {
-    // One planned call for every field (core plans the rows once per
-    // layout and hands the transport all their remote reads together).
-    std::vector<const char *> cnames(names.size());
-    for (size_t k = 0; k < names.size(); k++)
-        cnames[k] = names[k].c_str();
-    int rc = dds_store_get_batch_vars(store, reader, cnames.data(), bufs.data(), cnames.size(),
-                                      rows, n);
-    if (rc != -DDS_ETYPE)
-        return rc;
-    // Core refused a tensor's element type before reading anything: a raw
-    // variable takes any (read_into describes it as raw), any other
-    // variable's error stands.  Field by field, as before.
-    rc = 0;
-    for (size_t k = 0; k < bufs.size() && rc == 0; k++)
-        rc = read_into(store, reader, names[k].c_str(), &bufs[k], rows, n, 0, true);
-    return rc;
+    dds_read_var_t e{};
+    e.name = name;
+    e.kind = kind;
+    e.dst = buf;
+    return e;
 }
 
-int read_into(const Target &t, const char *name, dds_buf_t *buf, const int64_t *rows,
-              size_t n, int64_t start, bool batch)
-{
-    return read_into(t.store, t.reader, name, buf, rows, n, start, batch);
-}
-
-int read_into(dds_store_t *store, dds_reader_t *reader, const char *name, dds_buf_t *buf,
-              const int64_t *rows, size_t n, int64_t start, bool batch)
+int read_vars(dds_store_t *store, dds_reader_t *reader, dds_read_var_t *vars, size_t nvars,
+              const int64_t *rows, size_t n)
 {
     for (;;) {
-        const int rc = batch ? dds_store_get_batch(store, reader, name, buf, rows, n)
-                             : dds_store_get(store, reader, name, buf, start);
-        if (rc != -DDS_ETYPE || buf->dtype == DDS_DTYPE_RAW)
+        const int rc = dds_store_read_vars(store, reader, vars, nvars, rows, n);
+        if (rc != -DDS_ETYPE)
             return rc;
-        // Core refused the tensor's element type before reading anything.  A
+        // Core refused a tensor's element type before reading anything.  A
         // raw variable takes any element type whose rows have its row bytes:
-        // describe the tensor as raw rows of the variable's itemsize and let
-        // core check the row width.  Any other variable: core's error stands.
-        dds_var_info_t info;
-        const int irc = dds_store_var_info(store, name, &info);
-        if (irc != 0)
-            return irc;
-        if (info.dtype != DDS_DTYPE_RAW)
-            return rc;
-        buf->dtype = DDS_DTYPE_RAW;
-        buf->itemsize = info.itemsize;
+        // describe those tensors as raw rows of the variable's itemsize and
+        // read again (core checks the row width).  Any other variable: core's
+        // error stands.
+        const std::string msg = dds_last_error();
+        bool again = false;
+        for (size_t k = 0; k < nvars; k++) {
+            dds_buf_t &b = vars[k].dst;
+            dds_var_info_t info;
+            if (vars[k].kind == DDS_READ_SIZES || b.dtype == DDS_DTYPE_RAW ||
+                dds_store_var_info(store, vars[k].name, &info) != 0 ||
+                info.dtype != DDS_DTYPE_RAW)
+                continue;
+            b.dtype = DDS_DTYPE_RAW;
+            b.itemsize = info.itemsize;
+            again = true;
+        }
+        if (!again)
+            return dds_error(rc, "%s", msg.c_str());
     }
 }
 

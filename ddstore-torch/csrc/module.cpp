@@ -34,21 +34,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           "len(out) == len(indices).  Releases the GIL.");
     m.def("read_fields", &dt::read_fields, py::arg("store"), py::arg("names"),
           py::arg("outs"), py::arg("indices"), py::arg("stream") = 0,
-          "outs[k][:len(indices)] <- rows `indices` of names[k]: one get_batch per "
-          "variable under one GIL release.");
+          "outs[k][:len(indices)] <- rows `indices` of names[k]: one planned read "
+          "(dds_store_read_vars) under one GIL release.");
     m.def("collate", &dt::collate, py::arg("store"), py::arg("specs"),
           py::arg("indices"), py::arg("device") = py::none(),
           py::arg("pin_memory") = false, py::arg("stream") = 0,
           py::arg("packed") = py::none(),
           "Direct collate: allocate (len(indices), *shape) per spec "
-          "(name, shape, dtype name, on_device) and read every field with one "
-          "get_batch (packed=(variable, row_bytes, offsets): one get_batch of the "
-          "packed rows, scattered); returns the tensors in spec order.");
+          "(name, shape, dtype name, on_device) and read every field in one planned "
+          "read (packed=(variable, row_bytes, offsets): the packed rows, scattered); "
+          "returns the tensors in spec order.");
     m.def("read_packed", &dt::read_packed, py::arg("store"), py::arg("packed"),
           py::arg("outs"), py::arg("indices"), py::arg("stream") = 0,
           py::arg("rowbuf") = py::none(),
           "outs[k][:len(indices)] <- field k (at packed[2][k]) of rows `indices` of "
-          "the packed variable packed[0] (rows of packed[1] bytes): one get_batch into "
+          "the packed variable packed[0] (rows of packed[1] bytes): one read into "
           "a row buffer (rowbuf, or a fresh one), scattered in C++.  Releases the GIL.");
     m.def("seq_indices", &dt::seq_indices, py::arg("indices"), py::arg("total"),
           py::arg("who"),
@@ -80,8 +80,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           py::arg("stream") = 0,
           "Packed read of ragged variable `name`: (values (total, *row_shape), lengths, "
           "offsets (n+1 prefix sums), batch (sample of every element row)); values "
-          "allocated for `guess` element rows first (-1: sizes first) and reallocated "
-          "on DDS_ENOSPC.  Releases the GIL for the reads.");
+          "allocated for `guess` element rows first (-1: none), and at the exact size "
+          "by core when the samples need more (one planned read).  Releases the GIL.");
     m.def("register_recv", &dt::register_recv, py::arg("store"), py::arg("buf"),
           py::arg("stream") = 0,
           "Register a tensor as a read destination (reads into it or any slice of "

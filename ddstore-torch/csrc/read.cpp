@@ -3,7 +3,9 @@
 // Every read checks its destination tensor (describe()) with the GIL held,
 // then releases the GIL for the whole transfer (core checks the tensor
 // against the variable there, before any byte moves), so loader threads
-// read in parallel and the training thread keeps running.
+// read in parallel and the training thread keeps running.  Every read of
+// the extension (here, collate.cpp, dataset.cpp, rowpack.cpp, the
+// pipeline) is one read_vars call: core's one planned read.
 #include "ddstore_torch.h"
 
 namespace ddstore_torch {
@@ -12,12 +14,14 @@ void get(py::handle obj, const std::string &name, at::Tensor out,
          int64_t start, uintptr_t stream)
 {
     const Target t(obj);
-    dds_buf_t buf = describe(name, out, out.dim() ? out.size(0) : -1, stream);
+    dds_read_var_t e = read_entry(
+        name.c_str(), DDS_READ_RANGE, describe(name, out, out.dim() ? out.size(0) : -1, stream));
+    e.start = start;
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        rc = read_into(t, name.c_str(), &buf, nullptr, 0, start, false);
+        rc = read_vars(t.store, t.reader, &e, 1, nullptr, 0);
         note_read(t0, now_ns());
     }
     check(rc);
@@ -33,25 +37,34 @@ void get_batch(py::handle obj, const std::string &name, at::Tensor out,
         throw_py(PyExc_ValueError, "variable '" + name + "': destination tensor has " +
                                        std::to_string(out.size(0)) + " rows but " +
                                        std::to_string(n) + " indices were given");
-    dds_buf_t buf = describe(name, out, n, stream);
+    dds_read_var_t e = read_entry(name.c_str(), DDS_READ_FIXED, describe(name, out, n, stream));
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        rc = read_into(t, name.c_str(), &buf, idx.data_ptr<int64_t>(),
-                       static_cast<size_t>(n), 0, true);
+        rc = read_vars(t.store, t.reader, &e, 1, idx.data_ptr<int64_t>(),
+                       static_cast<size_t>(n));
         note_read(t0, now_ns());
     }
     check(rc);
 }
 
+int read_fields_into(dds_store_t *store, dds_reader_t *reader,
+                     const std::vector<std::string> &names, std::vector<dds_buf_t> &bufs,
+                     const int64_t *rows, size_t n)
+{
+    std::vector<dds_read_var_t> e(names.size());
+    for (size_t k = 0; k < names.size(); k++)
+        e[k] = read_entry(names[k].c_str(), DDS_READ_FIXED, bufs[k]);
+    return read_vars(store, reader, e.data(), e.size(), rows, n);
+}
+
 // Several variables, the same rows: outs[k][:len(indices)] <- rows of
-// names[k], one get_batch per variable, all under one GIL release.  Output
-// tensors may have more rows than indices (reused buffers); the first
-// len(indices) rows are written.  Every tensor is checked (describe())
-// before the first read; core checks each against its variable when that
-// variable is read, so a mismatch in a later field raises after the earlier
-// fields were written.
+// names[k], in one planned call under one GIL release.  Output tensors may
+// have more rows than indices (reused buffers); the first len(indices) rows
+// are written.  Every tensor is checked (describe()) before the call, and
+// core checks each against its variable before any byte moves: a mismatch
+// in any field raises with nothing written.
 void read_fields(py::handle obj, const std::vector<std::string> &names,
                  std::vector<at::Tensor> outs, py::handle indices, uintptr_t stream)
 {

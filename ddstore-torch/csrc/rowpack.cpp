@@ -5,8 +5,9 @@
 // The fixed fields of a sample are one row of one uint8 store variable:
 // each field's bytes at its offset (aligned to its element size), the row
 // padded to a multiple of 8 bytes.  A batch is then one planned read
-// (dds_store_get_batch of the packed variable: one transport batch, one
-// remote read per run of consecutive rows per owner) into a row buffer
+// (one entry of the one planned read, read_vars: one transport batch, one
+// remote read per run of consecutive rows per owner; a dataset's ragged
+// fields ride in the same call, dataset.cpp) into a row buffer
 // (len(indices), row_bytes), and each field is scattered from there into
 // its own output tensor here (host: memcpy per row and field, no GIL;
 // device: one strided copy per field on the current stream).  Python
@@ -99,7 +100,8 @@ int packed_read_host(dds_store_t *store, dds_reader_t *reader, const PackedRow &
                      dds_buf_t *rowbuf, const int64_t *rows, size_t n,
                      const std::vector<dds_buf_t> &outs, size_t nout)
 {
-    const int rc = read_into(store, reader, p.var.c_str(), rowbuf, rows, n, 0, true);
+    dds_read_var_t e = read_entry(p.var.c_str(), DDS_READ_FIXED, *rowbuf);
+    const int rc = read_vars(store, reader, &e, 1, rows, n);
     if (rc == 0)
         scatter_host(p, rowbuf->ptr, static_cast<int64_t>(n), outs, nout);
     return rc;
@@ -121,16 +123,9 @@ void scatter_tensors(const PackedRow &p, const at::Tensor &rowbuf,
     }
 }
 
-// Rows `idx` of packed variable p.var scattered into outs[k] (field k at
-// p.offsets[k], described as bufs[k]; outs have idx.numel() rows): one
-// get_batch into a row buffer (`rowbuf`, registered by alloc(), or
-// undefined: one is allocated on the outs' device), then the scatter (host:
-// without the GIL; device: one strided copy per field).
-void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tensor> &outs,
-                 std::vector<dds_buf_t> &bufs, const at::Tensor &idx, uintptr_t stream,
-                 at::Tensor rowbuf)
+at::Tensor packed_rowbuf(const PackedRow &p, const std::vector<at::Tensor> &outs, int64_t n,
+                         at::Tensor rowbuf, bool *host_p)
 {
-    const int64_t n = idx.numel();
     bool host = true;
     c10::optional<at::Device> dev;
     for (const at::Tensor &o : outs)
@@ -152,17 +147,29 @@ void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tens
             opts = opts.device(*dev);
         rowbuf = at::empty({n, static_cast<int64_t>(p.row_bytes)}, opts);
     }
-    dds_buf_t rb = describe(p.var, rowbuf, n, stream);
+    *host_p = host;
+    return rowbuf;
+}
+
+// Rows `idx` of packed variable p.var scattered into outs[k] (field k at
+// p.offsets[k], described as bufs[k]; outs have idx.numel() rows): one
+// planned read into a row buffer (packed_rowbuf), then the scatter (host:
+// without the GIL; device: one strided copy per field).
+void packed_read(const Target &t, const PackedRow &p, const std::vector<at::Tensor> &outs,
+                 std::vector<dds_buf_t> &bufs, const at::Tensor &idx, uintptr_t stream,
+                 at::Tensor rowbuf)
+{
+    const int64_t n = idx.numel();
+    bool host = true;
+    rowbuf = packed_rowbuf(p, outs, n, rowbuf, &host);
+    dds_read_var_t e = read_entry(p.var.c_str(), DDS_READ_FIXED, describe(p.var, rowbuf, n, stream));
     int rc;
     {
         py::gil_scoped_release nogil;
         const uint64_t t0 = now_ns();
-        if (host)
-            rc = packed_read_host(t.store, t.reader, p, &rb, idx.data_ptr<int64_t>(),
-                                  static_cast<size_t>(n), bufs, bufs.size());
-        else
-            rc = read_into(t.store, t.reader, p.var.c_str(), &rb, idx.data_ptr<int64_t>(),
-                           static_cast<size_t>(n), 0, true);
+        rc = read_vars(t.store, t.reader, &e, 1, idx.data_ptr<int64_t>(), static_cast<size_t>(n));
+        if (rc == 0 && host)
+            scatter_host(p, rowbuf.data_ptr(), n, bufs, bufs.size());
         note_read(t0, now_ns());
     }
     check(rc);

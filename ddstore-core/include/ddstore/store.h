@@ -208,18 +208,69 @@ DDS_API int dds_store_get_batch(dds_store_t *store, dds_reader_t *reader,
                         const char *name, const dds_buf_t *dst,
                         const int64_t *rows, size_t n);
 
+/* ---- the one planned read ----------------------------------------------
+ *
+ * Every read (get, get_batch, get_batch_vars, ragged_get_batch,
+ * ragged_sizes) is this call with one or more variables: one entry per
+ * variable saying what to read (fixed rows, ragged samples, or ragged
+ * lengths only) and where (dst: host or GPU memory, dst.mem).  The same
+ * rows[0..n) of every variable. */
+typedef enum {
+    DDS_READ_FIXED = 0,      /* dst row i <- row rows[i] (dst.nrows == n)    */
+    DDS_READ_RAGGED = 1,     /* samples rows[0..n) packed in request order
+                                into dst (element rows; dst.nrows is its
+                                room), as ragged_get_batch                  */
+    DDS_READ_SIZES = 2,      /* lengths only, as ragged_sizes (dst unused)  */
+    DDS_READ_RANGE = 3       /* dst rows <- rows [start, start+dst.nrows),
+                                as get (rows[] unused)                      */
+} dds_read_kind_t;
+
+typedef struct dds_read_var {
+    const char *name;
+    int kind;                /* dds_read_kind_t                              */
+    dds_buf_t dst;
+    int64_t start;           /* RANGE: the first row                         */
+    /* RAGGED / SIZES: out, n lengths (RAGGED: may be NULL) and their sum */
+    int64_t *lengths;
+    int64_t total;
+    /* RAGGED, optional: called once the lengths are known and dst.nrows <
+     * total, before any payload or fixed row moves, to give dst room for
+     * `total` element rows (set var->dst; it is checked again).  Called
+     * with the store's table lock held for reading: it must not call the
+     * store.  A return < 0 fails the read with that code.  NULL: the read
+     * fails with -DDS_ENOSPC as ragged_get_batch does. */
+    int (*grow)(void *arg, struct dds_read_var *var);
+    void *grow_arg;
+} dds_read_var_t;
+
+/* Local: vars[k] for rows[0..n), k in [0, nvars), in one planned call.
+ * Every entry is checked before any byte moves (variable live and of the
+ * entry's kind (FIXED and RANGE: fixed rows), destination against the variable, indices in range: an
+ * error names the variable and nothing is read).  Ragged entries first
+ * read their index entries, all of them in one transport round (the only
+ * step before payload); a ragged destination without room then fails
+ * with -DDS_ENOSPC, every ragged entry's lengths and total filled and no
+ * payload nor fixed row read (unless `grow` gives room).  Then every
+ * entry's rows in one round: fixed rows planned once per distinct layout
+ * (same row distribution, row size and route), ragged payloads packed per
+ * sample; this rank's and mapped same-node owners' rows by memcpy; every
+ * remaining read of every entry, host or GPU destination (direct: the
+ * transport writes GPU memory after one fence on dst.mem.stream; staged:
+ * through a pinned buffer and one asynchronous host-to-device copy per
+ * entry on dst.mem.stream, not waited for), in one transport call
+ * (read_multi: one round trip per owner, not per variable; read() per
+ * variable without it).  So a batch of fixed and ragged fields is one
+ * round (two with ragged fields: their index, then everything).
+ * Profile per variable as the one-variable calls count it (FIXED, RANGE:
+ * one call of dst.nrows rows; RAGGED: one call, n rows, the payload's bytes; SIZES: reads
+ * and times only); the variables share the call's time.  nvars == 0 is a
+ * no-op; a name may repeat.  dds_last_error() names the variable(s). */
+DDS_API int dds_store_read_vars(dds_store_t *store, dds_reader_t *reader,
+                                dds_read_var_t *vars, size_t nvars,
+                                const int64_t *rows, size_t n);
+
 /* Local: dsts[k] row i <- global row rows[i] of variable names[k], for
- * k in [0, nvars): the fields of one batch in one planned call.  Every
- * variable and destination is checked before any byte moves (an error
- * names the variable; nothing is read then).  Rows are planned once per
- * distinct layout (variables with the same row distribution and row size
- * share one plan), this rank's and same-node owners' rows are copied with
- * memcpy, and the remote reads of all the variables with host destinations
- * go to the transport in one call (its read_multi: one round trip per
- * owner, not one per variable) before any is waited for; GPU destinations
- * are read per variable as dds_store_get_batch reads them.  Each variable's
- * profile counts one call, as dds_store_get_batch.  nvars == 0 is a no-op;
- * a name repeated is read into each of its destinations. */
+ * k in [0, nvars): dds_store_read_vars with DDS_READ_FIXED entries. */
 DDS_API int dds_store_get_batch_vars(dds_store_t *store, dds_reader_t *reader,
                                      const char *const *names,
                                      const dds_buf_t *dsts, size_t nvars,
