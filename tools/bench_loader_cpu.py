@@ -122,7 +122,7 @@ def loader(spin_ns=None, compute=False):
     lo = ThreadDataLoader(ds, batch_sampler=Sampler(), num_workers=1)
     it = iter(lo)
     if spin_ns is not None:   # the consumer's polling before it sleeps (pipeline.cpp)
-        it._state.pipe.spin_ns = spin_ns
+        it._b.pipe.spin_ns = spin_ns
     next(it)
     m = 0
     for b in it:
