@@ -389,20 +389,104 @@ void Batches::shutdown(bool join)
 {
     if (!stop_)
         stop();
-    if (!join)
-        return;
-    py::object me = py::module_::import("threading").attr("current_thread")();
-    for (py::handle t : threads)
-        if (!t.is(me))
-            t.attr("join")();
-    if (pipe_ != nullptr)
-        pipe_->join();
-    if (pipe_ != nullptr && pool && !pool.is_none()) {   // give the slots back once
-        py::object p = std::move(pool);
-        pool = py::none();
-        for (py::handle slot : slots)
-            p.cast<Slots &>().give(py::reinterpret_borrow<py::object>(slot));
+    if (join) {
+        py::object me = py::module_::import("threading").attr("current_thread")();
+        for (py::handle t : threads)
+            if (!t.is(me))
+                t.attr("join")();
+        if (pipe_ != nullptr)
+            pipe_->join();
     }
+    // the consumer's slots go back once its threads are joined (none: now)
+    if (owns && !given_ && pool && !pool.is_none() && (join || workers_ == 0)) {
+        given_ = true;
+        for (py::handle slot : slots)
+            pool.cast<Slots &>().give(py::reinterpret_borrow<py::object>(slot));
+    }
+}
+
+py::object Batches::iter_next()
+{
+    try {
+        return next();
+    } catch (py::stop_iteration &) {
+        shutdown(workers_ > 0);   // idle threads: returns at once
+        if (report_due() && on_end && !on_end.is_none()) {
+            py::object f = on_end();   // (a weak method: None once the loader is gone)
+            if (!f.is_none())
+                f(stats_obj_);
+        }
+        throw;
+    } catch (py::error_already_set &) {
+        if (ended)   // a batch's error: the epoch ends
+            shutdown(false);
+        throw;
+    }
+}
+
+void Batches::close()
+{
+    if (closed_)
+        return;
+    closed_ = true;
+    shutdown(true);
+    clear();   // drops the prefetched batches, the sampler
+    if (pool && !pool.is_none())
+        pool.cast<Slots &>().release(slots);
+    slots = py::list();
+}
+
+void Batches::serve_worker(int worker, py::object fetch, int cpu, py::object init)
+{
+    pin_cpu(cpu);
+    py::object slot = py::none(), err = py::none();
+    try {
+        slot = pool.cast<Slots &>().take(true);
+        slots.append(slot);
+        for (py::handle r : slot.cast<Slot &>().readers)
+            r[py::int_(0)].attr("_bind_reader")(r[py::int_(1)]);
+        if (!init.is_none())
+            init(worker);
+    } catch (py::error_already_set &e) {   // raised by every batch
+        e.restore();
+        err = fetch_error();
+    }
+    auto done = [&] {
+        if (slot.is_none())
+            return;
+        for (py::handle r : slot.cast<Slot &>().readers)
+            r[py::int_(0)].attr("_bind_reader")(py::none());
+        pool.cast<Slots &>().give(slot);
+    };
+    try {
+        work(worker, std::move(fetch), slot, err);
+    } catch (...) {
+        done();
+        throw;
+    }
+    done();
+}
+
+void Batches::start_native(py::object ds, std::vector<int> cpus, py::object init)
+{
+    owns = true;
+    try {
+        for (int w = 0; w < workers_; ++w)
+            slots.append(pool.cast<Slots &>().take(true));
+    } catch (py::error_already_set &e) {   // raised by the first next()
+        e.restore();
+        fail(fetch_error());
+        return;
+    }
+    py::list readers;
+    for (py::handle h : slots) {
+        py::object reader = py::none();
+        for (py::handle r : h.cast<Slot &>().readers)   // (dataset, reader) tuples
+            if (PyTuple_GET_ITEM(r.ptr(), 0) == ds.ptr())
+                reader = py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(r.ptr(), 1));
+        readers.append(reader.is_none() ? ds.attr("_reader")() : reader);
+    }
+    pipe_->start(readers, std::move(cpus), std::move(init));
 }
 
 py::list Batches::alive()

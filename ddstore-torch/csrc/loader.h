@@ -154,6 +154,9 @@ private:
 
 // Native loader threads running in this process (every Pipeline's).
 int native_threads();
+// The calling thread pinned to CPU `cpu` (as os.sched_setaffinity: a CPU
+// not allowed is ignored).
+void pin_cpu(int cpu);
 // The Python exception being raised (PyErr_Occurred), cleared and returned
 // with its traceback attached (re-raised on the consumer as it was).
 py::object fetch_error();
@@ -186,6 +189,23 @@ public:
     // (batch, collate_s, pin_s) for every task (with the GIL; waits without
     // it); `err` (not None): the worker's set-up failed, every batch raises it.
     void work(int worker, py::object fetch, py::object slot, py::object err);
+    // A Python worker thread's whole life (threading.Thread's target): pinned
+    // to `cpu` (>= 0), its slot taken from `pool` and its thread readers
+    // bound, init(worker) called (None: no call), work() until stop(), then
+    // the readers unbound and the slot given back.  A set-up error is
+    // raised by every batch.
+    void serve_worker(int worker, py::object fetch, int cpu, py::object init);
+    // The native threads of the pipeline: their slots taken from `pool` (an
+    // error is raised by the first next()), each thread reading through its
+    // reader of `ds` (the dataset's store when it has none).
+    void start_native(py::object ds, std::vector<int> cpus, py::object init);
+    // The iterator's __next__: next(), and at the epoch's end the threads
+    // joined, the slots given back and on_end (a weak method) called with
+    // the figures when the report is due; after an error that ends the
+    // epoch, the threads stopped.
+    py::object iter_next();
+    // The iterator's close(): the epoch ended early (see loader.py).
+    void close();
     void fail(py::object err);   // a worker's set-up error, raised by next()
     void stop();                 // wakes every thread; the pipeline stops
     // stop(); with join, wait for the threads (Python's joined, the
@@ -203,9 +223,12 @@ public:
     int64_t batches, samples, base_samples, num_yielded = 0;
     py::object key;   // the DistSampler's (epoch, start) the counts are from
     // The epoch's Python worker threads; the slots (readers, buffers) its
-    // workers took; the pool the native threads' slots go back to (Slots).
+    // workers took; the loader's pool of slots (Slots); owns: the consumer
+    // took the slots (native threads, no workers) and gives them back at
+    // shutdown; on_end: see iter_next().
     py::list threads, slots;
-    py::object pool;
+    py::object pool, on_end;
+    bool owns = false;
     bool stopped() const { return stop_; }
     py::object pipe() const { return pipe_obj_; }
 
@@ -239,6 +262,7 @@ private:
     std::map<int64_t, Res> results_;
     py::object err_;
     bool stop_ = false;
+    bool given_ = false, closed_ = false;
 };
 
 // A ThreadDataLoader's worker slots, reused across epochs: per worker its

@@ -65,6 +65,16 @@ std::atomic<int> g_threads{0};   // native loader threads running
 
 int native_threads() { return g_threads.load(); }
 
+void pin_cpu(int cpu)
+{
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 Pipeline::~Pipeline()
 {
     if (pid_ != 0 && pid_ != getpid()) {
@@ -128,12 +138,7 @@ void Pipeline::thread_main(std::shared_ptr<Pipeline> self, int worker, dds_store
     char name[16];
     std::snprintf(name, sizeof name, "ddstore-ld-%d", worker);
     pthread_setname_np(pthread_self(), name);
-    if (cpu >= 0) {   // (as os.sched_setaffinity: a CPU not allowed is ignored)
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        pthread_setaffinity_np(pthread_self(), sizeof set, &set);
-    }
+    pin_cpu(cpu);
     bool ok = true;
     if (self->init_ && !self->init_.is_none() && !DDS_PY_FINALIZING()) {
         py::gil_scoped_acquire gil;

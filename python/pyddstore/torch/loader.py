@@ -13,7 +13,6 @@ that call it.  What stays here: DataLoader's arguments, the user's objects
 """
 
 import inspect
-import os
 import threading
 import time
 import weakref
@@ -284,7 +283,7 @@ class _ThreadIter:
 
     def __init__(self, loader, t0=None):
         ds, nw = loader.dataset, loader.num_workers
-        self._loader, self._num_workers, self._closed = loader, nw, False
+        self._loader = loader    # (the loader lives as long as its iterators)
         self._index_sampler = loader._index_sampler
         # The same draws as DataLoader's _BaseDataLoaderIter.__init__: the
         # sampler iterator first, then the base seed (once per iterator, or
@@ -326,29 +325,21 @@ class _ThreadIter:
             nw > 0 and pipe is None and torch.cuda.is_available(),
             0 if pr is None else pr.batches, 0 if pr is None else pr.samples)
         b.key = None if dsamp is None else (dsamp.epoch, dsamp._start)
-        self._slot, b.slots = slot, [slot] if slot is not None else []
+        b.pool, b.on_end = loader._slots, weakref.WeakMethod(loader._epoch_ended)
+        b.owns, b.slots = nw == 0, [slot] if slot is not None else []
         loader._progress = b
-        if pipe is not None:
-            _start_native(loader, b, ds, pipe)
-        for wid in range(nw if pipe is None else 0):
-            t = threading.Thread(target=_worker, name=f"ddstore-loader-{wid}", daemon=True,
-                                 args=(weakref.ref(loader), b, wid, fetch, loader._cpus[wid]))
+        if pipe is not None:   # C++ threads (their thread readers taken here)
+            b.start_native(ds, loader._cpus, loader.worker_init_fn)
+        for wid in range(nw if pipe is None else 0):   # Python threads: user code
+            t = threading.Thread(target=b.serve_worker, name=f"ddstore-loader-{wid}",
+                                 args=(wid, fetch, loader._cpus[wid], loader.worker_init_fn),
+                                 daemon=True)
             t.start()
             b.threads.append(t)
         b.prime(nw * (loader.prefetch_factor or 0))
 
     def __next__(self):
-        try:
-            return self._b.next()
-        except StopIteration:
-            self._shutdown(join=self._num_workers > 0)   # idle threads: returns at once
-            if self._b.report_due():
-                self._loader._epoch_ended(self._stats)
-            raise
-        except BaseException:
-            if self._b.ended:                # a batch's error: the epoch ends
-                self._shutdown(join=False)
-            raise
+        return self._b.__next__()
 
     @property
     def _num_yielded(self):
@@ -367,23 +358,11 @@ class _ThreadIter:
         reuse_buffers sets this epoch used (the loader allocates new ones if
         iterated again; its thread readers are kept).  Idempotent.  Call it
         from the thread that iterates."""
-        if self._closed:
-            return
-        self._closed = True
-        self._shutdown(join=True)
-        self._b.clear()                       # drops the prefetched batches, the sampler
-        self._loader._slots.release(self._b.slots)
-        self._b.slots = []
-
-    def _shutdown(self, join=False):
-        self._b.shutdown(join)
-        slot, self._slot = getattr(self, "_slot", None), None
-        if slot is not None:
-            self._loader._slots.give(slot)
+        self._b.close()
 
     def __del__(self):
         try:
-            self._shutdown(join=False)
+            self._b.shutdown(False)
         except Exception:  # noqa: BLE001
             pass
 
@@ -431,50 +410,3 @@ def _fetcher(loader, ds, fast, pin):
             data = pin_memory(data, pin_device)
         return data, 0.0 if t is None else t1 - t, (perf() - t1) if pin else 0.0
     return fetch
-
-
-def _start_native(loader, b, ds, pipe):
-    """The C++ worker threads of the direct collate: their slots (thread
-    readers) are taken here, given back when the epoch is joined."""
-    b.pool = loader._slots
-    try:
-        for _ in range(loader.num_workers):
-            b.slots.append(loader._slots.take())
-    except BaseException as e:  # noqa: BLE001 - raised by the first next()
-        b.fail(e)
-        return
-    readers = [next((r for d, r in slot.readers if d is ds), None) or ds._reader()
-               for slot in b.slots]
-    pipe.start(readers, loader._cpus, loader.worker_init_fn)
-
-
-def _worker(loader_ref, b, wid, fetch, cpu):
-    """A Python worker thread (a user dataset or collate_fn): set-up, then
-    ext.Batches.work() calls fetch for each batch until the epoch stops."""
-    loader, slot, err = loader_ref(), None, None
-    if loader is None:
-        return
-    if cpu >= 0:
-        try:
-            os.sched_setaffinity(0, {cpu})   # 0 = this thread on Linux
-        except (AttributeError, OSError):
-            pass
-    try:
-        slot = loader._slots.take()
-        b.slots.append(slot)
-        for d, r in slot.readers:
-            d._bind_reader(r)
-        if loader.worker_init_fn is not None:
-            loader.worker_init_fn(wid)
-    except BaseException as e:  # noqa: BLE001 - reported with every batch
-        err = e
-    del loader
-    try:
-        b.work(wid, fetch, slot, err)
-    finally:
-        if slot is not None:
-            for d, _ in slot.readers:
-                d._bind_reader(None)
-            lo = loader_ref()
-            if lo is not None:
-                lo._slots.give(slot)
