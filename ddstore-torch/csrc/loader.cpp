@@ -153,6 +153,9 @@ bool Batches::take_pipe(Res *res)
         py::object perr = pipe_->error();   // a worker's worker_init_fn raised
         if (!perr.is_none())
             raise(perr);
+        if (stop_)   // (the pipeline stopped: nothing will come)
+            throw_py(PyExc_RuntimeError, "ThreadDataLoader: the epoch's worker threads were "
+                                         "stopped (loader.close()) before it ended");
         if (deadline != 0 && now_s() >= deadline)
             throw_py(PyExc_RuntimeError, "DataLoader timed out after " +
                                              py::str(timeout_text_).cast<std::string>() +

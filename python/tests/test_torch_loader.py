@@ -363,6 +363,27 @@ def test_direct_collate_workers_are_native_threads(datasets, monkeypatch):
     assert_all(comm, not bad, bad)
 
 
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_next_after_loader_close_raises(datasets, kind):
+    """loader.close() stops the threads of an epoch still being iterated: its
+    next() raises RuntimeError (it used to spin for ever with the native
+    pipeline), with the C++ and with the Python worker threads."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    collate = None if kind == "native" else (lambda rows: torch.utils.data.default_collate(rows))
+    loader = ThreadDataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    err = None
+    try:
+        for _ in it:
+            pass
+    except RuntimeError as e:
+        err = e
+    assert_all(comm, err is not None, f"{kind}: the epoch went on after loader.close()")
+
+
 def test_in_order_false(datasets):
     comm, dss = datasets
     got = [b.tolist() for b in ThreadDataLoader(dss["int"], batch_size=4, num_workers=3,
