@@ -378,7 +378,8 @@ def _fetcher(loader, ds, fast, pin):
         collate = ds.collate_fn   # ragged fields: default_collate cannot stack them
     pin, pin_device = pin
     box, perf, pin_memory = [], time.perf_counter, _tud_utils.pin_memory.pin_memory
-    if isinstance(ds, IterableDataset):
+    iterable = isinstance(ds, IterableDataset)
+    if iterable:
         kind = torch.utils.data.dataloader._DatasetKind
         make = (lambda: kind.create_fetcher(kind.Iterable, ds, auto, collate, loader.drop_last))
 
@@ -391,7 +392,7 @@ def _fetcher(loader, ds, fast, pin):
             data = ds._collate(index, out=bufs)
             t = perf()
             data = ext.copy_batch(data)
-        elif isinstance(ds, IterableDataset):
+        elif iterable:
             box[:] = box or [make()]
             data = box[0].fetch(index)
         else:
