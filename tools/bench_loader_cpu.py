@@ -7,7 +7,9 @@ batch down").
 ARMS: comma-separated arms (default bare,collate,loader; also spin0, spin5,
 spin20: the loader with the consumer polling 0 / 5 / 20 µs, not 50, before
 it sleeps; bare+c, loader+c: bare and loader with a fixed training step per
-batch, step(), compared with each other).  With
+batch, step(), compared with each other; uc, loader-uc: a user collate_fn
+(torch.stack of ds.__getitems__'s samples) in the calling thread and
+through the loader, whose worker is then a Python thread).  With
 BENCH_PERF=DIR each rank runs `perf record -e cpu-clock` on itself over the
 timed rounds only (not start-up or exit), into DIR/perf.RANK.data; then e.g.
 `perf report -i DIR/perf.0.data --sort pid,dso,sym` splits the consumer
@@ -115,14 +117,27 @@ def collate():
     return 10 * NB
 
 
+def user_collate(rows):
+    """A collate_fn of the user's (not default_collate): the loader's
+    workers are then Python threads calling it."""
+    return torch.stack(rows) if nf == 1 else rows
+
+
+def uc():
+    for _ in range(10):
+        for b in lists:
+            user_collate(ds.__getitems__(b))
+    return 10 * NB
+
+
 extra = {}
 
 
-def loader(spin_ns=None, compute=False):
-    lo = ThreadDataLoader(ds, batch_sampler=Sampler(), num_workers=1)
+def loader(spin_ns=None, compute=False, collate_fn=None):
+    lo = ThreadDataLoader(ds, batch_sampler=Sampler(), num_workers=1, collate_fn=collate_fn)
     it = iter(lo)
     if spin_ns is not None:   # the consumer's polling before it sleeps (pipeline.cpp)
-        it._state.pipe.spin_ns = spin_ns
+        it._b.pipe.spin_ns = spin_ns
     next(it)
     m = 0
     for b in it:
@@ -130,7 +145,7 @@ def loader(spin_ns=None, compute=False):
             step(b)
         m += 1
     fig = lo.epoch_report()
-    if spin_ns is None and not compute:
+    if spin_ns is None and not compute and collate_fn is None:
         extra.setdefault("wait_per_batch_us", []).append(1e3 * fig["wait_per_batch_ms"])
         extra.setdefault("fetch_per_batch_us", []).append(1e3 * fig["fetch_per_batch_ms"])
     lo.close()
@@ -143,7 +158,10 @@ arms = {"bare": bare, "collate": collate, "loader": loader,
         "spin0": lambda: loader(0), "spin5": lambda: loader(5000),
         "spin20": lambda: loader(20000),
         # with a fixed training step per batch (step()): what users see
-        "bare+c": lambda: bare(True), "loader+c": lambda: loader(compute=True)}
+        "bare+c": lambda: bare(True), "loader+c": lambda: loader(compute=True),
+        # a user collate_fn (Python worker threads): uc = the same fetch and
+        # collate in the calling thread, loader-uc through the loader
+        "uc": uc, "loader-uc": lambda: loader(collate_fn=user_collate)}
 arms = {k: arms[k] for k in (sys.argv[3] if len(sys.argv) > 3 else
                               "bare,collate,loader").split(",")}
 load0 = os.getloadavg()[0]
@@ -178,7 +196,7 @@ if comm.Get_rank() == 0:
             v = [worst(k, r, j) for r in range(rounds)]
             out[f"{k}_{what}"] = [round(statistics.median(v), 1), round(min(v), 1),
                                   round(max(v), 1)]
-        ref = "bare+c" if k.endswith("+c") else "bare"
+        ref = "bare+c" if k.endswith("+c") else "uc" if k.endswith("-uc") else "bare"
         if k != ref and ref in arms:
             for j, what in ((0, "wall"), (1, "cpu")):
                 v = [worst(k, r, j) / worst(ref, r, j) for r in range(rounds)]

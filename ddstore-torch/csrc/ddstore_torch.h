@@ -288,63 +288,7 @@ std::pair<at::Tensor, int64_t> window_rows(py::handle indices, int64_t length,
                                            py::object starts, int64_t stride,
                                            int64_t dilation, int64_t window);
 
-// pipeline.cpp: ThreadDataLoader's native prefetch (see the file's head).
-class Pipeline {
-public:
-    Pipeline(py::object collator, py::object store);
-    ~Pipeline();
-    Pipeline(const Pipeline &) = delete;
-    Pipeline &operator=(const Pipeline &) = delete;
-    void submit(int64_t seq, py::handle indices);
-    void run(py::handle reader, int worker);
-    py::object take(double timeout_s, int64_t seq, py::handle reader);
-    // A batch taken: (key, ok, batch or exception, t0, t1 seconds, worker).
-    struct Taken {
-        int64_t key = -1;
-        bool ok = false;
-        py::object data;
-        double t0 = 0, t1 = 0;
-        int worker = 0;
-    };
-    // take() without the tuple, for the consumer loop (loader.cpp): false on
-    // timeout or stop.  `help` is a handle (handle_of) the consumer reads
-    // through when it would wait for a batch nobody started (0: never);
-    // pinned only when it reads.  GIL held; released while waiting.
-    bool take_into(double timeout_s, int64_t seq, uint64_t help, Taken *out);
-    void stop();
-    size_t ready();
-    // How long take() polls (yielding the core) for a batch before it
-    // sleeps on the condition variable, in ns (0: it sleeps at once).
-    uint64_t spin_ns = 50000;
-
-private:
-    struct Task {
-        int64_t seq = 0;
-        at::Tensor idx;
-        std::vector<at::Tensor> outs;
-        std::vector<dds_buf_t> bufs;
-    };
-    struct Result {
-        int rc = 0;
-        std::string msg;
-        std::vector<at::Tensor> outs;
-        uint64_t t0 = 0, t1 = 0;
-        int worker = 0;
-    };
-    // Task t read through (store, reader) by `worker` (-1: the consumer).
-    Result execute(Task &t, dds_store_t *store, dds_reader_t *reader, int worker);
-    py::object collator_, store_;
-    const Collator *col_ = nullptr;
-    ddstore_pin_t *pin_ = nullptr;   // the store's life lock (ddstore_handle_ref)
-    std::mutex mu_;
-    std::condition_variable cv_tasks_;     // workers wait for tasks
-    std::condition_variable cv_results_;   // the consumer waits for batches
-    std::deque<Task> tasks_;
-    std::map<int64_t, Result> results_;
-    bool stop_ = false;
-    bool sleeping_ = false;                      // the consumer waits on cv_results_
-    std::atomic<uint64_t> published_{0};         // batches published so far
-};
+// pipeline.cpp's Pipeline (ThreadDataLoader's native prefetch): loader.h.
 
 // layout.cpp: the meta file's checks, the packed row layout, budget batches
 py::list meta_check(py::object meta, const std::string &path, py::object name);

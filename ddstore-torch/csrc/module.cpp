@@ -60,20 +60,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
              py::arg("specs"), py::arg("total"), py::arg("who"), py::arg("structure"),
              py::arg("aux") = py::none(), py::arg("packed") = py::none())
         .def("__call__", &dt::Collator::call, py::arg("store"), py::arg("indices"));
-    py::class_<dt::Pipeline>(m, "Pipeline",
-                             "ThreadDataLoader's native prefetch: worker threads read "
-                             "batches without the GIL (pipeline.cpp).")
-        .def(py::init<py::object, py::object>(), py::arg("collator"), py::arg("store"))
-        .def("submit", &dt::Pipeline::submit, py::arg("seq"), py::arg("indices"))
-        .def("run", &dt::Pipeline::run, py::arg("reader"), py::arg("worker") = 0)
-        .def("take", &dt::Pipeline::take, py::arg("timeout"), py::arg("seq") = -1,
-             py::arg("reader") = py::none(),
-             "The next batch (seq, or any when seq < 0) within timeout seconds, else None; "
-             "with a reader, the consumer reads queued batches itself while it waits")
-        .def("stop", &dt::Pipeline::stop)
-        .def("ready", &dt::Pipeline::ready)
-        .def_readwrite("spin_ns", &dt::Pipeline::spin_ns,
-                       "ns take() polls for a batch before it sleeps (0: sleeps at once)");
     m.def("ragged_collate", &dt::ragged_collate, py::arg("store"), py::arg("name"),
           py::arg("row_shape"), py::arg("dtype"), py::arg("indices"), py::arg("guess") = -1,
           py::arg("device") = py::none(), py::arg("pin_memory") = false,
@@ -132,76 +118,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
     m.def("window_rows", &dt::window_rows, py::arg("indices"), py::arg("length"),
           py::arg("starts"), py::arg("stride"), py::arg("dilation"), py::arg("window"),
           "WindowedDataset: (rows of windows `indices`, flattened; number of windows).");
-    py::class_<dt::Stats>(m, "EpochStats",
-                          "One epoch's figures of a ThreadDataLoader (report.cpp; "
-                          "pyddstore/torch/report.py documents them).")
-        .def(py::init<int64_t, int, int64_t, py::object, py::object>(), py::arg("index"),
-             py::arg("workers"), py::arg("depth"), py::arg("t0") = py::none(),
-             py::arg("profile") = py::none())
-        .def("enter", &dt::Stats::enter, py::arg("ready"))
-        .def("leave", [](dt::Stats &s, double t, py::object n) {
-                 return s.leave(t, n.is_none() ? dt::Stats::kEnd : n.cast<int64_t>());
-             }, py::arg("t_enter"), py::arg("samples"),
-             "samples None: the epoch ended (True the first time); < 0: next() raised")
-        .def("add_fetch", &dt::Stats::add_fetch, py::arg("t_start"), py::arg("t_end"),
-             py::arg("collate") = 0.0, py::arg("pin") = 0.0, py::arg("worker") = 0)
-        .def("figures", &dt::Stats::figures, py::arg("timeline") = false)
-        .def_property_readonly("batch_times", &dt::Stats::batch_times)
-        .def_property_readonly("fetch_times", &dt::Stats::fetch_times)
-        .def_property_readonly("index", &dt::Stats::index)
-        .def_property_readonly("complete", &dt::Stats::complete)
-        .def_readonly("workers", &dt::Stats::workers_)
-        .def_readonly("depth", &dt::Stats::depth_)
-        .def_readonly("t0", &dt::Stats::t0_)
-        .def_readonly("start_s", &dt::Stats::start_s_)
-        .def_readonly("wait_s", &dt::Stats::wait_s_)
-        .def_readonly("compute_s", &dt::Stats::compute_s_)
-        .def_readonly("batches", &dt::Stats::batches_)
-        .def_readonly("samples", &dt::Stats::samples_)
-        .def_readonly("fetch_s", &dt::Stats::fetch_s_)
-        .def_readonly("fetched", &dt::Stats::fetched_)
-        .def_readonly("collate_s", &dt::Stats::collate_s_)
-        .def_readonly("pin_s", &dt::Stats::pin_s_)
-        .def_readonly("starved", &dt::Stats::starved_)
-        .def_readonly("read", &dt::Stats::read_);
-    m.def("report_summary", &dt::report_summary, py::arg("fig"),
-          "The one-screen text of an epoch's (gathered) figures.");
-    m.def("report_mine", &dt::report_mine, py::arg("fig"),
-          "This rank's figures for report_spread (integer ns, batches).");
-    m.def("report_spread", &dt::report_spread, py::arg("fig"), py::arg("alls"),
-          py::arg("rank"), "fig with the per-rank spread of every rank's report_mine.");
-    py::class_<dt::Batches>(m, "Batches",
-                            "One ThreadDataLoader epoch, the consumer's side (loader.cpp).")
-        .def(py::init<py::object, py::object, int, bool, double, py::object, bool, py::object,
-                      uint64_t, py::object, py::object, py::object, int64_t, int64_t>(),
-             py::arg("sampler_iter"), py::arg("stats"), py::arg("workers"),
-             py::arg("in_order"), py::arg("timeout"), py::arg("timeout_text"),
-             py::arg("auto_collation"), py::arg("pipe"), py::arg("help"), py::arg("fetch"),
-             py::arg("alive"), py::arg("wait_events"), py::arg("batches"),
-             py::arg("samples"))
-        .def("prime", &dt::Batches::prime, py::arg("n"))
-        .def("next", &dt::Batches::next)
-        .def("get_task", &dt::Batches::get_task)
-        .def("put", &dt::Batches::put, py::arg("seq"), py::arg("kind"), py::arg("data"),
-             py::arg("events"), py::arg("t0"), py::arg("t1"), py::arg("collate"),
-             py::arg("pin"), py::arg("worker"))
-        .def("fail", &dt::Batches::fail, py::arg("err"))
-        .def("stop", &dt::Batches::stop)
-        .def("clear", &dt::Batches::clear)
-        .def("ready", &dt::Batches::ready)
-        .def("pending", &dt::Batches::pending)
-        .def("report_due", &dt::Batches::report_due)
-        .def_readonly("ended", &dt::Batches::ended)
-        .def_readonly("batches", &dt::Batches::batches)
-        .def_readonly("samples", &dt::Batches::samples)
-        .def_readonly("base_samples", &dt::Batches::base_samples)
-        .def_readonly("num_yielded", &dt::Batches::num_yielded)
-        .def_readwrite("key", &dt::Batches::key);
-    m.def("loader_state", &dt::loader_state, py::arg("batches"), py::arg("samples"),
-          py::arg("sampler"), "ThreadDataLoader.state_dict()'s dict.");
-    m.def("loader_state_check", &dt::loader_state_check, py::arg("state"),
-          "(batches_yielded, samples_yielded, sampler) of a ThreadDataLoader state; "
-          "ValueError naming the field that does not fit.");
+    dt::def_loader(m);   // ThreadDataLoader (loader_bind.cpp)
     dt::def_forked_profile(m);
     dt::def_options(m);
     dt::def_unbatch(m);

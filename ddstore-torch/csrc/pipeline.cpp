@@ -5,32 +5,50 @@
 // consumer and the worker (the worker needs the GIL back after its read; the
 // consumer needs it to take the batch), each a thread wake-up: on a 2-core
 // machine more than the read of a 128 x 3 KiB batch itself.  Here the worker
-// threads (still started by Python: affinity, readers, worker_init_fn) call
-// run() once per epoch and then read batch after batch without the GIL; the
-// consumer does the Python work (sampler, index conversion, allocation, the
-// batch's structure) in submit() and take().
+// threads are C++ threads (start()): each pins itself to its CPU, calls the
+// user's worker_init_fn once with the GIL, then reads batch after batch and
+// never takes the GIL again; the consumer does the Python work (sampler,
+// index conversion, allocation, the batch's structure) in submit() and
+// take().
 //
 //   submit(seq, indices)  consumer, GIL: indices -> rows (seq_indices), the
 //                         batch tensors allocated and described; queued.
-//   run(reader)           worker thread: reads queued batches with the GIL
-//                         released until stop(), each inside the store's
+//   start(readers, cpus, init)
+//                         consumer, GIL: one thread per reader; each runs
+//                         serve() until stop(), each read inside the store's
 //                         life lock (ddstore_pin_acquire / release through
 //                         a reference taken once, ddstore_handle_ref: never
-//                         the GIL).
-//   take(timeout, seq, reader)
-//                         consumer: waits (GIL released) for batch `seq`
-//                         (or any, seq < 0); None on timeout, else (seq, ok,
-//                         batch or exception, t_start, t_end, worker).  With
-//                         a reader, a consumer that would wait for a batch
+//                         the GIL).  The threads share the Pipeline (a
+//                         shared_ptr): it outlives them.
+//   take_into(timeout, seq, help)
+//                         consumer (loader.cpp): waits (GIL released) for
+//                         batch `seq` (or any, seq < 0); false on timeout,
+//                         else the batch or its exception.  With a reader
+//                         handle `help`, a consumer that would wait for a batch
 //                         no worker has started reads it itself (worker -1):
 //                         it costs the loop one read, not a wait for a
 //                         worker to be scheduled (workers with no core of
 //                         their own, or still in worker_init_fn).
-//   stop()                wakes and ends run(); drops what was queued.
+//   stop(), join()        wakes and ends the threads, drops what was queued;
+//                         join() waits for them with the GIL released.
+//
+// Interpreter exit: a thread takes the GIL only for worker_init_fn, and not
+// once Python is finalizing; the last reference to a Pipeline may be dropped
+// by one of its threads, which then frees the Python objects with the GIL
+// (or leaks them during finalization).
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <thread>
 
-#include "ddstore_torch.h"
+#include "loader.h"
+
+#if PY_VERSION_HEX >= 0x030D0000
+#define DDS_PY_FINALIZING() Py_IsFinalizing()
+#else
+#define DDS_PY_FINALIZING() _Py_IsFinalizing()
+#endif
 
 namespace ddstore_torch {
 
@@ -41,10 +59,126 @@ Pipeline::Pipeline(py::object collator, py::object store)
     check(ddstore_handle_ref(handle_of(store_), &pin_));   // until ~Pipeline
 }
 
+namespace {
+std::atomic<int> g_threads{0};   // native loader threads running
+}  // namespace
+
+int native_threads() { return g_threads.load(); }
+
+void pin_cpu(int cpu)
+{
+    if (cpu < 0 || cpu >= CPU_SETSIZE)
+        return;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
 Pipeline::~Pipeline()
 {
-    stop();
-    ddstore_pin_unref(pin_);
+    if (pid_ != 0 && pid_ != getpid()) {
+        // a forked child: the threads (and whoever held the lock at fork)
+        // are the parent's; nothing is joined or unlocked here
+        new std::vector<std::thread>(std::move(threads_));   // (never joined)
+        pin_ = nullptr;
+    } else {
+        stop();
+    }
+    // every thread has dropped its reference: each has left thread_main (or
+    // is leaving it, this destructor running on it)
+    for (auto &t : threads_) {
+        if (t.get_id() == std::this_thread::get_id())
+            t.detach();
+        else if (t.joinable())
+            t.join();
+    }
+    if (pin_ != nullptr)
+        ddstore_pin_unref(pin_);
+    std::vector<py::object *> objs{&collator_, &store_, &init_, &err_};
+    for (auto &k : keep_)
+        objs.push_back(&k);
+    if (PyGILState_Check()) {
+        return;   // (the members drop their references as usual)
+    }
+    if (DDS_PY_FINALIZING()) {   // no GIL to be had: leak them
+        for (auto *o : objs)
+            (void)o->release();
+        return;
+    }
+    py::gil_scoped_acquire gil;
+    for (auto *o : objs)
+        *o = py::object();
+}
+
+void Pipeline::start(py::list readers, std::vector<int> cpus, py::object init)
+{
+    init_ = std::move(init);
+    std::vector<std::pair<dds_store_t *, dds_reader_t *>> ptrs;
+    for (py::handle r : readers) {
+        const Target t(r);   // the pointers; each read pins the store again
+        ptrs.emplace_back(t.store, t.reader);
+        keep_.push_back(py::reinterpret_borrow<py::object>(r));   // the reader lives
+    }
+    static std::once_flag atfork;
+    std::call_once(atfork, [] { pthread_atfork(nullptr, nullptr, [] { g_threads = 0; }); });
+    pid_ = getpid();
+    auto self = shared_from_this();
+    for (size_t w = 0; w < ptrs.size(); ++w) {
+        running_ += 1;
+        g_threads += 1;
+        threads_.emplace_back(thread_main, self, static_cast<int>(w), ptrs[w].first,
+                              ptrs[w].second, w < cpus.size() ? cpus[w] : -1);
+    }
+}
+
+void Pipeline::thread_main(std::shared_ptr<Pipeline> self, int worker, dds_store_t *store,
+                           dds_reader_t *reader, int cpu)
+{
+    char name[16];
+    std::snprintf(name, sizeof name, "ddstore-ld-%d", worker);
+    pthread_setname_np(pthread_self(), name);
+    pin_cpu(cpu);
+    bool ok = true;
+    if (self->init_ && !self->init_.is_none() && !DDS_PY_FINALIZING()) {
+        py::gil_scoped_acquire gil;
+        PyObject *r = PyObject_CallFunction(self->init_.ptr(), "i", worker);
+        if (r == nullptr) {
+            self->err_ = fetch_error();
+            ok = false;
+        }
+        Py_XDECREF(r);
+    }
+    if (ok)
+        self->serve(store, reader, worker);
+    else
+        self->stop();   // the consumer wakes and raises err_
+    self->running_ -= 1;
+    g_threads -= 1;
+    {   // the consumer may wait for the threads' end (join)
+        std::lock_guard<std::mutex> g(self->mu_);
+    }
+    self->cv_results_.notify_all();
+}
+
+void Pipeline::join()
+{
+    if (pid_ != getpid())
+        return;   // none started, or a forked child (the parent's threads)
+    std::vector<std::thread> threads;
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        threads.swap(threads_);
+    }
+    py::gil_scoped_release nogil;
+    for (auto &t : threads)
+        if (t.joinable())
+            t.join();
+}
+
+py::object Pipeline::error()
+{
+    return err_ ? err_ : py::none();
 }
 
 void Pipeline::submit(int64_t seq, py::handle indices)
@@ -90,17 +224,8 @@ Pipeline::Result Pipeline::execute(Task &t, dds_store_t *store, dds_reader_t *re
     return res;
 }
 
-void Pipeline::run(py::handle reader_obj, int worker)
+void Pipeline::serve(dds_store_t *store, dds_reader_t *reader, int worker)
 {
-    dds_store_t *store = nullptr;
-    dds_reader_t *reader = nullptr;
-    {
-        const Target t(reader_obj);   // the pointers; each read pins again
-        store = t.store;
-        reader = t.reader;
-    }
-    py::object keep = py::reinterpret_borrow<py::object>(reader_obj);
-    py::gil_scoped_release nogil;
     // the next task, waiting for one; false once stopped
     auto next_task = [&](Task *out) {
         std::unique_lock<std::mutex> g(mu_);
@@ -138,14 +263,6 @@ void Pipeline::run(py::handle reader_obj, int worker)
             return;
         t = std::move(next);
     }
-}
-
-py::object Pipeline::take(double timeout_s, int64_t seq, py::handle reader_obj)
-{
-    Taken r;
-    if (!take_into(timeout_s, seq, reader_obj.is_none() ? 0 : handle_of(reader_obj), &r))
-        return py::none();
-    return py::make_tuple(r.key, r.ok, r.data, r.t0, r.t1, r.worker);
 }
 
 bool Pipeline::take_into(double timeout_s, int64_t seq, uint64_t help, Taken *out)

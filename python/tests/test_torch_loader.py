@@ -17,6 +17,7 @@ from _torch_util import (N_ODD, Source, assert_all, env_set, fresh_name,  # noqa
                          require_method, same, shared_tmpdir, world)
 import pyddstore  # noqa: E402
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
+from pyddstore.torch._ext import ext  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 
@@ -309,15 +310,78 @@ def test_iterator_semantics(datasets):
     _cmp_epochs(comm, ref, _epoch(loader), "after early stop")
     del it1, it2
     t0 = time.monotonic()
-    while any(t.name.startswith("ddstore-loader") for t in threading.enumerate()) and \
-            time.monotonic() - t0 < 10:
+    while (any(t.name.startswith("ddstore-loader") for t in threading.enumerate()) or
+           ext.native_threads()) and time.monotonic() - t0 < 10:
         time.sleep(0.05)
-    # dropped iterators stop their threads without close()
+    # dropped iterators stop their threads (Python's and the native ones) without close()
     alive = [t.name for t in threading.enumerate() if t.name.startswith("ddstore-loader")]
+    alive += ["native"] * ext.native_threads()
     loader.close()
     assert_all(comm, ok and not alive, f"len ok {ok}, threads left {alive}")
     with pytest.raises(RuntimeError):
         iter(loader)
+
+
+def test_direct_collate_workers_are_native_threads(datasets, monkeypatch):
+    """Default collate over a DistDataset: the worker threads are C++ threads
+    (no Python thread per worker; they never take the GIL per batch), each
+    calling worker_init_fn once; joined at the epoch's end.  An exception in
+    worker_init_fn is raised by next() with its type and traceback."""
+    import traceback
+    comm, dss = datasets
+    ds = dss["tuple"]
+    before = ext.native_threads()
+    inits = []
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=2,
+                              worker_init_fn=lambda w: inits.append(w))
+    it = iter(loader)
+    first = next(it)
+    py_workers = [t.name for t in threading.enumerate() if t.name.startswith("ddstore-loader")]
+    during = ext.native_threads() - before
+    got = [first] + list(it)
+    after = ext.native_threads() - before
+    loader.close()
+    bad = same(got, _epoch(DataLoader(Source("tuple"), batch_size=4)), "native epoch")
+    if not bad and (py_workers or during != 2 or after != 0 or sorted(inits) != [0, 1]):
+        bad = (f"python workers {py_workers}, native threads {during} during / {after} "
+               f"after, worker_init_fn calls {inits}")
+
+    def failing_init(w):
+        raise KeyError(f"init of worker {w}")
+    env_set(monkeypatch, DDSTORE_LOADER_HELP=0)   # (else the consumer may read them all)
+    loader = ThreadDataLoader(ds, batch_size=4, num_workers=1, worker_init_fn=failing_init)
+    err = None
+    try:
+        list(loader)
+    except KeyError as e:
+        err = e
+    loader.close()
+    frames = [f.name for f in traceback.extract_tb(err.__traceback__)] if err else []
+    if not bad and (err is None or "init of worker 0" not in str(err) or
+                    "failing_init" not in frames):
+        bad = f"worker_init_fn error: {err!r}, traceback frames {frames}"
+    assert_all(comm, not bad, bad)
+
+
+@pytest.mark.parametrize("kind", ["native", "python"])
+def test_next_after_loader_close_raises(datasets, kind):
+    """loader.close() stops the threads of an epoch still being iterated: its
+    next() raises RuntimeError (it used to spin for ever with the native
+    pipeline), with the C++ and with the Python worker threads."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    collate = None if kind == "native" else (lambda rows: torch.utils.data.default_collate(rows))
+    loader = ThreadDataLoader(ds, batch_size=2, num_workers=1, collate_fn=collate)
+    it = iter(loader)
+    next(it)
+    loader.close()
+    err = None
+    try:
+        for _ in it:
+            pass
+    except RuntimeError as e:
+        err = e
+    assert_all(comm, err is not None, f"{kind}: the epoch went on after loader.close()")
 
 
 def test_in_order_false(datasets):
@@ -392,7 +456,7 @@ def test_prefetch_depth_native_pipeline(datasets):
     comm, dss = datasets
     ds = dss["tuple"]
     it = iter(ThreadDataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=3))
-    pipe = it._state.pipe
+    pipe = it._b.pipe
     next(it)
     t0 = time.monotonic()
     while pipe.ready() < 6 and time.monotonic() - t0 < 5:
@@ -541,9 +605,8 @@ def test_iterator_close(datasets, workers, reuse):
     loader = ThreadDataLoader(ds, batch_size=4, num_workers=workers, reuse_buffers=reuse)
     it = iter(loader)
     first = next(it)
-    threads = list(it._threads)
     deadline = time.monotonic() + 30          # every worker has taken its slot
-    while len(it._state.slots) < workers and time.monotonic() < deadline:
+    while len(it._b.slots) < workers and time.monotonic() < deadline:
         time.sleep(0.01)
     held = len(ds._allocs) - allocs0
     it.close()
@@ -556,8 +619,8 @@ def test_iterator_close(datasets, workers, reuse):
             stopped.append(True)
     it.close()                                          # idempotent
     after_close = len(ds._allocs) - allocs0
-    alive = [t.name for t in threads if t.is_alive()]
-    prefetched = it._state.batches.pending()
+    alive = it._b.alive()
+    prefetched = it._b.pending()
     ref = list(DataLoader(Source("dict"), batch_size=4))
     again = list(loader)                                 # a new epoch after close()
     loader.close()
