@@ -203,6 +203,26 @@ def pipmpi_stage(timeout=1800):
     return junit_script_stage("pipmpi", "pip-mpi.sh", timeout)
 
 
+def ccache_env():
+    """The environment that puts ccache in front of CMake's compilers, when
+    ccache is installed (./ddstore setup installs it) and DDSTORE_CCACHE is
+    not 0.  The cache is out/ccache, so a clean clone starts empty: it only
+    serves a compile repeated within a run (the gpukit dry run's CMake build
+    of the tree and its pip-build hook: the same sources, flags and
+    dependencies).  base_dir = the tree, so the two build directories (at the
+    same depth) compile the same relative paths; the sloppiness ccache needs
+    for the torch extension's precompiled header.  CC/CXX gcc/g++ where
+    unset: scikit-build-core hands CMake Python's (gcc, g++), plain cmake
+    takes cc/c++, the same compiler by other names, which ccache tells apart."""
+    if shutil.which("ccache") is None or os.environ.get("DDSTORE_CCACHE", "1") == "0":
+        return {}
+    return {"CMAKE_C_COMPILER_LAUNCHER": "ccache", "CMAKE_CXX_COMPILER_LAUNCHER": "ccache",
+            "CC": os.environ.get("CC", "gcc"), "CXX": os.environ.get("CXX", "g++"),
+            "CCACHE_DIR": os.environ.get("CCACHE_DIR", os.path.join(TOP, "out", "ccache")),
+            "CCACHE_BASEDIR": TOP, "CCACHE_NOHASHDIR": "1", "CCACHE_MAXSIZE": "3G",
+            "CCACHE_SLOPPINESS": "pch_defines,time_macros,include_file_mtime,include_file_ctime"}
+
+
 def gpukit_stage(timeout=2400):
     """ci/gpu-kit.sh, then ci/gpu-check.sh --kit --dry-run: the GPU check
     exactly as the lent machine runs it, minus the GPU (not strict, CPU
@@ -223,10 +243,15 @@ def gpukit_stage(timeout=2400):
     # the device): here the first hook that needs it also builds the tree
     # with CMake (six torch-extension files), which on 2 cores shared with
     # another stage took over 300 s (killed: 4 hooks failed, none hung)
+    # ccache: the pip-build hook compiles what the torch-distdataset-threads
+    # hook's CMake build compiled (DDSTORE_GPU=cuda, the kit's MPI), in a
+    # build directory at the same depth: ccache serves it (the device has no
+    # ccache and compiles both)
+    env = {"PYTHON": PY, "GPU_CHECK_TIMEOUT_S": os.environ.get("GPU_CHECK_TIMEOUT_S", "900")}
+    env.update(ccache_env())
     rc, _ = run([os.path.join(TOP, "ci", "gpu-check.sh"), "--kit", kit, "--dry-run",
                  "--build-dir", os.path.join(TOP, "out", "gpu-check-dry"), "--json", report],
-                env={"PYTHON": PY, "GPU_CHECK_TIMEOUT_S": os.environ.get("GPU_CHECK_TIMEOUT_S", "900")},
-                timeout=timeout)
+                env=env, timeout=timeout)
     try:
         with open(report) as f:
             checks = json.load(f)["checks"]
@@ -371,11 +396,14 @@ def docs_stage(timeout=3600):
 # collectives).  4 as well only where 4 matters: uneven owners and ragged
 # splits over them, ddstore_width groups (2 groups of 2), communicator
 # splits into several multi-rank groups.  A key may name one test
-# ("file.py::test"), run at other counts than the rest of its file.  A file
-# missing here still runs, at DEFAULT_PY_RANKS, and the stage says so; a key
-# naming no file fails the stage.
+# ("file.py::test"), run at other counts than the rest of its file; () = no
+# pyN stage (another stage runs it).  A file missing here still runs, at
+# DEFAULT_PY_RANKS, and the stage says so; a key naming no file fails the
+# stage.
 PY_RANKS = {
+    "test_backends.py": (1, 2),       # one-process rows at 1; their refusal at 2
     "test_bench_loaders.py": (1,),
+    "test_collective_late.py": (1,),
     "test_collectives.py": (1,),
     "test_compat_hydragnn.py": (2, 4),
     "test_figures.py": (1,),
@@ -390,7 +418,9 @@ PY_RANKS = {
     "test_epochs.py": (2,),
     "test_examples_data.py": (1,),
     "test_filecomm.py": (1,),
+    "test_memory_limits.py": (1,),
     "test_method2.py": (1,),
+    "test_nodes.py": (),               # stage nodes runs it (namespaces, its own runs)
     "test_ofi_shared.py": (2,),
     "test_ragged.py": (2, 4),
     "test_ragged_gpu.py": (2,),
@@ -399,6 +429,7 @@ PY_RANKS = {
     "test_resume.py": (2,),
     "test_sampler.py": (2,),
     "test_security.py": (1,),
+    "test_settings_agree.py": (1, 2),  # the one rank's message at 1; agreement at 2
     "test_symbols.py": (1,),
     "test_teardown.py": (1,),
     "test_torch_dataset.py": (2, 4),
@@ -409,6 +440,7 @@ PY_RANKS = {
     "test_torch_pack.py": (1, 2),
     "test_torch_ragged.py": (2, 4),
     "test_torch_ragged_mpnn.py": (2,),
+    "test_torch_shared_lib.py": (2,),  # one library per process, rows of another rank
     "test_torch_random.py": (2,),
     "test_torch_vae.py": (2,),
     "test_torch_vae.py::test_vae_split_jobs": (1,),
@@ -557,13 +589,19 @@ QUICK_STAGES = {
 # their own (two of those on 2 cores only slow each other down).
 GROUPS = {"bazel": ("c", "asan", "tsan", "nompi", "cunit"),
           "ranks": ("py1", "py2", "py4", "nodes", "pyquick")}
-# The order stages start in when they overlap: py1 (the longest, mostly
-# jobs waiting out timeouts) beside the Bazel stages, which must follow one
-# another (so they start at once and do not end the run in single file), then
-# the pip builds (one busy core each), the short stages last to fill the gaps
-# (times of a whole run: docs/testing.md).
-START_ORDER = ["py1", "c", "tsan", "asan", "nompi", "gpukit", "wheel", "docs", "nodes",
+# The order stages start in when they overlap: py1 and then nodes (LIGHT)
+# beside the two slots; in those, the Bazel stages, which must follow one
+# another (so they start at once and do not end the run in single file), and
+# beside them the pip builds, the longest (wheel) first; the short stages
+# last to fill the gaps (times of a whole run: docs/testing.md).
+START_ORDER = ["py1", "c", "wheel", "tsan", "asan", "nompi", "gpukit", "docs", "nodes",
                "pipmpi", "fuzz", "py2", "py4", "cunit", "pyquick"]
+
+
+# Stages that mostly wait (jobs of their own waiting out collective and
+# read timeouts, faults delayed on a link): they run beside the --jobs
+# slots, one at a time, instead of holding one of them.
+LIGHT = ("py1", "nodes")
 
 
 def group_of(name):
@@ -594,9 +632,12 @@ def run_stages_overlapped(names, every, jobs):
     running = {}        # name -> (Popen, t0, log path, counts path)
     done = {}
     while order or running:
-        while len(running) < jobs:
+        while True:
             busy = {group_of(n) for n in running} - {None}
-            nxt = next((n for n in order if group_of(n) not in busy), None)
+            slots = jobs - sum(1 for n in running if n not in LIGHT)
+            light = any(n in LIGHT for n in running)
+            nxt = next((n for n in order if group_of(n) not in busy
+                        and (not light if n in LIGHT else slots > 0)), None)
             if nxt is None:
                 break
             order.remove(nxt)
@@ -651,7 +692,8 @@ def main():
         print("\npython/tests: rank counts (stage pyN runs the files listing N)")
         for key, ranks in plan.items():
             slow = "  slow: not in --quick" if key.split("::")[0] in PY_SLOW else ""
-            print(f"  {key:50s} {','.join(map(str, ranks))}{slow}")
+            where = ",".join(map(str, ranks)) or "none (another stage runs it)"
+            print(f"  {key:50s} {where}{slow}")
         for key in stale:
             print(f"  {key:50s} not in {PY_TESTS}!")
         return 0
@@ -665,7 +707,8 @@ def main():
     total = Counts()
     t0 = time.time()
     if jobs > 1 and len(names) > 1:
-        print(f"running {len(names)} stages, {jobs} at a time (--jobs; groups apart: "
+        print(f"running {len(names)} stages, {jobs} at a time plus one of "
+              f"{' '.join(LIGHT)} beside them (--jobs; groups apart: "
               + "; ".join(f"{g}: {' '.join(m)}" for g, m in GROUPS.items()) + ")", flush=True)
         results = run_stages_overlapped(names, every, jobs)
     else:

@@ -19,7 +19,9 @@
 # Skips (77) when scikit-build-core, cmake >= 3.18, ninja/make, Python.h or
 # venv are missing, or (after the build and install passed) when there is no
 # transport for the smoke store.  Dry run: DDSTORE_GPU_HOOK_DEVICE=cpu builds
-# with DDSTORE_GPU=none and runs the smoke with CPU tensors;
+# with DDSTORE_GPU=cuda as on the device where the CUDA headers are there
+# ($CUDA_HOME/include; the other hooks' dry run builds the same), else with
+# DDSTORE_GPU=none, and runs the smoke with CPU tensors;
 # PIP_BUILD_EXTRA_PATH=dir1:dir2 adds directories to the venv's sys.path
 # (e.g. a `pip install --target` of scikit-build-core).
 # Exit: 0 pass, 77 skip (reason on the last line), else fail.
@@ -28,7 +30,8 @@ set -u -o pipefail
 
 case "$HOOK_DEVICE" in
 cuda) need_torch_cuda; GPU=cuda ;;
-cpu)  GPU=none ;;
+cpu)  GPU=none
+      [ -f "$CUDA_HOME/include/cuda_runtime_api.h" ] && GPU=cuda ;;
 *)    fail "DDSTORE_GPU_HOOK_DEVICE=$HOOK_DEVICE: expected cuda or cpu" ;;
 esac
 export GPUCHECK_DEVICE=$HOOK_DEVICE
