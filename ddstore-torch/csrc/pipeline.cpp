@@ -127,8 +127,16 @@ void Pipeline::start(py::list readers, std::vector<int> cpus, py::object init)
     for (size_t w = 0; w < ptrs.size(); ++w) {
         running_ += 1;
         g_threads += 1;
-        threads_.emplace_back(thread_main, self, static_cast<int>(w), ptrs[w].first,
-                              ptrs[w].second, w < cpus.size() ? cpus[w] : -1);
+        // a lambda (a local class, hidden like the extension's own types),
+        // not thread_main's pointer: std::thread's state type over a function
+        // pointer type is an instantiation of namespace std that the module
+        // would export (python/tests/test_symbols.py)
+        dds_store_t *st = ptrs[w].first;
+        dds_reader_t *rd = ptrs[w].second;
+        int cpu = w < cpus.size() ? cpus[w] : -1;
+        threads_.emplace_back([self, w, st, rd, cpu] {
+            thread_main(self, static_cast<int>(w), st, rd, cpu);
+        });
     }
 }
 
