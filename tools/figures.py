@@ -27,6 +27,15 @@ table then says so in its first line.
 in the published min–max spread widened by --tol (relative, default 0.10). It prints
 every cell (ok / NOT REPRODUCED), and exits 1 when a cell is not reproduced; 2 when
 the machine is loaded (the comparison would mean nothing), unless --loaded.
+
+Absolute times and rates (µs, GB/s, samples/s, seconds) belong to the machine they
+were measured on; ratios taken inside a round, counts and memory do not. Every
+record names its machine (CPU model, cores, kernel, and the memcpy bandwidth of a
+256 MiB copy taken before the first arm). When the machine of the check is not the
+published one (another CPU model, or memcpy more than 20 % apart; a record without
+a machine counts as another), `check` compares the ratios, counts and memory and
+prints each absolute cell as "other machine" without failing on it; `--strict`
+compares every cell anyway.
 """
 import argparse
 import json
@@ -738,7 +747,9 @@ FIGURES = {f.name: f for f in [
            [Arm("loaders", [PY, os.path.join(TOP, "tools", "bench_loaders.py"), "--datasets",
                             "fmnist,synthetic", "--synthetic-n", "100000", "--out", "{dir}"],
                 result="bench_loaders.json")],
-           "dataset, loader", None, _loaders_cells, timeout=5400, rounds=2),
+           "dataset, loader", None, _loaders_cells, timeout=5400, rounds=2,
+           # Mosaic Streaming, installed on first use (not by plain setup)
+           build=[os.path.join(TOP, "ddstore"), "setup", "--bench"]),
 ] + _NEW}
 
 
@@ -748,6 +759,59 @@ def _git(*args):
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return ""
+
+
+# Columns of absolute time or rate: they hold on the machine that measured them.
+_SPEED_UNITS = ("µs", "ns", "ms", "GB/s", "MB/s", "samples/s")
+_SPEED_COLS = {"library", "bare fi_read"}       # ofi_probe's µs and GB/s rows
+
+
+def machine_bound(col):
+    """True for a column of absolute time or rate (not a ratio: "÷", " / ")."""
+    if "÷" in col or " / " in col:
+        return False
+    return (col in _SPEED_COLS or any(u in col for u in _SPEED_UNITS)
+            or col.endswith(" s") or " s (" in col)
+
+
+def memcpy_gbs(mib=256, reps=5):
+    """GB/s of the best of `reps` copies of `mib` MiB (numpy), the machine's
+    memory bandwidth as the benchmarks' memcpy columns see it."""
+    import numpy as np
+    a = np.ones(mib << 20, dtype=np.uint8)
+    b = np.empty_like(a)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        np.copyto(b, a)
+        best = min(best, time.perf_counter() - t0)
+    return a.nbytes / best / 1e9
+
+
+def machine():
+    """What the record's absolute figures depend on."""
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": os.uname().release,
+            "memcpy_gb_s": round(memcpy_gbs(), 2)}
+
+
+def same_machine(a, b, tol=0.20):
+    """Whether two records' machines are the same for absolute figures: the
+    same CPU model and cores, memcpy bandwidth within `tol`."""
+    if not a or not b:
+        return False
+    return (a.get("cpu") == b.get("cpu") and a.get("cores") == b.get("cores")
+            and abs(a["memcpy_gb_s"] - b["memcpy_gb_s"]) <= tol * b["memcpy_gb_s"])
+
+
+def describe(m):
+    return (f"{m['cpu'] or 'CPU ?'}, {m['cores']} cores, kernel {m['kernel']}, "
+            f"memcpy {m['memcpy_gb_s']:g} GB/s" if m else "machine not recorded")
 
 
 def loadavg():
@@ -795,7 +859,7 @@ def measure(fig, rounds, log=print, settle_s=0.0, build=True):
            "dirty": any(not l.split(None, 1)[-1].startswith("docs/") for l in
                         _git("status", "--porcelain", "--untracked-files=no").splitlines()),
            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "cores": os.cpu_count(),
+           "cores": os.cpu_count(), "machine": machine(),
            "settings": {k: v for k, v in sorted(os.environ.items())
                         if k.startswith(("DDSTORE_", "FI_"))},
            "arms": {a.name: a.shell() for a in fig.arms}, "rounds": [], "load": []}
@@ -823,7 +887,7 @@ def render(fig, rec):
             f"{len(rec['rounds'])}`: {fig.what}. Arms interleaved in each round: " +
             "; ".join(f"`{n}`: `{s.replace(TOP + '/', '')}`" for n, s in rec["arms"].items()) +
             f". Commit {rec['commit']}{' (dirty tree)' if rec['dirty'] else ''}, "
-            f"{rec['date']}, {rec['cores']} cores, load average {min(rec['load']):.2f}–"
+            f"{rec['date']}, {describe(rec.get('machine'))}, load average {min(rec['load']):.2f}–"
             f"{rec['load_max']:.2f}" +
             (" — **above 1 per core: not a publishable figure**" if rec["loaded"] else "") +
             ". Cells: median over rounds (min–max)."]
@@ -854,7 +918,7 @@ def write(fig, rec, top=TOP):
     pub = os.path.join(top, "docs", "figures", fig.name + ".json")
     os.makedirs(os.path.dirname(pub), exist_ok=True)
     with open(pub, "w") as f:
-        json.dump({k: rec[k] for k in ("figure", "commit", "date", "cores", "load",
+        json.dump({k: rec[k] for k in ("figure", "commit", "date", "cores", "machine", "load",
                                        "loaded", "arms", "table")}, f, indent=1)
         f.write("\n")
 
@@ -866,16 +930,24 @@ def unwritten(top=None):
             if not os.path.exists(os.path.join(top or TOP, "docs", "figures", n + ".json"))]
 
 
-def compare(published, rec, tol):
-    """[(label, column, published summary, new median, ok)] for every published cell."""
+def compare(published, rec, tol, strict=False):
+    """[(label, column, published summary, new median, verdict)] for every
+    published cell; verdict "ok", "NOT REPRODUCED", or "other machine" (an
+    absolute cell measured on another machine than the published one: not
+    compared unless `strict`)."""
     new = {(l, c): s for l, cells in rec["table"] for c, s in cells}
+    same = strict or same_machine(rec.get("machine"), published.get("machine"))
     out = []
     for label, cells in published["table"]:
         for col, s in cells:
             n = new.get((label, col))
             m = None if n is None else n["median"]
             lo, hi = s["min"] * (1 - tol), s["max"] * (1 + tol)
-            out.append((label, col, s, m, m is not None and lo <= m <= hi))
+            if m is not None and not same and machine_bound(col):
+                verdict = "other machine"
+            else:
+                verdict = "ok" if m is not None and lo <= m <= hi else "NOT REPRODUCED"
+            out.append((label, col, s, m, verdict))
     return out
 
 
@@ -905,6 +977,9 @@ def main(argv=None):
                            help="every figure not yet written (no docs/figures/NAME.json)")
         else:
             p.add_argument("--tol", type=float, default=0.10)
+            p.add_argument("--strict", action="store_true",
+                           help="compare absolute times and rates even on another machine "
+                                "than the published one")
     a = ap.parse_args(argv)
     if a.cmd == "list":
         todo = unwritten()
@@ -956,11 +1031,15 @@ def main(argv=None):
         elif a.cmd == "check":
             with open(pub) as f:
                 published = json.load(f)
-            for label, col, s, m, ok in compare(published, rec, a.tol):
+            if not same_machine(rec.get("machine"), published.get("machine")):
+                print(f"[{n}] published on another machine ({describe(published.get('machine'))}"
+                      f"; this one: {describe(rec.get('machine'))}): absolute times and rates "
+                      "are shown, not compared" + (" (--strict: compared)" if a.strict else ""))
+            for label, col, s, m, verdict in compare(published, rec, a.tol, a.strict):
                 got = "missing" if m is None else fmt(m)
-                print(f"[{n}] {'ok' if ok else 'NOT REPRODUCED'}: {label} / {col}: published "
+                print(f"[{n}] {verdict}: {label} / {col}: published "
                       f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}), now {got}")
-                bad = bad or (0 if ok else 1)
+                bad = bad or (1 if verdict == "NOT REPRODUCED" else 0)
     return bad
 
 

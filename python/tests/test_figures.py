@@ -60,14 +60,34 @@ def test_write_between_markers_and_check(tmp_path):
     # the same figure again (a fresh order log: rounds count from 1) reproduces every cell
     (tmp_path / "again").mkdir()
     again, _ = fake(tmp_path / "again")
-    assert all(ok for *_, ok in figures.compare(pub, figures.measure(
+    assert all(v == "ok" for *_, v in figures.compare(pub, figures.measure(
         again, 3, log=lambda *_: None), 0.1))
     # b now twice as slow: b's cells and the ratio are not reproduced, a's are
     (tmp_path / "slow").mkdir()
     slow, _ = fake(tmp_path / "slow", scale_b=4.0)
-    res = {(c, ok) for _, c, _, _, ok in figures.compare(pub, figures.measure(
-        slow, 3, log=lambda *_: None), 0.1)}
-    assert res == {("a µs", True), ("b µs", False), ("a/b", False)}
+    rec = figures.measure(slow, 3, log=lambda *_: None)
+    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1)}
+    assert res == {("a µs", "ok"), ("b µs", "NOT REPRODUCED"), ("a/b", "NOT REPRODUCED")}
+    # published on another machine: the absolute cells are not compared, the
+    # ratio still is (and --strict compares them all)
+    pub["machine"] = dict(pub["machine"], cpu="another CPU")
+    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1)}
+    assert res == {("a µs", "other machine"), ("b µs", "other machine"),
+                   ("a/b", "NOT REPRODUCED")}
+    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1, strict=True)}
+    assert res == {("a µs", "ok"), ("b µs", "NOT REPRODUCED"), ("a/b", "NOT REPRODUCED")}
+
+
+def test_machine_bound_columns():
+    """Absolute times and rates belong to a machine; ratios, counts, memory do not."""
+    bound = ["method 0 µs/row", "GB/s", "samples/s, compute", "epoch s", "first index s",
+             "epoch per rank s (est.)", "per-row memcpy of the same rows, ns", "library",
+             "record encode ms"]
+    free = ["m1 shm speed / m0 (≥ 0.9 wanted)", "read speed ÷ memcpy's", "a/b",
+            "remote reads/batch, packed", "node PSS added, MiB", "bytes kept per variable",
+            "epoch time", "samples/s ÷ the best other loader's, compute", "eager"]
+    assert [c for c in bound if not figures.machine_bound(c)] == []
+    assert [c for c in free if figures.machine_bound(c)] == []
 
 
 def test_write_without_markers_is_a_clear_error(tmp_path):
