@@ -20,6 +20,7 @@ import glob
 import json
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sysconfig
@@ -44,12 +45,15 @@ class Counts:
     def __init__(self):
         self.passed = self.failed = self.skipped = 0
         self.failures = []
+        self.cpu = 0.0          # CPU-seconds of the stage (cpu_seconds)
+        self.cpu_elsewhere = 0.0  # ... spent by a server for it (bazel_server_cpu)
 
     def add(self, other):
         self.passed += other.passed
         self.failed += other.failed
         self.skipped += other.skipped
         self.failures += other.failures
+        self.cpu_elsewhere += other.cpu_elsewhere
 
     def check(self, rc, failure):
         """One test that passed when a program exited 0; `failure` names it otherwise."""
@@ -89,14 +93,30 @@ BAZEL_LINE = re.compile(r"^(//\S+)\s+(?:\(cached\)\s+)?(PASSED|FAILED|TIMEOUT|NO
                         r"FAILED TO BUILD|INCOMPLETE|SKIPPED)\b", re.M)
 
 
+def bazel_server_cpu():
+    """CPU-seconds of the Bazel server and the actions it waited for (its
+    compiles and tests run as its children), 0 when there is none: added to
+    the Bazel stages' own (stages of the group never overlap)."""
+    try:
+        pid = subprocess.run(["bazel", "info", "server_pid"], cwd=TOP, capture_output=True,
+                             text=True, timeout=120).stdout.strip()
+        with open(f"/proc/{int(pid)}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return 0.0
+
+
 def bazel_tests(name, flags, targets):
     c = Counts()
     if not shutil.which("bazel"):
         print(f"SKIP: {name}: bazel not installed")
         c.skipped += 1
         return c
+    server0 = bazel_server_cpu()
     rc, out = run(["bazel", "test"] + BAZEL_CI + flags +
                   ["--test_output=errors", "--test_summary=short"] + targets)
+    c.cpu_elsewhere = max(0.0, bazel_server_cpu() - server0)
     found = BAZEL_LINE.findall(out)
     for target, status in found:
         if status == "PASSED":
@@ -297,9 +317,11 @@ def nompi_stage(timeout=900):
         print("SKIP: nompi: bazel not installed")
         c.skipped += 1
         return c
+    server0 = bazel_server_cpu()
     rc, _ = run(["bazel", "build"] + BAZEL_CI + ["-c", "opt", "--config=nompi",
                                                  "//python:pyddstore/_core.so",
                                                  "//libddstore:lib/libddstore.so"])
+    c.cpu_elsewhere = max(0.0, bazel_server_cpu() - server0)
     if rc != 0:
         c.failed += 1
         c.failures.append(f"nompi: bazel build --config=nompi exited {rc}")
@@ -615,13 +637,22 @@ def default_jobs():
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
+def cpu_seconds():
+    """user + sys seconds of this process and the children it waited for
+    (their children too, when waited for): the CPU a stage cost, which is
+    what two cores bound.  A Bazel server's own work is not in it."""
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
 def run_stage_here(name, every):
     print(f"\n==== stage {name}: {every[name][0]}", flush=True)
-    t0 = time.time()
+    t0, cpu0 = time.time(), cpu_seconds()
     c = every[name][1]()
     took = time.time() - t0
+    c.cpu = cpu_seconds() - cpu0 + c.cpu_elsewhere
     print(f"==== stage {name}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped "
-          f"({took:.0f} s)", flush=True)
+          f"({took:.0f} s, {c.cpu:.0f} CPU-s)", flush=True)
     return c, took
 
 
@@ -664,6 +695,7 @@ def run_stages_overlapped(names, every, jobs):
                     d = json.load(f)
                 c.passed, c.failed, c.skipped = d["passed"], d["failed"], d["skipped"]
                 c.failures = d["failures"]
+                c.cpu = d.get("cpu", 0.0)
             except (OSError, ValueError, KeyError):
                 c.failed += 1
                 c.failures.append(f"{n}: the stage's runner exited {p.returncode} "
@@ -718,15 +750,19 @@ def main():
     if args.counts_json:
         with open(args.counts_json, "w") as f:
             json.dump({"passed": total.passed, "failed": total.failed,
-                       "skipped": total.skipped, "failures": total.failures}, f)
+                       "skipped": total.skipped, "failures": total.failures,
+                       "cpu": cpu_seconds() + total.cpu_elsewhere}, f)
         return 1 if total.failed else 0
     if shutil.which("bazel") and os.environ.get("CI"):
         subprocess.run(["bazel", "shutdown"], cwd=TOP)
     if len(names) > 1:
-        print("\nstage     seconds  passed  failed  skipped")
+        print("\nstage     seconds  CPU-s  passed  failed  skipped")
         for n in names:
             c, took = results[n]
-            print(f"{n:8s} {took:8.0f} {c.passed:7d} {c.failed:7d} {c.skipped:8d}")
+            print(f"{n:8s} {took:8.0f} {c.cpu:6.0f} {c.passed:7d} {c.failed:7d} {c.skipped:8d}")
+        print(f"{'all':8s} {'':8s} {sum(r[0].cpu for r in results.values()):6.0f}"
+              "   (CPU-s: user + sys of the stage's processes and, for the Bazel stages, "
+              "the server's)")
     print(f"\nsuite time {time.time() - t0:.0f} s")
     for f in total.failures:
         print("FAILED " + f)
