@@ -766,12 +766,15 @@ _SPEED_UNITS = ("µs", "ns", "ms", "GB/s", "MB/s", "samples/s")
 _SPEED_COLS = {"library", "bare fi_read"}       # ofi_probe's µs and GB/s rows
 
 
-def machine_bound(col):
-    """True for a column of absolute time or rate (not a ratio: "÷", " / ")."""
+def machine_bound(col, label=""):
+    """True for a cell of absolute time or rate: its column says so, or, for
+    a column without a unit, its row's label ends with one ("..., ms").  Not
+    a ratio ("÷", " / " in the column)."""
     if "÷" in col or " / " in col:
         return False
     return (col in _SPEED_COLS or any(u in col for u in _SPEED_UNITS)
-            or col.endswith(" s") or " s (" in col)
+            or col.endswith(" s") or " s (" in col
+            or label.rsplit(", ", 1)[-1] in _SPEED_UNITS + ("s",) and ", " in label)
 
 
 def memcpy_gbs(mib=256, reps=5):
@@ -943,7 +946,7 @@ def compare(published, rec, tol, strict=False):
             n = new.get((label, col))
             m = None if n is None else n["median"]
             lo, hi = s["min"] * (1 - tol), s["max"] * (1 + tol)
-            if m is not None and not same and machine_bound(col):
+            if m is not None and not same and machine_bound(col, label):
                 verdict = "other machine"
             else:
                 verdict = "ok" if m is not None and lo <= m <= hi else "NOT REPRODUCED"

@@ -88,6 +88,9 @@ def test_machine_bound_columns():
             "epoch time", "samples/s ÷ the best other loader's, compute", "eager"]
     assert [c for c in bound if not figures.machine_bound(c)] == []
     assert [c for c in free if figures.machine_bound(c)] == []
+    # a column without a unit, in a row whose label names one
+    assert figures.machine_bound("eager", "thread reader open at 100,000 ranks, ms")
+    assert not figures.machine_bound("eager", "bytes per rank, 2 ... 100,000 ranks")
 
 
 def test_write_without_markers_is_a_clear_error(tmp_path):
