@@ -8,7 +8,7 @@
 // exceptions in one place: throw_rc() (errors.cpp).
 #pragma once
 
-#include <torch/extension.h>
+#include "torch_headers.h"
 
 #include <atomic>
 #include <condition_variable>
