@@ -175,11 +175,15 @@ int ddofi_nic_map_lookup(const char *map, int local_rank, char *out, size_t cap)
     return -ENOENT;
 }
 
+/* The launchers' node-local rank, the first set of: Slurm, Open MPI, MPICH
+ * (Hydra), PMI, Cray PALS, MVAPICH2, torchrun.  The same list, in the same
+ * order, as pyddstore.torch.env.local_rank (test_env_registry.py checks). */
 int ddofi_env_local_rank(void)
 {
     static const char *vars[] = {"SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK",
                                  "MPI_LOCALRANKID", "PMI_LOCAL_RANK",
-                                 "PALS_LOCAL_RANKID", "MV2_COMM_WORLD_LOCAL_RANK"};
+                                 "PALS_LOCAL_RANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                                 "LOCAL_RANK"};
     for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
         const char *v = getenv(vars[i]);
         if (v && *v) {

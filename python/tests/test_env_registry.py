@@ -297,3 +297,21 @@ def test_python_reads_through_c_registry(name, monkeypatch):
         return
     with pytest.raises(ValueError, match=name):
         fn()
+
+
+def test_local_rank_same_launchers_as_ofi(monkeypatch):
+    """The node-local rank: Python (CPU pinning of loader workers) and
+    ddstore-ofi (the NIC of nic_map) read the same launcher variables in the
+    same order, so both agree on a process's local rank."""
+    from pyddstore.torch import env
+    src = open(os.path.join(TOP, "ddstore-ofi", "src", "ddofi_config.c")).read()
+    body = src[src.index("int ddofi_env_local_rank(void)"):]
+    body = body[:body.index("};")]
+    assert tuple(re.findall(r'"([A-Z0-9_]+)"', body)) == env.LOCAL_RANK_VARS
+    for v in env.LOCAL_RANK_VARS:
+        monkeypatch.delenv(v, raising=False)
+    assert env.local_rank() == 0
+    monkeypatch.setenv("LOCAL_RANK", "3")            # torchrun alone
+    assert env.local_rank() == 3
+    monkeypatch.setenv("PALS_LOCAL_RANKID", "5")     # earlier in the list: wins
+    assert env.local_rank() == 5

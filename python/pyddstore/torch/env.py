@@ -120,10 +120,18 @@ def collective_timeout(fallback=False):
         return float(_entries()[Settings.variable("collective_timeout_s")]["default"])
 
 
+# The launchers' node-local rank: Slurm, Open MPI, MPICH (Hydra), PMI, Cray
+# PALS, MVAPICH2, torchrun; the first set wins.  The same list, in the same
+# order, as ddstore-ofi's NIC choice (ddofi_config.c, ddofi_env_local_rank;
+# test_env_registry.py checks).
+LOCAL_RANK_VARS = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                   "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID", "MV2_COMM_WORLD_LOCAL_RANK",
+                   "LOCAL_RANK")
+
+
 def local_rank():
-    """This process's rank on its node (Slurm, Open MPI, MPICH, torchrun), or 0."""
-    for name in ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-                 "PMI_LOCAL_RANK", "LOCAL_RANK"):
+    """This process's rank on its node (LOCAL_RANK_VARS), or 0."""
+    for name in LOCAL_RANK_VARS:
         v = _raw(name)
         if v is not None and v.strip().isdigit():
             return int(v)
