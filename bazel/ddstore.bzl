@@ -255,15 +255,48 @@ def dds_python_extension(name, srcs, deps = [], copts = [], local_defines = [], 
         **kwargs
     )
 
-def dds_torch_extension(name, module, srcs, deps = [], copts = [], local_defines = [], target_compatible_with = [], **kwargs):
+def _unity_sources(name, srcs, batches):
+    """Under //bazel/config:torch_unity: the .cpp files of `srcs` in `batches`
+    generated sources, each the concatenation of its share (every
+    `batches`-th file, so the big ones spread), a #line before each file so
+    that diagnostics name the real file and line.  Returns the srcs to
+    compile (a select) and the copts the unity sources need (their own
+    directory's headers, which a quoted include finds next to the real file)."""
+    cpps = [s for s in srcs if s.endswith(".cpp")]
+    hdrs = [s for s in srcs if not s.endswith(".cpp")]
+    outs = []
+    for i in range(batches):
+        share = cpps[i::batches]
+        if not share:
+            continue
+        out = "%s.unity%d.cpp" % (name, i)
+        native.genrule(
+            name = "%s_unity%d" % (name, i),
+            srcs = share,
+            outs = [out],
+            cmd = "for f in $(SRCS); do printf '#line 1 \"%s\"\\n' \"$$f\"; cat \"$$f\"; " +
+                  "echo; done > $@",
+        )
+        outs.append(out)
+    dirs = {h.rpartition("/")[0]: True for h in hdrs}.keys()
+    inc = ["-I" + "/".join([p for p in (native.package_name(), d) if p]) for d in dirs]
+    return (select({"//bazel/config:torch_unity_enabled": outs + hdrs, "//conditions:default": srcs}),
+            select({"//bazel/config:torch_unity_enabled": inc, "//conditions:default": []}))
+
+def dds_torch_extension(name, module, srcs, deps = [], copts = [], local_defines = [], target_compatible_with = [], unity_batches = 2, **kwargs):
     """A torch C++ extension (torch's C++ standard and C++11 ABI, linked against
     libtorch/libc10/libtorch_python with an rpath to torch's lib dir).
-    Skipped when torch was not found."""
+    Skipped when torch was not found.  Under //bazel/config:torch_unity
+    (--config=ci) its .cpp files compile as `unity_batches` unity sources
+    (_unity_sources; ci/check_shape.py keeps the sources fit for it: no name
+    defined file-locally in two of them)."""
+    build_srcs, unity_copts = _unity_sources(name, srcs, unity_batches)
     native.cc_binary(
         name = name,
-        srcs = srcs,
+        srcs = build_srcs,
         deps = deps + ["@local_config_torch//:torch"],
-        copts = DDS_CXX_COPTS + DDS_VISIBILITY_COPTS + ["-fvisibility-inlines-hidden"] + copts,
+        copts = DDS_CXX_COPTS + DDS_VISIBILITY_COPTS + ["-fvisibility-inlines-hidden"] + copts +
+                unity_copts,
         linkopts = DDS_EXT_LINKOPTS,
         local_defines = [
             "TORCH_EXTENSION_NAME=" + module,

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""check_shape.py: no source file over 1,000 lines, no file circles.
+"""check_shape.py: no source file over 1,000 lines, no file circles, unity-safe
+torch sources.
 
     ci/check_shape.py            check; exit 0 when the shape holds, 1 when not
     ci/check_shape.py --list     also print every package's file graph
@@ -21,6 +22,15 @@ headers are not edges (a header declares; the file defining the symbol is the
 edge's end).  C++ (ddstore-torch) and Python files are checked for size only:
 C++ names (members, overloads, namespaces) need a compiler's view (nm on
 the objects) that this scan does not have.
+
+A third rule for the torch extension's .cpp files (ddstore-torch/csrc), which
+the CI build compiles as unity sources (concatenated, //bazel/config:torch_unity):
+
+  unity    no name defined file-locally (in an anonymous namespace, or
+           static) in two of them.  Concatenated, two such definitions are a
+           redefinition error at best, and two overloads at worst, where a
+           call could quietly bind to the other file's function.  A helper
+           that two files need goes into a shared header (ddstore_torch.h).
 
 ALLOWED lists files that are being split elsewhere right now; empty it once
 they are merged.  Run from the quick and full C stages of ci/run_tests.py
@@ -170,10 +180,48 @@ def circles(graph):
     return out
 
 
+# A definition at namespace scope starting a line: "type name(", "type name =",
+# "struct name", ...  (the house style puts a definition's type and name on
+# one line; members and locals are indented).
+_DEF = re.compile(r"^(?:static\s+|inline\s+|constexpr\s+|const\s+)*"
+                  r"(?:(?:struct|class|enum(?:\s+class)?|using)\s+(\w+)"
+                  r"|(?:template\s*<[^>]*>\s*)?(?:[\w:<>,*&\[\]]+\s+)+[*&]*(\w+)\s*[(=\[;{])")
+
+
+def file_local_names(text):
+    """The names a C++ file defines in its anonymous namespaces or as static
+    at namespace scope."""
+    names, anon = set(), False
+    for line in text.split("\n"):
+        if re.match(r"^namespace\s*\{", line):
+            anon = True
+            continue
+        if re.match(r"^\}\s*//\s*namespace\s*$", line):
+            anon = False
+            continue
+        if not (anon or line.startswith("static ")) or not line.strip() or line[0] in " \t/#}{":
+            continue
+        m = _DEF.match(line)
+        if m:
+            names.add(m.group(1) or m.group(2))
+    return names
+
+
+def unity_clashes(texts):
+    """[(name, files)] of the names defined file-locally in more than one of
+    `texts` ({file: text})."""
+    where = {}
+    for f, text in texts.items():
+        for n in file_local_names(text):
+            where.setdefault(n, []).append(f)
+    return sorted((n, sorted(fs)) for n, fs in where.items() if len(fs) > 1)
+
+
 def check(files, show=False, out=sys.stdout):
     """Problems found in `files` (repo-relative), as lines."""
     problems = []
     by_pkg = {}
+    unity = {}
     for f in files:
         with open(os.path.join(TOP, f), encoding="utf-8", errors="replace") as fh:
             text = fh.read()
@@ -182,6 +230,11 @@ def check(files, show=False, out=sys.stdout):
             problems.append(f"{f}: {n} lines (more than {MAX_LINES}): split it by concern")
         if f.endswith(".c"):
             by_pkg.setdefault(package(f), {})[f] = scan_c(text)
+        if f.endswith(".cpp") and "/csrc/" in f.replace(os.sep, "/"):
+            unity[f] = text
+    for name, fs in unity_clashes(unity):
+        problems.append(f"{name}: defined file-locally in {', '.join(fs)}; the unity build "
+                        "concatenates them: rename one, or share it from a header")
     for pkg, scans in sorted(by_pkg.items()):
         owner = {}
         for f, (defined, _) in scans.items():
@@ -230,8 +283,20 @@ def self_test():
         b = put("b.c", "int a_fn(void);\nint b_fn(void)\n{\n    return a_fn();\n}\n")
         c = put("c.c", "static int c_helper(void) { return 1; }\n"
                        "int c_fn(void)\n{\n    return a_fn() + c_helper();\n}\n")
+        d1 = put("csrc_x.cpp", "namespace {\nint helper(int v)\n{\n    return v;\n}\n}  // namespace\n")
+        d2 = put("csrc_y.cpp", "namespace {\nstd::string helper(py::handle v)\n{\n}\n}  // namespace\n"
+                               "static int other = 1;\n")
+        d3 = put("csrc_z.cpp", "static int other(void) { return 0; }\nint shared(int v)\n{\n}\n")
         cases = [([ok], 0), ([big], 1), ([a, c], 0), ([a, b], 1), ([a, b, c], 1)]
+        unity_cases = [({d1: 0, d3: 0}, 0), ({d1: 0, d2: 0}, 1), ({d2: 0, d3: 0}, 1)]
         bad = 0
+        for texts, want in unity_cases:
+            texts = {f: open(f).read() for f in texts}
+            got = len(unity_clashes(texts))
+            if got != want:
+                print(f"check_shape self-test: unity {[os.path.basename(f) for f in texts]}: "
+                      f"{got} clashes, expected {want}")
+                bad = 1
         for files, want in cases:
             got = len(check(files))
             if got != want:
@@ -259,7 +324,8 @@ def main():
         print(f"check_shape: FAILED ({len(problems)} problems in {len(files)} files)")
         return 1
     print(f"check_shape: OK ({len(files)} source files, none over {MAX_LINES} lines, "
-          f"no file circles; {len(ALLOWED)} allowed while being split elsewhere)")
+          f"no file circles, no name file-local to two torch sources; {len(ALLOWED)} allowed "
+          "while being split elsewhere)")
     return 0
 
 

@@ -228,7 +228,7 @@ std::vector<at::Tensor> collate(py::handle obj, py::list specs, py::handle indic
 
 namespace {
 
-at::Tensor ragged_values(const std::vector<int64_t> &row_shape, int64_t rows,
+at::Tensor ragged_values_buffer(const std::vector<int64_t> &row_shape, int64_t rows,
                          const at::TensorOptions &opts)
 {
     std::vector<int64_t> shape{rows};
@@ -242,7 +242,7 @@ int grow_values(void *arg, dds_read_var_t *var)
 {
     auto *r = static_cast<RaggedOut *>(arg);
     try {
-        r->values = ragged_values(r->row_shape, var->total, r->opts);
+        r->values = ragged_values_buffer(r->row_shape, var->total, r->opts);
     } catch (const std::exception &e) {
         return dds_error(-DDS_ENOMEM, "cannot allocate %lld element rows: %s",
                          static_cast<long long>(var->total), e.what());
@@ -258,7 +258,7 @@ dds_read_var_t ragged_entry(const std::string &name, RaggedOut &r, int64_t n, in
                             uintptr_t stream)
 {
     r.lengths = at::empty({n}, at::kLong);
-    r.values = ragged_values(r.row_shape, std::max<int64_t>(guess, 0), r.opts);
+    r.values = ragged_values_buffer(r.row_shape, std::max<int64_t>(guess, 0), r.opts);
     dds_read_var_t e =
         read_entry(name.c_str(), DDS_READ_RAGGED, describe(name, r.values, r.values.size(0), stream));
     e.lengths = r.lengths.data_ptr<int64_t>();

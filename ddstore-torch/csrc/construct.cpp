@@ -40,8 +40,6 @@ bool is_bool(py::handle v)
            std::string(Py_TYPE(v.ptr())->tp_name) == "numpy.bool_";
 }
 
-std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
-
 // operator.index(v), clamped to int64 (TypeError for a non-integer).
 int64_t index_of(py::handle v)
 {

@@ -20,8 +20,6 @@ namespace ddstore_torch {
 
 namespace {
 
-std::string repr_of(py::handle h) { return py::repr(h).cast<std::string>(); }
-
 // out[key] of a mapping; ValueError when it has no such key.
 at::Tensor out_buffer(py::handle out, const py::object &key)
 {

@@ -119,6 +119,14 @@ at::Tensor as_indices(py::handle obj);
 void note_read(uint64_t t0, uint64_t t1);
 std::pair<uint64_t, uint64_t> last_read_window();
 uint64_t now_ns();
+inline double now_s() { return static_cast<double>(now_ns()) * 1e-9; }
+
+// repr(v) and type(v).__name__, for messages.  GIL held.
+inline std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
+inline std::string type_name(py::handle v)
+{
+    return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>();
+}
 
 // read.cpp
 void get(py::handle obj, const std::string &name, at::Tensor out,

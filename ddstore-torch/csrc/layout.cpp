@@ -26,11 +26,6 @@ constexpr const char *kMetaFormat = "pyddstore.torch.meta";
 constexpr long long kMetaVersionPacked = 4;
 constexpr int64_t kRowAlign = 8;
 
-std::string repr_of(py::handle o)
-{
-    return py::repr(o).cast<std::string>();
-}
-
 // s cut to at most n bytes, never inside a UTF-8 sequence
 std::string cut(std::string s, size_t n)
 {

@@ -24,7 +24,6 @@
 namespace ddstore_torch {
 
 namespace {
-double now_s() { return static_cast<double>(now_ns()) * 1e-9; }
 constexpr double kPoll = 0.5;   // seconds between checks that the workers live
 }  // namespace
 
@@ -611,10 +610,9 @@ py::object copy_batch(py::handle d)
 }
 
 namespace {
-const char *const kStateFormat = "ddstore.ThreadDataLoader";
-constexpr int kStateVersion = 1;
+const char *const kLoaderStateFormat = "ddstore.ThreadDataLoader";
+constexpr int kLoaderStateVersion = 1;
 
-std::string repr_of(py::handle h) { return py::repr(h).cast<std::string>(); }
 
 bool differs(py::handle a, py::handle b)
 {
@@ -637,11 +635,11 @@ py::tuple loader_state_check(py::handle state)
     for (const char *k : {"format", "version", "batches_yielded", "samples_yielded", "sampler"})
         if (!d.contains(k))
             bad(std::string("field '") + k + "' is missing");
-    if (differs(d["format"], py::str(kStateFormat)))
-        bad("field 'format' is " + repr_of(d["format"]) + ", expected '" + kStateFormat + "'");
-    if (differs(d["version"], py::int_(kStateVersion)))
+    if (differs(d["format"], py::str(kLoaderStateFormat)))
+        bad("field 'format' is " + repr_of(d["format"]) + ", expected '" + kLoaderStateFormat + "'");
+    if (differs(d["version"], py::int_(kLoaderStateVersion)))
         bad("field 'version' is " + repr_of(d["version"]) + ", this pyddstore reads " +
-            std::to_string(kStateVersion));
+            std::to_string(kLoaderStateVersion));
     for (const char *k : {"batches_yielded", "samples_yielded"}) {
         py::object v = d[k];
         if (PyBool_Check(v.ptr()) || !PyLong_Check(v.ptr()) ||
@@ -655,8 +653,8 @@ namespace {
 py::dict state_dict_of(py::object batches, py::object samples, py::object sampler)
 {
     py::dict d;
-    d["format"] = kStateFormat;
-    d["version"] = kStateVersion;
+    d["format"] = kLoaderStateFormat;
+    d["version"] = kLoaderStateVersion;
     d["batches_yielded"] = batches;
     d["samples_yielded"] = samples;
     d["sampler"] = sampler;

@@ -26,9 +26,7 @@ bool is_pyg(py::handle sample);   // samples.cpp
 
 namespace {
 
-std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
 std::string str_of(py::handle v) { return py::str(v).cast<std::string>(); }
-std::string type_name(py::handle v) { return str_of(py::type::handle_of(v).attr("__name__")); }
 
 bool instance_of(py::handle v, py::handle cls)
 {
@@ -56,7 +54,7 @@ bool less(py::handle a, py::handle b)
 }
 
 // kinds whose shape may vary along one axis (schema.RAGGED_KINDS)
-bool ragged_kind(py::handle kind)
+bool ragged_kind_obj(py::handle kind)
 {
     const std::string k = str_of(kind);
     return k == "tensor" || k == "ndarray";
@@ -159,7 +157,7 @@ py::object comparable(py::dict desc, py::object mode_of)
     py::dict out = desc.attr("copy")();
     py::list fields;
     for (py::handle fd : desc["fields"]) {
-        if (ragged_kind(fd["kind"]) && !mode_of(fd["key"]).is_none()) {
+        if (ragged_kind_obj(fd["kind"]) && !mode_of(fd["key"]).is_none()) {
             py::dict c = py::reinterpret_borrow<py::dict>(fd).attr("copy")();
             c["shape"] = py::str(std::to_string(py::len(fd["shape"])) + " dims");
             fields.append(c);
@@ -204,7 +202,7 @@ py::dict pyg_table(py::list fields)
     py::dict table;
     for (py::handle f : fields) {
         py::object key = f.attr("key"), shape = f.attr("shape");
-        if (!ragged_kind(f.attr("kind")) || py::len(shape) == 0)
+        if (!ragged_kind_obj(f.attr("kind")) || py::len(shape) == 0)
             continue;
         if (pyg_index_key(key))
             table[key] = py::int_(py::len(shape) - 1);

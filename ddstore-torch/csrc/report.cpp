@@ -16,8 +16,6 @@ const char *const kReadNs[] = {"lock_wait_ns", "register_ns", "post_ns", "comple
                                "gpu_sync_ns", "other_ns", "total_ns"};
 const char *const kReadCount[] = {"calls", "rows", "bytes", "local_bytes", "reads"};
 
-double now_s() { return static_cast<double>(now_ns()) * 1e-9; }
-
 double round6(double x) { return std::nearbyint(x * 1e6) / 1e6; }
 
 __attribute__((format(printf, 1, 2))) std::string fmt(const char *f, ...)

@@ -7,8 +7,8 @@ namespace ddstore_torch {
 
 namespace {
 
-const char *const kStateFormat = "ddstore.DistSampler";
-constexpr long kStateVersion = 1;
+const char *const kSamplerStateFormat = "ddstore.DistSampler";
+constexpr long kSamplerStateVersion = 1;
 
 std::string fmt(const py::handle &v)
 {
@@ -50,13 +50,13 @@ py::tuple sampler_state_check(py::handle state, int64_t n, py::object seed, bool
             throw py::value_error(std::string("DistSampler state: field '") + key +
                                   "' is missing");
     py::object format = st["format"];
-    if (!format.equal(py::str(kStateFormat)))
+    if (!format.equal(py::str(kSamplerStateFormat)))
         throw py::value_error("DistSampler state: field 'format' is " +
                               py::repr(format).cast<std::string>() + ", expected '" +
-                              kStateFormat + "'");
-    if (!state_int(st["version"], "version").equal(py::int_(kStateVersion)))
+                              kSamplerStateFormat + "'");
+    if (!state_int(st["version"], "version").equal(py::int_(kSamplerStateVersion)))
         throw py::value_error("DistSampler state: field 'version' is " + fmt(st["version"]) +
-                              ", this pyddstore reads version " + std::to_string(kStateVersion));
+                              ", this pyddstore reads version " + std::to_string(kSamplerStateVersion));
     py::int_ sn = state_int(st["n"], "n", py::int_(0));
     if (!sn.equal(py::int_(n)))
         throw py::value_error("DistSampler state: field 'n' (dataset length) is " + fmt(sn) +

@@ -67,11 +67,6 @@ bool isinstance(py::handle v, const py::object &cls)
     return r == 1;
 }
 
-std::string type_name(py::handle v)
-{
-    return py::str(py::type::handle_of(v).attr("__name__")).cast<std::string>();
-}
-
 [[noreturn]] void unsupported(const Where &where, const std::string &what)
 {
     throw py::type_error(where() + ": " + what + " is not supported (" + kSupportedMsg +

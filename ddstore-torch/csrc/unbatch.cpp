@@ -47,7 +47,7 @@ py::list fixed_values(py::handle f, py::handle tv)
     return out;
 }
 
-py::list ragged_values(py::handle f, py::handle tv)
+py::list ragged_value_list(py::handle f, py::handle tv)
 {
     py::tuple read = py::reinterpret_borrow<py::tuple>(tv);
     const at::Tensor values = read[0].cast<at::Tensor>();
@@ -72,7 +72,7 @@ py::list split_batch(py::list fields, py::list ts)
     py::list cols;
     for (size_t k = 0; k < fields.size(); k++) {
         py::handle f = fields[k];
-        cols.append(f.attr("axis").is_none() ? fixed_values(f, ts[k]) : ragged_values(f, ts[k]));
+        cols.append(f.attr("axis").is_none() ? fixed_values(f, ts[k]) : ragged_value_list(f, ts[k]));
     }
     return cols;
 }
