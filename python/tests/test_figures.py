@@ -13,6 +13,28 @@ spec = importlib.util.spec_from_file_location("figures", os.path.join(TOP, "tool
 figures = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(figures)
 
+@pytest.fixture(autouse=True)
+def _steady_memcpy(request, monkeypatch):
+    """measure() records the machine's memcpy bandwidth; beside the suite's
+    other stages it varies by more than same_machine's 20 %, which would make
+    two fake runs "other machines".  The fake figures take a fixed one
+    (test_machine_record runs the real probe)."""
+    if request.node.name != "test_machine_record":
+        monkeypatch.setattr(figures, "memcpy_gbs", lambda *a, **k: 10.0)
+
+
+def test_machine_record():
+    """The machine a record names, and when two are the same for absolute cells."""
+    m = figures.machine()
+    assert set(m) == {"cpu", "cores", "kernel", "memcpy_gb_s"} and m["memcpy_gb_s"] > 0
+    assert m["cores"] == os.cpu_count()
+    same = dict(m, memcpy_gb_s=10.0)
+    assert figures.same_machine(dict(same, memcpy_gb_s=11.0), same)
+    assert not figures.same_machine(dict(same, memcpy_gb_s=13.0), same)   # 30 % apart
+    assert not figures.same_machine(dict(same, cpu="another CPU"), same)
+    assert not figures.same_machine(same, None)                         # not recorded
+
+
 # An arm: appends its name to LOG (the order they ran in) and reports a value that
 # depends on the round (how many times it ran before), times SCALE.
 ARM = r"""
