@@ -6,8 +6,8 @@
 // the Python tensor type.  Including just those takes about a third off
 // every source's compile (g++ 12 -O2, Bazel's flags: collate.cpp 15.9
 // instead of 25.7 CPU-seconds, module.cpp 20.0 instead of 30.6), in each of
-// the suite's builds of the extension.  This header is also the CMake
-// build's precompiled header.
+// the suite's builds of the extension.  With DDSTORE_UNITY=0 this header is
+// also the CMake build's precompiled header.
 #pragma once
 
 #include <ATen/ATen.h>
