@@ -35,7 +35,12 @@ record names its machine (CPU model, cores, kernel, and the memcpy bandwidth of 
 published one (another CPU model, or memcpy more than 20 % apart; a record without
 a machine counts as another), `check` compares the ratios, counts and memory and
 prints each absolute cell as "other machine" without failing on it; `--strict`
-compares every cell anyway.
+compares every cell anyway. A figure with a same-run baseline column (the memcpy or
+local np.take of the same rows: reads, method2, planner, ragged, get_batch) is judged
+on any machine against that baseline instead: the baseline is printed as "baseline"
+(it measures the host), and each absolute cell of its row (of the figure, for rows
+without one) must lie in the published range scaled by how much the baseline moved;
+a VM host's memory bandwidth drifts by tens of percent within an hour.
 """
 import argparse
 import json
@@ -933,24 +938,63 @@ def unwritten(top=None):
             if not os.path.exists(os.path.join(top or TOP, "docs", "figures", n + ".json"))]
 
 
+# A figure's same-run baseline (memcpy or a local gather of the same rows):
+# column -> whether it is a rate (True) or a time (False).  It measures the
+# host, not the code: check scales the row's absolute cells by how much it
+# moved instead of judging it.
+BASELINES = {"memcpy GB/s, same run": True, "local np.take µs/row": False,
+             "per-row memcpy of the same rows, ns": False, "memcpy µs": False,
+             "np.take µs": False}
+_RATE_UNITS = ("GB/s", "MB/s", "samples/s")
+
+
+def host_speedup(published, rec):
+    """{row label: how many times faster the host's baseline ran now than in
+    the published record}, and the median over the rows (for the figure's rows
+    without a baseline of their own); ({}, None) when the figure has none."""
+    new = {(l, c): s["median"] for l, cells in rec["table"] for c, s in cells}
+    rows = {}
+    for label, cells in published["table"]:
+        for col, s in cells:
+            now = new.get((label, col))
+            if col in BASELINES and now and s["median"]:
+                rows[label] = now / s["median"] if BASELINES[col] else s["median"] / now
+    return rows, (statistics.median(rows.values()) if rows else None)
+
+
 def compare(published, rec, tol, strict=False):
-    """[(label, column, published summary, new median, verdict)] for every
-    published cell; verdict "ok", "NOT REPRODUCED", or "other machine" (an
-    absolute cell measured on another machine than the published one: not
-    compared unless `strict`)."""
+    """[(label, column, published summary, new median, verdict, host factor)]
+    for every published cell; verdict "ok", "NOT REPRODUCED", "other machine"
+    (an absolute cell measured on another machine than the published one: not
+    compared unless `strict`), or "baseline" (a same-run memcpy column: the
+    host's speed, shown and not judged).
+
+    An absolute cell of a figure with a same-run baseline is judged against
+    the published range scaled by how much that baseline moved (its row's, or
+    the median of the figure's rows): a VM host's memory bandwidth drifts by
+    tens of percent within an hour, and the read of the same rows drifts with
+    it.  The factor is the 6th field (1.0 where nothing was scaled)."""
     new = {(l, c): s for l, cells in rec["table"] for c, s in cells}
     same = strict or same_machine(rec.get("machine"), published.get("machine"))
+    rows, fig_factor = ({}, None) if strict else host_speedup(published, rec)
     out = []
     for label, cells in published["table"]:
         for col, s in cells:
             n = new.get((label, col))
             m = None if n is None else n["median"]
+            bound = machine_bound(col, label)
+            f = rows.get(label, fig_factor) if bound else None
             lo, hi = s["min"] * (1 - tol), s["max"] * (1 + tol)
-            if m is not None and not same and machine_bound(col, label):
+            if f is not None:
+                g = f if any(u in col for u in _RATE_UNITS) else 1 / f
+                lo, hi = lo * g, hi * g
+            if col in BASELINES and m is not None and not strict:
+                verdict, f = "baseline", rows.get(label, f)
+            elif m is not None and f is None and not same and bound:
                 verdict = "other machine"
             else:
                 verdict = "ok" if m is not None and lo <= m <= hi else "NOT REPRODUCED"
-            out.append((label, col, s, m, verdict))
+            out.append((label, col, s, m, verdict, 1.0 if f is None else f))
     return out
 
 
@@ -1038,10 +1082,11 @@ def main(argv=None):
                 print(f"[{n}] published on another machine ({describe(published.get('machine'))}"
                       f"; this one: {describe(rec.get('machine'))}): absolute times and rates "
                       "are shown, not compared" + (" (--strict: compared)" if a.strict else ""))
-            for label, col, s, m, verdict in compare(published, rec, a.tol, a.strict):
+            for label, col, s, m, verdict, f in compare(published, rec, a.tol, a.strict):
                 got = "missing" if m is None else fmt(m)
+                host = f" (host's baseline {f:.2f}× as fast: range scaled)" if f != 1.0 else ""
                 print(f"[{n}] {verdict}: {label} / {col}: published "
-                      f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}), now {got}")
+                      f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}), now {got}{host}")
                 bad = bad or (1 if verdict == "NOT REPRODUCED" else 0)
     return bad
 

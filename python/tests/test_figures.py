@@ -82,22 +82,53 @@ def test_write_between_markers_and_check(tmp_path):
     # the same figure again (a fresh order log: rounds count from 1) reproduces every cell
     (tmp_path / "again").mkdir()
     again, _ = fake(tmp_path / "again")
-    assert all(v == "ok" for *_, v in figures.compare(pub, figures.measure(
+    assert all(v == "ok" for *_, v, _ in figures.compare(pub, figures.measure(
         again, 3, log=lambda *_: None), 0.1))
     # b now twice as slow: b's cells and the ratio are not reproduced, a's are
     (tmp_path / "slow").mkdir()
     slow, _ = fake(tmp_path / "slow", scale_b=4.0)
     rec = figures.measure(slow, 3, log=lambda *_: None)
-    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1)}
+    res = {(c, v) for _, c, _, _, v, _ in figures.compare(pub, rec, 0.1)}
     assert res == {("a µs", "ok"), ("b µs", "NOT REPRODUCED"), ("a/b", "NOT REPRODUCED")}
     # published on another machine: the absolute cells are not compared, the
     # ratio still is (and --strict compares them all)
     pub["machine"] = dict(pub["machine"], cpu="another CPU")
-    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1)}
+    res = {(c, v) for _, c, _, _, v, _ in figures.compare(pub, rec, 0.1)}
     assert res == {("a µs", "other machine"), ("b µs", "other machine"),
                    ("a/b", "NOT REPRODUCED")}
-    res = {(c, v) for _, c, _, _, v in figures.compare(pub, rec, 0.1, strict=True)}
+    res = {(c, v) for _, c, _, _, v, _ in figures.compare(pub, rec, 0.1, strict=True)}
     assert res == {("a µs", "ok"), ("b µs", "NOT REPRODUCED"), ("a/b", "NOT REPRODUCED")}
+
+
+def test_baseline_scales_the_row():
+    """A same-run memcpy column measures the host: check scales the absolute
+    cells of its row (and of the figure's rows without one) by how much it
+    moved, shows it as "baseline", and still judges ratios as they are."""
+    cell = lambda v: {"median": v, "min": v, "max": v, "n": 1}
+    pub = {"machine": {"cpu": "x", "cores": 2, "kernel": "k", "memcpy_gb_s": 10.0},
+           "table": [("3136 B", [("µs/row", cell(1.0)), ("GB/s", cell(3.0)),
+                                 ("memcpy GB/s, same run", cell(4.0)),
+                                 ("read speed ÷ memcpy's", cell(0.75))]),
+                     ("threads", [("GB/s per rank, 2 threads", cell(2.0))])]}
+    # the host's memory 1.5x as fast, the read with it: all reproduced (scaled)
+    fast = {"machine": dict(pub["machine"], memcpy_gb_s=15.0),
+            "table": [("3136 B", [("µs/row", cell(0.667)), ("GB/s", cell(4.5)),
+                                  ("memcpy GB/s, same run", cell(6.0)),
+                                  ("read speed ÷ memcpy's", cell(0.75))]),
+                      ("threads", [("GB/s per rank, 2 threads", cell(3.0))])]}
+    got = {c: (v, f) for _, c, _, _, v, f in figures.compare(pub, fast, 0.1)}
+    assert got == {"µs/row": ("ok", 1.5), "GB/s": ("ok", 1.5),
+                   "memcpy GB/s, same run": ("baseline", 1.5),
+                   "read speed ÷ memcpy's": ("ok", 1.0),
+                   "GB/s per rank, 2 threads": ("ok", 1.5)}
+    # the host as fast as published, the read slower: not reproduced
+    slow = json.loads(json.dumps(pub))
+    slow["table"][0][1][0] = ("µs/row", cell(1.3))
+    got = {c: v for _, c, _, _, v, _ in figures.compare(pub, slow, 0.1)}
+    assert got["µs/row"] == "NOT REPRODUCED" and got["GB/s"] == "ok"
+    # unscaled, the fast host's cells would have failed: --strict says so
+    got = {c: v for _, c, _, _, v, _ in figures.compare(pub, fast, 0.1, strict=True)}
+    assert got["GB/s"] == "NOT REPRODUCED" and got["memcpy GB/s, same run"] == "NOT REPRODUCED"
 
 
 def test_machine_bound_columns():
