@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Run the code blocks of README.md and docs/*.md as a user would copy them.
+"""Run the code blocks of README.md, docs/*.md and each library's README.md (*/README.md)
+as a user would copy them.
 
     ci/doc_snippets.py [--list] [--junit DIR] [--only SUBSTR] [FILE.md ...]
 
@@ -131,7 +132,8 @@ def main():
     ap.add_argument("--only", help="run only blocks whose FILE:LINE contains this")
     a = ap.parse_args()
     files = a.files or ([os.path.join(TOP, "README.md")] +
-                        sorted(glob.glob(os.path.join(TOP, "docs", "*.md"))))
+                        sorted(glob.glob(os.path.join(TOP, "docs", "*.md"))) +
+                        sorted(glob.glob(os.path.join(TOP, "*", "README.md"))))
     timeout = int(os.environ.get("DOC_SNIPPET_TIMEOUT", "300"))
     todo = [b for f in files for b in blocks(f)]
     if a.list:

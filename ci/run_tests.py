@@ -400,7 +400,8 @@ def nodes_stage(timeout=900):
 
 
 def docs_stage(timeout=3600):
-    """ci/doc_snippets.py: every runnable code block of README.md and docs/*.md,
+    """ci/doc_snippets.py: every runnable code block of README.md, docs/*.md and
+    the libraries' READMEs,
     at the rank count its info string states (one test per block)."""
     d = os.path.join(OUT, "docs")
     shutil.rmtree(d, ignore_errors=True)
@@ -582,7 +583,8 @@ STAGES = {
     "nodes": ("2 simulated nodes x 2 ranks (tools/ddrun --nodes): store, ragged and torch ragged "
               "suites, method 2 across nodes, faults on a link: loss, rate, delay, down, killed "
               "(test_nodes.py)", nodes_stage),
-    "docs": ("every runnable code block of README.md and docs/*.md (ci/doc_snippets.py)",
+    "docs": ("every runnable code block of README.md, docs/*.md and */README.md "
+             "(ci/doc_snippets.py)",
              docs_stage),
 }
 
