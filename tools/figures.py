@@ -38,9 +38,12 @@ prints each absolute cell as "other machine" without failing on it; `--strict`
 compares every cell anyway. A figure with a same-run baseline column (the memcpy or
 local np.take of the same rows: reads, method2, planner, ragged, get_batch) is judged
 on any machine against that baseline instead: the baseline is printed as "baseline"
-(it measures the host), and each absolute cell of its row (of the figure, for rows
-without one) must lie in the published range scaled by how much the baseline moved;
-a VM host's memory bandwidth drifts by tens of percent within an hour.
+(it measures the host), and each absolute cell of its row may lie in the published
+range or in that range scaled by how much the baseline moved; a VM host's memory
+bandwidth drifts by tens of percent within an hour. A cell beyond the published range
+on the side where ddstore (or the host) is faster, an absolute time or rate or a ratio
+of ddstore to the alternative, is printed as "faster" and does not fail the check (the
+other side does); `--strict` fails it too.
 """
 import argparse
 import json
@@ -471,6 +474,34 @@ def _torch_overhead_cells(rounds):
     return out
 
 
+_LCPU_ARMS = [("bare", "bare get_batch per field", None),
+              ("collate", "direct collate (ds._collate)", "bare"),
+              ("loader", "ThreadDataLoader, 1 worker", "bare"),
+              ("bare+c", "bare get_batch + training step", None),
+              ("loader+c", "ThreadDataLoader + training step", "bare+c"),
+              ("uc", "user collate_fn in the calling thread", None),
+              ("loader-uc", "ThreadDataLoader, user collate_fn (Python worker)", "uc")]
+
+
+def _loader_cpu_cells(rounds):
+    """bench_loader_cpu.py, one 2-rank job per round, its arms interleaved
+    inside: per arm wall and process CPU µs per batch (medians over the job's
+    rounds, max over ranks), over its reference arm of the same job (bare, or
+    the same work without the loader); the loader's own CPU per batch."""
+    out = []
+    for arm, label, ref in _LCPU_ARMS:
+        cols = [("wall µs/batch", [r["lcpu"][f"{arm}_wall_us"][0] for r in rounds]),
+                ("CPU µs/batch", [r["lcpu"][f"{arm}_cpu_us"][0] for r in rounds])]
+        if ref:
+            cols += [("wall ÷ reference's", [r["lcpu"][f"{arm}/{ref}_wall"][0] for r in rounds]),
+                     ("CPU ÷ reference's", [r["lcpu"][f"{arm}/{ref}_cpu"][0] for r in rounds]),
+                     ("own CPU µs/batch (− reference's)",
+                      [r["lcpu"][f"{arm}_cpu_us"][0] - r["lcpu"][f"{ref}_cpu_us"][0]
+                       for r in rounds])]
+        out.append((label + (f" (reference: {ref})" if ref else ""), cols))
+    return out
+
+
 def _ragged_cells(rounds):
     out = []
     # the ranks write their lines in any order
@@ -677,6 +708,16 @@ _NEW = [
            "alternating (tools/bench_torch.py _overhead, what `bench_torch.py overhead` runs)",
            [_ovh_arm(1), _ovh_arm(2)],
            "ranks, fields, case", None, _torch_overhead_cells, rounds=3, estimate_s=150),
+    Figure("loader_cpu", "docs/measurements.md",
+           "ThreadDataLoader against bare get_batch per batch of 128 random 3136 B samples "
+           "(1 field), 2 ranks on the 2 cores, method 0: wall and process CPU per batch, "
+           "with and without a fixed training step (two 128 × 128 matmuls) and with a user "
+           "collate_fn; the arms interleaved in 7 rounds inside each job, max over ranks "
+           "(tools/bench_loader_cpu.py)",
+           [Arm("lcpu", [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
+                         os.path.join(TOP, "tools", "bench_loader_cpu.py"), "7", "1",
+                         ",".join(a for a, _, _ in _LCPU_ARMS)])],
+           "arm (reference)", None, _loader_cpu_cells, rounds=5, estimate_s=150),
     Figure("ragged", "docs/measurements.md",
            "ragged reads: 2 ranks, 300 batches of 128 random graphs (5-500 nodes × 64 float32) "
            "read three ways in one loop (get_ragged, get_batch of fixed rows of the mean "
@@ -948,10 +989,15 @@ BASELINES = {"memcpy GB/s, same run": True, "local np.take µs/row": False,
 _RATE_UNITS = ("GB/s", "MB/s", "samples/s")
 
 
+def is_rate(col, label=""):
+    """Whether a machine-bound cell is a rate (higher is faster), not a time."""
+    return (any(u in col for u in _RATE_UNITS) or "bandwidth" in label
+            or label.rsplit(", ", 1)[-1] in _RATE_UNITS)
+
+
 def host_speedup(published, rec):
     """{row label: how many times faster the host's baseline ran now than in
-    the published record}, and the median over the rows (for the figure's rows
-    without a baseline of their own); ({}, None) when the figure has none."""
+    the published record}, for the rows that have a baseline column."""
     new = {(l, c): s["median"] for l, cells in rec["table"] for c, s in cells}
     rows = {}
     for label, cells in published["table"]:
@@ -959,41 +1005,69 @@ def host_speedup(published, rec):
             now = new.get((label, col))
             if col in BASELINES and now and s["median"]:
                 rows[label] = now / s["median"] if BASELINES[col] else s["median"] / now
-    return rows, (statistics.median(rows.values()) if rows else None)
+    return rows
+
+
+# Ratio columns of ddstore against what a user would otherwise use, and the
+# side on which ddstore is ahead: beyond the published range on that side a
+# cell is "faster", not a failure (the claim the figure makes still holds).
+_AHEAD_HIGH = ("÷ the best other loader's", "DistributedSampler ÷ DistSampler, first index",
+               "read speed ÷", "packed speed / per field")
+_AHEAD_LOW = ("library time ÷ bare's", "get_batch / np.take", "get_batch / clip", "÷ memcpy")
+
+
+def ahead_side(col, label=""):
+    """"high" or "low": the side on which a cell says ddstore (or the host) is
+    faster; None for a cell without one (memory, counts, other ratios)."""
+    if machine_bound(col, label):
+        return "high" if is_rate(col, label) else "low"
+    if any(k in col for k in _AHEAD_HIGH):
+        return "high"
+    if any(col.startswith(k) or col == k for k in _AHEAD_LOW):
+        return "low"
+    return None
 
 
 def compare(published, rec, tol, strict=False):
     """[(label, column, published summary, new median, verdict, host factor)]
     for every published cell; verdict "ok", "NOT REPRODUCED", "other machine"
     (an absolute cell measured on another machine than the published one: not
-    compared unless `strict`), or "baseline" (a same-run memcpy column: the
-    host's speed, shown and not judged).
+    compared unless `strict`), "baseline" (a same-run memcpy column: the
+    host's speed, shown and not judged), or "faster" (beyond the published
+    range on the side where ddstore or the host is faster: an absolute time or
+    rate, or a ratio of ddstore to the alternative, `ahead_side`; the claim
+    holds, the figure may want rewriting; not a failure unless `strict`).
 
-    An absolute cell of a figure with a same-run baseline is judged against
-    the published range scaled by how much that baseline moved (its row's, or
-    the median of the figure's rows): a VM host's memory bandwidth drifts by
-    tens of percent within an hour, and the read of the same rows drifts with
-    it.  The factor is the 6th field (1.0 where nothing was scaled)."""
+    An absolute cell in a row with a same-run baseline is ok within the
+    published range or within that range scaled by how much the baseline
+    moved: a VM host's memory bandwidth drifts by tens of percent within an
+    hour, and a read of the same rows with it (though not always in
+    proportion).  The factor is the 6th field (1.0 where nothing was scaled)."""
     new = {(l, c): s for l, cells in rec["table"] for c, s in cells}
     same = strict or same_machine(rec.get("machine"), published.get("machine"))
-    rows, fig_factor = ({}, None) if strict else host_speedup(published, rec)
+    rows = {} if strict else host_speedup(published, rec)
     out = []
     for label, cells in published["table"]:
         for col, s in cells:
             n = new.get((label, col))
             m = None if n is None else n["median"]
             bound = machine_bound(col, label)
-            f = rows.get(label, fig_factor) if bound else None
+            f = rows.get(label) if bound or col in BASELINES else None
             lo, hi = s["min"] * (1 - tol), s["max"] * (1 + tol)
-            if f is not None:
-                g = f if any(u in col for u in _RATE_UNITS) else 1 / f
-                lo, hi = lo * g, hi * g
+            if f is not None and col not in BASELINES:
+                g = f if is_rate(col, label) else 1 / f
+                lo, hi = min(lo, lo * g), max(hi, hi * g)
+            side = None if strict else ahead_side(col, label)
             if col in BASELINES and m is not None and not strict:
-                verdict, f = "baseline", rows.get(label, f)
+                verdict = "baseline"
             elif m is not None and f is None and not same and bound:
                 verdict = "other machine"
+            elif m is not None and lo <= m <= hi:
+                verdict = "ok"
+            elif m is not None and (side == "high" and m > hi or side == "low" and m < lo):
+                verdict = "faster"
             else:
-                verdict = "ok" if m is not None and lo <= m <= hi else "NOT REPRODUCED"
+                verdict = "NOT REPRODUCED"
             out.append((label, col, s, m, verdict, 1.0 if f is None else f))
     return out
 
@@ -1053,7 +1127,7 @@ def main(argv=None):
               "wait for a quiet machine, or pass --loaded (the result is then marked)")
         return 2
     os.makedirs(a.out, exist_ok=True)
-    bad = 0
+    bad, total = 0, {}
     for n in names:
         fig = FIGURES[n]
         pub = os.path.join(TOP, "docs", "figures", n + ".json")
@@ -1082,12 +1156,18 @@ def main(argv=None):
                 print(f"[{n}] published on another machine ({describe(published.get('machine'))}"
                       f"; this one: {describe(rec.get('machine'))}): absolute times and rates "
                       "are shown, not compared" + (" (--strict: compared)" if a.strict else ""))
+            counts = {}
             for label, col, s, m, verdict, f in compare(published, rec, a.tol, a.strict):
                 got = "missing" if m is None else fmt(m)
                 host = f" (host's baseline {f:.2f}× as fast: range scaled)" if f != 1.0 else ""
                 print(f"[{n}] {verdict}: {label} / {col}: published "
                       f"{fmt(s['median'])} ({fmt(s['min'])}–{fmt(s['max'])}), now {got}{host}")
                 bad = bad or (1 if verdict == "NOT REPRODUCED" else 0)
+                counts[verdict] = counts.get(verdict, 0) + 1
+                total[verdict] = total.get(verdict, 0) + 1
+            print(f"[{n}] " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    if total:
+        print("check: " + ", ".join(f"{v} {k}" for k, v in sorted(total.items())))
     return bad
 
 

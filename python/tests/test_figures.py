@@ -101,9 +101,10 @@ def test_write_between_markers_and_check(tmp_path):
 
 
 def test_baseline_scales_the_row():
-    """A same-run memcpy column measures the host: check scales the absolute
-    cells of its row (and of the figure's rows without one) by how much it
-    moved, shows it as "baseline", and still judges ratios as they are."""
+    """A same-run memcpy column measures the host: an absolute cell of its row
+    is ok in the published range or in that range scaled by how much the
+    baseline moved; the baseline shows as "baseline"; ratios are judged as they
+    are; beyond the range on the fast side a cell is "faster" (not a failure)."""
     cell = lambda v: {"median": v, "min": v, "max": v, "n": 1}
     pub = {"machine": {"cpu": "x", "cores": 2, "kernel": "k", "memcpy_gb_s": 10.0},
            "table": [("3136 B", [("µs/row", cell(1.0)), ("GB/s", cell(3.0)),
@@ -120,12 +121,39 @@ def test_baseline_scales_the_row():
     assert got == {"µs/row": ("ok", 1.5), "GB/s": ("ok", 1.5),
                    "memcpy GB/s, same run": ("baseline", 1.5),
                    "read speed ÷ memcpy's": ("ok", 1.0),
-                   "GB/s per rank, 2 threads": ("ok", 1.5)}
+                   # a row without a baseline: this record's machine probe is
+                   # 50 % faster, another machine for an unscaled absolute cell
+                   "GB/s per rank, 2 threads": ("other machine", 1.0)}
+    # the read did not follow the host (noise in a small baseline): still in the
+    # published range, so ok
+    lag = json.loads(json.dumps(fast))
+    lag["table"][0][1][0] = ("µs/row", cell(1.0))
+    got = {c: v for _, c, _, _, v, _ in figures.compare(pub, lag, 0.1)}
+    assert got["µs/row"] == "ok"
     # the host as fast as published, the read slower: not reproduced
     slow = json.loads(json.dumps(pub))
     slow["table"][0][1][0] = ("µs/row", cell(1.3))
     got = {c: v for _, c, _, _, v, _ in figures.compare(pub, slow, 0.1)}
     assert got["µs/row"] == "NOT REPRODUCED" and got["GB/s"] == "ok"
+    # the read faster than the scaled range (the code got faster): "faster",
+    # which does not fail a check; a ratio beyond its range still does
+    quick = json.loads(json.dumps(pub))
+    quick["table"][0][1][0] = ("µs/row", cell(0.5))
+    quick["table"][0][1][1] = ("GB/s", cell(6.0))
+    quick["table"][0][1][3] = ("read speed ÷ memcpy's", cell(1.5))
+    got = {c: v for _, c, _, _, v, _ in figures.compare(pub, quick, 0.1)}
+    assert (got["µs/row"], got["GB/s"], got["read speed ÷ memcpy's"]) == (
+        "faster", "faster", "faster")
+    # ... and the other side fails, for the ratio too
+    behind = json.loads(json.dumps(pub))
+    behind["table"][0][1][3] = ("read speed ÷ memcpy's", cell(0.5))
+    behind["table"][0][1][0] = ("µs/row", cell(1.5))
+    got = {c: v for _, c, _, _, v, _ in figures.compare(pub, behind, 0.1)}
+    assert got["µs/row"] == got["read speed ÷ memcpy's"] == "NOT REPRODUCED"
+    assert figures.ahead_side("get_batch / np.take (≤ 1.1 wanted)") == "low"
+    assert figures.ahead_side("node PSS added ÷ torch-w0's") is None
+    assert figures.is_rate("library", "shm, 1 MiB bandwidth, 16 in flight")
+    assert not figures.is_rate("library", "shm, 4 KiB latency")
     # unscaled, the fast host's cells would have failed: --strict says so
     got = {c: v for _, c, _, _, v, _ in figures.compare(pub, fast, 0.1, strict=True)}
     assert got["GB/s"] == "NOT REPRODUCED" and got["memcpy GB/s, same run"] == "NOT REPRODUCED"
