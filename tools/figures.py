@@ -490,15 +490,16 @@ def _loader_cpu_cells(rounds):
     the same work without the loader); the loader's own CPU per batch."""
     out = []
     for arm, label, ref in _LCPU_ARMS:
-        cols = [("wall µs/batch", [r["lcpu"][f"{arm}_wall_us"][0] for r in rounds]),
-                ("CPU µs/batch", [r["lcpu"][f"{arm}_cpu_us"][0] for r in rounds])]
-        if ref:
-            cols += [("wall ÷ reference's", [r["lcpu"][f"{arm}/{ref}_wall"][0] for r in rounds]),
-                     ("CPU ÷ reference's", [r["lcpu"][f"{arm}/{ref}_cpu"][0] for r in rounds]),
-                     ("own CPU µs/batch (− reference's)",
-                      [r["lcpu"][f"{arm}_cpu_us"][0] - r["lcpu"][f"{ref}_cpu_us"][0]
-                       for r in rounds])]
-        out.append((label + (f" (reference: {ref})" if ref else ""), cols))
+        get = lambda r, k: r["lcpu"][k][0]
+        ratio = lambda r, w: get(r, f"{arm}/{ref}_{w}") if ref else 1.0
+        cols = [("wall µs/batch", [get(r, f"{arm}_wall_us") for r in rounds]),
+                ("CPU µs/batch", [get(r, f"{arm}_cpu_us") for r in rounds]),
+                ("wall ÷ reference's", [ratio(r, "wall") for r in rounds]),
+                ("CPU ÷ reference's", [ratio(r, "cpu") for r in rounds]),
+                ("own CPU µs/batch (− reference's)",
+                 [get(r, f"{arm}_cpu_us") - get(r, f"{ref}_cpu_us") if ref else 0.0
+                  for r in rounds])]
+        out.append((label + (f" (reference: {ref})" if ref else " (a reference)"), cols))
     return out
 
 
@@ -793,7 +794,9 @@ FIGURES = {f.name: f for f in [
            [Arm("loaders", [PY, os.path.join(TOP, "tools", "bench_loaders.py"), "--datasets",
                             "fmnist,synthetic", "--synthetic-n", "100000", "--out", "{dir}"],
                 result="bench_loaders.json")],
-           "dataset, loader", None, _loaders_cells, timeout=5400, rounds=2,
+           # 4 rounds: with 2 the spreads were narrower than two runs an hour apart
+           # (node PSS of one loader 507-699 MiB within one run)
+           "dataset, loader", None, _loaders_cells, timeout=5400, rounds=4, estimate_s=2400,
            # Mosaic Streaming, installed on first use (not by plain setup)
            build=[os.path.join(TOP, "ddstore"), "setup", "--bench"]),
 ] + _NEW}
