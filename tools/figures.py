@@ -488,9 +488,10 @@ def _loader_cpu_cells(rounds):
     inside: per arm wall and process CPU µs per batch (medians over the job's
     rounds, max over ranks), over its reference arm of the same job (bare, or
     the same work without the loader); the loader's own CPU per batch."""
+    def get(r, key):            # the job's median over its rounds
+        return r["lcpu"][key][0]
     out = []
     for arm, label, ref in _LCPU_ARMS:
-        get = lambda r, k: r["lcpu"][k][0]
         ratio = lambda r, w: get(r, f"{arm}/{ref}_{w}") if ref else 1.0
         cols = [("wall µs/batch", [get(r, f"{arm}_wall_us") for r in rounds]),
                 ("CPU µs/batch", [get(r, f"{arm}_cpu_us") for r in rounds]),

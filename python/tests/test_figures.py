@@ -136,7 +136,8 @@ def test_baseline_scales_the_row():
     got = {c: v for _, c, _, _, v, _ in figures.compare(pub, slow, 0.1)}
     assert got["µs/row"] == "NOT REPRODUCED" and got["GB/s"] == "ok"
     # the read faster than the scaled range (the code got faster): "faster",
-    # which does not fail a check; a ratio beyond its range still does
+    # which does not fail a check; so is a ratio of ddstore to memcpy beyond its
+    # range on ddstore's side
     quick = json.loads(json.dumps(pub))
     quick["table"][0][1][0] = ("µs/row", cell(0.5))
     quick["table"][0][1][1] = ("GB/s", cell(6.0))
