@@ -504,6 +504,37 @@ def _loader_cpu_cells(rounds):
     return out
 
 
+_BPOOL_ARMS = [("bare", "bare get_batch into one tensor"),
+               ("collate", "direct collate (ds._collate), pool on"),
+               ("collate-off", "direct collate, pool off"),
+               ("loader", "ThreadDataLoader, 1 worker, pool on"),
+               ("loader-off", "ThreadDataLoader, 1 worker, pool off")]
+
+
+def _batch_pool_cells(rounds):
+    """bench_batch_pool.py, one 2-rank job per round, the pool switched on and
+    off between arms inside it: per case and arm wall and CPU µs per batch
+    (the job's median over its rounds, max over ranks); per case the pool's
+    gain (off ÷ on, per job round) and the arms over bare."""
+    out = []
+    for case in rounds[0]["bpool"]["cases"]:
+        def get(r, key):
+            return r["bpool"]["cases"][case][key][0]
+        c0 = rounds[0]["bpool"]["cases"][case]
+        what = (f"{case}: {c0['batch']} × {c0['sample_bytes']:,} B "
+                f"({c0['batch'] * c0['sample_bytes'] / 2**20:.2f} MiB)")
+        for arm, label in _BPOOL_ARMS:
+            out.append((f"{what}, {label}", [
+                ("wall µs/batch", [get(r, f"{arm}_wall_us") for r in rounds]),
+                ("CPU µs/batch", [get(r, f"{arm}_cpu_us") for r in rounds])]))
+        for a in ("collate", "loader"):
+            out.append((f"{what}, {a}", [
+                ("wall, pool off ÷ on", [get(r, f"{a}-off/{a}_wall") for r in rounds]),
+                ("CPU, pool off ÷ on", [get(r, f"{a}-off/{a}_cpu") for r in rounds]),
+                ("wall, pool on ÷ bare", [get(r, f"{a}/bare_wall") for r in rounds])]))
+    return out
+
+
 def _ragged_cells(rounds):
     out = []
     # the ranks write their lines in any order
@@ -720,6 +751,16 @@ _NEW = [
                          os.path.join(TOP, "tools", "bench_loader_cpu.py"), "7", "1",
                          ",".join(a for a, _, _ in _LCPU_ARMS)])],
            "arm (reference)", None, _loader_cpu_cells, rounds=5, estimate_s=150),
+    Figure("batch_pool", "docs/measurements.md",
+           "the batch pool (DDSTORE_BATCH_POOL_BYTES) on and off in one job, 2 ranks, "
+           "method 0: the direct collate and ThreadDataLoader (1 worker, empty loop) per "
+           "batch of 128 random 3136 B samples and of 64 random 602,112 B samples "
+           "(36.75 MiB, above glibc's mmap threshold), next to bare get_batch into one "
+           "preallocated tensor; the arms interleaved in 5 rounds inside each job, max "
+           "over ranks (tools/bench_batch_pool.py)",
+           [Arm("bpool", [DDRUN, "-n", "2", "--timeout", "600", "--", PY,
+                          os.path.join(TOP, "tools", "bench_batch_pool.py"), "5"])],
+           "case, arm", None, _batch_pool_cells, rounds=3, estimate_s=60),
     Figure("ragged", "docs/measurements.md",
            "ragged reads: 2 ranks, 300 batches of 128 random graphs (5-500 nodes × 64 float32) "
            "read three ways in one loop (get_ragged, get_batch of fixed rows of the mean "
@@ -1016,7 +1057,7 @@ def host_speedup(published, rec):
 # side on which ddstore is ahead: beyond the published range on that side a
 # cell is "faster", not a failure (the claim the figure makes still holds).
 _AHEAD_HIGH = ("÷ the best other loader's", "DistributedSampler ÷ DistSampler, first index",
-               "read speed ÷", "packed speed / per field")
+               "read speed ÷", "packed speed / per field", "pool off ÷ on")
 _AHEAD_LOW = ("library time ÷ bare's", "get_batch / np.take", "get_batch / clip", "÷ memcpy")
 
 

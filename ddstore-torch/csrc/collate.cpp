@@ -130,13 +130,14 @@ void Collator::alloc(int64_t n, std::vector<at::Tensor> *outs,
     for (size_t k = 0; k < nf; k++) {
         std::vector<int64_t> shape = shapes_[k];
         shape[0] = n;
-        outs->push_back(at::empty(shape, opts_[k]));
+        outs->push_back(batch_empty(shape, opts_[k]));
         bufs->push_back(describe(names_[k], outs->back(), n, 0));
         if (packed_)
             check_packed_out(pack_, k, bufs->back(), names_[k]);
     }
     if (packed_) {   // the row buffer rides along as the last out / buf
-        outs->push_back(at::empty({n, static_cast<int64_t>(pack_.row_bytes)}, at::kByte));
+        outs->push_back(batch_empty({n, static_cast<int64_t>(pack_.row_bytes)},
+                                     at::TensorOptions().dtype(at::kByte)));
         bufs->push_back(describe(pack_.var, outs->back(), n, 0));
     }
 }

@@ -154,8 +154,8 @@ py::list Reads::read(py::handle obj, py::handle indices, py::object sel, py::obj
         if (out.is_none()) {
             std::vector<int64_t> shape{n};
             shape.insert(shape.end(), f.row_shape.begin(), f.row_shape.end());
-            o = at::empty(shape, field_options(f.st, f.tensor ? dev : c10::nullopt,
-                                               pin_memory));
+            o = host_empty(shape, field_options(f.st, f.tensor ? dev : c10::nullopt,
+                                                pin_memory));
         } else {
             o = out_buffer(out, f.key);
             if (o.dim() >= 1 && o.size(0) < n)

@@ -71,6 +71,16 @@ private:
     ddstore_pin_t *pin_ = nullptr;
 };
 
+// batchpool.cpp: a host tensor of `shape` (dtype of `opts`) whose memory
+// comes from the batch pool (blocks of freed batches, reused by size) and
+// returns there when its storage is freed.
+at::Tensor batch_empty(const std::vector<int64_t> &shape, const at::TensorOptions &opts);
+// batch_empty for plain host memory, at::empty for any other (GPU, pinned).
+at::Tensor host_empty(const std::vector<int64_t> &shape, const at::TensorOptions &opts);
+// Set the pool's cap (bytes of free blocks kept; 0 = off) unless None; its
+// figures (cap_bytes, free_bytes, hits, misses, kept, dropped).
+py::dict batch_pool(py::object cap);
+
 // Where GPU tensors live, set from Python (torch.version.hip) at import.
 void set_gpu_kind(int kind);
 int gpu_kind();

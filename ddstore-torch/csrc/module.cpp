@@ -54,6 +54,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)
           py::arg("who"),
           "Sample indices with a Python sequence's meaning (negative ones count from "
           "the end) as a 1-D int64 CPU tensor; IndexError naming `who` otherwise.");
+    m.def("batch_pool", &dt::batch_pool, py::arg("cap_bytes") = py::none(),
+          "The batch pool of the direct collate (host memory of freed batch tensors, "
+          "reused by byte size): sets its cap (bytes of free blocks kept, 0 = off) "
+          "unless None; returns its figures (cap_bytes, free_bytes, hits, misses, "
+          "kept, dropped).");
     py::class_<dt::Collator>(m, "Collator",
                              "The direct collate of a dataset's host fields, specs parsed once.")
         .def(py::init<py::list, int64_t, std::string, std::string, py::object, py::object>(),

@@ -145,7 +145,7 @@ at::Tensor packed_rowbuf(const PackedRow &p, const std::vector<at::Tensor> &outs
         auto opts = at::TensorOptions().dtype(at::kByte);
         if (dev.has_value())
             opts = opts.device(*dev);
-        rowbuf = at::empty({n, static_cast<int64_t>(p.row_bytes)}, opts);
+        rowbuf = host_empty({n, static_cast<int64_t>(p.row_bytes)}, opts);
     }
     *host_p = host;
     return rowbuf;

@@ -16,6 +16,7 @@ from _torch_util import (KINDS, N_ODD, RECORD_KINDS, Source, assert_all,  # noqa
                          env_set, fresh_name, make_sample, require_method, same,
                          shared_tmpdir, torch_pg, world)
 from pyddstore.torch import DistDataset  # noqa: E402
+from pyddstore.torch._ext import ext  # noqa: E402
 
 
 def _check_items(comm, ds, src_fn, n, decode=None):
@@ -849,3 +850,59 @@ def test_int_too_large_for_int64():
     _expect_all(comm, _remote_type(OverflowError),
                 lambda: DistDataset(Source("x", fn=lambda i: (i, 2 ** 64 if i == 2 else 1)),
                                     fresh_name("ov"), comm), "too large")
+
+
+def test_batch_pool_reuses_only_what_nothing_holds(monkeypatch):
+    """The direct collate's host batches come from the batch pool
+    (DDSTORE_BATCH_POOL_BYTES, batchpool.cpp): a batch's memory serves a
+    later batch of the same size once nothing refers to it (the most
+    recently freed first); a batch, or a view of one, still held is never
+    written (its values stay); __getitems__'s batches likewise; a pooled
+    storage resizes; 0 turns the pool off (every block freed)."""
+    comm = world()
+    env_set(monkeypatch, DDSTORE_BATCH_POOL_BYTES="64M")
+    ds = DistDataset(Source("tensor"), fresh_name("bp"), comm)
+    try:
+        idx = [5, 1, 36, 1, 0, 20]
+        want = torch.stack([make_sample("tensor", i) for i in idx])
+        bad = []
+        a = ds._collate(idx)
+        ptr, view = a.data_ptr(), a[2]    # the view keeps a's memory
+        del a
+        held = [ds._collate(idx[::-1]) for _ in range(4)]    # same size
+        if ptr in [h.data_ptr() for h in held]:
+            bad.append("a held view's memory went to another batch")
+        if same(view, want[2]):
+            bad.append("a held view's values changed: " + same(view, want[2]))
+        items = ds.__getitems__(idx)
+        one = items[3]
+        del items
+        more = [ds.__getitems__(idx[::-1]) for _ in range(3)] + \
+            [ds._collate(idx) for _ in range(3)]
+        if same(one, want[3]):
+            bad.append("a held sample of __getitems__ changed: " + same(one, want[3]))
+        del view
+        s0 = ext.batch_pool()
+        b = ds._collate(idx)
+        s1 = ext.batch_pool()
+        if b.data_ptr() != ptr or s1["hits"] != s0["hits"] + 1:
+            bad.append(f"the freed batch was not reused: {s0} -> {s1}")
+        if same(b, want):
+            bad.append("reused memory, wrong rows: " + same(b, want))
+        b.resize_(3 * len(idx), 3, 4)      # a pooled storage grows
+        if same(b[:len(idx)], want):
+            bad.append("resize_ lost the rows: " + same(b[:len(idx)], want))
+        del b, held, more, one
+        env_set(monkeypatch, DDSTORE_BATCH_POOL_BYTES=0)
+        off = DistDataset(Source("tensor"), fresh_name("bp"), comm)   # sets the cap
+        s2 = ext.batch_pool()
+        for _ in range(3):
+            c = off._collate(idx)
+            del c
+        s3 = ext.batch_pool()
+        off.free()
+        if s2["free_bytes"] != 0 or s3["hits"] != s2["hits"] or s3["kept"] != s2["kept"]:
+            bad.append(f"DDSTORE_BATCH_POOL_BYTES=0 kept blocks: {s2} -> {s3}")
+        assert_all(comm, not bad, "; ".join(bad))
+    finally:
+        ds.free()

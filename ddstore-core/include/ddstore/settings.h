@@ -136,6 +136,12 @@ static inline int dds_setting_read_ENUM(const char *n, const char **v) { return 
       "ThreadDataLoader: when the training loop asks for a batch that no "     \
       "worker has started, it reads that batch itself instead of waiting for " \
       "a worker (0: only the workers read)")                                   \
+    X(batch_pool_bytes, "DDSTORE_BATCH_POOL_BYTES", SIZE, "256M", NULL,        \
+      "torch",                                                                 \
+      "host bytes of freed direct-collate batch tensors kept for the next "    \
+      "batches of the same size (no cold memory, no page faults per batch; "   \
+      "a batch is reused only once nothing refers to it); 0 = off; read when " \
+      "a dataset is created, one pool per process")                            \
     X(comm, "DDSTORE_COMM", ENUM, "auto", "auto|mpi|torch|file", "torch",      \
       "the communicator kind for comm=None: auto (MPI when pyddstore has it, " \
       "the torch.distributed group under torchrun or without MPI, else a "     \

@@ -40,6 +40,7 @@ class _Stored(torch.utils.data.Dataset):
         # the settings of the read path, read once here (issue 22: a
         # variable changed after creation does not change this dataset)
         self._batch_get = env.batch_get()
+        ext.batch_pool(env.read().batch_pool_bytes)   # the direct collate's (one per process)
         self._fork_ok = env.fork_workers() or \
             not _backends.row(self.method)["fork_needs_env"]
         self._pid = os.getpid()

@@ -1,0 +1,176 @@
+// ddstore-torch: the batch pool, host memory of the direct collate's batch
+// tensors kept for the next batches.
+//
+// Every batch of the direct collate (ds._collate, ThreadDataLoader's
+// workers) is a new tensor: through torch's CPU allocator (glibc), a batch
+// of 128 x 3 KiB rows is written into memory that is not in any cache, or,
+// above glibc's mmap threshold (32 MiB at most), into fresh pages, one
+// fault per 4 KiB.  Measured (docs/measurements.md "The batch pool"): a
+// `get_batch` into a new tensor per batch costs 1.1-1.3x one into a
+// preallocated one, the same rows.
+//
+// The pool is a torch allocator (c10::Allocator): a batch tensor's storage
+// is a block of it; when the last reference to the storage goes (the
+// training loop dropped the batch and every view of it), the block comes
+// back here and the next batch of the same byte size takes it, the most
+// recently freed first (warm).  A block is reused only once torch has
+// released it, so no batch the user still holds is ever written: the same
+// guarantee as any allocator.  Storages stay resizable (resize_ allocates
+// from the pool and gives the old block back).
+//
+// Bounded: at most `cap` bytes of free blocks are kept
+// (DDSTORE_BATCH_POOL_BYTES, set from Python when a dataset is created;
+// 0 = off, every batch from torch's allocator); a block freed beyond it goes
+// back to the system.  One pool per process (a storage holds its allocator
+// by raw pointer, so the pool is never destroyed); its lock is reset in a
+// forked child.
+#include <pthread.h>
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+#include <unordered_map>
+
+#include "ddstore_torch.h"
+
+namespace ddstore_torch {
+
+namespace {
+
+// A block: kHead bytes of header (its size) before the data, so that the
+// data pointer is the context (a "simple" DataPtr) and the deleter finds
+// the size.  kHead keeps c10's 64-byte alignment.
+constexpr size_t kHead = 64;
+
+class BatchPool final : public c10::Allocator {
+public:
+    c10::DataPtr allocate(size_t n) override
+    {
+        void *data = nullptr;
+        if (n == 0)
+            return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            auto it = free_.find(n);
+            if (it != free_.end() && !it->second.empty()) {
+                data = it->second.back();
+                it->second.pop_back();
+                free_bytes_ -= n;
+                hits_++;
+            } else {
+                misses_++;
+            }
+        }
+        if (data == nullptr) {
+            char *base = static_cast<char *>(c10::alloc_cpu(n + kHead));
+            *reinterpret_cast<size_t *>(base) = n;
+            data = base + kHead;
+        }
+        return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+    }
+
+    void copy_data(void *dest, const void *src, std::size_t count) const override
+    {
+        default_copy_data(dest, src, count);
+    }
+
+    void set_cap(size_t cap)
+    {
+        std::vector<void *> drop;
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            cap_ = cap;
+            if (free_bytes_ <= cap_)
+                return;
+            for (auto &kv : free_) {
+                for (void *p : kv.second)
+                    drop.push_back(p);
+                kv.second.clear();
+            }
+            free_bytes_ = 0;
+        }
+        for (void *p : drop)
+            c10::free_cpu(static_cast<char *>(p) - kHead);
+    }
+
+    py::dict stats()
+    {
+        std::lock_guard<std::mutex> g(mu_);
+        py::dict d;
+        d["cap_bytes"] = cap_;
+        d["free_bytes"] = free_bytes_;
+        d["hits"] = hits_;
+        d["misses"] = misses_;
+        d["kept"] = kept_;
+        d["dropped"] = dropped_;
+        return d;
+    }
+
+    static BatchPool &get()
+    {
+        // never destroyed: storages freed at interpreter exit still return here
+        static BatchPool *pool = [] {
+            auto *p = new BatchPool();
+            pthread_atfork(nullptr, nullptr, [] { new (&get().mu_) std::mutex(); });
+            return p;
+        }();
+        return *pool;
+    }
+
+private:
+    static void release(void *data)
+    {
+        if (data == nullptr)
+            return;
+        char *base = static_cast<char *>(data) - kHead;
+        const size_t n = *reinterpret_cast<size_t *>(base);
+        BatchPool &p = get();
+        {
+            std::lock_guard<std::mutex> g(p.mu_);
+            if (p.free_bytes_ + n <= p.cap_) {
+                p.free_[n].push_back(data);
+                p.free_bytes_ += n;
+                p.kept_++;
+                return;
+            }
+            p.dropped_++;
+        }
+        c10::free_cpu(base);
+    }
+
+    std::mutex mu_;
+    std::unordered_map<size_t, std::vector<void *>> free_;   // by byte size, LIFO
+    size_t free_bytes_ = 0;
+    size_t cap_ = 0;   // off until a dataset sets it
+    uint64_t hits_ = 0, misses_ = 0, kept_ = 0, dropped_ = 0;
+};
+
+}  // namespace
+
+at::Tensor batch_empty(const std::vector<int64_t> &shape, const at::TensorOptions &opts)
+{
+    return at::Tensor(at::detail::empty_generic(shape, &BatchPool::get(),
+                                                c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                opts.dtype().toScalarType(), c10::nullopt));
+}
+
+at::Tensor host_empty(const std::vector<int64_t> &shape, const at::TensorOptions &opts)
+{
+    if (opts.device().is_cpu() && !opts.pinned_memory())
+        return batch_empty(shape, opts);
+    return at::empty(shape, opts);
+}
+
+py::dict batch_pool(py::object cap)
+{
+    if (!cap.is_none()) {
+        const int64_t c = cap.cast<int64_t>();
+        if (c < 0)
+            throw_py(PyExc_ValueError, "batch_pool: cap_bytes must be >= 0, got " +
+                                           std::to_string(c));
+        BatchPool::get().set_cap(static_cast<size_t>(c));
+    }
+    return BatchPool::get().stats();
+}
+
+}  // namespace ddstore_torch
