@@ -1058,7 +1058,8 @@ def host_speedup(published, rec):
 # cell is "faster", not a failure (the claim the figure makes still holds).
 _AHEAD_HIGH = ("÷ the best other loader's", "DistributedSampler ÷ DistSampler, first index",
                "read speed ÷", "packed speed / per field", "pool off ÷ on")
-_AHEAD_LOW = ("library time ÷ bare's", "get_batch / np.take", "get_batch / clip", "÷ memcpy")
+_AHEAD_LOW = ("library time ÷ bare's", "get_batch / np.take", "get_batch / clip", "÷ memcpy",
+              "epoch_begin ÷ barrier", "epoch_end ÷ barrier")
 
 
 def ahead_side(col, label=""):

@@ -153,6 +153,8 @@ def test_baseline_scales_the_row():
     assert got["µs/row"] == got["read speed ÷ memcpy's"] == "NOT REPRODUCED"
     assert figures.ahead_side("get_batch / np.take (≤ 1.1 wanted)") == "low"
     assert figures.ahead_side("node PSS added ÷ torch-w0's") is None
+    assert figures.ahead_side("epoch_end ÷ barrier") == "low"       # the call ÷ MPI_Barrier
+    assert figures.ahead_side("wall, pool off ÷ on") == "high"      # the batch pool's gain
     assert figures.is_rate("library", "shm, 1 MiB bandwidth, 16 in flight")
     assert not figures.is_rate("library", "shm, 4 KiB latency")
     # unscaled, the fast host's cells would have failed: --strict says so

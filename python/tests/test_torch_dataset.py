@@ -852,19 +852,26 @@ def test_int_too_large_for_int64():
                                     fresh_name("ov"), comm), "too large")
 
 
+def _big(i):
+    """A 16 KiB sample: 6 of them make a batch the pool keeps (>= 64 KiB)."""
+    return torch.full((64, 64), float(i)) + torch.arange(64.0)
+
+
 def test_batch_pool_reuses_only_what_nothing_holds(monkeypatch):
     """The direct collate's host batches come from the batch pool
     (DDSTORE_BATCH_POOL_BYTES, batchpool.cpp): a batch's memory serves a
     later batch of the same size once nothing refers to it (the most
     recently freed first); a batch, or a view of one, still held is never
     written (its values stay); __getitems__'s batches likewise; a pooled
-    storage resizes; 0 turns the pool off (every block freed)."""
+    storage resizes; batches under 64 KiB are not kept; 0 turns the pool
+    off (every block freed)."""
     comm = world()
     env_set(monkeypatch, DDSTORE_BATCH_POOL_BYTES="64M")
-    ds = DistDataset(Source("tensor"), fresh_name("bp"), comm)
+    ds = DistDataset(Source("tensor", fn=_big), fresh_name("bp"), comm)
+    small = DistDataset(Source("tensor"), fresh_name("bp"), comm)
     try:
         idx = [5, 1, 36, 1, 0, 20]
-        want = torch.stack([make_sample("tensor", i) for i in idx])
+        want = torch.stack([_big(i) for i in idx])
         bad = []
         a = ds._collate(idx)
         ptr, view = a.data_ptr(), a[2]    # the view keeps a's memory
@@ -889,20 +896,28 @@ def test_batch_pool_reuses_only_what_nothing_holds(monkeypatch):
             bad.append(f"the freed batch was not reused: {s0} -> {s1}")
         if same(b, want):
             bad.append("reused memory, wrong rows: " + same(b, want))
-        b.resize_(3 * len(idx), 3, 4)      # a pooled storage grows
+        b.resize_(3 * len(idx), 64, 64)      # a pooled storage grows
         if same(b[:len(idx)], want):
             bad.append("resize_ lost the rows: " + same(b[:len(idx)], want))
         del b, held, more, one
-        env_set(monkeypatch, DDSTORE_BATCH_POOL_BYTES=0)
-        off = DistDataset(Source("tensor"), fresh_name("bp"), comm)   # sets the cap
         s2 = ext.batch_pool()
+        for _ in range(3):
+            c = small._collate(idx)       # 288 B batches: torch's allocator
+            del c
+        s3 = ext.batch_pool()
+        if (s3["hits"], s3["misses"], s3["kept"]) != (s2["hits"], s2["misses"], s2["kept"]):
+            bad.append(f"batches under 64 KiB went through the pool: {s2} -> {s3}")
+        env_set(monkeypatch, DDSTORE_BATCH_POOL_BYTES=0)
+        off = DistDataset(Source("tensor", fn=_big), fresh_name("bp"), comm)   # sets the cap
+        s4 = ext.batch_pool()
         for _ in range(3):
             c = off._collate(idx)
             del c
-        s3 = ext.batch_pool()
+        s5 = ext.batch_pool()
         off.free()
-        if s2["free_bytes"] != 0 or s3["hits"] != s2["hits"] or s3["kept"] != s2["kept"]:
-            bad.append(f"DDSTORE_BATCH_POOL_BYTES=0 kept blocks: {s2} -> {s3}")
+        if s4["free_bytes"] != 0 or s5["hits"] != s4["hits"] or s5["kept"] != s4["kept"]:
+            bad.append(f"DDSTORE_BATCH_POOL_BYTES=0 kept blocks: {s4} -> {s5}")
         assert_all(comm, not bad, "; ".join(bad))
     finally:
+        small.free()
         ds.free()
