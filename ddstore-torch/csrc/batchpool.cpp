@@ -19,12 +19,15 @@
 // from the pool and gives the old block back).
 //
 // Its blocks are mapped pages of their own (mmap), not glibc heap: a block
-// kept in the pool lives long, and one in the heap pins everything below
-// it, so glibc could not give back the free memory there (measured: 4
-// ranks of bench_loaders' synthetic case held 200-240 MiB of free heap each,
-// node PSS 756-1072 MiB against 496-516 without the pool, until the blocks
-// moved out of the heap).  Blocks under kMinPooled (64 KiB: the label and
-// index fields of a batch) are not pooled: torch's allocator as before.
+// kept in the pool lives long, and one in the heap pins the free memory
+// below it (glibc trims only the heap's top).  Blocks under kMinPooled
+// (64 KiB: the label and index fields of a batch) are not pooled: torch's
+// allocator as before.  (Measured with the first version, whose blocks came
+// from glibc: bench_loaders' synthetic case at 4 ranks held 210-240 MiB of
+// free heap in 3 ranks of 4, node PSS 756-1072 MiB against 496-516 without
+// the pool.  Such free heap also shows without the pool in some runs, up to
+// ~170 MiB in a rank, docs/measurements.md "Memory per node of the loaders":
+// the pool's blocks are kept out of it.)
 //
 // Bounded: at most `cap` bytes of free blocks are kept
 // (DDSTORE_BATCH_POOL_BYTES, set from Python when a dataset is created;
