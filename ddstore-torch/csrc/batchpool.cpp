@@ -31,8 +31,8 @@
 //
 // Bounded: at most `cap` bytes of free blocks are kept
 // (DDSTORE_BATCH_POOL_BYTES, set from Python when a dataset is created;
-// 0 = off, every batch from torch's allocator); a block freed beyond it goes
-// back to the system.  One pool per process (a storage holds its allocator
+// 0 = off: every batch from torch's allocator, as is a batch larger than
+// the cap); a block freed beyond it goes back to the system.  One pool per process (a storage holds its allocator
 // by raw pointer, so the pool is never destroyed); its lock is reset in a
 // forked child.
 #include <pthread.h>
@@ -75,21 +75,23 @@ public:
         void *data = nullptr;
         if (n == 0)
             return {nullptr, nullptr, &release, c10::Device(c10::DeviceType::CPU)};
-        if (n < kMinPooled) {   // torch's allocator, not kept
-            data = c10::alloc_cpu(n);
-            return {data, data, &c10::free_cpu, c10::Device(c10::DeviceType::CPU)};
-        }
+        bool pooled = n >= kMinPooled;
         {
             std::lock_guard<std::mutex> g(mu_);
-            auto it = free_.find(n);
+            pooled = pooled && n <= cap_;
+            auto it = pooled ? free_.find(n) : free_.end();
             if (it != free_.end() && !it->second.empty()) {
                 data = it->second.back();
                 it->second.pop_back();
                 free_bytes_ -= n;
                 hits_++;
-            } else {
+            } else if (pooled) {
                 misses_++;
             }
+        }
+        if (!pooled) {   // small, the pool off, or the block above its cap: torch's allocator
+            data = c10::alloc_cpu(n);
+            return {data, data, &c10::free_cpu, c10::Device(c10::DeviceType::CPU)};
         }
         if (data == nullptr) {
             void *m = mmap(nullptr, mapped_len(n), PROT_READ | PROT_WRITE,
