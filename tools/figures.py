@@ -516,22 +516,20 @@ def _batch_pool_cells(rounds):
     off between arms inside it: per case and arm wall and CPU µs per batch
     (the job's median over its rounds, max over ranks); per case the pool's
     gain (off ÷ on, per job round) and the arms over bare."""
+    def col(case, key):         # the key's job medians, one per round
+        return [r["bpool"]["cases"][case][key][0] for r in rounds]
     out = []
-    for case in rounds[0]["bpool"]["cases"]:
-        def get(r, key):
-            return r["bpool"]["cases"][case][key][0]
-        c0 = rounds[0]["bpool"]["cases"][case]
+    for case, c0 in rounds[0]["bpool"]["cases"].items():
         what = (f"{case}: {c0['batch']} × {c0['sample_bytes']:,} B "
                 f"({c0['batch'] * c0['sample_bytes'] / 2**20:.2f} MiB)")
         for arm, label in _BPOOL_ARMS:
-            out.append((f"{what}, {label}", [
-                ("wall µs/batch", [get(r, f"{arm}_wall_us") for r in rounds]),
-                ("CPU µs/batch", [get(r, f"{arm}_cpu_us") for r in rounds])]))
+            out.append((f"{what}, {label}", [("wall µs/batch", col(case, f"{arm}_wall_us")),
+                                             ("CPU µs/batch", col(case, f"{arm}_cpu_us"))]))
         for a in ("collate", "loader"):
             out.append((f"{what}, {a}", [
-                ("wall, pool off ÷ on", [get(r, f"{a}-off/{a}_wall") for r in rounds]),
-                ("CPU, pool off ÷ on", [get(r, f"{a}-off/{a}_cpu") for r in rounds]),
-                ("wall, pool on ÷ bare", [get(r, f"{a}/bare_wall") for r in rounds])]))
+                ("wall, pool off ÷ on", col(case, f"{a}-off/{a}_wall")),
+                ("CPU, pool off ÷ on", col(case, f"{a}-off/{a}_cpu")),
+                ("wall, pool on ÷ bare", col(case, f"{a}/bare_wall"))]))
     return out
 
 
