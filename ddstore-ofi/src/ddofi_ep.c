@@ -16,11 +16,16 @@
  * 16 u32 checksum (FNV-1a of bytes 0..15, 20..end)
  * 20 u32 pid (informational)
  * 24 char[24] provider name (truncated, NUL-padded)
- * 48 raw provider address (addr_len bytes)
+ * version 1: 48 raw provider address (addr_len bytes)
+ * version 2 (an endpoint with a progress bell, ddofi_bell.c):
+ * 48 i32 bell descriptor in process `pid`   52 u32 0
+ * 56 u64 bell tag                            64 raw provider address
  */
 #define ADDR_MAGIC 0x414f4444u /* "DDOA" little-endian */
 #define ADDR_VERSION 1u
+#define ADDR_VERSION_BELL 2u
 #define ADDR_HDR 48u
+#define ADDR_HDR_BELL 64u
 
 static void put32(unsigned char *p, uint32_t v)
 {
@@ -40,6 +45,16 @@ static uint32_t get32(const unsigned char *p)
 static uint16_t get16(const unsigned char *p)
 {
     return (uint16_t)(p[0] | p[1] << 8);
+}
+static uint64_t get64(const unsigned char *p)
+{
+    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
+}
+
+/* Header length of a checked blob (its version). */
+static size_t blob_hdr(const unsigned char *b)
+{
+    return get16(b + 4) == ADDR_VERSION_BELL ? ADDR_HDR_BELL : ADDR_HDR;
 }
 
 static uint32_t addr_checksum(const unsigned char *b, size_t total)
@@ -61,16 +76,20 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
     if ((rc = ddofi_ep_ensure_live(ep)) != 0)
         return rc;
     pthread_rwlock_rdlock(&ep->use_lock); /* a fence changes the address */
-    size_t need = ADDR_HDR + ep->addr_len;
+    int32_t bell_fd;
+    uint64_t bell_tag;
+    ddofi_bell_export(ep, &bell_fd, &bell_tag);
+    const size_t hdr = bell_fd >= 0 ? ADDR_HDR_BELL : ADDR_HDR;
+    size_t need = hdr + ep->addr_len;
     if (!buf || *len_p < need) {
         pthread_rwlock_unlock(&ep->use_lock);
         *len_p = need;
         return ddofi_error(-ENOSPC, "ddofi_ep_address: need %zu bytes", need);
     }
     unsigned char *b = buf;
-    memset(b, 0, ADDR_HDR);
+    memset(b, 0, hdr);
     put32(b, ADDR_MAGIC);
-    put16(b + 4, ADDR_VERSION);
+    put16(b + 4, bell_fd >= 0 ? ADDR_VERSION_BELL : ADDR_VERSION);
     put16(b + 6, (uint16_t)ep->addr_len);
     put32(b + 8, ep->fab->prov_tag);
     put32(b + 12, ep->fab->info->addr_format);
@@ -79,11 +98,26 @@ int ddofi_ep_address(const ddofi_ep_t *cep, void *buf, size_t *len_p)
         size_t pl = strlen(ep->fab->prov_name);
         memcpy(b + 24, ep->fab->prov_name, pl > 23 ? 23 : pl);
     }
-    memcpy(b + ADDR_HDR, ep->addr, ep->addr_len);
+    if (bell_fd >= 0) {
+        put32(b + 48, (uint32_t)bell_fd);
+        put32(b + 56, (uint32_t)bell_tag);
+        put32(b + 60, (uint32_t)(bell_tag >> 32));
+    }
+    memcpy(b + hdr, ep->addr, ep->addr_len);
     pthread_rwlock_unlock(&ep->use_lock);
     put32(b + 16, addr_checksum(b, need));
     *len_p = need;
     return 0;
+}
+
+size_t ddofi_addr_blob_len(const void *blob, size_t cap)
+{
+    const unsigned char *b = blob;
+    if (!b || cap < ADDR_HDR || get32(b) != ADDR_MAGIC ||
+        (get16(b + 4) != ADDR_VERSION && get16(b + 4) != ADDR_VERSION_BELL))
+        return 0;
+    size_t n = blob_hdr(b) + get16(b + 6);
+    return n <= cap ? n : 0;
 }
 
 /* Check a peer's address blob against this endpoint.  0 or -DDOFI_EBLOB. */
@@ -95,14 +129,18 @@ static int blob_check(const ddofi_ep_t *ep, const unsigned char *b, size_t len)
     if (get32(b) != ADDR_MAGIC)
         return ddofi_error(-DDOFI_EBLOB, "address blob: bad magic 0x%08x (not a ddstore-ofi "
                            "address)", get32(b));
-    if (get16(b + 4) != ADDR_VERSION)
+    if (get16(b + 4) != ADDR_VERSION && get16(b + 4) != ADDR_VERSION_BELL)
         return ddofi_error(-DDOFI_EBLOB, "address blob: format version %u, this library "
-                           "reads %u", get16(b + 4), ADDR_VERSION);
+                           "reads %u and %u", get16(b + 4), ADDR_VERSION, ADDR_VERSION_BELL);
+    const size_t hdr = blob_hdr(b);
+    if (len < hdr)
+        return ddofi_error(-DDOFI_EBLOB, "address blob truncated: %zu bytes, header is %zu",
+                           len, hdr);
     size_t alen = get16(b + 6);
-    if (alen == 0 || alen > DDOFI_ADDR_BLOB_MAX - ADDR_HDR || len < ADDR_HDR + alen)
+    if (alen == 0 || alen > DDOFI_ADDR_BLOB_MAX - hdr || len < hdr + alen)
         return ddofi_error(-DDOFI_EBLOB, "address blob: address length %zu does not fit "
                            "the %zu-byte blob", alen, len);
-    if (get32(b + 16) != addr_checksum(b, ADDR_HDR + alen))
+    if (get32(b + 16) != addr_checksum(b, hdr + alen))
         return ddofi_error(-DDOFI_EBLOB, "address blob: checksum mismatch (corrupted)");
     if (get32(b + 8) != ep->fab->prov_tag) {
         char other[25], lbl[64];
@@ -123,7 +161,7 @@ static int blob_check(const ddofi_ep_t *ep, const unsigned char *b, size_t len)
 static int av_insert_blob(ddofi_ep_t *ep, const unsigned char *b, fi_addr_t *fa_p)
 {
     fi_addr_t fa = FI_ADDR_NOTAVAIL;
-    int n = fi_av_insert(ep->av, b + ADDR_HDR, 1, &fa, 0, NULL);
+    int n = fi_av_insert(ep->av, b + blob_hdr(b), 1, &fa, 0, NULL);
     if (n != 1)
         return ddofi_error_fi(n < 0 ? n : -FI_EADDRNOTAVAIL,
                               "fi_av_insert (peer pid %u, provider %s)", get32(b + 20),
@@ -132,10 +170,15 @@ static int av_insert_blob(ddofi_ep_t *ep, const unsigned char *b, fi_addr_t *fa_
     return 0;
 }
 
-static void remember_pid(ddofi_ep_t *ep, uint64_t key, int pid)
+static void remember_pid(ddofi_ep_t *ep, uint64_t key, const unsigned char *b)
 {
+    int pid = (int)get32(b + 20);
     if (ep->pid_by_addr && key < DDOFI_PID_TABLE)
         atomic_store_explicit(&ep->pid_by_addr[key], pid, memory_order_release);
+    if (get16(b + 4) == ADDR_VERSION_BELL)
+        ddofi_bell_note_peer(ep, key, pid, (int32_t)get32(b + 48), get64(b + 56));
+    else
+        ddofi_bell_note_peer(ep, key, pid, -1, 0);
     if (!(ep->fab->quirk->flags & DDOFI_Q_SINGLE_NODE))
         return;
     pthread_mutex_lock(&ep->peer_lock);
@@ -165,8 +208,7 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     const unsigned char *b = blob;
     if ((rc = blob_check(ep, b, len)) != 0)
         return rc;
-    int pid = (int)get32(b + 20);
-    size_t blen = ADDR_HDR + get16(b + 6);
+    size_t blen = blob_hdr(b) + get16(b + 6);
     unsigned char *copy = malloc(blen);
     if (!copy)
         return ddofi_error(-ENOMEM, "ddofi_peer_insert: out of memory");
@@ -201,7 +243,7 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
         ep->prec[ep->nprec++] = (struct ddofi_peer_rec){copy, fa, 0};
         copy = NULL;
         *peer_p = (ddofi_peer_t)fa;
-        remember_pid(ep, (uint64_t)fa, pid);
+        remember_pid(ep, (uint64_t)fa, b);
     unlock:
         pthread_mutex_unlock(&ep->live_lock);
         pthread_rwlock_unlock(&ep->use_lock);
@@ -233,7 +275,7 @@ int ddofi_peer_insert(ddofi_ep_t *ep, const void *blob, size_t len, ddofi_peer_t
     pthread_mutex_unlock(&ep->live_lock);
     pthread_rwlock_unlock(&ep->use_lock);
     *peer_p = (ddofi_peer_t)idx;
-    remember_pid(ep, (uint64_t)idx, pid);
+    remember_pid(ep, (uint64_t)idx, b);
     return 0;
 }
 
@@ -336,6 +378,25 @@ static uint64_t thread_cpu_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* One progress call of a polling thread: did it work?  Activity cannot be
+ * observed directly (a target gets no completion for a remote read), so a
+ * call that used clearly more CPU than an empty one counts as work done.
+ * CPU time, not wall time: on a node whose cores are all busy (the readers
+ * of every rank) a call preempted midway is not work, and counting it as
+ * work kept the thread at its shortest sleep, taking a quarter of a core
+ * from the readers (issue 25: method 1 at half the speed of method 0 on
+ * one 2-core node).  *n_p: the completions reaped (or the CQ's error). */
+static int poll_work(ddofi_ep_t *ep, uint64_t *idle_cost, int *n_p)
+{
+    uint64_t t0 = thread_cpu_ns();
+    int n = ddofi_cq_reap(ep);
+    uint64_t dt = thread_cpu_ns() - t0;
+    if (dt < *idle_cost)
+        *idle_cost = dt;
+    *n_p = n;
+    return n > 0 || dt > 4 * *idle_cost + 5000;
+}
+
 static void *progress_main(void *arg)
 {
     ddofi_ep_t *ep = arg;
@@ -350,6 +411,15 @@ static void *progress_main(void *arg)
     uint64_t backoff = min_ns;
     uint64_t idle_cost = UINT64_MAX; /* cheapest empty progress call seen */
     int warned = 0;
+    /* Bell: park after PARK_AFTER idle sleeps at the longest backoff, for
+     * at most PARK_MS (0: never park). */
+    enum { PARK_AFTER = 8 };
+    const uint64_t BELL_SLEEP_NS = 64000;
+    size_t park_ms = 50;
+    if (ddofi_param_get_size("PARK_MS", &park_ms) != 0)
+        park_ms = 50;
+    const uint64_t park_ns = (uint64_t)park_ms * 1000000ull;
+    unsigned idle_at_max = 0;
     while (!atomic_load_explicit(&ep->stop, memory_order_acquire)) {
         atomic_fetch_add_explicit(&ep->progress_loops, 1, memory_order_relaxed);
         if (ep->cq_wait_fd) {
@@ -367,26 +437,42 @@ static void *progress_main(void *arg)
             }
             continue;
         }
-        /* Backoff mode.  Activity cannot be observed directly (a target
-         * gets no completion for a remote read), so a progress call that
-         * used clearly more CPU than an empty one counts as work done.  CPU
-         * time, not wall time: on a node whose cores are all busy (the
-         * readers of every rank) a call preempted midway is not work, and
-         * counting it as work kept the thread at its shortest sleep, taking
-         * a quarter of a core from the readers (issue 25: method 1 at half
-         * the speed of method 0 on one 2-core node). */
-        uint64_t t0 = thread_cpu_ns();
-        int n = ddofi_cq_reap(ep);
-        uint64_t dt = thread_cpu_ns() - t0;
-        if (dt < idle_cost)
-            idle_cost = dt;
-        if (n > 0 || dt > 4 * idle_cost + 5000) {
+        /* Backoff mode: poll, sleep, double the sleep while idle up to
+         * max_ns.  With a bell, a sleep of BELL_SLEEP_NS or more is a wait
+         * on it that a reader's ring cuts short, and after PARK_AFTER idle
+         * sleeps at max_ns the thread parks there for up to PARK_MS.  The
+         * flag goes up before the poll: a read posted before the reader
+         * could see it is served by that poll. */
+        const int parking = ep->bell && park_ns && idle_at_max >= PARK_AFTER;
+        const int on_bell = parking || (ep->bell && backoff >= BELL_SLEEP_NS);
+        uint32_t seq = on_bell ? ddofi_bell_arm(ep) : 0;
+        int n = 0;
+        int work = poll_work(ep, &idle_cost, &n);
+        if (on_bell && !work && !atomic_load_explicit(&ep->stop, memory_order_acquire)) {
+            if (ddofi_bell_wait(ep, seq, parking ? park_ns : backoff, parking)) {
+                backoff = min_ns; /* rung: reads are coming */
+                idle_at_max = 0;
+            } else if (parking) {
+                /* PARK_MS without a ring: one poll at max_ns (a reader
+                 * that cannot ring), then park again */
+                idle_at_max = PARK_AFTER - 1;
+            } else {
+                if (backoff == max_ns)
+                    idle_at_max++;
+                backoff = backoff * 2 > max_ns ? max_ns : backoff * 2;
+            }
+            continue;
+        }
+        if (on_bell)
+            ddofi_bell_disarm(ep);
+        if (work) {
             /* A quarter of the sleep, not the shortest at once: a reader's
              * burst of reads brings it down within a few calls, and a call
              * that only looked like work (a cold cache after a sleep, an
              * interrupt) costs one shorter sleep, not a climb back up from
              * 2 us that keeps the thread at thousands of wake-ups a second. */
             backoff = backoff / 4 > min_ns ? backoff / 4 : min_ns;
+            idle_at_max = 0;
             if (n > 0 || backoff == min_ns)
                 continue;
             sleep_ns(backoff);
@@ -396,15 +482,26 @@ static void *progress_main(void *arg)
             DDOFI_LOG(DDOFI_LOG_WARN, "progress thread: fi_cq_read: %s", fi_strerror(-n));
         if (backoff)
             sleep_ns(backoff);
+        if (backoff == max_ns)
+            idle_at_max++;
         backoff = backoff * 2 > max_ns ? max_ns : backoff * 2;
     }
     return NULL;
+}
+
+void ddofi_ep_progress_counts(ddofi_ep_t *ep, uint64_t *loops, uint64_t *parks,
+                              uint64_t *bell_wakes)
+{
+    *loops = atomic_load(&ep->progress_loops);
+    *parks = atomic_load(&ep->parks);
+    *bell_wakes = atomic_load(&ep->bell_wakes);
 }
 
 /* ---------------- open / close ---------------- */
 
 static void ep_free_memory(ddofi_ep_t *ep)
 {
+    ddofi_bell_free(ep);
     for (size_t i = 0; i < ep->nprec; i++)
         free(ep->prec[i].blob);
     free(ep->prec);
@@ -444,6 +541,25 @@ static int remove_stale_shm(struct fid_ep *e)
     return 1;
 }
 
+/* How a server's progress thread sleeps: the quirk entry's way, or the
+ * PROGRESS_WAIT parameter's (auto | fd | backoff | bell).  A bell needs
+ * every reader on this node: elsewhere it means backoff. */
+static int wait_mode(const ddofi_fabric_t *f, ddofi_quirk_wait_t *mode_p)
+{
+    int wait = 0;
+    int rc = ddofi_param_get_enum("PROGRESS_WAIT", &wait);
+    if (rc)
+        return rc;
+    ddofi_quirk_wait_t m = wait == 1   ? DDOFI_QW_FD
+                           : wait == 2 ? DDOFI_QW_BACKOFF
+                           : wait == 3 ? DDOFI_QW_BELL
+                                       : f->quirk->wait;
+    if (m == DDOFI_QW_BELL && !(f->quirk->flags & DDOFI_Q_SINGLE_NODE))
+        m = DDOFI_QW_BACKOFF;
+    *mode_p = m;
+    return 0;
+}
+
 /* Open the provider objects (AV, CQ, endpoint), insert the peers a lazy
  * endpoint collected, start the progress thread of a server endpoint. */
 static int ep_materialize(ddofi_ep_t *ep)
@@ -465,11 +581,7 @@ static int ep_materialize(ddofi_ep_t *ep)
     cq_attr.format = FI_CQ_FORMAT_CONTEXT;
     cq_attr.size = f->info->tx_attr && f->info->tx_attr->size ? f->info->tx_attr->size : 1024;
     cq_attr.wait_obj = FI_WAIT_NONE;
-    int wait = 0; /* auto | fd | backoff */
-    int use_fd = f->quirk->wait == DDOFI_QW_FD;
-    if (ddofi_param_get_enum("PROGRESS_WAIT", &wait) == 0 && wait)
-        use_fd = wait == 1;
-    if (want_thread && use_fd) {
+    if (want_thread && ep->wait_mode == DDOFI_QW_FD) {
         cq_attr.wait_obj = FI_WAIT_FD;
         rc = fi_cq_open(f->domain, &cq_attr, &ep->cq, NULL);
         if (rc == 0) {
@@ -537,7 +649,7 @@ static int ep_materialize(ddofi_ep_t *ep)
         ddofi_shm_unlock();
         shm_locked = 0;
     }
-    size_t alen = sizeof ep->addr - 48;
+    size_t alen = sizeof ep->addr - ADDR_HDR_BELL;
     rc = fi_getname(&ep->ep->fid, ep->addr, &alen);
     if (rc) {
         rc = ddofi_error_fi(rc, "fi_getname (address of %zu bytes)", alen);
@@ -680,6 +792,24 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
         pthread_rwlockattr_destroy(&ra);
     }
     ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
+    ep->bell_fd = -1;
+    if ((rc = wait_mode(f, &ep->wait_mode)) != 0)
+        goto fail;
+    if (f->quirk->flags & DDOFI_Q_SINGLE_NODE) {
+        /* Readers ring their peers' bells; a server with a thread that
+         * parks has one. */
+        if (ddofi_bell_tables(ep) != 0) {
+            rc = ddofi_error(-ENOMEM, "out of memory");
+            goto fail;
+        }
+        if ((flags & DDOFI_EP_SERVE) && f->progress_thread && ep->wait_mode == DDOFI_QW_BELL &&
+            (rc = ddofi_bell_create(ep)) != 0) {
+            DDOFI_LOG(DDOFI_LOG_INFO, "%s: no progress bell (memfd: %s); the progress thread "
+                      "polls with its backoff sleep", f->prov_name, strerror(-rc));
+            ep->wait_mode = DDOFI_QW_BACKOFF;
+            rc = 0;
+        }
+    }
     if (f->quirk->flags & DDOFI_Q_CMA) {
         int on = 1;
         if ((rc = ddofi_param_get_bool("CMA", &on)))
@@ -731,6 +861,7 @@ int ddofi_ep_close(ddofi_ep_t *ep)
         atomic_store_explicit(&ep->stop, 1, memory_order_release);
         if (ep->cq_wait_fd)
             fi_cq_signal(ep->cq);
+        ddofi_bell_wake_self(ep);
         pthread_join(ep->thread, NULL);
         ep->thread_running = 0;
     }

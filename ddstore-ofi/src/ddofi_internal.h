@@ -132,8 +132,11 @@ typedef enum {
 typedef enum {
     DDOFI_QW_FD = 0,          /* progress thread sleeps in fi_cq_sread on a
                                  FI_WAIT_FD CQ: woken by incoming requests */
-    DDOFI_QW_BACKOFF = 1      /* no cross-process wake-up: poll with an
+    DDOFI_QW_BACKOFF = 1,     /* no cross-process wake-up: poll with an
                                  exponential backoff sleep up to a cap     */
+    DDOFI_QW_BELL = 2         /* single-node providers: backoff, and when
+                                 idle park on the endpoint's bell, which
+                                 readers ring (ddofi_bell.c)               */
 } ddofi_quirk_wait_t;
 
 typedef struct ddofi_quirk {
@@ -230,6 +233,7 @@ struct ddofi_ep {
     struct fid_cq *cq;
     struct fid_av *av;
     int cq_wait_fd;                /* CQ opened with FI_WAIT_FD            */
+    ddofi_quirk_wait_t wait_mode;  /* how a progress thread sleeps         */
     _Atomic long mr_refs;          /* MRs bound to it                       */
     /* direct CMA reads (quirk DDOFI_Q_CMA): 1 usable, 0 off/refused */
     _Atomic int cma;
@@ -249,6 +253,18 @@ struct ddofi_ep {
     int thread_running;
     _Atomic int stop;
     _Atomic uint64_t progress_loops;
+    _Atomic uint64_t parks;        /* times the thread parked on its bell   */
+    _Atomic uint64_t bell_wakes;   /* ... and a reader's ring woke it       */
+    /* progress bell (ddofi_bell.c): a serving endpoint's own (wait mode
+     * DDOFI_QW_BELL), and a reader's view of its peers' bells (single-node
+     * providers), DDOFI_PID_TABLE entries by peer key */
+    struct ddofi_bell *bell;
+    int bell_fd;
+    struct { int pid; int32_t fd; uint64_t tag; } *bell_peer;
+    _Atomic uintptr_t *bell_map;   /* 0 not yet mapped, 1 none, else mapped */
+    struct ddofi_bell **bell_old;  /* mappings of replaced keys, till close */
+    size_t nbell_old, cap_bell_old;
+    _Atomic int bell_logged;
     unsigned char addr[DDOFI_ADDR_BLOB_MAX];
     size_t addr_len;               /* raw provider address                 */
     /* peers' process ids (from their address blobs), for providers whose
@@ -326,6 +342,39 @@ void ddofi_abandoned_free(ddofi_ep_t *ep);
 int ddofi_cq_reap(ddofi_ep_t *ep);
 
 #define DDOFI_PID_TABLE 4096
+
+/* ---------------- progress bell (ddofi_bell.c) ---------------- */
+
+typedef struct ddofi_bell ddofi_bell_t;
+/* A serving endpoint's bell (a page of a memfd): 0 or -errno. */
+int ddofi_bell_create(ddofi_ep_t *ep);
+/* Its descriptor and tag for the address blob (-1 / 0: none). */
+void ddofi_bell_export(const ddofi_ep_t *ep, int32_t *fd_p, uint64_t *tag_p);
+/* A reader's tables of its peers' bells: 0 or -ENOMEM. */
+int ddofi_bell_tables(ddofi_ep_t *ep);
+/* Peer `key` (pid) has the bell fd/tag (fd -1: none). */
+void ddofi_bell_note_peer(ddofi_ep_t *ep, uint64_t key, int pid, int32_t fd, uint64_t tag);
+/* After posting a read to peer: wake its progress thread if parked (maps
+ * its bell on first use). */
+void ddofi_bell_ring(ddofi_ep_t *ep, ddofi_peer_t peer);
+/* Progress thread, sleeping on the bell: arm (raise the flag; returns the
+ * ring count to wait on), poll, then wait (until a ring, a stop or max_ns;
+ * 1 when rung; lowers the flag; `park`: counted as a park) or disarm (the
+ * poll did work). */
+uint32_t ddofi_bell_arm(ddofi_ep_t *ep);
+int ddofi_bell_wait(ddofi_ep_t *ep, uint32_t seq, uint64_t max_ns, int park);
+void ddofi_bell_disarm(ddofi_ep_t *ep);
+/* Wake the endpoint's own parked thread (close). */
+void ddofi_bell_wake_self(ddofi_ep_t *ep);
+/* Rings the endpoint's own bell received. */
+uint64_t ddofi_bell_rings(const ddofi_ep_t *ep);
+/* Unmap and close everything (also in a forked child). */
+void ddofi_bell_free(ddofi_ep_t *ep);
+/* Test seam: readers refuse to map any bell (as if /proc said EACCES). */
+extern _Atomic int ddofi_test_bell_refuse;
+/* Test access: the progress thread's loops, parks and ring wake-ups. */
+void ddofi_ep_progress_counts(ddofi_ep_t *ep, uint64_t *loops, uint64_t *parks,
+                              uint64_t *bell_wakes);
 
 /* Process id recorded for a peer (0 when unknown). */
 int ddofi_peer_pid(ddofi_ep_t *ep, ddofi_peer_t peer);

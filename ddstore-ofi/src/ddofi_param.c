@@ -35,9 +35,14 @@ static const ddofi_param_t params[] = {
     {"PROGRESS", DDOFI_PARAM_ENUM, "auto", "auto|thread|none",
      "target-side progress thread: auto (where the provider needs one), thread "
      "(always), none"},
-    {"PROGRESS_WAIT", DDOFI_PARAM_ENUM, "auto", "auto|fd|backoff",
-     "how the progress thread sleeps: wait fd (tcp) or backoff sleep (shm); auto = "
-     "the provider's quirk entry"},
+    {"PROGRESS_WAIT", DDOFI_PARAM_ENUM, "auto", "auto|fd|backoff|bell",
+     "how the progress thread sleeps: wait fd (tcp), backoff sleep (net, udp), or bell "
+     "(shm: backoff, and when idle it sleeps until a reader rings its shared-memory "
+     "bell); auto = the provider's quirk entry"},
+    {"PARK_MS", DDOFI_PARAM_SIZE, "50", NULL,
+     "bell wait (shm): an idle progress thread sleeps until a reader rings, or at most "
+     "this many milliseconds (what a reader that cannot ring waits); 0 = never sleeps "
+     "longer than its backoff"},
     {"BACKOFF_MAX_US", DDOFI_PARAM_SIZE, "0", NULL,
      "longest backoff sleep of a polling progress thread in microseconds (0 = the "
      "provider's default, 1000 for shm)"},

@@ -30,10 +30,11 @@ static const ddofi_quirk_t quirks[] = {
      "provider (needs target progress); follows data_progress"},
     {"shm", "shm",
      DDOFI_Q_SINGLE_NODE | DDOFI_Q_CMA | DDOFI_Q_KEEP_EP, DDOFI_QP_THREAD,
-     DDOFI_QW_BACKOFF, 1000,
+     DDOFI_QW_BELL, 1000,
      "same-node shared memory: the provider's reads use CMA (process_vm_readv) from "
-     "the reader one read at a time, and the target must drain its command queue (no "
-     "cross-process wake-up object: the progress thread polls with a backoff sleep); "
+     "the reader one read at a time, and the target must drain its command queue (the "
+     "provider has no cross-process wake-up object: the progress thread polls with a "
+     "backoff sleep and, idle, parks on a bell that readers ring); "
      "host reads go straight through process_vm_readv, up to 1024 rows per call "
      "(the CMA parameter = 0 turns that off); an endpoint is never closed under reads "
      "that timed out (a peer serving a read into a vanished endpoint can crash), so "

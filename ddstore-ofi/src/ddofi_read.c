@@ -375,6 +375,23 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
      * (the provider may never complete a read to a dead peer). */
     const int check_pids = (f->quirk->flags & DDOFI_Q_SINGLE_NODE) != 0;
     uint64_t next_pid_check = 0;
+    /* Bells (single-node providers): every post rings its target's bell
+     * when that thread sleeps on it; waiting without a completion rings
+     * the batch's peers again every 100 us (the provider's later steps of
+     * a read, a command it queued locally: the target's polls may not
+     * count as work, and its sleep grows meanwhile). */
+    const int bells = ep->bell_map != NULL;
+    uint64_t next_ring = 0;
+#define RING_AGAIN(now)                                                        \
+    do {                                                                       \
+        if (bells && w.idle_since && (now) - w.idle_since > 100000ull &&      \
+            (now) > next_ring) {                                               \
+            next_ring = (now) + 100000ull;                                     \
+            for (size_t r_ = 0; r_ < nops; r_++)                               \
+                if (r_ == 0 || ops[r_].peer != ops[r_ - 1].peer)               \
+                    ddofi_bell_ring(ep, ops[r_].peer);                         \
+        }                                                                      \
+    } while (0)
     size_t dead_op = (size_t)-1;
     int dead_pid = 0;
 #define DEAD_PEER_CHECK(now)                                                   \
@@ -404,6 +421,7 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
                     goto drain;
                 }
                 DEAD_PEER_CHECK(now);
+                RING_AGAIN(now);
                 if (atomic_load_explicit(&b->refs, memory_order_acquire) - 1 >= max_out) {
                     rc = wait_step(ep, &w, now);
                     if (rc)
@@ -420,6 +438,8 @@ static int read_fabric(ddofi_ep_t *ep, const ddofi_read_op_t *ops, size_t nops, 
                                     o->remote->addr0 + o->offset + off, o->remote->key, c);
                 ns_post += ddofi_now_ns() - t0;
                 if (r == 0) {
+                    if (bells)
+                        ddofi_bell_ring(ep, o->peer);
                     posted++;
                     reads++;
                     last_progress = t0;
@@ -454,11 +474,13 @@ drain:
             break;
         }
         DEAD_PEER_CHECK(now);
+        RING_AGAIN(now);
         int r = wait_step(ep, &w, now);
         if (r && !rc)
             rc = r;
     }
 drain_done:;
+#undef RING_AGAIN
 #undef DEAD_PEER_CHECK
 #undef STALLED
     uint64_t t_end = ddofi_now_ns();

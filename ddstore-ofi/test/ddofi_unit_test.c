@@ -400,7 +400,7 @@ static void test_quirks(void)
     q = ddofi_quirk_lookup("shm");
     T_EQ_STR(q->name, "shm");
     T_OK(q->flags & DDOFI_Q_SINGLE_NODE);
-    T_EQ_INT(q->wait, DDOFI_QW_BACKOFF);
+    T_EQ_INT(q->wait, DDOFI_QW_BELL);
     T_OK(q->backoff_max_us > 0 && q->backoff_max_us <= 1000);
     T_EQ_INT(ddofi_quirk_needs_thread(q, 0, DDOFI_PROGRESS_AUTO), 1);
 

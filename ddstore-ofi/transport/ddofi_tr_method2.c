@@ -151,14 +151,13 @@ out:
     return rc;
 }
 
-/* An address blob's length (ddofi_ep_address; ddofi_ep.c): its 48-byte
- * header, whose bytes 6..7 are the provider address's length (u16, little-
- * endian), then that address.  The whole slot (the store's address stride) when the
- * header is not one (the reader's ddofi_peer_insert then refuses it). */
+/* An address blob's length (ddofi_addr_blob_len); the whole slot (the
+ * store's address stride) when no blob starts there (the reader's
+ * ddofi_peer_insert then refuses it). */
 static uint32_t addr_blob_len(const unsigned char *b, size_t slot)
 {
-    const uint32_t n = 48u + ((uint32_t)b[6] | (uint32_t)b[7] << 8);
-    return n > 48u && n <= slot ? n : (uint32_t)slot;
+    const size_t n = ddofi_addr_blob_len(b, slot);
+    return n ? (uint32_t)n : (uint32_t)slot;
 }
 
 int ddofi_hs_publish(ddofi_tr_t *t, ddofi_tr_region_t *g, const dds_region_desc_t *d,

@@ -371,6 +371,13 @@ DDOFI_API int ddofi_ep_close(ddofi_ep_t *ep);
  * ddofi_read); a server endpoint's never changes. */
 DDOFI_API int ddofi_ep_address(const ddofi_ep_t *ep, void *buf, size_t *len_p);
 
+/* The length of the address blob that starts at `blob` (read from its
+ * header, so a blob kept in a fixed-size slot of `cap` bytes can be handed
+ * on at its own length), or 0 when no blob of this library starts there or
+ * it does not fit in cap.  Not a validity check: ddofi_peer_insert does
+ * that. */
+DDOFI_API size_t ddofi_addr_blob_len(const void *blob, size_t cap);
+
 /* A peer's address inserted into an endpoint (libfabric fi_addr_t). */
 typedef uint64_t ddofi_peer_t;
 
