@@ -453,9 +453,8 @@ static void *progress_main(void *arg)
                 backoff = min_ns; /* rung: reads are coming */
                 idle_at_max = 0;
             } else if (parking) {
-                /* PARK_MS without a ring: one poll at max_ns (a reader
-                 * that cannot ring), then park again */
-                idle_at_max = PARK_AFTER - 1;
+                /* PARK_MS without a ring: park again (its poll first
+                 * serves a reader that cannot ring) */
             } else {
                 if (backoff == max_ns)
                     idle_at_max++;
