@@ -160,6 +160,26 @@ def _m1_vs_m0_cells(rounds):
     return out
 
 
+def _bell_cells(rounds):
+    out = []
+    keys = sorted(_us_rows(rounds[0]["m0"]))
+    for rb, batch in keys:
+        col = {a: [_us_rows(r[a])[(rb, batch)] for r in rounds]
+               for a in ("m0", "m1_bell", "m1_backoff", "m1_none")}
+        label = f"{rb} B × {batch}" if rb < 1 << 20 else f"{rb >> 20} MiB × {batch}"
+        out.append((label, [("method 0 µs/row", col["m0"]),
+                            ("method 1, bell µs/row", col["m1_bell"]),
+                            ("bell speed / m0", [a / b for a, b in zip(col["m0"],
+                                                                       col["m1_bell"])]),
+                            ("backoff speed / m0", [a / b for a, b in zip(col["m0"],
+                                                                          col["m1_backoff"])]),
+                            ("no thread speed / m0", [a / b for a, b in zip(col["m0"],
+                                                                            col["m1_none"])]),
+                            ("read speed ÷ backoff's, bell",
+                             [a / b for a, b in zip(col["m1_backoff"], col["m1_bell"])])]))
+    return out
+
+
 def _torch_path_cells(rounds):
     out = []
     for nf in ("1", "3", "8"):
@@ -804,6 +824,18 @@ FIGURES = {f.name: f for f in [
            [_bench_arm("m0", 0), _bench_arm("m1_shm", 1, ["--fabric", "shm"]),
             _bench_arm("m1_tcp", 1, ["--fabric", "tcp;ofi_rxm"])],
            "row × batch", None, _m1_vs_m0_cells, build=_BENCH_BUILD),
+    Figure("bell", "docs/measurements.md",
+           "method 1 over shm on one node with its progress thread sleeping on the bell "
+           "(the default), polling with the backoff (DDSTORE_OFI_PROGRESS_WAIT=backoff, "
+           "before ddstore-ofi 0.2.0) and with no thread (DDSTORE_OFI_PROGRESS=none: "
+           "same-node reads are copies from the mapped shards and never need it), against "
+           "method 0: remote rows only, 2 ranks, one reader thread, 0.3 s per point "
+           "(ddstore_bench)",
+           [_bench_arm("m0", 0), _bench_arm("m1_bell", 1, ["--fabric", "shm"]),
+            _bench_arm("m1_backoff", 1, ["--fabric", "shm"],
+                       {"DDSTORE_OFI_PROGRESS_WAIT": "backoff"}),
+            _bench_arm("m1_none", 1, ["--fabric", "shm"], {"DDSTORE_OFI_PROGRESS": "none"})],
+           "row × batch", None, _bell_cells, build=_BENCH_BUILD),
     Figure("torch_path", "docs/measurements.md",
            "the torch path per batch of 128 × 3136 B samples in 1, 3 and 8 fields: "
            "bare get_batch per field, the direct collate, ThreadDataLoader (1 worker); "

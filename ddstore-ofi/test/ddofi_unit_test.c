@@ -677,9 +677,32 @@ static void test_blob_import_errors(void)
     T_EQ_INT(ddofi_remote_import(NULL, 48, &r), -EINVAL);
 }
 
+/* An address blob's length from its header: format 1 (48-byte header) and
+ * format 2 (64, with a progress bell); 0 for anything else or too long. */
+static void test_addr_blob_len(void)
+{
+    unsigned char b[DDOFI_ADDR_BLOB_MAX];
+    memset(b, 0, sizeof b);
+    T_EQ_INT((long)ddofi_addr_blob_len(b, sizeof b), 0); /* no magic */
+    memcpy(b, "DDOA", 4);
+    b[4] = 1;  /* version 1 */
+    b[6] = 16; /* a 16-byte provider address */
+    T_EQ_INT((long)ddofi_addr_blob_len(b, sizeof b), 64);
+    T_EQ_INT((long)ddofi_addr_blob_len(b, 64), 64);
+    T_EQ_INT((long)ddofi_addr_blob_len(b, 63), 0);
+    b[4] = 2;
+    T_EQ_INT((long)ddofi_addr_blob_len(b, sizeof b), 80);
+    b[4] = 3;
+    T_EQ_INT((long)ddofi_addr_blob_len(b, sizeof b), 0);
+    b[4] = 1;
+    T_EQ_INT((long)ddofi_addr_blob_len(b, 20), 0); /* not even a header */
+    T_EQ_INT((long)ddofi_addr_blob_len(NULL, sizeof b), 0);
+}
+
 int main(void)
 {
     clear_env();
+    test_addr_blob_len();
     test_version();
     test_errors();
     test_error_thread_local();
