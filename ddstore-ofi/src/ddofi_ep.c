@@ -386,13 +386,15 @@ static uint64_t thread_cpu_ns(void)
  * work kept the thread at its shortest sleep, taking a quarter of a core
  * from the readers (issue 25: method 1 at half the speed of method 0 on
  * one 2-core node).  *n_p: the completions reaped (or the CQ's error). */
-static int poll_work(ddofi_ep_t *ep, uint64_t *idle_cost, int *n_p)
+static int poll_work(ddofi_ep_t *ep, uint64_t *idle_cost, int *n_p, int *warned)
 {
     uint64_t t0 = thread_cpu_ns();
     int n = ddofi_cq_reap(ep);
     uint64_t dt = thread_cpu_ns() - t0;
     if (dt < *idle_cost)
         *idle_cost = dt;
+    if (n < 0 && !(*warned)++)
+        DDOFI_LOG(DDOFI_LOG_WARN, "progress thread: fi_cq_read: %s", fi_strerror(-n));
     *n_p = n;
     return n > 0 || dt > 4 * *idle_cost + 5000;
 }
@@ -415,10 +417,7 @@ static void *progress_main(void *arg)
      * at most PARK_MS (0: never park). */
     enum { PARK_AFTER = 8 };
     const uint64_t BELL_SLEEP_NS = 64000;
-    size_t park_ms = 50;
-    if (ddofi_param_get_size("PARK_MS", &park_ms) != 0)
-        park_ms = 50;
-    const uint64_t park_ns = (uint64_t)park_ms * 1000000ull;
+    const uint64_t park_ns = (uint64_t)ep->park_ms * 1000000ull;
     unsigned idle_at_max = 0;
     while (!atomic_load_explicit(&ep->stop, memory_order_acquire)) {
         atomic_fetch_add_explicit(&ep->progress_loops, 1, memory_order_relaxed);
@@ -447,7 +446,7 @@ static void *progress_main(void *arg)
         const int on_bell = parking || (ep->bell && backoff >= BELL_SLEEP_NS);
         uint32_t seq = on_bell ? ddofi_bell_arm(ep) : 0;
         int n = 0;
-        int work = poll_work(ep, &idle_cost, &n);
+        int work = poll_work(ep, &idle_cost, &n, &warned);
         if (on_bell && !work && !atomic_load_explicit(&ep->stop, memory_order_acquire)) {
             if (ddofi_bell_wait(ep, seq, parking ? park_ns : backoff, parking)) {
                 backoff = min_ns; /* rung: reads are coming */
@@ -477,8 +476,6 @@ static void *progress_main(void *arg)
             sleep_ns(backoff);
             continue;
         }
-        if (n < 0 && !warned++)
-            DDOFI_LOG(DDOFI_LOG_WARN, "progress thread: fi_cq_read: %s", fi_strerror(-n));
         if (backoff)
             sleep_ns(backoff);
         if (backoff == max_ns)
@@ -556,6 +553,23 @@ static int wait_mode(const ddofi_fabric_t *f, ddofi_quirk_wait_t *mode_p)
     if (m == DDOFI_QW_BELL && !(f->quirk->flags & DDOFI_Q_SINGLE_NODE))
         m = DDOFI_QW_BACKOFF;
     *mode_p = m;
+    return 0;
+}
+
+/* PARK_MS, checked when the endpoint opens (a bad value is an error then,
+ * not a default in the thread). */
+static int park_ms(size_t *ms_p)
+{
+    size_t ms = 50;
+    int rc = ddofi_param_get_size("PARK_MS", &ms);
+    if (rc)
+        return rc;
+    if (ms > 3600000) {
+        char lbl[64];
+        return ddofi_error(-DDOFI_ECONFIG, "%s=%zu: at most 3600000 (an hour, in ms)",
+                           ddofi_param_label("PARK_MS", lbl, sizeof lbl), ms);
+    }
+    *ms_p = ms;
     return 0;
 }
 
@@ -792,7 +806,7 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
     }
     ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
     ep->bell_fd = -1;
-    if ((rc = wait_mode(f, &ep->wait_mode)) != 0)
+    if ((rc = wait_mode(f, &ep->wait_mode)) != 0 || (rc = park_ms(&ep->park_ms)) != 0)
         goto fail;
     if (f->quirk->flags & DDOFI_Q_SINGLE_NODE) {
         /* Readers ring their peers' bells; a server with a thread that
