@@ -26,7 +26,10 @@ Memory per rank: peak RSS (ru_maxrss of the rank and, separately, of its forked
 workers) and the peak PSS during the epochs (sampled from /proc/*/smaps_rollup every
 50 ms, the rank and its worker processes: shared pages counted once over the node);
 per node: the sum over ranks. Mosaic's shard files sit in the page cache (once per
-node, not in any process's RSS): their size is recorded too.
+node, not in any process's RSS): their size is recorded too. What the harness keeps for
+its checks (indices, first and last batches) is in buffers mapped before the epochs
+(class Kept), not on the heap, where it made the PSS of a run depend on where glibc
+put it.
 
 Every delivered batch is checked: each sample carries its index, the indices of an
 epoch over all ranks must cover the dataset, and the first and last batch of each
@@ -263,6 +266,60 @@ def _maxrss_mib(who):
     return resource.getrusage(who).ru_maxrss / 1024.0
 
 
+class Kept:
+    """What the harness keeps of the epochs for its checks (the indices each rank
+    was given, the first and last batch of each epoch), in buffers mapped once
+    before the epochs, outside the allocator's heap. Kept per batch on the heap
+    (a list of index tensors, copies of batches), these small long-lived blocks
+    landed in the holes that the training step's temporaries leave and held them
+    apart: the heap grew in some ranks of some runs and not others, and the node
+    PSS of a loader moved by up to 400 MiB between runs of the same code
+    (docs/measurements.md, "glibc's free heap")."""
+
+    def __init__(self, epochs, max_seen, batch, row_bytes):
+        import mmap
+        import numpy as np
+        self.batch, self.row_bytes = batch, row_bytes
+        self._maps = []
+
+        def arr(shape, dtype):
+            nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            m = mmap.mmap(-1, nbytes)
+            self._maps.append(m)
+            return np.frombuffer(m, dtype, int(np.prod(shape))).reshape(shape)
+        self.seen = arr((max_seen,), np.int64)
+        self.x = arr((epochs, 2, batch, row_bytes), np.uint8)
+        self.y = arr((epochs, 2, batch), np.int64)
+        self.idx = arr((epochs, 2, batch), np.int64)
+        self.len = arr((epochs, 2), np.int64)
+        self.len[:] = -1
+
+    def seen_add(self, at, idx):
+        import numpy as np
+        idx = np.asarray(idx).reshape(-1)
+        if at + len(idx) > len(self.seen):
+            raise RuntimeError(f"bench_loaders: a rank was given more than {len(self.seen)} "
+                               "samples in one epoch")
+        self.seen[at:at + len(idx)] = idx
+        return at + len(idx)
+
+    def end(self, ep, k, x, y, idx):
+        import numpy as np
+        b = len(idx)
+        if b > self.batch:
+            raise RuntimeError(f"bench_loaders: a batch of {b} samples, --batch is {self.batch}")
+        self.x[ep, k, :b] = np.asarray(x).reshape(b, -1)
+        self.y[ep, k, :b] = np.asarray(y)
+        self.idx[ep, k, :b] = np.asarray(idx)
+        self.len[ep, k] = b
+
+    def ends(self, ep):
+        for k in range(2):
+            b = int(self.len[ep, k])
+            if b >= 0:
+                yield self.x[ep, k, :b], self.y[ep, k, :b], self.idx[ep, k, :b]
+
+
 # ------------------------------------------------------------- the case ---
 def _init_torch_dist(comm):
     """torch.distributed over gloo on this node (loopback), as a DDP job has it:
@@ -367,15 +424,16 @@ def part_case(a):
         compute(xb)
     compute_ms = (time.perf_counter() - tc) / 10 * 1e3
 
+    plan = [("first", False)] + [("no compute", False)] * a.reps + [("compute", True)] * a.reps
+    kept = Kept(len(plan), data.n + 2 * a.batch, a.batch, data.row_bytes)
     pss = PssSampler()
     pss.start()
-    epochs, ends = [], []
-    plan = [("first", False)] + [("no compute", False)] * a.reps + [("compute", True)] * a.reps
+    epochs = []
     for ep, (label, do_compute) in enumerate(plan):
         if sampler is not None:
             sampler.set_epoch(ep)                         # StreamingDataset counts its own
         loader = make()
-        seen, first, last, nb = [], None, None, 0
+        nseen, nb = 0, 0
         comm.Barrier()
         t = time.perf_counter()
         for batch in loader:
@@ -385,20 +443,20 @@ def part_case(a):
                 x, y, idx = batch
             if do_compute:
                 compute(x)
-            seen.append(idx)
-            if first is None:
-                first = (x, y, idx)
+            nseen = kept.seen_add(nseen, idx)
+            if nb == 0:
+                kept.end(ep, 0, x, y, idx)
             last = (x, y, idx)
             nb += 1
         secs = time.perf_counter() - t
+        if nb:
+            kept.end(ep, 1, *last)
+            del last
         if hasattr(loader, "close"):
             loader.close()
         del loader
-        seen = torch.cat(seen).numpy() if seen else np.empty(0, np.int64)
-        ends.append([tuple(torch.as_tensor(v).numpy().copy() for v in b)
-                     for b in (first, last) if b is not None])
-        allseen = comm.gather(seen, root=0)
-        stats = comm.gather({"seconds": secs, "samples": int(len(seen)), "batches": nb},
+        allseen = comm.gather(kept.seen[:nseen].copy(), root=0)
+        stats = comm.gather({"seconds": secs, "samples": nseen, "batches": nb},
                             root=0)
         if rank == 0:
             every = np.concatenate(allseen)
@@ -411,7 +469,7 @@ def part_case(a):
                            "samples": total, "seconds": slowest,
                            "samples_per_s": total / slowest if slowest > 0 else 0.0,
                            "distinct": distinct, "covered": covered})
-        del seen, first, last, allseen
+        del allseen
         gc.collect()
     pss.stop()
     peak_rss = _maxrss_mib(resource.RUSAGE_SELF)
@@ -419,11 +477,11 @@ def part_case(a):
     # of every epoch against the source
     ref = Data(a.dataset, a.n, a.row_bytes, a.fmnist_dir)
     content = []
-    for batches in ends:
+    for ep in range(len(plan)):
         ok = True
-        for x, y, idx in batches:
+        for x, y, idx in kept.ends(ep):
             ex, ey = ref.rows(idx)
-            ok &= bool(np.array_equal(x.reshape(len(ex), -1), ex) and np.array_equal(y, ey))
+            ok &= bool(np.array_equal(x, ex) and np.array_equal(y, ey))
         content.append(ok)
     content = comm.gather(content, root=0)
     if rank == 0:
