@@ -274,7 +274,7 @@ class Kept:
     landed in the holes that the training step's temporaries leave and held them
     apart: the heap grew in some ranks of some runs and not others, and the node
     PSS of a loader moved by up to 400 MiB between runs of the same code
-    (docs/measurements.md, "glibc's free heap")."""
+    (docs/measurements.md, "the harness's records in glibc's heap")."""
 
     def __init__(self, epochs, max_seen, batch, row_bytes):
         import mmap

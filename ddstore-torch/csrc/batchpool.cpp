@@ -26,9 +26,10 @@
 // allocator as before.  (Measured with the first version, whose blocks came
 // from glibc: bench_loaders' synthetic case at 4 ranks held 210-240 MiB of
 // free heap in 3 ranks of 4, node PSS 756-1072 MiB against 496-516 without
-// the pool.  Such free heap also shows without the pool in some runs, up to
-// ~170 MiB in a rank: docs/measurements.md "Memory per node of the loaders:
-// glibc's free heap".  The pool's blocks are kept out of it.)
+// the pool.  Such free heap also showed without the pool, from small blocks
+// the benchmark itself kept per batch: docs/measurements.md "Memory per node
+// of the loaders: the harness's records in glibc's heap".  The pool's blocks
+// are kept out of it.)
 //
 // Bounded: at most `cap` bytes of free blocks are kept
 // (DDSTORE_BATCH_POOL_BYTES, set from Python when a dataset is created;
