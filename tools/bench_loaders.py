@@ -279,14 +279,12 @@ class Kept:
     def __init__(self, epochs, max_seen, batch, row_bytes):
         import mmap
         import numpy as np
-        self.batch, self.row_bytes = batch, row_bytes
-        self._maps = []
+        self.batch = batch
 
-        def arr(shape, dtype):
-            nbytes = max(1, int(np.prod(shape)) * np.dtype(dtype).itemsize)
-            m = mmap.mmap(-1, nbytes)
-            self._maps.append(m)
-            return np.frombuffer(m, dtype, int(np.prod(shape))).reshape(shape)
+        def arr(shape, dtype):     # the array keeps its mapping alive
+            n = int(np.prod(shape))
+            m = mmap.mmap(-1, max(1, n * np.dtype(dtype).itemsize))
+            return np.frombuffer(m, dtype, n).reshape(shape)
         self.seen = arr((max_seen,), np.int64)
         self.x = arr((epochs, 2, batch, row_bytes), np.uint8)
         self.y = arr((epochs, 2, batch), np.int64)
@@ -445,13 +443,14 @@ def part_case(a):
                 compute(x)
             nseen = kept.seen_add(nseen, idx)
             if nb == 0:
-                kept.end(ep, 0, x, y, idx)
-            last = (x, y, idx)
+                first = (x, y, idx)   # held to the end: a batch overwritten while
+            last = (x, y, idx)        # still held (pool reuse) fails the content check
             nb += 1
         secs = time.perf_counter() - t
         if nb:
+            kept.end(ep, 0, *first)
             kept.end(ep, 1, *last)
-            del last
+            del first, last
         if hasattr(loader, "close"):
             loader.close()
         del loader
