@@ -441,6 +441,7 @@ PY_RANKS = {
     "test_epochs.py": (2,),
     "test_examples_data.py": (1,),
     "test_filecomm.py": (1,),
+    "test_fork_stale.py": (2,),
     "test_memory_limits.py": (1,),
     "test_method2.py": (1,),
     "test_nodes.py": (),               # stage nodes runs it (namespaces, its own runs)

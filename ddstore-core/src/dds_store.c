@@ -27,7 +27,8 @@
  * device: it only calls the memsys table.
  *
  * Files (the objects and shared helpers: dds_store_internal.h), their calls
- * a DAG (ci/check_shape.py): dds_store.c on top, dds_store_common.c below all:
+ * a DAG (ci/check_shape.py): dds_store.c on top, dds_store_common.c below all
+ * but dds_store_life.c, a leaf:
  *   dds_store.c         create/destroy, accessors
  *   dds_store_common.c  small helpers, variable table lookups, released
  *                       names, the collectives-out-of-step protocol
@@ -36,6 +37,8 @@
  *   dds_store_read.c    the read pipeline (get, get_batch)
  *   dds_store_recv.c    the registry of receive buffers
  *   dds_store_reader.c  readers, profile, epochs, coll_fail
+ *   dds_store_life.c    the variables' lives as forked processes see them
+ *                       (a read of a variable freed since the fork fails)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime, setenv */

@@ -2,7 +2,8 @@
  * file (dds_store.c describes the locks and lists the files): the fork
  * generation, small helpers (name hash, growing arrays, timed locks), the
  * variable table (lookups, released names) and the collectives-out-of-step
- * protocol.  Calls nothing of the other dds_store*.c files.
+ * protocol.  Calls nothing of the other dds_store*.c files but the leaf
+ * dds_store_life.c.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* pthread_*_np, strdup, clock_gettime */
@@ -35,6 +36,54 @@ void dds_st_fork_watch(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, fork_once);
+}
+
+/* ---- releasing a variable ------------------------------------------- */
+
+int dds_st_has_region_abandon(const dds_store_t *s)
+{
+    const dds_transport_ops_t *o = s->tr.ops;
+    return o->region_abandon != NULL;
+}
+
+/* Out of step: forget v without any collective step.  Its region is
+ * abandoned (the transport's region_abandon, or leaked) and its shard
+ * leaked: peers may still read it until the process exits. */
+void dds_st_var_abandon(dds_store_t *s, dds_var_t *v)
+{
+    if (v == NULL)
+        return;
+    dds_st_life_end(&v->life);
+    if (v->region != NULL && dds_st_has_region_abandon(s))
+        s->tr.ops->region_abandon(s->tr.ctx, v->region);
+    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
+            "variable '%s': released locally (out of step); its shard of "
+            "%zu bytes stays allocated until the process exits",
+            v->name, v->shard_bytes);
+    free(v->offsets);
+    free(v->elem_offsets);
+    free(v->index_offsets);
+    free(v);
+}
+
+void dds_st_var_release(dds_store_t *s, dds_var_t *v)
+{
+    if (v == NULL)
+        return;
+    dds_st_life_end(&v->life);
+    if (v->mirror != NULL && s->ms.ops != NULL)
+        (void)s->ms.ops->host_free(s->ms.ctx, v->mirror);
+    dds_shard_peers_free(v->peers);
+    if (v->nshard != NULL)
+        dds_shard_free(v->nshard);
+    else if (v->shard_token != NULL)
+        s->tr.ops->shard_free(s->tr.ctx, v->shard, v->shard_token);
+    else if (v->shard_owned)
+        free(v->shard);
+    free(v->offsets);
+    free(v->elem_offsets);
+    free(v->index_offsets);
+    free(v);
 }
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -198,6 +247,8 @@ dds_var_t **dds_st_detach_vars(dds_store_t *s, size_t *n_p)
 {
     dds_var_t **vars = s->vars;
     *n_p = s->nvars;
+    for (size_t i = 0; i < s->nvars; i++)
+        dds_st_life_end(&vars[i]->life); /* forked readers: gone */
     s->vars = NULL;
     s->nvars = 0;
     s->cap_vars = 0;

@@ -22,6 +22,15 @@
 
 /* ---- objects ---------------------------------------------------------- */
 
+/* A variable's life as processes forked from its creator see it
+ * (dds_store_life.c): *word == gen while it lives. */
+typedef struct dds_life {
+    _Atomic uint64_t *word; /* in pages shared with forked children; NULL:
+                               none (ended, or never taken)             */
+    uint64_t gen;
+    pid_t pid;              /* the process that took it (and ends it)   */
+} dds_life_t;
+
 typedef struct dds_var {
     char name[DDS_NAME_MAX + 1];
     uint64_t hash;
@@ -55,6 +64,7 @@ typedef struct dds_var {
     int64_t local_elems, total_elems;
     int64_t *elem_offsets;  /* nranks + 1 element-row prefix sums          */
     int64_t *index_offsets; /* nranks + 1: offsets[r] + r (index entries)  */
+    dds_life_t life;        /* dds_store_life.c                           */
     dds_prof_t prof;
 } dds_var_t;
 
@@ -282,6 +292,20 @@ int dds_st_shard_join(dds_store_t *s, dds_var_t *v);
 int dds_st_shard_serve(dds_store_t *s, dds_var_t *v, dds_read_op_t *ops,
                        size_t *nops_p, char *dst, char *staging,
                        size_t *served_p);
+
+/* ---- variables' lives, for forked processes (dds_store_life.c) ------ */
+
+/* A new life for variable `name` (its word, a new gen).  0 or
+ * -DDS_ENOMEM. */
+int dds_st_life_take(dds_life_t *l, const char *name);
+/* The variable is gone: its word is 0 for every process forked from this
+ * one, with a full fence.  Idempotent; a no-op in any process but the one
+ * that took it. */
+void dds_st_life_end(dds_life_t *l);
+/* 0 while v lives, else -DDS_ESTALE naming it (v was freed by the store's
+ * process after this one was forked from it).  After a read's copies, a
+ * full fence comes first (the caller's). */
+int dds_st_life_check(const dds_store_t *s, const dds_var_t *v);
 
 /* Caller holds table_lock for writing. */
 void dds_st_forget_released(dds_store_t *s, const char *name);

@@ -567,6 +567,9 @@ static int vars_check(dds_store_t *s, dds_read_var_t *vars, size_t nvars,
         m->v = dds_st_find_var(s, d->name, NULL);
         if (m->v == NULL)
             return dds_st_not_live(s, d->name);
+        rc = dds_st_life_check(s, m->v);
+        if (rc != 0)
+            return rc;
         if (!is_fixed(d->kind) && d->kind != DDS_READ_RAGGED &&
             d->kind != DDS_READ_SIZES)
             return dds_error(-DDS_EINVAL, "read of '%s': unknown kind %d "
@@ -817,6 +820,28 @@ static void vars_account(rd_var_t *mv, size_t nvars, size_t n, uint64_t t0,
     }
 }
 
+/* In a process forked from the store's (DataLoader workers)? */
+static int forked(const dds_store_t *s)
+{
+    return atomic_load_explicit(&dds_st_fork_gen, memory_order_relaxed) !=
+           s->fork_gen;
+}
+
+/* A forked process, after the read's copies (done or failed): had every
+ * variable's life ended meanwhile, its bytes may be another variable's
+ * (dds_store_life.c); that error then replaces the read's own. */
+static int vars_lived(const dds_store_t *s, const rd_var_t *mv, size_t nvars,
+                      int rc)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    for (size_t k = 0; k < nvars; k++) {
+        int r = dds_st_life_check(s, mv[k].v);
+        if (r != 0)
+            return r;
+    }
+    return rc;
+}
+
 int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
                         dds_read_var_t *vars, size_t nvars,
                         const int64_t *rows, size_t n)
@@ -825,7 +850,7 @@ int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
     size_t nragged = 0;
     rd_var_t *mv;
     tctx_t *tc;
-    int rc;
+    int rc, checked = 0;
 
     if (DDS_UNLIKELY(s == NULL))
         return dds_error(-DDS_EINVAL, "read_vars: NULL store");
@@ -855,6 +880,7 @@ int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
     }
     mv = tc->vars;
     rc = vars_check(s, vars, nvars, n, mv, &nragged);
+    checked = rc == 0;
     if (rc == 0)
         rc = dds_rd_copy_rows(tc, vars[0].name, &rows, n);
     if (rc == 0)
@@ -866,6 +892,8 @@ int dds_store_read_vars(dds_store_t *s, dds_reader_t *reader,
         rc = vars_room(s, mv, nvars, n);
     if (rc == 0)
         rc = vars_read(s, reader, tc, mv, nvars, n, &wait_ns, &t_xfer);
+    if (checked && forked(s))
+        rc = vars_lived(s, mv, nvars, rc);
     if (rc == 0)
         vars_account(mv, nvars, n, t0, wait_ns, t_xfer);
 out:

@@ -17,45 +17,6 @@
 
 #include "dds_store_internal.h"
 
-/* Out of step: forget v without any collective step.  Its region is
- * abandoned (the transport's region_abandon, or leaked) and its shard
- * leaked: peers may still read it until the process exits. */
-
-void dds_st_var_abandon(dds_store_t *s, dds_var_t *v)
-{
-    if (v == NULL)
-        return;
-    if (v->region != NULL && dds_st_has_region_abandon(s))
-        s->tr.ops->region_abandon(s->tr.ctx, v->region);
-    DDS_LOG(DDS_LOG_DEBUG, DDS_SUBSYS_CORE,
-            "variable '%s': released locally (out of step); its shard of "
-            "%zu bytes stays allocated until the process exits",
-            v->name, v->shard_bytes);
-    free(v->offsets);
-    free(v->elem_offsets);
-    free(v->index_offsets);
-    free(v);
-}
-
-void dds_st_var_release(dds_store_t *s, dds_var_t *v)
-{
-    if (v == NULL)
-        return;
-    if (v->mirror != NULL && s->ms.ops != NULL)
-        (void)s->ms.ops->host_free(s->ms.ctx, v->mirror);
-    dds_shard_peers_free(v->peers);
-    if (v->nshard != NULL)
-        dds_shard_free(v->nshard);
-    else if (v->shard_token != NULL)
-        s->tr.ops->shard_free(s->tr.ctx, v->shard, v->shard_token);
-    else if (v->shard_owned)
-        free(v->shard);
-    free(v->offsets);
-    free(v->elem_offsets);
-    free(v->index_offsets);
-    free(v);
-}
-
 /* ---- variables: collective -------------------------------------------- */
 
 enum { MODE_INIT = 0, MODE_COPY = 1, MODE_IN_PLACE = 2 };
@@ -367,6 +328,8 @@ static int var_create(dds_store_t *s, const char *name, const void *data,
              (v->elem_offsets == NULL || v->index_offsets == NULL)))
             rc = dds_error(-DDS_ENOMEM, "variable '%s': out of memory", name);
     }
+    if (rc == 0)
+        rc = dds_st_life_take(&v->life, name);
     if (rc == 0) {
         strcpy(v->name, name);
         v->hash = dds_st_name_hash(name);
@@ -641,12 +604,6 @@ int dds_store_ragged_init(dds_store_t *s, const char *name,
                       MODE_INIT, &rg);
 }
 
-int dds_st_has_region_abandon(const dds_store_t *s)
-{
-    const dds_transport_ops_t *o = s->tr.ops;
-    return o->region_abandon != NULL;
-}
-
 static int has_region_join(const dds_store_t *s)
 {
     const dds_transport_ops_t *o = s->tr.ops;
@@ -736,6 +693,8 @@ int dds_store_var_join(dds_store_t *s, const char *name)
         if (v == NULL)
             rc = dds_error(-DDS_ENOMEM, "join('%s'): out of memory", name);
     }
+    if (rc == 0)
+        rc = dds_st_life_take(&v->life, name);
     if (rc == 0) {
         strcpy(v->name, name);
         v->hash = dds_st_name_hash(name);
@@ -852,8 +811,15 @@ int dds_store_var_free(dds_store_t *s, const char *name)
                 (s->nvars - idx - 1) * sizeof(dds_var_t *));
         s->nvars--;
         dds_st_note_released(s, name, RELEASED_BY_VAR_FREE);
+        dds_st_life_end(&v->life); /* forked readers: gone */
     }
     pthread_rwlock_unlock(&s->table_lock);
+    /* every rank ends its life before any releases it (dds_store_life.c) */
+    rc = dds_st_coll_failed(s, dds_st_coll_agree(s, 0), "free", name);
+    if (rc != 0) {
+        dds_st_var_abandon(s, v); /* out of step: peers may still read it */
+        goto out;
+    }
     rc = v != NULL ? var_destroy(s, v) : 0;
     rc = dds_st_coll_failed(s, dds_st_coll_agree(s, rc), "free", name);
 out:
@@ -886,7 +852,8 @@ int dds_store_free(dds_store_t *s)
     }
     /* No rank may release its shard while a peer can still read it: every
      * rank stops reading before it enters free() (one thread makes the
-     * collective calls), so one agreement here is the fence.  Its failure
+     * collective calls), so one agreement here is the fence (for forked
+     * readers too: the lives ended at detach, dds_store_life.c).  Its failure
      * (e.g. a communicator already finalized) does not stop the local
      * cleanup. */
     const int was_broken = s->broken[0] != '\0';
