@@ -424,3 +424,33 @@ out:
     return rc;
 }
 
+int dds_store_var_local(dds_store_t *s, const char *name, void **base_p,
+                        size_t *bytes_p, const int64_t **index_p)
+{
+    dds_var_t *v;
+    int rc;
+
+    if (s == NULL || base_p == NULL || bytes_p == NULL)
+        return dds_error(-DDS_EINVAL, "dds_store_var_local: NULL %s",
+                         s == NULL ? "store" : "output");
+    rc = dds_st_var_lookup(s, name, &v);
+    if (rc != 0)
+        return rc;
+    if (v->joined)
+        rc = dds_error(-DDS_EINVAL, "variable '%s' was published by another "
+                       "job and joined here (method 2): it has no shard in "
+                       "this process", name);
+    else if (v->mem.kind != DDS_MEM_HOST)
+        rc = dds_error(-DDS_EINVAL, "variable '%s': this rank's shard is in "
+                       "%s memory, not host memory", name,
+                       dds_st_mem_name(v->mem.kind));
+    if (rc == 0) {
+        size_t head = v->ragged ? dds_st_ragged_index_bytes(v->local_rows) : 0;
+        *bytes_p = (size_t)v->local_elems * v->row_bytes;
+        *base_p = *bytes_p > 0 ? (char *)v->shard + head : NULL;
+        if (index_p != NULL)
+            *index_p = v->ragged ? (const int64_t *)v->shard : NULL;
+    }
+    pthread_rwlock_unlock(&s->table_lock);
+    return rc;
+}

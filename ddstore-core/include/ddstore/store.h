@@ -182,6 +182,20 @@ typedef struct dds_var_info {
 DDS_API int dds_store_var_info(dds_store_t *store, const char *name,
                        dds_var_info_t *info_p);
 
+/* Local.  This rank's shard of `name` in host memory, for filling or
+ * saving it where it lies (files in, snapshots out: no copy through a
+ * buffer): *base_p = its rows (a ragged variable's element rows, after its
+ * index), *bytes_p = their size (local_elems x row_bytes; 0 with *base_p
+ * NULL for an empty shard); *index_p (may be NULL) = a ragged variable's
+ * local_rows + 1 element-row prefix sums (NULL for a fixed one), read-only.
+ * The memory is the store's until the variable is freed; writes into it
+ * are seen by reads as var_update's are (epochs).  -DDS_EINVAL for a
+ * joined variable (another job's) or a shard in GPU memory; the lookup's
+ * errors as var_info's. */
+DDS_API int dds_store_var_local(dds_store_t *store, const char *name,
+                                void **base_p, size_t *bytes_p,
+                                const int64_t **index_p);
+
 /* Owner offsets (nranks+1 prefix sums) copied into `offsets` (nranks+1). */
 DDS_API int dds_store_var_offsets(dds_store_t *store, const char *name,
                           int64_t *offsets);

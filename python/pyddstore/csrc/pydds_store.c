@@ -387,6 +387,13 @@ static PyMethodDef store_methods[] = {
      "Local.  Overwrite the payload of this rank's samples [offset, "
      "offset+count) (local sample numbers); len(values) must equal the sum "
      "of their lengths (lengths never change)."},
+    {"_local_view", (PyCFunction)pydds_store_local_view, METH_O,
+     "_local_view(name) -> (rows, index)\n\n"
+     "Local, private (pyddstore.io's loaders and snapshots).  This rank's "
+     "shard of `name` in place: a writable memoryview of its rows (a "
+     "ragged variable's element rows) and a read-only one of a ragged "
+     "variable's local_rows + 1 int64 prefix sums (None: fixed).  The "
+     "views do not keep the variable alive: drop them before free()."},
     {"sizes", (PyCFunction)(void (*)(void))store_sizes,
      METH_VARARGS | METH_KEYWORDS,
      "sizes(name, indices) -> numpy int64 array\n\n"

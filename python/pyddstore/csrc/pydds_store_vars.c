@@ -1,8 +1,8 @@
 /* pyddstore._core: the PyDDStore methods that define and change variables:
  * the collective calls (init, init_ragged, add, add_ragged, free,
  * epoch_begin, epoch_end), which agree on failure across ranks, the local
- * writes (update, update_ragged) and receive buffers (register_recv,
- * unregister_recv).
+ * writes (update, update_ragged, _local_view) and receive buffers
+ * (register_recv, unregister_recv).
  */
 #include "pydds_store.h"
 
@@ -399,6 +399,49 @@ PyObject *pydds_store_update_ragged(pydds_store_obj *s, PyObject *args,
                                      &name_o, &arr, &off_o, &count_o))
         return NULL;
     return update_common(s, name_o, arr, off_o, count_o);
+}
+
+/* _local_view(name) -> (rows, index): this rank's shard in place, for the
+ * package's own loaders and snapshots (pyddstore/io): `rows` a writable
+ * memoryview of its bytes (a ragged variable's element rows), `index` a
+ * read-only one of a ragged variable's local_rows + 1 int64 prefix sums
+ * (None for a fixed one).  The views do not keep the variable alive: the
+ * caller drops them before free() (private for that reason). */
+PyObject *pydds_store_local_view(pydds_store_obj *s, PyObject *name_o)
+{
+    static char empty[1];
+    const char *name;
+    void *base = NULL;
+    size_t bytes = 0;
+    const int64_t *index = NULL;
+    dds_var_info_t info;
+    int rc;
+    if ((name = pydds_var_name(name_o)) == NULL)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = pydds_store_enter_nogil(s);
+    if (rc == 0) {
+        rc = dds_store_var_local(PYDDS_STORE(s), name, &base, &bytes, &index);
+        if (rc == 0 && index != NULL)
+            rc = dds_store_var_info(PYDDS_STORE(s), name, &info);
+        ddstore_pin_release(s->pin);
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        return pydds_raise(rc);
+    PyObject *rows = PyMemoryView_FromMemory(base ? (char *)base : empty,
+                                             (Py_ssize_t)bytes, PyBUF_WRITE);
+    PyObject *idx = index == NULL
+                        ? Py_NewRef(Py_None)
+                        : PyMemoryView_FromMemory(
+                              (char *)index,
+                              (Py_ssize_t)((info.local_rows + 1) * 8), PyBUF_READ);
+    if (rows == NULL || idx == NULL) {
+        Py_XDECREF(rows);
+        Py_XDECREF(idx);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", rows, idx);
 }
 
 PyObject *pydds_store_free(pydds_store_obj *s, PyObject *unused)
