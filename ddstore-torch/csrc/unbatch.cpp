@@ -5,7 +5,8 @@
 //   of the field's kind (schema.py's table): tensors (views of the batch),
 //   numpy arrays / scalars, Python int / float / bool, records (numpy
 //   structured values, through Field.records); a ragged field's packed read
-//   split by its lengths, the varying axis moved back where the samples had it.
+//   split by its lengths, the varying axis moved back where the samples had it
+//   (a "str" field: each sample's UTF-8 bytes as a str).
 // - build_samples(structure, keys, ntype, data_cls, cols): one sample per row
 //   in the first sample's structure (a value, tuple, list, namedtuple, dict or
 //   torch_geometric Data).
@@ -53,10 +54,24 @@ py::list ragged_value_list(py::handle f, py::handle tv)
     const at::Tensor values = read[0].cast<at::Tensor>();
     const at::Tensor lengths = read[1].cast<at::Tensor>().cpu().contiguous();
     const int64_t axis = f.attr("axis").cast<int64_t>();
-    const bool ndarray = py::str(f.attr("kind")).cast<std::string>() == "ndarray";
+    const std::string kind = py::str(f.attr("kind")).cast<std::string>();
+    const bool ndarray = kind == "ndarray";
     std::vector<int64_t> sizes(lengths.data_ptr<int64_t>(),
                                lengths.data_ptr<int64_t>() + lengths.numel());
     py::list out;
+    if (kind == "str") {   // UTF-8 bytes (a file's text key): one str per sample
+        const at::Tensor bytes = values.device().is_cpu() ? values.contiguous()
+                                                          : values.cpu().contiguous();
+        const char *p = reinterpret_cast<const char *>(bytes.data_ptr<uint8_t>());
+        for (int64_t n : sizes) {
+            PyObject *u = PyUnicode_DecodeUTF8(p, static_cast<Py_ssize_t>(n), "strict");
+            if (u == nullptr)
+                throw py::error_already_set();
+            out.append(py::reinterpret_steal<py::object>(u));
+            p += n;
+        }
+        return out;
+    }
     for (at::Tensor part : values.split_with_sizes(sizes, 0)) {
         if (axis != 0)
             part = part.movedim(0, axis).contiguous();

@@ -85,38 +85,8 @@ class DistDataset(_Stored):
 
     def _construct(self, source, name, comm, ddstore_width, device, add_device, method,
                    handshake_dir, chunk_size, encode, decode, fields):
-        if not isinstance(name, str) or not name or "/" in name or len(name) > 200:
-            raise ValueError(f"name must be a non-empty string without '/' (at most 200 "
-                             f"characters), got {name!r}")
-        self.name = name
-        hs = env.handshake_dir(handshake_dir)
-        self.comm = _comm.resolve(comm, hs, name)      # may raise (no comm to agree over)
-        self.handshake_dir = hs
-        self.decode = decode
-        self.encode = encode
-        self.ddstore = None
-        self._pid = os.getpid()
-
-        # 1. arguments (agreed: a bad argument on one rank fails every rank)
-        def check_args():     # the checks in C++ (construct.cpp) but the devices'
-            r = ext.dataset_args(
-                method if method is not None else env.method(None), self.comm.kind,
-                self.comm.size, bool(hs), fields is not None, encode is not None, chunk_size,
-                add_device, self._ragged_batch, _rg.RAGGED_BATCH, self._pack_opt,
-                _rg.ragged_mode(self._ragged_opt) is not None, ddstore_width)
-            for d in (device, add_device):
-                if d is not None:
-                    torch.device(d)  # raises on a bad device string
-            return r
-
-        self.method, width = _comm.run_agreed(self.comm, check_args, "arguments")
-        self.device = _device(device)
-        self.add_device = _device(add_device)
-        self.chunk_size = None if chunk_size is None else operator.index(chunk_size)
-
-        # 2. the store communicator (ddstore_width: independent groups)
-        self.store_comm = self.comm if width is None or width >= self.comm.size else \
-            self.comm.split(width)
+        self._setup(name, comm, ddstore_width, device, add_device, method, handshake_dir,
+                    chunk_size, encode, decode, fields)
 
         # 3. length and share
         n = _comm.run_agreed(self.comm, lambda: operator.index(len(source)), "len(source)")
@@ -167,6 +137,70 @@ class DistDataset(_Stored):
             self._pack = _pk.layout_of(name, full)
 
         # 5. the store and the shard
+        self._open_store()
+        try:
+            self._load(source, encode, first_stored)
+        except BaseException:
+            self.ddstore = None
+            raise
+        self._finish()
+
+    # -- from files (ingest.py) ----------------------------------------------
+    @classmethod
+    def from_adios(cls, path, label, comm=None, keys=None, name=None, **kwargs):
+        """Collective.  The samples of `label` in an ADIOS2 file of HydraGNN's
+        layout (docs/files.md), each rank reading one selection per key of
+        its share into its shard.  Item i is {key: tensor} (text keys: str).
+        keys: the keys to load (default: all).  name: the dataset's name
+        (default: the label).  kwargs: DistDataset's (method,
+        ddstore_width, device, handshake_dir, decode, ragged_batch,
+        pack_fields)."""
+        from pyddstore.io.adios import AdiosSource
+        from .ingest import build
+        return build(cls, lambda: AdiosSource(path, label, keys), name or label, comm,
+                     what=f"DistDataset.from_adios({str(path)!r}, {label!r})", **kwargs)
+
+    # -- construction helpers ----------------------------------------------
+    def _setup(self, name, comm, ddstore_width, device, add_device, method, handshake_dir,
+               chunk_size, encode, decode, fields, ragged=None):
+        """Steps 1 and 2 of every construction (from a source, from files):
+        name, communicator, the agreed arguments, the store communicator."""
+        if not isinstance(name, str) or not name or "/" in name or len(name) > 200:
+            raise ValueError(f"name must be a non-empty string without '/' (at most 200 "
+                             f"characters), got {name!r}")
+        self.name = name
+        hs = env.handshake_dir(handshake_dir)
+        self.comm = _comm.resolve(comm, hs, name)      # may raise (no comm to agree over)
+        self.handshake_dir = hs
+        self.decode = decode
+        self.encode = encode
+        self.ddstore = None
+        self._pid = os.getpid()
+        ragged = _rg.ragged_mode(self._ragged_opt) is not None if ragged is None else ragged
+
+        # 1. arguments (agreed: a bad argument on one rank fails every rank)
+        def check_args():     # the checks in C++ (construct.cpp) but the devices'
+            r = ext.dataset_args(
+                method if method is not None else env.method(None), self.comm.kind,
+                self.comm.size, bool(hs), fields is not None, encode is not None, chunk_size,
+                add_device, self._ragged_batch, _rg.RAGGED_BATCH, self._pack_opt,
+                ragged, ddstore_width)
+            for d in (device, add_device):
+                if d is not None:
+                    torch.device(d)  # raises on a bad device string
+            return r
+
+        self.method, width = _comm.run_agreed(self.comm, check_args, "arguments")
+        self.device = _device(device)
+        self.add_device = _device(add_device)
+        self.chunk_size = None if chunk_size is None else operator.index(chunk_size)
+
+        # 2. the store communicator (ddstore_width: independent groups)
+        self.store_comm = self.comm if width is None or width >= self.comm.size else \
+            self.comm.split(width)
+
+    def _open_store(self):
+        """Collective: self.ddstore, created on every rank or on none."""
         try:
             store, err = self._make_store(), None
         except Exception as e:  # noqa: BLE001 - agreed below
@@ -178,11 +212,10 @@ class DistDataset(_Stored):
                 store.free()          # within our group, whose members all succeeded)
             raise
         self.ddstore = store
-        try:
-            self._load(source, encode, first_stored)
-        except BaseException:
-            self.ddstore = None
-            raise
+
+    def _finish(self):
+        """Collective, once the shards are in: method 2's meta file, then
+        the reading side."""
         split = _backends.row(self.method)["needs_handshake"]
         if split and self.store_comm.rank == 0:
             _comm.run_agreed(self.comm, self._write_meta, "writing meta.json")
@@ -190,7 +223,6 @@ class DistDataset(_Stored):
             _comm.run_agreed(self.comm, lambda: None, "writing meta.json")
         self._init_reading()
 
-    # -- construction helpers ----------------------------------------------
     def _make_store(self):
         """PyDDStore over the store communicator (collective in the group)."""
         kw = dict(method=self.method)

@@ -153,7 +153,7 @@ def pack_samples(schema, samples, kind):
         [[s[k] for s in samples] for k in keys]
     out = []
     for f, c in zip(schema.fields, cols):
-        if f.axis is None:
+        if f.axis is None or f.kind == "str":     # str: a list, as default_collate
             out.append(default_collate(c))
             continue
         ts = [torch.as_tensor(v).movedim(f.axis, 0) for v in c]

@@ -6,7 +6,9 @@ variable with one row per sample; its kind, shape and dtype come from the
 first sample and must not change.  Kinds (the table of what is stored and
 read back: docs/reference-torch.md, "Samples, fields and dtypes"): tensor,
 ndarray, npscalar, bool, int (int64), float (float64), record (numpy
-structured values, stored as their bytes).  A ragged field (tensor or
+structured values, stored as their bytes), and str (text a file held,
+DistDataset.from_adios: its UTF-8 bytes, a ragged uint8 field, read back
+as str).  A ragged field (tensor or
 ndarray varying along one axis, DistDataset(ragged=...)) has -1 at that
 axis in Field.shape (Field.axis) and one *element row* (row_shape, disp)
 per index along it.
@@ -72,9 +74,13 @@ class Field:
         self.np_dtype = _NP_STORAGE[dtype]      # host storage while loading
         self.torch_dtype = _TORCH[dtype]
         # ragged: shape has -1 at `axis`; one element row = the other dims
+        if kind == "str" and (dtype != "uint8" or self.shape != (-1,) or axis != 0):
+            raise ValueError(f"field {key!r}: a str field is uint8 of shape (-1,) along "
+                             f"axis 0, got {dtype} {self.shape} axis {axis}")
+        # str: text from a file (pyddstore.io), stored as its UTF-8 bytes
         self.row_shape, self.disp, self.nbytes = ext.field_layout(
-            key, kind, self.shape, rdtype.itemsize if kind == "record" else
-            self.np_dtype.itemsize, axis)
+            key, "tensor" if kind == "str" else kind, self.shape,
+            rdtype.itemsize if kind == "record" else self.np_dtype.itemsize, axis)
 
     # -- description (exchanged across ranks, written to {name}.meta.json) --
     def describe(self):

@@ -197,7 +197,8 @@ class _Stored(torch.utils.data.Dataset):
 
     def _batch_values(self, fields, ts):
         mk = _rg.batch_of(self._ragged_batch)
-        return [f.batch_value(t) if f.axis is None else mk(f, *t)
+        return [f.batch_value(t) if f.axis is None else
+                ext.split_batch([f], [t])[0] if f.kind == "str" else mk(f, *t)
                 for f, t in zip(fields, ts)]
 
     # -- reads --------------------------------------------------------------
