@@ -56,6 +56,8 @@ class Source:
     path = ""
     total = 0
     keys = ()
+    chunked = True   # read() may take any sub-range of a rank's selection
+                     # (else: exactly the rank's whole selection, once)
 
     def describe(self):
         """What every rank must see alike (a file that differs is an error)."""
@@ -84,7 +86,11 @@ class Source:
 
     def read(self, key, start, n, out):
         """Entries [start, start+n) along key.dim, every other dim whole,
-        into `out` (a C-contiguous array of that shape and key.dtype; n > 0)."""
+        into `out` (a C-contiguous array of that shape and key.dtype; n > 0).
+        `start` counts entries from the first sample's (the ingest computes
+        it from the ranks' sizes); without `chunked`, [start, start+n) is
+        exactly the entries of the samples of the last counts() call for
+        this key."""
         raise NotImplementedError
 
     def close(self):

@@ -160,6 +160,29 @@ class DistDataset(_Stored):
         return build(cls, lambda: AdiosSource(path, label, keys), name or label, comm,
                      what=f"DistDataset.from_adios({str(path)!r}, {label!r})", **kwargs)
 
+    @classmethod
+    def from_hdf5(cls, path, group, comm=None, keys=None, name=None, **kwargs):
+        """Collective.  The datasets of HDF5 group `group` (h5py): a fixed
+        dataset [N, ...] gives each sample its row (a [N] one a 0-d tensor);
+        a ragged key is a subgroup in ddstore's layout (docs/files.md).
+        Otherwise as from_adios."""
+        from pyddstore.io.hdf5 import Hdf5Source
+        from .ingest import build
+        return build(cls, lambda: Hdf5Source(path, group, keys), name or
+                     str(group).strip("/").replace("/", "_") or "data", comm,
+                     what=f"DistDataset.from_hdf5({str(path)!r}, {group!r})", **kwargs)
+
+    @classmethod
+    def from_parquet(cls, path, comm=None, columns=None, name=None, **kwargs):
+        """Collective.  One sample per row of a Parquet file (pyarrow): list
+        columns ragged (list<fixed_size_list<T, k>> -> [n, k]), fixed-size
+        lists and scalars fixed, strings str; row groups divided among the
+        ranks.  Otherwise as from_adios."""
+        from pyddstore.io.parquet import ParquetSource
+        from .ingest import build
+        return build(cls, lambda: ParquetSource(path, columns), name or "data", comm,
+                     what=f"DistDataset.from_parquet({str(path)!r})", **kwargs)
+
     # -- construction helpers ----------------------------------------------
     def _setup(self, name, comm, ddstore_width, device, add_device, method, handshake_dir,
                chunk_size, encode, decode, fields, ragged=None):

@@ -108,7 +108,7 @@ def _read_key(src, key, f, start, counts, out, bar):
     per = max(1, int(np.prod(key.inner, dtype=np.int64)) * np.dtype(out.dtype).itemsize)
     if key.dim == 0 and out.flags.c_contiguous:
         flat = out.reshape(_sel_shape(key, n))
-        step = max(1, CHUNK_BYTES // per)
+        step = max(1, CHUNK_BYTES // per) if src.chunked else n
         for a in range(0, n, step):
             b = min(n, a + step)
             src.read(key, start + a, b - a, flat[a:b])
