@@ -442,6 +442,7 @@ PY_RANKS = {
     "test_examples_data.py": (1,),
     "test_filecomm.py": (1,),
     "test_fork_stale.py": (2,),
+    "test_ingest_adios.py": (1, 2, 4),
     "test_ingest_files.py": (1, 2, 4),
     "test_memory_limits.py": (1,),
     "test_method2.py": (1,),

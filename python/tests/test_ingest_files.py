@@ -203,9 +203,6 @@ def test_one_sample_per_rank(fmt, method):
             ds.free()
 
 
-@pytest.mark.xfail(strict=True, reason="pyddstore.torch.ingest makes a key whose samples "
-                   "are all empty a fixed field of 0 bytes per row, which store.init refuses "
-                   "(disp 0); ingest's to fix (every reader: ADIOS too)")
 @pytest.mark.parametrize("fmt", FMTS)
 def test_key_empty_in_every_sample(fmt):
     """A ragged key whose every sample is empty (a dataset of molecules

@@ -17,5 +17,9 @@ one, an ImportError naming the extra.
 
 from ._source import Key, Source, need  # noqa: F401
 from .adios import AdiosSource, write_adios, write_adios_columns  # noqa: F401
+from .hdf5 import Hdf5Source, write_hdf5, write_hdf5_columns  # noqa: F401
+from .parquet import ParquetSource, write_parquet  # noqa: F401
 
-__all__ = ["Key", "Source", "AdiosSource", "write_adios", "write_adios_columns"]
+__all__ = ["Key", "Source", "AdiosSource", "write_adios", "write_adios_columns",
+           "Hdf5Source", "write_hdf5", "write_hdf5_columns", "ParquetSource",
+           "write_parquet"]

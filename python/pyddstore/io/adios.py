@@ -9,6 +9,9 @@ uint8; a uint8 key holds UTF-8 text (HydraGNN's SMILES), read back as str.
 Works with the serial ``adios2`` wheel: every rank opens the file and sets
 its own selections."""
 
+import glob
+import os
+
 import numpy as np
 
 from ._source import Key, Source, need
@@ -40,10 +43,28 @@ class AdiosSource(Source):
             raise _bad(self.path, f"cannot be opened as an ADIOS2 file ({e})") from None
         self._b = b
         try:
+            self._check_size()
             self._describe(keys)
         except BaseException:
             self.close()
             raise
+
+    def _check_size(self):
+        """A data file shorter than its variables (a copy cut short) makes
+        adios2 wait forever in the read: refuse it first.  (Uncompressed
+        BP4/BP5 directories; a variable with an operator skips the check.)"""
+        if not os.path.isdir(self.path):
+            return
+        have = sum(os.path.getsize(f) for f in glob.glob(os.path.join(self.path, "data.*")))
+        need = 0
+        for name in self._io.AvailableVariables():
+            v = self._io.InquireVariable(name)
+            if not v or v.Operations():
+                return
+            need += int(np.prod([int(d) for d in v.Shape()], dtype=np.int64)) * v.Sizeof()
+        if have < need:
+            raise _bad(self.path, f"is truncated: its data files hold {have} bytes, its "
+                       f"variables {need}")
 
     def _attr(self, name, what):
         a = self._io.InquireAttribute(name)

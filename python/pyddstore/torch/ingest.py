@@ -46,7 +46,8 @@ def _field(key, var, lo_hi_min_max):
         return Field(key.key, "tensor", tuple(inner), key.dtype, var=var)
     cmin, cmax = lo_hi_min_max
     shape = list(key.shape)
-    if cmin == cmax:
+    if cmin == cmax and cmin > 0:   # (every sample empty: ragged, each a valid
+        # empty tensor; a fixed field of no bytes cannot be stored)
         shape[key.dim] = cmin
         return Field(key.key, "tensor", tuple(shape), key.dtype, var=var)
     shape[key.dim] = -1
@@ -84,7 +85,8 @@ class _Plan:
             sums = [r[j][0] for r in every]
             self.starts.append(sum(sums[:sc.rank]))
             stats.append((min(r[j][1] for r in every), max(r[j][2] for r in every)))
-            if k.per_sample == "count" and sum(sums) != k.shape[k.dim]:
+            if k.per_sample == "count" and k.shape[k.dim] >= 0 and \
+                    sum(sums) != k.shape[k.dim]:     # (-1: the file does not say)
                 # every rank sees the same sums: every rank raises
                 raise ValueError(f"{src.path}: key {k.key!r}: the samples' sizes sum to "
                                  f"{sum(sums)}, but the data has {k.shape[k.dim]} entries "
