@@ -153,6 +153,10 @@ static inline int dds_setting_read_ENUM(const char *n, const char **v) { return 
     X(progress, "DDSTORE_PROGRESS", BOOL, "1", NULL, "torch",                  \
       "loading progress on rank 0 while a DistDataset loads: a tqdm bar on a " \
       "terminal, else a line on stderr every 5 s (percent, samples/s, ETA)")   \
+    X(snapshot_verify, "DDSTORE_SNAPSHOT_VERIFY", BOOL, "1", NULL, "torch",    \
+      "attach(): check the CRC-32 of every 64 KiB chunk of a snapshot that it " \
+      "reads (0: the files' sizes, headers and ids only; ddstore-snapshot "    \
+      "verify checks every chunk)")                                            \
     X(mpi, "DDSTORE_MPI", BOOL, "1", NULL, "torch",                            \
       "0: do not use MPI for comm=None even when pyddstore has it")            \
     X(loader_report, "DDSTORE_LOADER_REPORT", STRING, "0", NULL, "torch",      \

@@ -183,6 +183,26 @@ class DistDataset(_Stored):
         return build(cls, lambda: ParquetSource(path, columns), name or "data", comm,
                      what=f"DistDataset.from_parquet({str(path)!r})", **kwargs)
 
+    # -- snapshots (attach.py; the format: pyddstore/snapshot.py) ---------------
+    def save(self, dir, overwrite=False):
+        """Collective.  Keep the dataset's shards in directory `dir` (one
+        file per rank and a manifest written last) for DistDataset.attach
+        in a later job step, at any world size.  Returns the seconds it
+        took."""
+        from .attach import save
+        return save(self, dir, overwrite)
+
+    @classmethod
+    def attach(cls, dir, comm=None, name=None, verify=None, **kwargs):
+        """Collective.  The dataset saved in `dir` (ds.save), at this job's
+        world size: each rank reads only its range (at the saved world size,
+        its own file).  verify: check the checksums of what is read
+        (default DDSTORE_SNAPSHOT_VERIFY, on).  kwargs: DistDataset's
+        (method, ddstore_width, device, handshake_dir, decode,
+        ragged_batch)."""
+        from .attach import attach
+        return attach(cls, dir, comm, name, verify, **kwargs)
+
     # -- construction helpers ----------------------------------------------
     def _setup(self, name, comm, ddstore_width, device, add_device, method, handshake_dir,
                chunk_size, encode, decode, fields, ragged=None):

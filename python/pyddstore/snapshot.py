@@ -1,0 +1,443 @@
+"""Snapshots: a store's shards kept in files between job steps, attached
+again at any world size (docs/snapshots.md).
+
+A snapshot is a directory:
+
+``rank-NNNNN.ddsnap``
+    one file per rank of the store that saved it: a 64 KiB header chunk
+    (magic, the snapshot's id, rank, ranks), then every variable's sections,
+    each starting on a 64 KiB boundary: a ragged variable's index (the
+    rank's local_rows + 1 int64 element-row prefix sums), then its rows
+    (element rows; a fixed variable's rows).
+``manifest.json``
+    written last, atomically (temporary file, fsync, rename, directory
+    fsync): format and version, the id, the ranks, every variable (dtype,
+    itemsize, disp, ragged, rows and element rows per rank), every file
+    (size, where each variable's sections start, a CRC-32 per 64 KiB chunk)
+    and, for a DistDataset, its schema.
+
+Attaching reads each rank's range of every variable straight into the
+store's shards (``PyDDStore._local_view``): at the same world size its own
+file's sections, at any other only the bytes of its new range (plus at most
+one chunk before and after each piece, for the checksums).  Every chunk a
+rank reads is checked against the manifest (``DDSTORE_SNAPSHOT_VERIFY=0``:
+sizes, headers and ids only; ``ddstore-snapshot verify`` checks every
+chunk).  Anything stale, truncated, tampered with or foreign is a
+ValueError naming the file, on every rank.
+
+The collective steps go through `coll`, an object with ``rank``, ``size``,
+``allgather(obj, what)`` and ``barrier(what)`` over the store's ranks
+(pyddstore.torch's Comm), and errors through ``agree(exc, what)``.
+"""
+
+import json
+import os
+import secrets
+import struct
+import time
+import zlib
+
+import numpy as np
+
+FORMAT = "ddstore.snapshot"
+VERSION = 1
+CHUNK = 64 << 10                  # checksum and alignment unit
+MAGIC = b"DDSNAP\x00\x01"
+MANIFEST = "manifest.json"
+_HEAD = struct.Struct("<8s32sII")  # magic, id (hex), rank, ranks
+MAX_MANIFEST = 256 << 20
+
+__all__ = ["save", "load_manifest", "Attach", "verify", "file_name", "FORMAT", "VERSION"]
+
+
+def file_name(rank):
+    return f"rank-{rank:05d}.ddsnap"
+
+
+def _up(n):
+    return (n + CHUNK - 1) // CHUNK * CHUNK
+
+
+def _crcs(mv, out):
+    """CRC-32 of each CHUNK of `mv` (its length a multiple of CHUNK, or the
+    last chunk padded with zeros) appended to out."""
+    n = len(mv)
+    for a in range(0, n, CHUNK):
+        piece = mv[a:a + CHUNK]
+        c = zlib.crc32(piece)
+        if len(piece) < CHUNK:
+            c = zlib.crc32(bytes(CHUNK - len(piece)), c)
+        out.append(c)
+
+
+def _write_all(fd, mv):
+    while len(mv):
+        k = os.write(fd, mv)
+        mv = mv[k:]
+
+
+# ------------------------------------------------------------------- save --
+def _save_rank(store, d, sid, rank, nranks, names):
+    """Write this rank's file; returns its manifest entry and the
+    variables' local descriptions."""
+    path = os.path.join(d, file_name(rank))
+    tmp = path + f".tmp{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    crcs, sections, local = [], {}, []
+    try:
+        head = bytearray(CHUNK)
+        _HEAD.pack_into(head, 0, MAGIC, sid.encode(), rank, nranks)
+        _write_all(fd, memoryview(head))
+        _crcs(memoryview(head), crcs)
+        off = CHUNK
+        for name in names:
+            full = store.info_full(name)
+            rows, index = store._local_view(name)
+            parts = []
+            if index is not None:
+                parts.append(("index", index))
+            parts.append(("rows", rows))
+            sec = {}
+            for what, mv in parts:
+                sec[what] = off
+                _write_all(fd, mv)
+                pad = _up(len(mv)) - len(mv)
+                if pad:
+                    _write_all(fd, memoryview(bytes(pad)))
+                _crcs(mv, crcs)
+                off += len(mv) + pad
+            sections[name] = sec
+            local.append([int(full["local_rows"]), int(full["local_elems"])])
+            del rows, index, parts
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    return {"name": file_name(rank), "bytes": off, "sections": sections,
+            "crc32": crcs}, local
+
+
+def save(store, d, coll, agree, names=None, dataset=None, overwrite=False):
+    """Collective over coll: snapshot `names` (default: every variable of
+    the store) into directory `d`.  dataset: a JSON-able description added
+    to the manifest (DistDataset's schema).  Returns the manifest."""
+    d = os.fspath(d)
+    names = list(store.names()) if names is None else list(names)
+
+    def prepare():
+        if coll.rank == 0:
+            os.makedirs(d, mode=0o700, exist_ok=True)
+            m = os.path.join(d, MANIFEST)
+            if os.path.exists(m):
+                if not overwrite:
+                    raise FileExistsError(f"{d}: holds a snapshot already ({MANIFEST}); "
+                                          "remove it (ddstore-snapshot rm) or pass "
+                                          "overwrite=True")
+                os.unlink(m)      # a reader never meets a manifest without its files
+                _fsync_dir(d)
+            return secrets.token_hex(16)
+        return None
+    err, sid = None, None
+    try:
+        sid = prepare()
+    except Exception as e:  # noqa: BLE001 - agreed below
+        err = e
+    agree(err, "snapshot: preparing the directory")
+    sid = coll.allgather(sid, "snapshot: id")[0]
+    coll.barrier("snapshot: directory ready")
+    entry = local = None
+    err = None
+    try:
+        descs = [_describe(store, n) for n in names]
+        entry, local = _save_rank(store, d, sid, coll.rank, coll.size, names)
+    except Exception as e:  # noqa: BLE001 - agreed below
+        err = e
+    agree(err, "snapshot: writing this rank's file")
+    every = coll.allgather([entry, local], "snapshot: files")
+    manifest = {
+        "format": FORMAT, "version": VERSION, "id": sid, "created": time.time(),
+        "nranks": coll.size, "chunk": CHUNK,
+        "vars": [dict(desc, rows=[e[1][j][0] for e in every],
+                      elems=[e[1][j][1] for e in every])
+                 for j, desc in enumerate(descs)],
+        "files": [e[0] for e in every],
+        "dataset": dataset,
+    }
+    err = None
+    try:
+        if coll.rank == 0:
+            _publish(d, MANIFEST, json.dumps(manifest, separators=(",", ":")).encode())
+    except Exception as e:  # noqa: BLE001 - agreed below
+        err = e
+    agree(err, "snapshot: writing the manifest")
+    return manifest
+
+
+def _describe(store, name):
+    full = store.info_full(name)
+    return {"name": name, "dtype": str(full["dtype"]), "itemsize": int(full["itemsize"]),
+            "disp": int(full["disp"]), "ragged": bool(full["ragged"])}
+
+
+def _fsync_dir(d):
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(d, name, data):
+    tmp = os.path.join(d, f".{name}.tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        _write_all(fd, memoryview(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(d, name))
+    _fsync_dir(d)
+
+
+# ------------------------------------------------------------------- read --
+def _bad(d, why):
+    return ValueError(f"snapshot {d}: {why}")
+
+
+def load_manifest(d):
+    """The validated manifest of snapshot directory `d` (ValueError naming
+    what is wrong; FileNotFoundError when there is none)."""
+    d = os.fspath(d)
+    path = os.path.join(d, MANIFEST)
+    with open(path, "rb") as f:
+        data = f.read(MAX_MANIFEST + 1)
+    if len(data) > MAX_MANIFEST:
+        raise _bad(d, f"{MANIFEST} is larger than {MAX_MANIFEST} bytes")
+    try:
+        m = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise _bad(d, f"{MANIFEST} is not valid JSON ({e})") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise _bad(d, f"{MANIFEST} is not a ddstore snapshot manifest")
+    if m.get("version") != VERSION:
+        raise _bad(d, f"{MANIFEST} is of format version {m.get('version')!r}; this "
+                   f"pyddstore reads version {VERSION}")
+    try:
+        n = int(m["nranks"])
+        ok = (n >= 1 and len(m["files"]) == n and m["chunk"] == CHUNK
+              and isinstance(m["id"], str) and len(m["id"]) == 32
+              and all(len(v["rows"]) == n and len(v["elems"]) == n for v in m["vars"])
+              and all(f["name"] == file_name(r) and
+                      len(f["crc32"]) == f["bytes"] // CHUNK and f["bytes"] % CHUNK == 0
+                      for r, f in enumerate(m["files"])))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _bad(d, f"{MANIFEST} is damaged ({type(e).__name__}: {e})") from None
+    if not ok:
+        raise _bad(d, f"{MANIFEST} is damaged (its ranks, files and variables do not agree)")
+    return m
+
+
+class _File:
+    """One rank file of a snapshot, opened for reading, its header checked."""
+
+    def __init__(self, d, m, r, verify):
+        self.d, self.entry, self.verify = d, m["files"][r], verify
+        self.path = os.path.join(d, self.entry["name"])
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as e:
+            raise _bad(d, f"{self.entry['name']}: {e.strerror}") from None
+        size = os.fstat(self.fd).st_size
+        if size != self.entry["bytes"]:
+            self.close()
+            raise _bad(d, f"{self.entry['name']} is {size} bytes, the manifest says "
+                       f"{self.entry['bytes']} (truncated, or from another snapshot)")
+        head = os.pread(self.fd, _HEAD.size, 0)
+        magic, sid, rank, ranks = _HEAD.unpack(head)
+        if magic != MAGIC or sid.decode(errors="replace") != m["id"] or rank != r or \
+                ranks != m["nranks"]:
+            self.close()
+            raise _bad(d, f"{self.entry['name']} belongs to another snapshot (id "
+                       f"{sid.decode(errors='replace')!r}, rank {rank} of {ranks}; the "
+                       f"manifest: {m['id']!r}, rank {r} of {m['nranks']})")
+        self.bytes_read = 0
+
+    def close(self):
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def _pread_into(self, mv, off):
+        got = 0
+        while got < len(mv):
+            k = os.preadv(self.fd, [mv[got:]], off + got)
+            if k <= 0:
+                raise _bad(self.d, f"{self.entry['name']}: short read at {off + got}")
+            got += k
+        self.bytes_read += got
+
+    def read_into(self, mv, off):
+        """Bytes [off, off+len(mv)) into mv, each chunk they touch checked
+        (the parts of boundary chunks outside the range read into a small
+        buffer)."""
+        n = len(mv)
+        if n == 0:
+            return
+        self._pread_into(mv, off)
+        if not self.verify:
+            return
+        crcs = self.entry["crc32"]
+        c0, c1 = off // CHUNK, (off + n - 1) // CHUNK
+        for c in range(c0, c1 + 1):
+            a, b = c * CHUNK, (c + 1) * CHUNK
+            lo, hi = max(a, off), min(b, off + n)
+            crc = 0
+            if lo > a:
+                pre = bytearray(lo - a)
+                self._pread_into(memoryview(pre), a)
+                crc = zlib.crc32(pre, crc)
+            crc = zlib.crc32(mv[lo - off:hi - off], crc)
+            if hi < b:
+                post = bytearray(b - hi)
+                self._pread_into(memoryview(post), hi)
+                crc = zlib.crc32(post, crc)
+            if crc != crcs[c]:
+                raise _bad(self.d, f"{self.entry['name']}: chunk {c} (bytes {a}..{b}) "
+                           "does not match its checksum: the file was changed or damaged")
+
+
+def _split(total, nranks):
+    base, extra = divmod(total, nranks)
+    out, lo = [0], 0
+    for r in range(nranks):
+        lo += base + (1 if r < extra else 0)
+        out.append(lo)
+    return out
+
+
+def ranges(m, nranks, sample_split=None):
+    """Every variable's rows per rank of a world of `nranks`: the saved
+    distribution at the same world size, else `sample_split` (offsets,
+    nranks + 1) or a balanced split of each variable."""
+    out = []
+    for v in m["vars"]:
+        if nranks == m["nranks"]:
+            offs = [0]
+            for r in v["rows"]:
+                offs.append(offs[-1] + r)
+        elif sample_split is not None:
+            offs = list(sample_split)
+        else:
+            offs = _split(sum(v["rows"]), nranks)
+        out.append(offs)
+    return out
+
+
+def _dt(v):
+    return None if v["dtype"] == "raw" else v["dtype"]
+
+
+class Attach:
+    """Attaching a snapshot's variables to a store, in three steps so that
+    a rank's local error never leaves the others in a collective call:
+    plan() (local: the ragged variables' sizes of this rank's range, read
+    from the files), init() (collective: every shard sized), fill()
+    (local: the rows read into the shards).  The caller agrees on the
+    errors of the local steps (and frees the store on failure)."""
+
+    def __init__(self, d, m, rank, nranks, verify=True, sample_split=None):
+        self.d, self.m, self.rank = os.fspath(d), m, rank
+        self.verify = verify
+        self.per = ranges(m, nranks, sample_split)
+        self.files = {}
+        self.plan_ = []
+
+    def _f(self, r):
+        if r not in self.files:
+            self.files[r] = _File(self.d, self.m, r, self.verify)
+        return self.files[r]
+
+    @staticmethod
+    def _pieces(v, lo, hi):
+        """(old rank, first local row, last local row + 1) covering [lo, hi)."""
+        o = 0
+        for r, n in enumerate(v["rows"]):
+            a, b = max(lo, o), min(hi, o + n)
+            if a < b:
+                yield r, a - o, b - o
+            o += n
+
+    def plan(self):
+        for v, offs in zip(self.m["vars"], self.per):
+            lo, hi = offs[self.rank], offs[self.rank + 1]
+            rb = v["disp"] * v["itemsize"]
+            if not v["ragged"]:
+                self.plan_.append((v, hi - lo, None, [(r, a * rb, (b - a) * rb) for r, a, b in
+                                                      self._pieces(v, lo, hi)]))
+                continue
+            lengths, parts = [], []
+            for r, a, b in self._pieces(v, lo, hi):
+                idx = np.empty(b - a + 1, dtype=np.int64)
+                sec = self.m["files"][r]["sections"][v["name"]]
+                self._f(r).read_into(memoryview(idx).cast("B"), sec["index"] + 8 * a)
+                ln = np.diff(idx)
+                if idx[0] < 0 or (ln < 0).any() or idx[-1] > v["elems"][r]:
+                    raise _bad(self.d, f"{file_name(r)}: the index of '{v['name']}' is "
+                               "damaged")
+                lengths.append(ln)
+                parts.append((r, int(idx[0]) * rb, int(idx[-1] - idx[0]) * rb))
+            ln = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+            self.plan_.append((v, hi - lo, ln, parts))
+
+    def init(self, store):
+        """Collective (the store agrees on its own errors)."""
+        for v, n, ln, _ in self.plan_:
+            if ln is None:
+                store.init(v["name"], n, v["disp"], v["itemsize"], _dt(v))
+            else:
+                store.init_ragged(v["name"], ln, v["disp"], v["itemsize"], _dt(v))
+
+    def fill(self, store):
+        for v, _, _, parts in self.plan_:
+            rows, _ = store._local_view(v["name"])
+            at = 0
+            for r, off, n in parts:
+                sec = self.m["files"][r]["sections"][v["name"]]
+                self._f(r).read_into(rows[at:at + n], sec["rows"] + off)
+                at += n
+            if at != len(rows):
+                raise _bad(self.d, f"'{v['name']}': {at} bytes read for a shard of "
+                           f"{len(rows)}")
+            del rows
+        return self.bytes_read()
+
+    def bytes_read(self):
+        return sum(x.bytes_read for x in self.files.values())
+
+    def close(self):
+        for x in self.files.values():
+            x.close()
+
+
+def verify(d):
+    """Check every file of snapshot `d` against its manifest (sizes, headers,
+    every chunk's checksum).  Returns the manifest; ValueError otherwise."""
+    m = load_manifest(d)
+    for r in range(m["nranks"]):
+        x = _File(d, m, r, True)
+        try:
+            buf = bytearray(min(64 << 20, m["files"][r]["bytes"]))
+            off = 0
+            while off < m["files"][r]["bytes"]:
+                n = min(len(buf), m["files"][r]["bytes"] - off)
+                x.read_into(memoryview(buf)[:n], off)
+                off += n
+        finally:
+            x.close()
+    return m
