@@ -22,13 +22,14 @@ from ._core import (
     FileComm,
     DDStoreError,
     DDStoreKeyError,
-    PyDDStore,
     Reader,
     __version__,
     _fabric_env,
 )
 
 _os.environ.update(_fabric_env())
+
+from ._store import PyDDStore  # noqa: E402  (the C store, with save / attach)
 
 __all__ = [
     "PyDDStore",

@@ -34,6 +34,7 @@ import json
 import os
 import secrets
 import struct
+import sys
 import time
 import zlib
 
@@ -441,3 +442,197 @@ def verify(d):
         finally:
             x.close()
     return m
+
+
+# ------------------------------------------------------- a store's ranks --
+class _Mover:
+    """The store's communicator as a byte mover (_core.Collective's)."""
+
+    name = "store"
+
+    def __init__(self, store):
+        self.store, self.rank, self.size = store, store.rank, store.size
+
+    def allgather_bytes(self, b):
+        return self.store._allgather_bytes(b)
+
+    def barrier(self):
+        self.store._barrier()
+
+
+class StoreComm:
+    """The collective steps around a PyDDStore (save, attach) over its own
+    communicator: allgather / barrier (core's wire codec) and agree."""
+
+    def __init__(self, store):
+        from pyddstore import _core
+        self._core = _core
+        self.store, self.rank, self.size = store, store.rank, store.size
+        self._coll = None
+
+    def collective(self):
+        if self._coll is None:
+            self._coll = self._core.Collective(_Mover(self.store))
+        return self._coll
+
+    def allgather(self, obj, what="allgather"):
+        if self.size == 1:
+            self._core.wire_encode(obj, what)
+            return [obj]
+        return self.collective().allgather(obj, what)
+
+    def barrier(self, what="barrier"):
+        if self.size > 1:
+            self.collective().barrier(what)
+
+    def agree(self, exc, what=""):
+        self._core.agree(self, exc, what)
+
+    def run_agreed(self, fn, what=""):
+        return self._core.run_agreed(self, fn, what)
+
+
+def store_save(store, d, overwrite=False):
+    """PyDDStore.save: every variable of the store (collective)."""
+    c = StoreComm(store)
+    return save(store, d, c, c.agree, overwrite=overwrite)
+
+
+def store_attach(make_store, d, verify=None):
+    """PyDDStore.attach: a store from make_store() (collective) with every
+    variable of snapshot `d`, this rank's range of each read from the
+    files (the saved distribution at the saved world size, else balanced)."""
+    store = make_store()
+    c = StoreComm(store)
+    att = None
+    try:
+        if verify is None:     # the C registry's reading (a bad value: ValueError)
+            verify = c.run_agreed(lambda: c._core.config_get("DDSTORE_SNAPSHOT_VERIFY"),
+                                  "DDSTORE_SNAPSHOT_VERIFY")
+        m = c.run_agreed(lambda: load_manifest(d), f"PyDDStore.attach({str(d)!r})")
+        ids = c.allgather(m["id"], "attach: id")
+        if any(i != ids[0] for i in ids):
+            raise ValueError(f"PyDDStore.attach({str(d)!r}): the ranks read different "
+                             f"snapshots (ids {sorted(set(ids))})")
+        att = Attach(d, m, store.rank, store.size, verify)
+        c.run_agreed(att.plan, "attach: sizes")
+        att.init(store)
+        c.run_agreed(lambda: att.fill(store), "attach: reading")
+    except BaseException:
+        try:
+            store.free()
+        except Exception:  # noqa: BLE001 - the original error matters
+            pass
+        raise
+    finally:
+        if att is not None:
+            att.close()
+    return store
+
+
+# --------------------------------------------------------------- the CLI --
+def _size(n):
+    for u in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or u == "TiB":
+            return f"{n:.0f} {u}" if u == "B" else f"{n:.1f} {u}"
+        n /= 1024
+
+
+def _found(paths):
+    """Snapshot directories under `paths` (a snapshot, or a directory of
+    them one level down)."""
+    out = []
+    for p in paths:
+        if os.path.isfile(os.path.join(p, MANIFEST)) or any(
+                n.startswith("rank-") and n.endswith(".ddsnap") for n in _ls(p)):
+            out.append(p)
+        else:
+            out += sorted(os.path.join(p, n) for n in _ls(p)
+                          if os.path.isfile(os.path.join(p, n, MANIFEST)))
+    return out
+
+
+def _ls(p):
+    try:
+        return os.listdir(p)
+    except OSError:
+        return []
+
+
+def _describe_line(p):
+    try:
+        m = load_manifest(p)
+    except FileNotFoundError:
+        return f"{p}: not a complete snapshot (no {MANIFEST}: interrupted, or being written)"
+    except ValueError as e:
+        return str(e)
+    ds = m.get("dataset") or {}
+    what = (f"DistDataset '{ds.get('name')}', {ds.get('total')} samples" if ds else
+            f"{len(m['vars'])} variables")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m["created"]))
+    size = sum(f["bytes"] for f in m["files"])
+    return (f"{p}: {what}, saved by {m['nranks']} ranks at {when}, {_size(size)} in "
+            f"{m['nranks']} files, id {m['id'][:8]}")
+
+
+def _run(argv=None):
+    """ddstore-snapshot ls|verify|rm DIR...: list, check, remove snapshots."""
+    import argparse
+    ap = argparse.ArgumentParser(
+        prog="ddstore-snapshot",
+        description="List, check or remove ddstore snapshots (ds.save / PyDDStore.save "
+                    "directories; docs/files.md).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p_ls = sub.add_parser("ls", help="describe the snapshots in DIR (a snapshot, or a "
+                          "directory of them)")
+    p_ls.add_argument("dirs", nargs="+", metavar="DIR")
+    p_v = sub.add_parser("verify", help="check every file and chunk of each snapshot "
+                         "against its manifest; exit 1 if any fails")
+    p_v.add_argument("dirs", nargs="+", metavar="DIR")
+    p_rm = sub.add_parser("rm", help="remove snapshots (the manifest first, so that a "
+                          "half-removed snapshot is never taken for a whole one)")
+    p_rm.add_argument("dirs", nargs="+", metavar="DIR")
+    a = ap.parse_args(argv)
+    rc = 0
+    if a.cmd == "ls":
+        found = _found(a.dirs)
+        if not found:
+            print(f"ddstore-snapshot: no snapshot in {' '.join(a.dirs)}", file=sys.stderr)
+            return 1
+        for p in found:
+            print(_describe_line(p))
+    elif a.cmd == "verify":
+        for p in a.dirs:
+            try:
+                m = verify(p)
+                print(f"{p}: ok ({m['nranks']} files, "
+                      f"{sum(len(f['crc32']) for f in m['files'])} chunks checked)")
+            except (OSError, ValueError) as e:
+                print(f"{p}: FAILED: {e}", file=sys.stderr)
+                rc = 1
+    else:
+        for p in a.dirs:
+            names = _ls(p)
+            if MANIFEST not in names and not any(n.endswith(".ddsnap") for n in names):
+                print(f"ddstore-snapshot: {p} is not a snapshot: left alone", file=sys.stderr)
+                rc = 1
+                continue
+            if MANIFEST in names:
+                os.unlink(os.path.join(p, MANIFEST))
+                _fsync_dir(p)
+            for n in names:
+                if n.endswith(".ddsnap") or (n.startswith(".") and ".tmp" in n) or \
+                        ".ddsnap.tmp" in n:
+                    os.unlink(os.path.join(p, n))
+            try:
+                os.rmdir(p)
+            except OSError:
+                print(f"ddstore-snapshot: removed the snapshot in {p}; other files there "
+                      "were left", file=sys.stderr)
+            else:
+                print(f"removed {p}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(_run())

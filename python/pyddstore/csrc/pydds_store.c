@@ -387,6 +387,13 @@ static PyMethodDef store_methods[] = {
      "Local.  Overwrite the payload of this rank's samples [offset, "
      "offset+count) (local sample numbers); len(values) must equal the sum "
      "of their lengths (lengths never change)."},
+    {"_allgather_bytes", (PyCFunction)pydds_store_allgather_bytes, METH_O,
+     "_allgather_bytes(b) -> bytes\n\nCollective, private: every rank's `b` "
+     "(the same length everywhere) in rank order, over the store's own "
+     "communicator (the package's steps around the store: snapshots)."},
+    {"_barrier", (PyCFunction)pydds_store_barrier, METH_NOARGS,
+     "_barrier()\n\nCollective, private: a barrier over the store's "
+     "communicator."},
     {"_local_view", (PyCFunction)pydds_store_local_view, METH_O,
      "_local_view(name) -> (rows, index)\n\n"
      "Local, private (pyddstore.io's loaders and snapshots).  This rank's "

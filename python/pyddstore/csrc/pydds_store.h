@@ -43,6 +43,8 @@ PyObject *pydds_store_add(pydds_store_obj *s, PyObject *args, PyObject *kw);
 PyObject *pydds_store_add_ragged(pydds_store_obj *s, PyObject *args,
                                  PyObject *kw);
 PyObject *pydds_store_local_view(pydds_store_obj *s, PyObject *name_o);
+PyObject *pydds_store_allgather_bytes(pydds_store_obj *s, PyObject *arg);
+PyObject *pydds_store_barrier(pydds_store_obj *s, PyObject *unused);
 PyObject *pydds_store_update(pydds_store_obj *s, PyObject *args,
                              PyObject *kw);
 PyObject *pydds_store_update_ragged(pydds_store_obj *s, PyObject *args,

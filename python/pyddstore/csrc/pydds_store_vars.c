@@ -444,6 +444,62 @@ PyObject *pydds_store_local_view(pydds_store_obj *s, PyObject *name_o)
     return Py_BuildValue("(NN)", rows, idx);
 }
 
+/* _allgather_bytes(b) -> bytes / _barrier(): the store's own communicator
+ * for the package's collective steps around it (snapshots: a byte mover
+ * for _core.Collective).  Every rank passes the same number of bytes. */
+PyObject *pydds_store_allgather_bytes(pydds_store_obj *s, PyObject *arg)
+{
+    Py_buffer in;
+    PyThreadState *ts;
+    PyObject *out;
+    int rc;
+    if (forked(s, "_allgather_bytes") < 0)
+        return NULL;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) < 0)
+        return NULL;
+    out = PyBytes_FromStringAndSize(NULL, in.len * (Py_ssize_t)s->size);
+    if (out == NULL) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    if (coll_enter(s, 0, &ts) < 0) {
+        Py_DECREF(out);
+        PyBuffer_Release(&in);
+        return pydds_raise(-DDS_EFREED);
+    }
+    const dds_comm_t *c = dds_store_comm(PYDDS_STORE(s));
+    rc = c->ops->allgather(c->ctx, in.buf, (size_t)in.len, PyBytes_AS_STRING(out));
+    coll_leave(s, ts);
+    PyBuffer_Release(&in);
+    if (rc != 0) {
+        Py_DECREF(out);
+        if (PyErr_Occurred())
+            return NULL;
+        return pydds_raise(rc < 0 ? rc : -rc);
+    }
+    return out;
+}
+
+PyObject *pydds_store_barrier(pydds_store_obj *s, PyObject *unused)
+{
+    PyThreadState *ts;
+    int rc;
+    (void)unused;
+    if (forked(s, "_barrier") < 0)
+        return NULL;
+    if (coll_enter(s, 0, &ts) < 0)
+        return pydds_raise(-DDS_EFREED);
+    const dds_comm_t *c = dds_store_comm(PYDDS_STORE(s));
+    rc = c->ops->barrier(c->ctx);
+    coll_leave(s, ts);
+    if (rc != 0) {
+        if (PyErr_Occurred())
+            return NULL;
+        return pydds_raise(rc < 0 ? rc : -rc);
+    }
+    Py_RETURN_NONE;
+}
+
 PyObject *pydds_store_free(pydds_store_obj *s, PyObject *unused)
 {
     PyThreadState *ts;
