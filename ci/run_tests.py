@@ -455,7 +455,8 @@ PY_RANKS = {
     "test_resume.py": (2,),
     "test_sampler.py": (2,),
     "test_security.py": (1,),
-    "test_settings_agree.py": (1, 2),  # the one rank's message at 1; agreement at 2
+    "test_settings_agree.py": (1, 2),
+    "test_snapshot.py": (1, 2, 4),  # the one rank's message at 1; agreement at 2
     "test_symbols.py": (1,),
     "test_teardown.py": (1,),
     "test_torch_dataset.py": (2, 4),
