@@ -94,3 +94,29 @@ def test_ddrun_removes_shm_leftovers_of_its_run(tmp_path):
         assert os.path.exists(pre)
     finally:
         os.remove(pre)
+
+
+def _doc_signature(path, head):
+    """The `DistDataset(...)` signature in the first code block after `head`."""
+    import re
+    with open(os.path.join(TOP, path)) as f:
+        text = f.read()
+    i = text.index(head)
+    m = re.search(r"```python norun\n(DistDataset\(.*?\))\n```", text[i:], re.S)
+    return m.group(1)
+
+
+@pytest.mark.parametrize("path,head", [("docs/pytorch.md", "## DistDataset"),
+                                       ("docs/reference-torch.md", "DistDataset")])
+def test_docs_distdataset_signature_is_the_code(path, head):
+    """The signature the guide and the reference show is the constructor's
+    (pack_fields was missing from the guide's)."""
+    import inspect
+    pytest.importorskip("torch")
+    from pyddstore.torch import DistDataset
+    code = inspect.signature(DistDataset.__init__)
+    want = [(n, p.default) for n, p in code.parameters.items() if n != "self"]
+    args = " ".join(_doc_signature(path, head)[len("DistDataset("):-1].split())
+    doc = inspect.signature(eval("lambda " + args + ": None"))
+    got = [(n, p.default) for n, p in doc.parameters.items()]
+    assert got == want, (path, got, want)
