@@ -441,13 +441,15 @@ def nompi_stage(timeout=900):
     server0 = bazel_server_cpu()
     rc, _ = run(["bazel", "build"] + BAZEL_CI + ["-c", "opt", "--config=nompi",
                                                  "//python:pyddstore/_core.so",
-                                                 "//libddstore:lib/libddstore.so"])
+                                                 "//libddstore:lib/libddstore.so"],
+                timeout=3600)
     c.cpu_elsewhere = max(0.0, bazel_server_cpu() - server0)
     if rc != 0:
         c.failed += 1
         c.failures.append(f"nompi: bazel build --config=nompi exited {rc}")
         return c
-    rc, out = run(["bazel", "info"] + BAZEL_CI + ["-c", "opt", "--config=nompi", "bazel-bin"])
+    rc, out = run(["bazel", "info"] + BAZEL_CI + ["-c", "opt", "--config=nompi", "bazel-bin"],
+                  timeout=600)
     lines = [l.strip() for l in out.splitlines() if l.strip().startswith("/")]
     so = [os.path.join(lines[-1], "python", "pyddstore", "_core.so")] if lines else []
     so = [f for f in so if os.path.exists(f)]
@@ -746,6 +748,11 @@ START_ORDER = ["py1", "c", "wheel", "tsan", "asan", "nompi", "gpukit", "docs", "
                "pipmpi", "fuzz", "py2", "py4", "cunit", "pyquick"]
 
 
+# A stage run beside others (a child process) is killed, with its whole
+# process group, after this long: each command of a stage has its own limit
+# (run()), this bounds the stage as a whole.
+STAGE_LIMIT_S = int(os.environ.get("DDSTORE_STAGE_LIMIT_S", "7200"))
+
 # Stages that mostly wait (jobs of their own waiting out collective and
 # read timeouts, faults delayed on a link): they run beside the --jobs
 # slots, one at a time, instead of holding one of them.
@@ -856,12 +863,19 @@ def run_stages_overlapped(names, every, jobs):
             with open(log, "w") as f:
                 p = subprocess.Popen([PY, os.path.abspath(__file__), "--jobs", "1",
                                       "--counts-json", counts, nxt], cwd=TOP,
-                                     stdout=f, stderr=subprocess.STDOUT)
+                                     stdout=f, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
             beside = ", ".join(sorted(running)) or "nothing"
             print(f"==== stage {nxt}: started beside {beside} (log: "
                   f"{os.path.relpath(log, TOP)})", flush=True)
             running[nxt] = (p, time.time(), log, counts)
         time.sleep(1)
+        for n, (p, t0, log, _) in running.items():
+            if p.poll() is None and time.time() - t0 > STAGE_LIMIT_S:
+                with open(log, "a") as f:
+                    f.write(f"run_tests.py: stage {n} ran past {STAGE_LIMIT_S} s "
+                            "(DDSTORE_STAGE_LIMIT_S): killed\n")
+                kill_group(p)
         for n in [n for n, (p, *_) in running.items() if p.poll() is not None]:
             p, t0, log, counts = running.pop(n)
             with open(log, errors="replace") as f:

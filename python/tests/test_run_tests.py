@@ -47,7 +47,8 @@ def test_c_target_that_only_skipped_is_a_skip(rt, tmp_path):
     write_testlog(tmp_path, "//ddstore-gpu:ddgpu_device_test",
             "SKIP: ddgpu_device_test: no usable GPU for the cuda build (no device)\n"
             "ddgpu_device_test: 0 passed, 0 failed, 1 skipped\n")
-    write_testlog(tmp_path, "//ddstore-core:store_test", "store_test: 40 passed, 0 failed, 0 skipped\n")
+    write_testlog(tmp_path, "//ddstore-core:store_test",
+                  "store_test: 40 passed, 0 failed, 0 skipped\n")
     write_testlog(tmp_path, "//ddstore-ofi:ddofi_unit_test",
             "SKIP: auto on several nodes: no provider\n12 passed, 0 failed\n")
     write_testlog(tmp_path, "//ddstore-mpi:ddmpi_store_mpitest_np2",
