@@ -123,10 +123,16 @@ def run(cmd, env=None, timeout=None, log=None, cwd=None):
             watchdog.daemon = True
             watchdog.start()
         lines = []
-        for line in p.stdout:
-            sys.stdout.write(line)
-            lines.append(line)
-        rc = p.wait()
+        try:
+            for line in p.stdout:
+                sys.stdout.write(line)
+                lines.append(line)
+            rc = p.wait()
+        except BaseException:
+            # Ctrl-C reaches this process only (the command has a session
+            # of its own): take the command's group down with us
+            kill_group(p, grace=2)
+            raise
         if watchdog:
             watchdog.cancel()
         if fired.is_set():
@@ -846,6 +852,15 @@ def run_stages_overlapped(names, every, jobs):
     order = [n for n in START_ORDER if n in names] + [n for n in names if n not in START_ORDER]
     running = {}        # name -> (Popen, t0, log path, counts path)
     done = {}
+    try:
+        return _overlap(order, running, done, every, jobs)
+    except BaseException:
+        for p, *_ in running.values():      # Ctrl-C: the stages' groups too
+            kill_group(p, grace=2)
+        raise
+
+
+def _overlap(order, running, done, every, jobs):
     while order or running:
         while True:
             busy = {group_of(n) for n in running} - {None}
