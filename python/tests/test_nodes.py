@@ -249,6 +249,15 @@ def test_node_killed_mid_epoch(tmp_path):
             assert "reading from rank %d" % owner in e, e
 
 
+def test_ddrun_nodes_count_is_decimal():
+    """--nodes 09 is nine nodes (bash took it for octal: "value too great for
+    base"), each rank on its own."""
+    p = subprocess.run([DDRUN, "--nodes", "09", "-n", "9", "--plain", "--", "sh", "-c",
+                        "hostname"], env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert sorted(p.stdout.split()) == ["node%d" % i for i in range(9)], p.stdout
+
+
 # ---- ddrun itself killed with KILL -------------------------------------------
 def _procs_in(netns):
     """{pid: comm} of the processes whose network namespace is in netns."""
