@@ -11,7 +11,9 @@
 Each stage is a real test runner (Bazel for C, pytest under tools/ddrun for
 Python); this script only sequences them and adds up their counts. A test that
 cannot run here (no GPU, no MPICH, ...) reports SKIP with its reason and is
-counted as skipped, never as passed. The last line is
+counted as skipped, never as passed; a skip that EXPECTED_SKIPS does not list
+for its stage, a stage that ran no test, and MPI files left in /dev/shm are
+failures (docs/testing.md, "The runner's rules"). The last line is
 "ddstore: N passed, N failed, N skipped"; the exit code is non-zero if anything
 failed or a stage could not run.
 """
