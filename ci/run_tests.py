@@ -11,7 +11,9 @@
 Each stage is a real test runner (Bazel for C, pytest under tools/ddrun for
 Python); this script only sequences them and adds up their counts. A test that
 cannot run here (no GPU, no MPICH, ...) reports SKIP with its reason and is
-counted as skipped, never as passed. The last line is
+counted as skipped, never as passed; a skip that EXPECTED_SKIPS does not list
+for its stage, a stage that ran no test, and MPI files left in /dev/shm are
+failures (docs/testing.md, "The runner's rules"). The last line is
 "ddstore: N passed, N failed, N skipped"; the exit code is non-zero if anything
 failed or a stage could not run.
 """
@@ -22,9 +24,11 @@ import os
 import re
 import resource
 import shutil
+import signal
 import subprocess
 import sysconfig
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 
@@ -45,6 +49,7 @@ class Counts:
     def __init__(self):
         self.passed = self.failed = self.skipped = 0
         self.failures = []
+        self.skips = []         # (what, reason) of every skip seen: tests and C SKIP lines
         self.cpu = 0.0          # CPU-seconds of the stage (cpu_seconds)
         self.cpu_elsewhere = 0.0  # ... spent by a server for it (bazel_server_cpu)
 
@@ -53,7 +58,18 @@ class Counts:
         self.failed += other.failed
         self.skipped += other.skipped
         self.failures += other.failures
+        self.skips += other.skips
         self.cpu_elsewhere += other.cpu_elsewhere
+
+    def fail(self, failure):
+        self.failed += 1
+        self.failures.append(failure)
+
+    def skip(self, what, reason):
+        """A whole test (or stage) that could not run: counted and shown."""
+        print(f"SKIP: {what}: {reason}")
+        self.skipped += 1
+        self.skips.append((what, reason))
 
     def check(self, rc, failure):
         """One test that passed when a program exited 0; `failure` names it otherwise."""
@@ -64,28 +80,118 @@ class Counts:
             self.failures.append(f"{failure} exited {rc}")
 
 
-def run(cmd, env=None, timeout=None, log=None):
+def kill_group(p, grace=10):
+    """TERM the process group of p (started in a session of its own), KILL
+    it `grace` seconds later if p has not ended."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            continue
+        # p ended: KILL what is left of its group (children that ignored TERM)
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        return
+
+
+def run(cmd, env=None, timeout=None, log=None, cwd=None):
+    """Run cmd in a session of its own, its output copied to ours; (exit
+    status, output).  After `timeout` seconds a watchdog kills the whole
+    process group (TERM, KILL 10 s later) and the status is 124: the output
+    is read to its end, so the limit cannot wait on it."""
     print("+ " + " ".join(cmd), flush=True)
     t0 = time.time()
     full_env = dict(os.environ)
     full_env.update(env or {})
-    with subprocess.Popen(cmd, cwd=TOP, env=full_env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, errors="replace") as p:
+    with subprocess.Popen(cmd, cwd=cwd or TOP, env=full_env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, errors="replace",
+                          start_new_session=True) as p:
+        fired = threading.Event()
+
+        def expire():
+            fired.set()
+            print(f"  timed out after {timeout} s: killing the process group of "
+                  f"{os.path.basename(cmd[0])}", flush=True)
+            kill_group(p)
+
+        watchdog = threading.Timer(timeout, expire) if timeout else None
+        if watchdog:
+            watchdog.daemon = True
+            watchdog.start()
         lines = []
         try:
             for line in p.stdout:
                 sys.stdout.write(line)
                 lines.append(line)
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
+            rc = p.wait()
+        except BaseException:
+            # Ctrl-C reaches this process only (the command has a session
+            # of its own): take the command's group down with us
+            kill_group(p, grace=2)
+            raise
+        if watchdog:
+            watchdog.cancel()
+        if fired.is_set():
             rc = 124
+            lines.append(f"run_tests.py: timed out after {timeout} s\n")
     sys.stdout.flush()
     if log:
         with open(log, "w") as f:
             f.writelines(lines)
     print(f"  ({time.time() - t0:.0f} s, exit {rc})", flush=True)
     return rc, "".join(lines)
+
+
+# ---------------------------------------------------------- expected skips --
+# The skips a stage may report, as (what, reason) regular expressions
+# (re.search; "" matches anything): "*" for every stage, then per stage.
+# Any other skip fails its stage (a test that stopped running is not a
+# pass).  A skip is shown with its reason in the stage's summary either way.
+RANK_ROUTING = (r"1-rank stage only|1 process only|on rank 0 only|by rank 0|"
+                r"needs (at least )?2( or more)? ranks|needs 2 ranks|"
+                r"fewer than two multi-rank groups")
+NO_GPU = (r"\bGPU\b|CUDA|ROCm|HIP|host emulation|none build|device memory|"
+          r"--no-gpu-builds")
+WITHOUT_MPI = r"HAVE_MPI False|needs MPI|an MPI build|over MPI|with MPI|mpi4py"
+EXPECTED_SKIPS = {
+    # a file that runs at several rank counts (PY_RANKS): its tests that
+    # prove something at one count skip at the others; no GPU on the machines
+    # the suite runs on (gpu-check.sh runs them with DDSTORE_TEST_STRICT=1)
+    "*": [("", RANK_ROUTING), ("", NO_GPU),
+          # the test of a build without libfabric: no stage makes one (nompi
+          # is without MPI, with libfabric), so it skips wherever it runs
+          (r"test_methods_without_a_libfabric_transport$", r"^built with libfabric")],
+    "nompi": [("", WITHOUT_MPI)],         # the build without MPI
+    # the comparison loaders that ./ddstore setup --bench installs (not setup)
+    "py1": [(r"test_bench_loaders", r"mosaicml-streaming not installed")],
+    "wheel": [("", r"ci/test_wheel\.sh --no-|no isolated build|built without torch")],
+    "nodes": [(r"^nodes$", r"cannot make the simulated nodes")],   # not root
+    "fuzz": [(r"^fuzz$", r"clang not installed")],
+}
+
+
+def unexpected_skips(stage, skips):
+    """The (what, reason) of `skips` that EXPECTED_SKIPS does not list for
+    `stage`."""
+    allowed = EXPECTED_SKIPS.get("*", []) + EXPECTED_SKIPS.get(stage, [])
+    return [(what, why) for what, why in skips
+            if not any(re.search(w, what) and re.search(r, why) for w, r in allowed)]
+
+
+def check_skips(stage, c):
+    """Print the stage's skips with their reasons; each unexpected one is a
+    failure of the stage."""
+    for what, why in c.skips:
+        print(f"  skipped: {what}: {why}")
+    for what, why in unexpected_skips(stage, c.skips):
+        c.fail(f"{stage}: unexpected skip {what} ({why}): not in ci/run_tests.py's "
+               "EXPECTED_SKIPS")
 
 
 # ------------------------------------------------------------------ bazel --
@@ -107,46 +213,66 @@ def bazel_server_cpu():
         return 0.0
 
 
-def bazel_tests(name, flags, targets):
+def bazel_tests(name, flags, targets, timeout=3600):
     c = Counts()
     if not shutil.which("bazel"):
-        print(f"SKIP: {name}: bazel not installed")
-        c.skipped += 1
+        c.skip(name, "bazel not installed")
         return c
     server0 = bazel_server_cpu()
     rc, out = run(["bazel", "test"] + BAZEL_CI + flags +
-                  ["--test_output=errors", "--test_summary=short"] + targets)
+                  ["--test_output=errors", "--test_summary=short"] + targets, timeout=timeout)
     c.cpu_elsewhere = max(0.0, bazel_server_cpu() - server0)
+    c.add(bazel_counts(name, rc, out, os.path.join(TOP, "bazel-testlogs")))
+    return c
+
+
+def bazel_counts(name, rc, out, testlogs):
+    """Counts of `bazel test`'s output (its result lines) and exit status;
+    the SKIP lines of each passed target's log in `testlogs` are skips (a
+    target that only skipped is counted as skipped, not passed)."""
+    c = Counts()
     found = BAZEL_LINE.findall(out)
     for target, status in found:
         if status == "PASSED":
-            if skipped_in_log(target):
+            lines, only = skips_in_log(testlogs, target)
+            c.skips += [(target, why) for why in lines]
+            if only:
                 c.skipped += 1
             else:
                 c.passed += 1
         elif status == "SKIPPED":
             c.skipped += 1
+            c.skips.append((target, "SKIPPED by bazel"))
         else:
-            c.failed += 1
-            c.failures.append(f"{name}: {target} {status}")
+            c.fail(f"{name}: {target} {status}")
     if rc != 0 and not c.failed:
         # a build failure or a runner problem: count it, never hide it
-        c.failed += 1
-        c.failures.append(f"{name}: bazel exited {rc}")
+        c.fail(f"{name}: bazel exited {rc}")
+    if not found:
+        c.fail(f"{name}: no test ran (no result line in bazel's output)")
     return c
 
 
-def skipped_in_log(target):
-    """A C test that could not run prints 'SKIP:' and exits 0; count it as skipped."""
+# The one form of a skip in a C test's output (check.h's CHECK_SKIP,
+# ddofi_test.h's T_SKIP, ddmpi_test.h): "SKIP: <what>: <reason>" at the
+# start of a line.
+C_SKIP = re.compile(r"^SKIP: (.*\S)", re.M)
+# The closing line of a C test that passed checks: "[<name>: ]N passed, M failed"
+# (check.h, ddofi_test.h) or "<prog> rank R/N: N passed, M failed" (ddmpi_test.h)
+C_PASSED = re.compile(r"(?:^|\s)[1-9]\d* passed, \d+ failed", re.M)
+
+
+def skips_in_log(testlogs, target):
+    """([reason, ...] of the target's SKIP lines, once each, in order; True
+    when it skipped without passing a check)."""
     path = target.lstrip("/").replace(":", "/")
-    log = os.path.join(TOP, "bazel-testlogs", path, "test.log")
     try:
-        with open(log, errors="replace") as f:
+        with open(os.path.join(testlogs, path, "test.log"), errors="replace") as f:
             text = f.read()
     except OSError:
-        return False
-    return (re.search(r"^SKIP:", text, re.M) is not None
-            and re.search(r"^\S*\s*[1-9]\d* passed", text, re.M) is None)
+        return [], False
+    lines = list(dict.fromkeys(C_SKIP.findall(text)))
+    return lines, bool(lines) and C_PASSED.search(text) is None
 
 
 # ----------------------------------------------------------------- pytest --
@@ -158,7 +284,8 @@ def pytest_ranks(name, nranks, paths, extra_env=None, timeout=1500):
     os.makedirs(d)
     env = {"PYTHONUNBUFFERED": "1", "DDSTORE_JUNIT_DIR": d, "OMP_NUM_THREADS": "1"}
     env.update(extra_env or {})
-    cmd = [PY, os.path.join(TOP, "ci", "pytest_rank.py"), "-q", "-p", "no:cacheprovider", "--color=no"] + paths
+    cmd = [PY, os.path.join(TOP, "ci", "pytest_rank.py"), "-q", "-rs", "-p", "no:cacheprovider",
+           "--color=no"] + paths
     if nranks:
         cmd = [DDRUN, "-n", str(nranks), "--timeout", str(timeout), "--"] + cmd
     rc, _ = run(cmd, env=env, timeout=timeout + 60)
@@ -169,14 +296,21 @@ def junit_counts(name, d, rc):
     """Counts from the JUnit XML files in `d` (one per rank, or per run); rc is
     the runner's exit status (a failure with no failed test is counted too)."""
     c = Counts()
-    states = {}
+    states, reasons = {}, {}
     for xml in sorted(glob.glob(os.path.join(d, "*.xml"))):
-        for case in ET.parse(xml).getroot().iter("testcase"):
+        try:
+            root = ET.parse(xml).getroot()
+        except ET.ParseError as e:
+            c.fail(f"{name}: {os.path.basename(xml)}: not JUnit XML ({e})")
+            continue
+        for case in root.iter("testcase"):
             key = case.get("classname", "") + "::" + case.get("name", "")
+            skipped = case.find("skipped")
             if case.find("failure") is not None or case.find("error") is not None:
                 state = "failed"
-            elif case.find("skipped") is not None:
+            elif skipped is not None:
                 state = "skipped"
+                reasons.setdefault(key, skipped.get("message") or skipped.text or "")
             else:
                 state = "passed"
             states.setdefault(key, set()).add(state)
@@ -185,17 +319,18 @@ def junit_counts(name, d, rc):
                for k, v in states.items()}
     for key, state in sorted(results.items()):
         if state == "failed":
-            c.failed += 1
-            c.failures.append(f"{name}: {key}")
+            c.fail(f"{name}: {key}")
         elif state == "skipped":
             c.skipped += 1
+            c.skips.append((key, reasons.get(key, "")))
         else:
             c.passed += 1
-    if rc not in (0, 5) and not c.failed:
-        c.failed += 1
-        c.failures.append(f"{name}: runner exited {rc}")
-    if not results and rc == 0:
-        print(f"SKIP: {name}: no tests collected")
+    if rc == 5:
+        c.fail(f"{name}: no tests collected (pytest exited 5)")
+    elif rc != 0 and not c.failed:
+        c.fail(f"{name}: runner exited {rc}")
+    if not results and not c.failed:
+        c.fail(f"{name}: no test ran (no test case in {os.path.relpath(d, TOP)}/*.xml)")
     return c
 
 
@@ -284,6 +419,7 @@ def gpukit_stage(timeout=2400):
             c.passed += 1
         elif ch["status"] == "SKIP":
             c.skipped += 1
+            c.skips.append((ch["name"], ch.get("detail", "")))
         else:   # FAIL, or a TODO hook (not run is not passed)
             c.failed += 1
             c.failures.append(f"gpukit: {ch['status']} {ch['name']} ({ch['detail']})")
@@ -298,8 +434,7 @@ def fuzz_stage(seconds=30):
     short while, starting from the tree's corpus (one test: no crash)."""
     c = Counts()
     if shutil.which("clang") is None:
-        print("SKIP: fuzz: clang not installed (libFuzzer needs it)")
-        c.skipped += 1
+        c.skip("fuzz", "clang not installed (libFuzzer needs it)")
         return c
     rc, _ = run([os.path.join(TOP, "ci", "fuzz-handshake.sh"), str(seconds)],
                 timeout=seconds + 600)
@@ -314,19 +449,20 @@ def nompi_stage(timeout=900):
     SLURM_PROCID/SLURM_NTASKS (methods 1 and 2, method 0 a clear error)."""
     c = Counts()
     if not shutil.which("bazel"):
-        print("SKIP: nompi: bazel not installed")
-        c.skipped += 1
+        c.skip("nompi", "bazel not installed")
         return c
     server0 = bazel_server_cpu()
     rc, _ = run(["bazel", "build"] + BAZEL_CI + ["-c", "opt", "--config=nompi",
                                                  "//python:pyddstore/_core.so",
-                                                 "//libddstore:lib/libddstore.so"])
+                                                 "//libddstore:lib/libddstore.so"],
+                timeout=3600)
     c.cpu_elsewhere = max(0.0, bazel_server_cpu() - server0)
     if rc != 0:
         c.failed += 1
         c.failures.append(f"nompi: bazel build --config=nompi exited {rc}")
         return c
-    rc, out = run(["bazel", "info"] + BAZEL_CI + ["-c", "opt", "--config=nompi", "bazel-bin"])
+    rc, out = run(["bazel", "info"] + BAZEL_CI + ["-c", "opt", "--config=nompi", "bazel-bin"],
+                  timeout=600)
     lines = [l.strip() for l in out.splitlines() if l.strip().startswith("/")]
     so = [os.path.join(lines[-1], "python", "pyddstore", "_core.so")] if lines else []
     so = [f for f in so if os.path.exists(f)]
@@ -372,8 +508,7 @@ def nodes_stage(timeout=900):
     rc, out = run([DDRUN, "--nodes-check"], timeout=120)
     if rc != 0:
         why = out.strip().splitlines()[-1] if out.strip() else f"exit {rc}"
-        print(f"SKIP: nodes: {why}")
-        c.skipped += 1
+        c.skip("nodes", why)
         return c
     d = os.path.join(OUT, "nodes")
     shutil.rmtree(d, ignore_errors=True)
@@ -386,12 +521,12 @@ def nodes_stage(timeout=900):
                 "test_torch_ragged.py::test_loaders[packed-torch-fork]",
                 "test_torch_ragged.py::test_loaders[padded-torch-fork]"]
     rc, _ = run([DDRUN, "--nodes", "2", "-n", "4", "--timeout", str(timeout), "--", PY,
-                 os.path.join(TOP, "ci", "pytest_rank.py"), "-q", "-p", "no:cacheprovider",
+                 os.path.join(TOP, "ci", "pytest_rank.py"), "-q", "-rs", "-p", "no:cacheprovider",
                  "--color=no"] + [f"--deselect=python/tests/{t}" for t in one_node] +
                 ["python/tests/test_core_basic.py", "python/tests/test_ragged.py",
                  "python/tests/test_torch_ragged.py"], env=env, timeout=timeout + 60)
     c.add(junit_counts("nodes", os.path.join(d, "suites"), rc))
-    rc, _ = run([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no", "-rs",
+    rc, _ = run([PY, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--color=no",
                  f"--junitxml={os.path.join(d, 'test_nodes.xml')}",
                  os.path.join(TOP, "python", "tests", "test_nodes.py")],
                 env={"DDRUN_NODES_TESTS": "1", "PYTHONUNBUFFERED": "1"}, timeout=timeout)
@@ -453,12 +588,14 @@ PY_RANKS = {
     "test_ragged_method2.py": (1,),
     "test_random_reads.py": (4,),
     "test_resume.py": (2,),
+    "test_run_tests.py": (1,),         # ci/run_tests.py's rules on sample outputs
     "test_sampler.py": (2,),
     "test_security.py": (1,),
     "test_settings_agree.py": (1, 2),
     "test_snapshot.py": (1, 2, 4),  # the one rank's message at 1; agreement at 2
     "test_symbols.py": (1,),
     "test_teardown.py": (1,),
+    "test_tools.py": (1,),             # tools/ddrun's and ./ddstore's usage
     "test_torch_dataset.py": (2, 4),
     "test_torch_ext.py": (2,),
     "test_torch_faults.py": (2,),
@@ -516,8 +653,9 @@ def py_stage(name, nranks, quick=False):
         elif "::" in key and nranks in plan.get(f, ()):
             deselect += ["--deselect", node]
     if not paths:
-        print(f"SKIP: {name}: no test file runs at {nranks} ranks")
-        return Counts()
+        c = Counts()
+        c.fail(f"{name}: no test file runs at {nranks} ranks (PY_RANKS)")
+        return c
     c = pytest_ranks(name, nranks, deselect + paths)
     for key in stale:
         c.failed += 1
@@ -626,10 +764,65 @@ START_ORDER = ["py1", "c", "wheel", "tsan", "asan", "nompi", "gpukit", "docs", "
                "pipmpi", "fuzz", "py2", "py4", "cunit", "pyquick"]
 
 
+# A stage run beside others (a child process) is killed, with its whole
+# process group, after this long: each command of a stage has its own limit
+# (run()), this bounds the stage as a whole.
+STAGE_LIMIT_S = int(os.environ.get("DDSTORE_STAGE_LIMIT_S", "7200"))
+
 # Stages that mostly wait (jobs of their own waiting out collective and
 # read timeouts, faults delayed on a link): they run beside the --jobs
 # slots, one at a time, instead of holding one of them.
 LIGHT = ("py1", "nodes")
+
+
+# ------------------------------------------------------------- /dev/shm --
+# What MPI leaves in /dev/shm when a job ends abnormally (tools/ddrun removes
+# its runs' leftovers; a job started another way may not): the suite fails
+# if it leaves any.
+SHM_DIR = "/dev/shm"
+SHM_PATTERNS = ("mpich_shm_*", "vader_segment.*")
+
+
+def shm_files(d=SHM_DIR):
+    """The files of SHM_PATTERNS in d owned by this user."""
+    out = set()
+    for pat in SHM_PATTERNS:
+        for f in glob.glob(os.path.join(d, pat)):
+            try:
+                if os.lstat(f).st_uid == os.getuid():
+                    out.add(f)
+            except OSError:
+                pass
+    return out
+
+
+def shm_in_use(d=SHM_DIR):
+    """The files of d that a live process maps or holds open."""
+    used = set()
+    for maps in glob.glob("/proc/[0-9]*/maps"):
+        try:
+            with open(maps, errors="replace") as f:
+                for line in f:
+                    i = line.find(" " + d + "/")
+                    if i >= 0:
+                        used.add(line[i + 1:].rstrip("\n").removesuffix(" (deleted)"))
+        except OSError:
+            pass
+    for fd in glob.glob("/proc/[0-9]*/fd/*"):
+        try:
+            t = os.readlink(fd)
+        except OSError:
+            continue
+        if t.startswith(d + "/"):
+            used.add(t)
+    return used
+
+
+def shm_leftovers(before, d=SHM_DIR):
+    """Files of SHM_PATTERNS in d that were not there `before`, owned by
+    this user and used by no process: what the run left behind."""
+    new = shm_files(d) - set(before)
+    return sorted(new - shm_in_use(d)) if new else []
 
 
 def group_of(name):
@@ -655,6 +848,7 @@ def run_stage_here(name, every):
     print(f"\n==== stage {name}: {every[name][0]}", flush=True)
     t0, cpu0 = time.time(), cpu_seconds()
     c = every[name][1]()
+    check_skips(name, c)
     took = time.time() - t0
     c.cpu = cpu_seconds() - cpu0 + c.cpu_elsewhere
     print(f"==== stage {name}: {c.passed} passed, {c.failed} failed, {c.skipped} skipped "
@@ -668,6 +862,15 @@ def run_stages_overlapped(names, every, jobs):
     order = [n for n in START_ORDER if n in names] + [n for n in names if n not in START_ORDER]
     running = {}        # name -> (Popen, t0, log path, counts path)
     done = {}
+    try:
+        return _overlap(order, running, done, every, jobs)
+    except BaseException:
+        for p, *_ in running.values():      # Ctrl-C: the stages' groups too
+            kill_group(p, grace=2)
+        raise
+
+
+def _overlap(order, running, done, every, jobs):
     while order or running:
         while True:
             busy = {group_of(n) for n in running} - {None}
@@ -685,12 +888,19 @@ def run_stages_overlapped(names, every, jobs):
             with open(log, "w") as f:
                 p = subprocess.Popen([PY, os.path.abspath(__file__), "--jobs", "1",
                                       "--counts-json", counts, nxt], cwd=TOP,
-                                     stdout=f, stderr=subprocess.STDOUT)
+                                     stdout=f, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
             beside = ", ".join(sorted(running)) or "nothing"
             print(f"==== stage {nxt}: started beside {beside} (log: "
                   f"{os.path.relpath(log, TOP)})", flush=True)
             running[nxt] = (p, time.time(), log, counts)
         time.sleep(1)
+        for n, (p, t0, log, _) in running.items():
+            if p.poll() is None and time.time() - t0 > STAGE_LIMIT_S:
+                with open(log, "a") as f:
+                    f.write(f"run_tests.py: stage {n} ran past {STAGE_LIMIT_S} s "
+                            "(DDSTORE_STAGE_LIMIT_S): killed\n")
+                kill_group(p)
         for n in [n for n, (p, *_) in running.items() if p.poll() is not None]:
             p, t0, log, counts = running.pop(n)
             with open(log, errors="replace") as f:
@@ -744,6 +954,7 @@ def main():
     jobs = args.jobs if args.jobs is not None else default_jobs()
     total = Counts()
     t0 = time.time()
+    shm_before = shm_files()
     if jobs > 1 and len(names) > 1:
         print(f"running {len(names)} stages, {jobs} at a time plus one of "
               f"{' '.join(LIGHT)} beside them (--jobs; groups apart: "
@@ -753,6 +964,11 @@ def main():
         results = {n: run_stage_here(n, every) for n in names}
     for n in names:
         total.add(results[n][0])
+    if not args.counts_json:
+        left = shm_leftovers(shm_before)
+        if left:
+            total.fail(f"/dev/shm: the run left {len(left)} file(s) of MPI jobs: "
+                       + " ".join(left))
     if args.counts_json:
         with open(args.counts_json, "w") as f:
             json.dump({"passed": total.passed, "failed": total.failed,

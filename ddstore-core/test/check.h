@@ -6,7 +6,7 @@
  *   CHECK_EQ_U(a, b)         (as unsigned long long)
  *   CHECK_STREQ(a, b)        CHECK_CONTAINS(haystack, needle)
  *   CHECK_MEMEQ(a, b, n)     CHECK_RC(expr, want)  CHECK_OK(expr)
- *   CHECK_SKIP(name, fmt, ...)   "SKIP <name>: <reason>"; a failure with
+ *   CHECK_SKIP(name, fmt, ...)   "SKIP: <name>: <reason>"; a failure with
  *                            DDSTORE_TEST_STRICT set (and not 0)
  *   CHECK_FAIL_(fmt, ...)    a failure with a message (custom checks);
  *   CHECK_PASS_()            a passed custom check
@@ -168,7 +168,7 @@ static inline int check_strict(void)
 
 #define CHECK_SKIP(name, ...)                                                  \
     do {                                                                       \
-        printf("SKIP %s: ", (name));                                           \
+        printf("SKIP: %s: ", (name));                                          \
         printf(__VA_ARGS__);                                                   \
         printf("\n");                                                          \
         if (check_strict()) {                                                  \

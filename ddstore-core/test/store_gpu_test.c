@@ -1393,7 +1393,7 @@ int main(void)
         g_real = 1;
     } else {
         const char *strict = getenv("DDSTORE_TEST_STRICT");
-        printf("SKIP store_gpu_test: no GPU and no host emulation (%s)\n",
+        printf("SKIP: store_gpu_test: no GPU and no host emulation (%s)\n",
                dds_last_error());
         return strict != NULL && strcmp(strict, "1") == 0 ? 1 : 0;
     }

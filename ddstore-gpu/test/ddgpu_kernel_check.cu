@@ -323,7 +323,7 @@ int main()
 {
     ddgpu_info_t info;
     if (ddgpu_available(&info) != 0) {
-        printf("SKIP ddgpu_kernel_check: %s\n", dds_last_error());
+        printf("SKIP: ddgpu_kernel_check: %s\n", dds_last_error());
         return 2;
     }
     printf("ddgpu_kernel_check: %s, %d device(s), runtime %d, driver %d\n",

@@ -29,12 +29,13 @@ static inline ddofi_fabric_params_t ddofi_t_fparams(const char *prov)
 }
 
 /* Open a fabric for a test: 0, or 1 when the provider does not exist here
- * (a SKIP with the reason) or opening failed (a failure recorded). */
+ * (a SKIP with the reason; a failure for shm and tcp, T_NOPROV) or opening
+ * failed (a failure recorded). */
 static inline int ddofi_t_open(const ddofi_fabric_params_t *p, ddofi_fabric_t **f_p)
 {
     int rc = ddofi_fabric_open(p, f_p);
     if (rc == -DDOFI_ENOPROV) {
-        T_SKIP("provider %s not available here: %s", p->provider, ddofi_last_error());
+        T_NOPROV(p->provider, ddofi_last_error());
         return 1;
     }
     T_EQ_INT(rc, 0);

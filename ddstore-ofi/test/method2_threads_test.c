@@ -1107,9 +1107,15 @@ int main(int argc, char **argv)
         fp.single_node = 1;
         ddofi_fabric_t *f = NULL;
         if (ddofi_fabric_open(&fp, &f) == -DDOFI_ENOPROV) {
-            fprintf(stderr, "SKIP: provider %s not available here: %s\n", provs[p],
-                    ddofi_last_error());
-            skipped++;
+            /* libfabric always has shm and tcp: missing, a failure */
+            int required = !strcmp(provs[p], "shm") || !strcmp(provs[p], "tcp");
+            fprintf(stderr, "%s: provider %s not available%s: %s\n",
+                    required ? "FAIL" : "SKIP", provs[p],
+                    required ? " (libfabric always has it)" : " here", ddofi_last_error());
+            if (required)
+                atomic_fetch_add(&g_cnt->failed, 1);
+            else
+                skipped++;
             continue;
         }
         ddofi_fabric_close(f);

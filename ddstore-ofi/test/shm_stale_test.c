@@ -74,7 +74,7 @@ int main(void)
     fp.provider = "shm";
     fp.single_node = 1;
     if (ddofi_fabric_open(&fp, &fab) != 0) {
-        T_SKIP("provider shm not available here: %s", ddofi_last_error());
+        T_NOPROV("shm", ddofi_last_error());
         return ddofi_test_summary("shm_stale_test");
     }
     ddofi_ep_params_t serve = {DDOFI_EP_FIELD_FLAGS, DDOFI_EP_SERVE};

@@ -236,3 +236,5 @@ def test_indices_changed_by_another_thread(store):
         stop.set()
         t.join()
     assert not errors, errors
+    # the checks above ran: some reads completed (not every one refused)
+    assert reads > 0, "no read completed in 3 s: every one was refused as out of range"

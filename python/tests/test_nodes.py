@@ -247,3 +247,74 @@ def test_node_killed_mid_epoch(tmp_path):
         for owner, e in zip(r["node1"], r["errors"]):
             assert "DDStoreError" not in e and "read returned" not in e, e
             assert "reading from rank %d" % owner in e, e
+
+
+def test_ddrun_nodes_count_is_decimal():
+    """--nodes 09 is nine nodes (bash took it for octal: "value too great for
+    base"), each rank on its own."""
+    p = subprocess.run([DDRUN, "--nodes", "09", "-n", "9", "--plain", "--", "sh", "-c",
+                        "hostname"], env=_env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    assert sorted(p.stdout.split()) == ["node%d" % i for i in range(9)], p.stdout
+
+
+# ---- ddrun itself killed with KILL -------------------------------------------
+def _procs_in(netns):
+    """{pid: comm} of the processes whose network namespace is in netns."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{p}/ns/net") in netns:
+                with open(f"/proc/{p}/comm") as f:
+                    out[int(p)] = f.read().strip()
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["mpirun", "plain"])
+def test_ddrun_killed_leaves_nothing(plain):
+    """tools/ddrun --nodes 2 -n 4 KILLed mid-run: within a few seconds no
+    process of the run is left in its nodes (mpirun, node1's sh and orted,
+    the ranks) and its run directory is gone."""
+    import signal
+    import time
+    prog = ('echo "STARTED $(hostname) $$ $(readlink /proc/self/ns/net) $DDRUN_NODES_DIR"; '
+            'exec sleep 120')
+    cmd = [DDRUN, "--nodes", "2", "-n", "4", "--timeout", "200"] + (["--plain"] if plain else [])
+    p = subprocess.Popen(cmd + ["--", "sh", "-c", prog], env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    started, netns, run_dir = [], set(), None
+    try:
+        deadline = time.time() + 120
+        while len(started) < 4 and time.time() < deadline:
+            line = p.stdout.readline()
+            assert line, "ddrun ended before its 4 ranks started: %r" % started
+            if line.startswith("STARTED "):
+                _, host, pid, ns, run_dir = line.split()
+                started.append((host, int(pid)))
+                netns.add(ns)
+        assert sorted(h for h, _ in started) == ["node0", "node0", "node1", "node1"], started
+        assert len(netns) == 2 and os.path.isdir(run_dir), (netns, run_dir)
+        before = _procs_in(netns)
+        assert {pid for _, pid in started} <= set(before), (started, before)
+        os.kill(p.pid, signal.SIGKILL)      # ddrun alone, not its group
+        p.wait(timeout=10)
+        for _ in range(50):
+            left = _procs_in(netns)
+            if not left and not os.path.exists(run_dir):
+                break
+            time.sleep(0.1)
+        assert not left, "left in the run's nodes 5 s after ddrun was killed: %s" % left
+        assert not os.path.exists(run_dir), "run directory %s left" % run_dir
+    finally:
+        p.stdout.close()
+        for pid in _procs_in(netns):         # never leave them to the next test
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if run_dir:
+            subprocess.run(["rm", "-rf", "--", run_dir])

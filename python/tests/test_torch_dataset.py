@@ -656,9 +656,6 @@ def test_comm_torch_collective_mismatch():
 
 def test_comm_file(monkeypatch):
     comm = world()
-    if not hasattr(pyddstore, "FileComm"):
-        assert_all(comm, True)
-        pytest.skip("pyddstore.FileComm is not in this build yet")
     require_method(1, comm)
     hs = shared_tmpdir(comm, "fc")
     env_set(monkeypatch, DDSTORE_COMM="file", SLURM_PROCID=comm.Get_rank(),
@@ -727,9 +724,6 @@ def test_ddstore_width_without_mpi(kind, monkeypatch):
         c = None
         env_set(monkeypatch, DDSTORE_COMM="torch")
     else:
-        if not hasattr(pyddstore, "FileComm"):
-            assert_all(comm, True)
-            pytest.skip("pyddstore.FileComm is not in this build yet")
         env_set(monkeypatch, DDSTORE_COMM="file", SLURM_PROCID=comm.Get_rank(),
                 SLURM_NTASKS=comm.Get_size(), SLURM_JOB_ID="43", SLURM_STEP_ID="1")
         c = None

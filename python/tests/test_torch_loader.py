@@ -5,6 +5,7 @@ reuse_buffers, close(), affinity, forked workers.
 Run: tools/ddrun -n 4 -- .venv/bin/python -m pytest -q python/tests/test_torch_loader.py
 """
 import os
+import re
 import threading
 import time
 
@@ -193,6 +194,28 @@ def test_settings_read_when_made(datasets, monkeypatch, tmp_path):
     if report.exists():
         bad.append("DDSTORE_LOADER_REPORT set after the loader was made was followed")
     assert_all(comm, not bad, "; ".join(bad))
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "0.5", "10"])
+def test_loader_report_bare_number_is_an_error(datasets, monkeypatch, tmp_path, value):
+    """DDSTORE_LOADER_REPORT is 0, 1 or a path: a bare number other than
+    those is a ValueError naming the variable when the loader is made (it
+    used to write a file named "2"); report="2" likewise; ./2 is a path."""
+    comm, dss = datasets
+    ds = dss["tuple"]
+    monkeypatch.chdir(tmp_path)
+    env_set(monkeypatch, DDSTORE_LOADER_REPORT=value)
+    with pytest.raises(ValueError, match=r"DDSTORE_LOADER_REPORT='%s'.*a bare number"
+                       % re.escape(value)):
+        ThreadDataLoader(ds, batch_size=8, num_workers=0)
+    env_set(monkeypatch, DDSTORE_LOADER_REPORT=None)
+    with pytest.raises(ValueError, match="report='%s'" % re.escape(value)):
+        ThreadDataLoader(ds, batch_size=8, num_workers=0, report=value)
+    assert os.listdir(tmp_path) == []
+    env_set(monkeypatch, DDSTORE_LOADER_REPORT="./" + value)
+    lo = ThreadDataLoader(ds, batch_size=8, num_workers=0)
+    assert lo._report_to == "./" + value
+    lo.close()
 
 
 @pytest.mark.parametrize("workers", [0, 1])

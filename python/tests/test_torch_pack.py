@@ -482,7 +482,7 @@ def test_extension_refuses_a_layout_that_overruns_the_row():
             ext.read_packed(ds.ddstore, (var, rb, [offs[0], rb - 4, offs[2]]), outs, [0, 1])
         with pytest.raises(ValueError, match="outside its row"):
             ext.read_packed(ds.ddstore, (var, rb, [offs[0], rb + 8, offs[2]]), outs, [0, 1])
-        with pytest.raises((ValueError, pyddstore.DDStoreError), match="row"):
+        with pytest.raises(ValueError, match="row"):    # a wrong row width
             ext.read_packed(ds.ddstore, (var, rb + 8, offs), outs, [0, 1])
         with pytest.raises(ValueError, match="row buffer"):
             ext.read_packed(ds.ddstore, (var, rb, offs), outs, [0, 1],

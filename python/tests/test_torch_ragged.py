@@ -14,12 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import pyddstore as _pyddstore  # noqa: E402
-
-pytestmark = pytest.mark.skipif(not hasattr(_pyddstore.PyDDStore, "add_ragged"),
-                                reason="SKIP: this pyddstore has no ragged variables "
-                                       "(PyDDStore.add_ragged)")
-
 import pyddstore  # noqa: E402
 from _torch_util import (N_ODD, Source, assert_all, fresh_name, require_method,  # noqa: E402
                          same, shared_tmpdir, world)

@@ -17,9 +17,6 @@ import pyddstore  # noqa: E402
 from _torch_util import assert_all, fresh_name, require_method, world  # noqa: E402
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not hasattr(pyddstore.PyDDStore, "add_ragged"),
-                                reason="this build has no ragged variables")
-
 DTYPES = [torch.float32, torch.int64, torch.float16, torch.uint8, torch.float64, torch.int32,
           torch.bfloat16]
 

@@ -105,8 +105,7 @@ def test_features_are_what_the_build_found():
     import pyddstore._core as core
     s = _summary()
     assert pyddstore.HAVE_MPI == s["MPI"].startswith("TRUE"), s["MPI"]
-    if hasattr(core, "HAVE_OFI"):
-        assert bool(core.HAVE_OFI) == s["libfabric"].startswith("TRUE"), s["libfabric"]
+    assert bool(core.HAVE_OFI) == s["libfabric"].startswith("TRUE"), s["libfabric"]
     built = s["torch ext"].startswith("built")
     found = [f for f in os.listdir(_pkg()) if f.startswith("_ddstore_torch")]
     assert bool(found) == built, (s["torch ext"], found)
@@ -162,7 +161,9 @@ def test_modules_have_no_build_tree_paths():
         if name != "libddstore.so":   # the modules load the libddstore.so next to them
             assert "$ORIGIN" in _runpath(so), name
     so = os.path.join(_pkg(), "_ddstore_torch" + ext)
-    if os.path.exists(so):
+    assert os.path.exists(so) == _summary()["torch ext"].startswith("built"), \
+        (so, _summary()["torch ext"])
+    if _summary()["torch ext"].startswith("built"):
         assert "$ORIGIN/../torch/lib" in _runpath(so)
 
 

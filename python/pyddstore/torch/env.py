@@ -20,6 +20,7 @@ directly.
 
 import functools
 import os
+import re
 
 __all__ = ["Settings", "read", "method", "batch_get", "fork_workers", "comm_kind",
            "progress", "handshake_dir", "use_mpi", "local_rank", "handshake_timeout",
@@ -181,9 +182,14 @@ def slurm_rank_size():
     return None
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
 def loader_report(given=None):
     """ThreadDataLoader's report setting: None (off), True, or a path (JSON
-    lines).  `given` (the argument) wins over DDSTORE_LOADER_REPORT."""
+    lines).  `given` (the argument) wins over DDSTORE_LOADER_REPORT.  A bare
+    number other than 0/1 is an error, not a file of that name (a typo for a
+    level would otherwise write a file named "2"); ./2 is the file."""
     v = given
     if v is None:
         s = (read().loader_report or "").strip()
@@ -193,9 +199,16 @@ def loader_report(given=None):
         try:
             return True if _core.parse_bool(s) else None
         except ValueError:
-            return s
+            pass
+        if _NUMBER.fullmatch(s):
+            raise ValueError(f"DDSTORE_LOADER_REPORT={s!r}: 0 (off), 1 (the summary) or a file "
+                             f"path; a bare number is not taken as a path (./{s} is the file)")
+        return s
     if v is False:
         return None
+    if isinstance(v, str) and _NUMBER.fullmatch(v.strip()):
+        raise ValueError(f"ThreadDataLoader: report={v!r}: True, False, None or a file path; "
+                         f"a bare number is not taken as a path (./{v.strip()} is the file)")
     if v is True or (isinstance(v, str) and v):
         return v
     raise ValueError(f"ThreadDataLoader: report must be None, a bool or a path, got {v!r}")
