@@ -11,7 +11,7 @@ class PyDDStore(_core.PyDDStore):
 
     def save(self, dir, overwrite=False):
         """Collective.  Every variable's shards into directory `dir` (one
-        file per rank, a manifest written last: docs/snapshots.md), for
+        file per rank, a manifest written last: docs/files.md), for
         PyDDStore.attach / DistDataset.attach in a later job step, at any
         world size.  overwrite: replace a snapshot already there.  Returns
         the manifest (a dict)."""

@@ -1,5 +1,5 @@
 """Snapshots: a store's shards kept in files between job steps, attached
-again at any world size (docs/snapshots.md).
+again at any world size (docs/files.md, "Snapshots").
 
 A snapshot is a directory:
 

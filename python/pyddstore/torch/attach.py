@@ -1,5 +1,5 @@
 """DistDataset snapshots: ds.save(dir) and DistDataset.attach(dir) (the
-format and the reads: pyddstore/snapshot.py; docs/snapshots.md).
+format and the reads: pyddstore/snapshot.py; docs/files.md).
 
 save: the first store group's ranks write their shards (with
 ddstore_width every group holds the whole dataset: one copy is kept) and
@@ -34,10 +34,14 @@ def save(ds, d, overwrite=False):
             "packed": ds._pack.describe() if ds._pack is not None else None}
     sc = ds.store_comm
     t0 = time.monotonic()
+    err = None
     if ds.comm.rank == sc.rank:   # the first group (ranks 0 .. width-1)
-        _snap.save(ds.ddstore, d, sc, lambda e, w: _comm.agree(sc, e, w),
-                   names=ds._vars_of(fields), dataset=desc, overwrite=overwrite)
-    _comm.run_agreed(ds.comm, lambda: None, "save: every group")
+        try:                      # (agreed inside the group, then with the others)
+            _snap.save(ds.ddstore, d, sc, lambda e, w: _comm.agree(sc, e, w),
+                       names=ds._vars_of(fields), dataset=desc, overwrite=overwrite)
+        except Exception as e:  # noqa: BLE001 - agreed below
+            err = e
+    _comm.agree(ds.comm, err, f"DistDataset '{ds.name}': save({str(d)!r})")
     return time.monotonic() - t0
 
 
@@ -51,40 +55,48 @@ def attach(cls, d, comm=None, name=None, verify=None, ddstore_width=None, device
     ds._pack = None
     what = f"DistDataset.attach({str(d)!r})"
     t0 = time.monotonic()
-    # the manifest first (every rank): the dataset's name is in it
-    if verify is None:
-        verify = env.read().snapshot_verify
+    box = [verify]
 
     def manifest():
+        if box[0] is None:
+            box[0] = env.read().snapshot_verify      # a bad value: ValueError
         m = _snap.load_manifest(d)
         desc = m.get("dataset")
         if not isinstance(desc, dict) or desc.get("kind") != KIND:
             raise ValueError(f"snapshot {d}: it holds a PyDDStore's variables, not a "
                              "DistDataset: attach it with PyDDStore.attach")
-        return m
+        try:
+            fv = list(desc["field_vars"])
+            schema = Schema.from_description(desc["schema"], fv.__getitem__)
+            pack = None
+            if desc.get("packed"):
+                pk = desc["packed"]
+                pack = _pk.RowLayout(pk["var"], [f for f in schema.fields
+                                                 if f.offset is not None], pk["row_bytes"])
+            total = int(desc["total"])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ValueError(f"snapshot {d}: the dataset's description in its manifest "
+                             f"is damaged ({type(e).__name__}: {e})") from None
+        return m, schema, pack, total
     ds._setup(name or _peek_name(d), comm, ddstore_width, device, None, method,
               handshake_dir, None, None, decode, None, ragged=True)
-    m = _comm.run_agreed(ds.comm, manifest, what)
+    m, schema, ds._pack, total = _comm.run_agreed(ds.comm, manifest, what)
     ids = ds.comm.allgather(m["id"], f"{what}: id")
     if any(i != ids[0] for i in ids):
         raise ValueError(f"{what}: the ranks read different snapshots (ids {sorted(set(ids))}): "
                          "every rank must see the same directory")
-    desc = m["dataset"]
-    fv = list(desc["field_vars"])
-    schema = Schema.from_description(desc["schema"], fv.__getitem__)
-    if desc.get("packed"):
-        pk = desc["packed"]
-        ds._pack = _pk.RowLayout(pk["var"], [f for f in schema.fields if f.offset is not None],
-                                 pk["row_bytes"])
-    ds.schema, ds.total, ds._mode_of = schema, int(desc["total"]), None
+    ds.schema, ds.total, ds._mode_of = schema, total, None
     sc = ds.store_comm
-    if ds.total < sc.size:
-        raise ValueError(f"{what}: {ds.total} samples for {sc.size} ranks; every rank must "
-                         "own at least one sample")
+
+    def share():      # (groups may differ in size: agreed)
+        if ds.total < sc.size:
+            raise ValueError(f"{what}: {ds.total} samples for {sc.size} ranks; every rank "
+                             "must own at least one sample")
+    _comm.run_agreed(ds.comm, share, what)
     split = _snap.ranges(m, sc.size, _balanced(ds.total, sc.size))[0] if m["vars"] else None
     ds.lo, ds.hi = split[sc.rank], split[sc.rank + 1]
     ds._open_store()
-    att = _snap.Attach(d, m, sc.rank, sc.size, verify, _balanced(ds.total, sc.size))
+    att = _snap.Attach(d, m, sc.rank, sc.size, bool(box[0]), _balanced(ds.total, sc.size))
     try:
         _comm.run_agreed(ds.comm, att.plan, f"{what}: sizes")
         att.init(ds.ddstore)
