@@ -311,3 +311,34 @@ def test_pyddstore_attach_of_a_dataset_and_cli():
                              capture_output=True, text=True)
         assert out.returncode == 0 and not os.path.exists(d), out
     comm.Barrier()
+
+
+def test_method2_reader_of_an_attached_core(tmp_path):
+    """A core attached with method 2 publishes as any method-2 core: a
+    DistDatasetReader in another process reads its items."""
+    comm = world()
+    if comm.Get_size() != 1:
+        pytest.skip("1-rank stage only: a reader process beside a one-rank core")
+    require_method(2, comm)
+    src = DistDataset(Source(), "m2", comm, method=1, ragged=True)
+    d = str(tmp_path / "snap")
+    src.save(d)
+    src.free()
+    hs = tmp_path / "hs"
+    hs.mkdir(mode=0o700)
+    core = DistDataset.attach(d, comm, method=2, handshake_dir=str(hs))
+    try:
+        code = (
+            "import torch, sys\n"
+            "from pyddstore.torch import DistDatasetReader\n"
+            f"r = DistDatasetReader('m2', handshake_dir={str(hs)!r}, n_core=1)\n"
+            "it = r[7]\n"
+            "ok = torch.equal(it['x'], torch.arange(2., dtype=torch.float32).reshape(1, 2) + 7)"
+            " and torch.equal(it['edges'], torch.full((2, 1), 7)) and int(it['id']) == 7\n"
+            "print('reader', len(r), ok)\n"
+            "r.free()\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, DDSTORE_PROGRESS="0"))
+        assert p.returncode == 0 and f"reader {N} True" in p.stdout, p.stderr[-2000:]
+    finally:
+        core.free()
