@@ -11,6 +11,14 @@ started it, is finalised at interpreter exit after every store is freed).
 """
 import os as _os
 
+# PSM and PSM2 (libinfinipath, libpsm2), which Debian's libfabric links, catch
+# SIGINT when they are loaded (with _core, below) to print a backtrace and
+# exit(): Ctrl-C would end the program at once with status 1, without
+# KeyboardInterrupt, finally blocks or atexit.  Open MPI sets these two for
+# the same reason; a value of the user's wins.
+_os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
+_os.environ.setdefault("HFI_NO_BACKTRACE", "1")
+
 # Importing _core applies the libfabric settings read when libfabric starts
 # (libddstore's ddstore_env_prepare: FI_CXI_DISABLE_HOST_REGISTER=1 unless
 # set; FI_MR_CACHE_MONITOR=memhooks under DDSTORE_FORK_WORKERS=1), before

@@ -7,9 +7,11 @@ environment set on import.
 These spawn one-rank (singleton) interpreters, the same at any rank count
 of the suite, so they run in the 1-rank stage only."""
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -190,6 +192,50 @@ def test_fabric_environment_on_import(top):
     out = ok(top, code, drop=drop, env_extra={"DDSTORE_FORK_WORKERS": "1",
                                                "FI_MR_CACHE_MONITOR": "disabled"})
     assert "MON=disabled" in out
+
+
+@pytest.mark.parametrize("method", [1, 2])
+def test_ctrl_c_without_mpi_raises_keyboard_interrupt(top, tmp_path, method):
+    """Issue 36 item 2: Ctrl-C in a job without MPI (FileComm; a method-2
+    reader) raises KeyboardInterrupt, runs finally and atexit (PSM's SIGINT
+    handler used to end the process at once with status 1, silently)."""
+    if not pyddstore.HAVE_OFI:
+        pytest.skip("methods 1 and 2 need libfabric; this build has none (HAVE_OFI False)")
+    code = f"""
+        import atexit, os, sys, time
+        import numpy as np, pyddstore
+        atexit.register(lambda: print("atexit ran", flush=True))
+        d = {str(tmp_path)!r}
+        if {method} == 1:
+            s = pyddstore.PyDDStore(pyddstore.FileComm(d, 0, 1, "ctrlc"), method=1)
+            s.add("x", np.zeros((4, 2)))
+        else:
+            s = pyddstore.PyDDStore(None, method=2, handshake_dir=d, n_core=1)
+        try:
+            print("ready", flush=True)
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", flush=True)
+        finally:
+            print("finally ran", flush=True)
+            s.free()
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.pop("IPATH_NO_BACKTRACE", None)
+    env.pop("HFI_NO_BACKTRACE", None)
+    env["PYTHONPATH"] = top
+    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        time.sleep(0.3)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert "KeyboardInterrupt" in out and "finally ran" in out and "atexit ran" in out, \
+        f"rc {p.returncode}\nstdout:\n{out}\nstderr:\n{err}"
+    assert p.returncode == 0, err
 
 
 @pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
