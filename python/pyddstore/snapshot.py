@@ -506,9 +506,9 @@ def store_attach(make_store, d, verify=None):
     c = StoreComm(store)
     att = None
     try:
-        if verify is None:     # the C registry's reading (a bad value: ValueError)
-            verify = c.run_agreed(lambda: c._core.config_get("DDSTORE_SNAPSHOT_VERIFY"),
-                                  "DDSTORE_SNAPSHOT_VERIFY")
+        if verify is None:     # (a bad value: ValueError, on every rank)
+            from . import _env
+            verify = c.run_agreed(_env.snapshot_verify, "attach: settings")
         m = c.run_agreed(lambda: load_manifest(d), f"PyDDStore.attach({str(d)!r})")
         ids = c.allgather(m["id"], "attach: id")
         if any(i != ids[0] for i in ids):

@@ -8,7 +8,7 @@
 - No source reads a DDSTORE_* setting by its name outside the declarations
   (issue 22): the C X-macro lists (settings.h and the libraries' *_SETTINGS)
   name each variable once; code reads the typed struct or accessor, Python
-  the registry's view (pyddstore/torch/env.py's Settings, by attribute).
+  the registry's view (pyddstore/_env.py's Settings, by attribute).
 - ddstore-ofi's parameter getters name a parameter of its own table
   (src/ddofi_param.c).
 - A direct getenv / os.environ read of any other name is a launcher's or
@@ -231,7 +231,7 @@ def scan_names(top):
             if (isinstance(value, str) and re.fullmatch(r"DDSTORE_[A-Z0-9_]*[A-Z0-9]", value)
                     and (rel, value) not in ALLOW_NAME):
                 bad.append(f"{rel}:{line}: names {value} (read it through "
-                           "pyddstore.torch.env's Settings view)")
+                           "pyddstore._env's Settings view)")
     return bad
 
 

@@ -59,7 +59,7 @@ def attach(cls, d, comm=None, name=None, verify=None, ddstore_width=None, device
 
     def manifest():
         if box[0] is None:
-            box[0] = env.read().snapshot_verify      # a bad value: ValueError
+            box[0] = env.snapshot_verify()      # a bad value: ValueError
         m = _snap.load_manifest(d)
         desc = m.get("dataset")
         if not isinstance(desc, dict) or desc.get("kind") != KIND:
