@@ -97,17 +97,12 @@ def attach(cls, d, comm=None, name=None, verify=None, ddstore_width=None, device
     ds.lo, ds.hi = split[sc.rank], split[sc.rank + 1]
     ds._open_store()
     att = _snap.Attach(d, m, sc.rank, sc.size, bool(box[0]), _balanced(ds.total, sc.size))
-    try:
+    def fill():
         _comm.run_agreed(ds.comm, att.plan, f"{what}: sizes")
         att.init(ds.ddstore)
         _comm.run_agreed(ds.comm, lambda: att.fill(ds.ddstore), f"{what}: reading")
-    except BaseException:
-        try:
-            ds.ddstore.free()
-        except Exception:  # noqa: BLE001 - the original error matters
-            pass
-        ds.ddstore = None
-        raise
+    try:
+        ds._fill_or_free(fill)
     finally:
         att.close()
     ds.attach_report = {"bytes_read": att.bytes_read(), "seconds": time.monotonic() - t0,

@@ -256,6 +256,20 @@ class DistDataset(_Stored):
             raise
         self.ddstore = store
 
+    def _fill_or_free(self, fill):
+        """Collective: fill() loads the shards of self.ddstore; on any error
+        (agreed inside fill) the store is freed on every rank, nothing stays
+        half-loaded, and the error is raised."""
+        try:
+            fill()
+        except BaseException:
+            try:
+                self.ddstore.free()
+            except Exception:  # noqa: BLE001 - the original error matters
+                pass
+            self.ddstore = None
+            raise
+
     def _finish(self):
         """Collective, once the shards are in: method 2's meta file, then
         the reading side."""

@@ -162,15 +162,7 @@ def build(cls, open_source, name, comm=None, what="", ddstore_width=None, device
         if ds._pack_opt:
             ds._pack = _pk.layout_of(name, ds.schema)
         ds._open_store()
-        try:
-            _load(ds, src, plan, what)
-        except BaseException:
-            try:
-                ds.ddstore.free()
-            except Exception:  # noqa: BLE001 - the original error matters
-                pass
-            ds.ddstore = None
-            raise
+        ds._fill_or_free(lambda: _load(ds, src, plan, what))
     finally:
         src.close()
     ds.ingest_report = _report(ds, plan.bytes, time.monotonic() - t0, what)
