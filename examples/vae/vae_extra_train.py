@@ -8,6 +8,7 @@ The fields come from the core job's {name}.meta.json; at the end rank 0
 writes {handshake_dir}/{name}.done so the core job stops serving.
 """
 import argparse
+import gc
 import os
 import sys
 import time
@@ -59,6 +60,12 @@ def main(argv=None):
             loader.close()
         trainset.free()
         torch.distributed.barrier()
+        # DDP's reducer holds the process group: drop the model (and its
+        # reference cycles) now, so that gloo's threads end with the group in
+        # d.close(), not during interpreter exit (where one of them, taking
+        # the GIL to release a tensor, aborted the process once)
+        del model, loader
+        gc.collect()
         if d.rank == 0:
             with open(os.path.join(hs, f"{vc.TRAIN_NAME}.done"), "w") as f:
                 f.write("done\n")
