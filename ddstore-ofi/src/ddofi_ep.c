@@ -405,10 +405,8 @@ static void *progress_main(void *arg)
     const ddofi_quirk_t *q = ep->fab->quirk;
     /* Fine-grained sleeps for the backoff (default slack is 50 us). */
     prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
-    uint64_t max_us = q->backoff_max_us ? q->backoff_max_us : 1000;
-    size_t v = 0;
-    if (ddofi_param_get_size("BACKOFF_MAX_US", &v) == 0 && v)
-        max_us = v;
+    uint64_t max_us = ep->backoff_max_us ? ep->backoff_max_us
+                      : q->backoff_max_us ? q->backoff_max_us : 1000;
     const uint64_t max_ns = max_us * 1000, min_ns = max_ns < 2000 ? max_ns : 2000;
     uint64_t backoff = min_ns;
     uint64_t idle_cost = UINT64_MAX; /* cheapest empty progress call seen */
@@ -570,6 +568,23 @@ static int park_ms(size_t *ms_p)
                            ddofi_param_label("PARK_MS", lbl, sizeof lbl), ms);
     }
     *ms_p = ms;
+    return 0;
+}
+
+/* BACKOFF_MAX_US, checked when the endpoint opens like PARK_MS (it was
+ * read in the thread, where a bad value fell back to the default). */
+static int backoff_max_us(size_t *us_p)
+{
+    size_t us = 0;
+    int rc = ddofi_param_get_size("BACKOFF_MAX_US", &us);
+    if (rc)
+        return rc;
+    if (us > 1000000) {
+        char lbl[64];
+        return ddofi_error(-DDOFI_ECONFIG, "%s=%zu: at most 1000000 (a second, in us)",
+                           ddofi_param_label("BACKOFF_MAX_US", lbl, sizeof lbl), us);
+    }
+    *us_p = us;
     return 0;
 }
 
@@ -806,7 +821,8 @@ int ddofi_ep_open(ddofi_fabric_t *f, const ddofi_ep_params_t *params, ddofi_ep_t
     }
     ep->fence = !(flags & DDOFI_EP_SERVE) && !(f->quirk->flags & DDOFI_Q_KEEP_EP);
     ep->bell_fd = -1;
-    if ((rc = wait_mode(f, &ep->wait_mode)) != 0 || (rc = park_ms(&ep->park_ms)) != 0)
+    if ((rc = wait_mode(f, &ep->wait_mode)) != 0 || (rc = park_ms(&ep->park_ms)) != 0 ||
+        (rc = backoff_max_us(&ep->backoff_max_us)) != 0)
         goto fail;
     if (f->quirk->flags & DDOFI_Q_SINGLE_NODE) {
         /* Readers ring their peers' bells; a server with a thread that

@@ -235,6 +235,7 @@ struct ddofi_ep {
     int cq_wait_fd;                /* CQ opened with FI_WAIT_FD            */
     ddofi_quirk_wait_t wait_mode;  /* how a progress thread sleeps         */
     size_t park_ms;                /* PARK_MS (bell wait)                  */
+    size_t backoff_max_us;         /* BACKOFF_MAX_US (0: the quirk's)      */
     _Atomic long mr_refs;          /* MRs bound to it                       */
     /* direct CMA reads (quirk DDOFI_Q_CMA): 1 usable, 0 off/refused */
     _Atomic int cma;

@@ -187,7 +187,7 @@ static int bad(const char *var, int from_env, const char *text, const char *want
 
 GETTER(ddofi_param_get_bool, DDOFI_PARAM_BOOL, int, ddofi_parse_bool, "0 or 1")
 GETTER(ddofi_param_get_size, DDOFI_PARAM_SIZE, size_t, ddofi_parse_size,
-       "a byte count or count (e.g. 1048576, 64K, 1M, 1G)")
+       "an integer >= 0 (suffixes K, M, G: e.g. 50, 1048576, 64K, 1M)")
 GETTER(ddofi_param_get_double, DDOFI_PARAM_DOUBLE, double, ddofi_parse_double,
        "seconds (e.g. 120, 0.5, inf)")
 

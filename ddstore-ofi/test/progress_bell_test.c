@@ -307,13 +307,16 @@ static void test_backoff_never_parks(void)
     T_EQ_INT(stop(&s, &secs), 0);
 }
 
-/* Bad PARK_MS / PROGRESS_WAIT values fail the endpoint's open, naming the
- * variable; the fabric stays usable. */
+/* Bad PARK_MS / BACKOFF_MAX_US / PROGRESS_WAIT values fail the endpoint's
+ * open, naming the variable; the fabric stays usable. */
 static void test_bad_settings(ddofi_fabric_t *f)
 {
     static const struct { const char *var, *val, *says; } bad[] = {
         {"DDOFI_PARK_MS", "soon", "DDOFI_PARK_MS"},
         {"DDOFI_PARK_MS", "99999999", "at most"},
+        {"DDOFI_PARK_MS", "-1", "an integer >= 0"},       /* not "a byte count" */
+        {"DDOFI_BACKOFF_MAX_US", "-1", "DDOFI_BACKOFF_MAX_US"},  /* was accepted */
+        {"DDOFI_BACKOFF_MAX_US", "5000000", "at most"},
         {"DDOFI_PROGRESS_WAIT", "sometimes", "DDOFI_PROGRESS_WAIT"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {

@@ -57,7 +57,8 @@
       "methods 1/2 over ofi_rxm (tcp, verbs): receive buffers (16 KiB each) "  \
       "an endpoint posts, set as FI_OFI_RXM_MSG_RX_SIZE before libfabric "     \
       "starts unless that is set (libfabric's default, 4096, costs 64 MiB "    \
-      "an endpoint; reads use none); 0 leaves libfabric's default")
+      "an endpoint; reads use none); 0 leaves libfabric's default; at most "  \
+      "4096")
 
 typedef struct ddofi_tr_settings {
     DDS_SETTINGS_FIELDS(DDOFI_TR_SETTINGS)

@@ -173,9 +173,15 @@ int ddofi_tr_env_prepare(const ddofi_tr_settings_t *given)
      * 16 KiB on each endpoint's shared receive queue, 4096 by default: 64
      * MiB an endpoint, for messages that reads never send.  Read by the
      * provider when libfabric starts; the user's value wins. */
-    if (given->rx_buffers < 0)
-        return dds_error(-DDS_ECONFIG, "DDSTORE_OFI_RX_BUFFERS=%lld: must be >= 0 (0: "
-                         "libfabric's default)", (long long)given->rx_buffers);
+    /* at most libfabric's own default: 16 KiB each on every endpoint, so
+     * 16,384 of them already cost 256 MiB an endpoint (OOM-killed in a 3 GiB
+     * cgroup), and ofi_rxm refuses more than 65,536 with a message that
+     * names no setting */
+    if (given->rx_buffers < 0 || given->rx_buffers > 4096)
+        return dds_error(-DDS_ECONFIG, "DDSTORE_OFI_RX_BUFFERS=%lld: must be 0 "
+                         "(libfabric's default) to 4096 (receive buffers of 16 KiB on "
+                         "every endpoint: 4096 is 64 MiB an endpoint)",
+                         (long long)given->rx_buffers);
     if (given->rx_buffers > 0 && !getenv("FI_OFI_RXM_MSG_RX_SIZE")) {
         char v[32];
         snprintf(v, sizeof v, "%lld", (long long)given->rx_buffers);

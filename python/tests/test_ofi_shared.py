@@ -210,7 +210,7 @@ def _env_after_import(top, extra):
     return out.stdout.strip()
 
 
-def test_rx_buffers_setting(top):
+def test_rx_buffers_setting(top, tmp_path):
     """DDSTORE_OFI_RX_BUFFERS sizes ofi_rxm's receive queue (64 by default),
     never over the user's own FI_OFI_RXM_MSG_RX_SIZE; 0 leaves libfabric's."""
     assert _env_after_import(top, {}) == "64"
@@ -218,6 +218,22 @@ def test_rx_buffers_setting(top):
     assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "0"}) == "unset"
     assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "-3"}) == "unset"
     assert _env_after_import(top, {"FI_OFI_RXM_MSG_RX_SIZE": "300"}) == "300"
+    # above the bound: never forwarded (ofi_rxm refused it naming no setting, and
+    # 16,384-65,536 were OOM-killed first); the store names the variable
+    assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "70000"}) == "unset"
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_"))}
+    env.update(PYTHONPATH=top, DDSTORE_OFI_RX_BUFFERS="70000", DDSTORE_FABRIC="tcp")
+    code = ("import pyddstore\n"
+            "try:\n"
+            "    pyddstore.PyDDStore(pyddstore.FileComm(%r, 0, 1, 'rx'), method=1)\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n") % str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120).stdout
+    assert "DDSTORE_OFI_RX_BUFFERS=70000" in out and "4096" in out, out
 
 
 def test_closing_a_store_while_another_is_read_from_threads(fabric):
