@@ -18,13 +18,16 @@
 
 static int open_method(const ddstore_open_params_t *p, int *method_p)
 {
-    if (!(p->field_mask & DDSTORE_OPEN_FIELD_METHOD)) {
-        /* the settings read once by ddstore_open, else the environment */
-        if ((p->field_mask & DDSTORE_OPEN_FIELD_SETTINGS) && p->settings)
-            return ddstore_method_check(p->settings->method, method_p);
-        return ddstore_method_from_env(method_p);
-    }
-    *method_p = p->method;
+    /* DDSTORE_METHOD: the settings read once by ddstore_open, else the
+     * environment; checked even when the caller gives the method (which
+     * wins), as every setting is: a bad value fails the creation */
+    int env_method = 0;
+    int rc = (p->field_mask & DDSTORE_OPEN_FIELD_SETTINGS) && p->settings
+                 ? ddstore_method_check(p->settings->method, &env_method)
+                 : ddstore_method_from_env(&env_method);
+    if (rc < 0)
+        return rc;
+    *method_p = (p->field_mask & DDSTORE_OPEN_FIELD_METHOD) ? p->method : env_method;
     return 0;
 }
 

@@ -49,6 +49,9 @@ def test_unknown_method_lists_the_table(monkeypatch):
     monkeypatch.setenv("DDSTORE_METHOD", str(bad))
     with pytest.raises(ValueError, match=f"DDSTORE_METHOD='{bad}'"):
         _core.method_from_env()
+    # checked even when method= is given (it was ignored then: issue 36 item 5)
+    with pytest.raises(ValueError, match=f"DDSTORE_METHOD='{bad}'"):
+        pyddstore.PyDDStore(None, method=0)
     monkeypatch.setenv("DDSTORE_METHOD", "1")
     assert _core.method_from_env() == 1
 
