@@ -60,7 +60,7 @@ static dds_config_type_t core_type(ddofi_param_type_t t)
 {
     switch (t) {
     case DDOFI_PARAM_BOOL: return DDS_CONFIG_BOOL;
-    case DDOFI_PARAM_SIZE: return DDS_CONFIG_INT;
+    case DDOFI_PARAM_SIZE: return DDS_CONFIG_SIZE; /* a count >= 0, as the library parses it */
     case DDOFI_PARAM_DOUBLE: return DDS_CONFIG_DOUBLE;
     case DDOFI_PARAM_ENUM: return DDS_CONFIG_ENUM;
     case DDOFI_PARAM_STRING: break;

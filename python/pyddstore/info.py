@@ -36,9 +36,22 @@ def summary():
     return "\n".join(lines)
 
 
+def _current(e):
+    """The variable's value as set, flagged when its declaration refuses it
+    (what creating a store would fail with)."""
+    v = os.environ.get(e["name"])
+    if v is None:
+        return "(unset)"
+    try:
+        _core.config_get(e["name"])
+    except (ValueError, TypeError, OverflowError) as err:
+        return f"{v}  INVALID: {err}"
+    return v
+
+
 def env_table():
     return "\n".join(f"{e['name']:32s} default={e['default'] or '(unset)'!s:12s} "
-                     f"current={os.environ.get(e['name'], '(unset)')}  [{e['library']}] "
+                     f"current={_current(e)}  [{e['library']}] "
                      f"{e['help']}" for e in _core.config_entries())
 
 

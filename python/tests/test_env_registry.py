@@ -315,3 +315,26 @@ def test_local_rank_same_launchers_as_ofi(monkeypatch):
     assert env.local_rank() == 3
     monkeypatch.setenv("PALS_LOCAL_RANKID", "5")     # earlier in the list: wins
     assert env.local_rank() == 5
+
+
+@pytest.mark.parametrize("var,value", [("DDSTORE_PROGRESS", "abc"),
+                                       ("DDSTORE_READ_TIMEOUT_S", "0"),
+                                       ("DDSTORE_OFI_PARK_MS", "-1")])
+def test_info_flags_a_value_its_declaration_refuses(var, value):
+    """`./ddstore info` printed current=abc for a bad value without a word
+    (issue 36 item 5): now the value is marked INVALID with the reason a
+    store's creation would give; a good value is not."""
+    import subprocess
+    import sys
+    import pyddstore
+    if var.startswith("DDSTORE_OFI_") and not pyddstore.HAVE_OFI:
+        pytest.skip("built without libfabric (HAVE_OFI False): no DDSTORE_OFI_* setting")
+    env = dict(os.environ, **{var: value})
+    out = subprocess.run([sys.executable, "-m", "pyddstore.info", "--env"], env=env,
+                         capture_output=True, text=True, timeout=120).stdout
+    line = next(ln for ln in out.splitlines() if ln.startswith(var + " "))
+    assert f"current={value}  INVALID: {var}=" in line, line
+    good = subprocess.run([sys.executable, "-m", "pyddstore.info", "--env"],
+                          env=dict(os.environ, **{var: "1"}), capture_output=True,
+                          text=True, timeout=120).stdout
+    assert "INVALID" not in next(ln for ln in good.splitlines() if ln.startswith(var + " "))
