@@ -226,8 +226,12 @@ int ddofi_tr_reader_ready(ddofi_tr_reader_t *r)
     if (r->flags != DDS_READER_FORKED && was != 0) {
         return dds_error(-DDS_EINVAL,
                          "this reader was opened in process %d and cannot be used in "
-                         "process %d (after fork): open a reader for forked processes "
-                         "(PyDDStore.fork_reader(), DDS_READER_FORKED) in the child",
+                         "process %d (after fork): set DDSTORE_FORK_WORKERS=1 before "
+                         "libfabric starts (the job script, or os.environ before "
+                         "importing pyddstore), so that the store's reads in a forked "
+                         "process (DataLoader workers) open a reader of their own; or "
+                         "open one there yourself (PyDDStore.fork_reader(), "
+                         "DDS_READER_FORKED)",
                          (int)was, (int)me);
     }
     pthread_mutex_lock(&r->open_lock);

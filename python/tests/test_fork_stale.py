@@ -237,3 +237,31 @@ def test_readers_opened_before_free(mstore):
     if s.method != 0:
         thread_reader.close()
         fork_reader.close()
+
+
+@pytest.mark.skipif(not pyddstore.HAVE_OFI,
+                    reason="method 1 needs libfabric; this build has none (HAVE_OFI False)")
+def test_forked_read_without_fork_workers_names_the_setting(monkeypatch):
+    """A PyDDStore's own read of a peer's row in a forked process without
+    DDSTORE_FORK_WORKERS=1 is an error that names the one setting that fixes
+    it (issue 36 item 5; it named only fork_reader())."""
+    monkeypatch.setenv("DDSTORE_FABRIC", "tcp")
+    monkeypatch.delenv("DDSTORE_FORK_WORKERS", raising=False)
+    s = pyddstore.PyDDStore(None, method=1)
+    try:
+        s.add("x", _rows(s.rank, 1))
+        peer = (s.rank + 1) % s.size
+
+        def body():
+            out = np.zeros((1, DISP), np.int64)
+            s.get("x", out, peer * N)
+            return out.tolist()
+        go, result = _in_child(body)
+        go()
+        got = result()
+        if s.size == 1:
+            assert got.startswith("ok "), got          # own rows: no reader needed
+        else:
+            assert "DDSTORE_FORK_WORKERS=1" in got and "fork_reader()" in got, got
+    finally:
+        s.free()
