@@ -240,6 +240,10 @@ int ddofi_settings_resolve(const ddofi_fabric_params_t *p, ddofi_settings_t *s)
     const char *map = (m & DDOFI_FABRIC_FIELD_NIC_MAP) ? p->nic_map : NULL;
     char iface_src[48] = "iface parameter";
     char map_src[48] = "nic_map parameter";
+    if ((m & DDOFI_FABRIC_FIELD_IFACE_SOURCE) && p->iface_source && *p->iface_source) {
+        snprintf(iface_src, sizeof iface_src, "%s", p->iface_source);
+        snprintf(map_src, sizeof map_src, "%s", p->iface_source);
+    }
     if (!(iface && *iface) && !(map && *map)) {
         GET(string, "IFACE", &iface);
         if (ddofi_param_env_name("IFACE", iface_src, sizeof iface_src))

@@ -24,6 +24,12 @@ static const dds_config_entry_t ddofi_tr_config_table[] = {
 
 static DDS_SETTINGS_READER(read_tr_settings, ddofi_tr_settings_t, DDOFI_TR_SETTINGS)
 
+/* each setting's variable, by field: tr_name_<field> (for messages) */
+#define TR_NAME_(f, name, type, def, choices, owner, help) \
+    static const char tr_name_##f[] __attribute__((unused)) = name;
+DDOFI_TR_SETTINGS(TR_NAME_)
+#undef TR_NAME_
+
 int ddofi_tr_settings_read(ddofi_tr_settings_t *s)
 {
     ddofi_transport_register_config();
@@ -228,19 +234,24 @@ int ddofi_tr_read_settings(const ddofi_tr_t *t, const ddofi_transport_params_t *
         p->provider = tp->provider;
     }
     int named_iface = 0;
+    /* messages name what the user set: the argument or the variable */
+    p->field_mask |= DDOFI_FABRIC_FIELD_IFACE_SOURCE;
     if (tp && (tp->field_mask & DDOFI_TRANSPORT_FIELD_NIC_MAP) && tp->nic_map &&
         tp->nic_map[0]) {
         p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
         p->nic_map = tp->nic_map;
+        p->iface_source = "nic_map argument";
         named_iface = 1;
     }
     if (!named_iface && set->iface && *set->iface) {
         p->field_mask |= DDOFI_FABRIC_FIELD_IFACE;
         p->iface = set->iface;
+        p->iface_source = tr_name_iface;
         named_iface = 1;
     } else if (!named_iface && set->nic_map && *set->nic_map) {
         p->field_mask |= DDOFI_FABRIC_FIELD_NIC_MAP;
         p->nic_map = set->nic_map;
+        p->iface_source = tr_name_nic_map;
         named_iface = 1;
     }
     if (!(p->field_mask & DDOFI_FABRIC_FIELD_PROVIDER)) {

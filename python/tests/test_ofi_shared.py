@@ -268,3 +268,24 @@ def test_closing_a_store_while_another_is_read_from_threads(fabric):
         if gone is not None:
             gone.free()
         keep.free()
+
+
+@pytest.mark.parametrize("var,value,says", [
+    ("FABRIC_IFACE", "nosuch0", '"nosuch0" (from FABRIC_IFACE)'),
+    ("DDSTORE_NIC_MAP", "1:foo", 'DDSTORE_NIC_MAP="1:foo" has no entry for local rank 0')])
+def test_interface_errors_name_the_variable(top, tmp_path, var, value, says):
+    """An interface that does not fit names the variable it came from (they said
+    "iface parameter" / "nic_map parameter": issue 36 item 5)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_", "SLURM_"))}
+    env.update({"PYTHONPATH": top, var: value, "DDSTORE_FABRIC": "tcp"})
+    code = ("import pyddstore\n"
+            "try:\n"
+            "    pyddstore.PyDDStore(pyddstore.FileComm(%r, 0, 1, 'if'), method=1).free()\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n") % str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120).stdout
+    assert out.startswith("ValueError") and says in out, out

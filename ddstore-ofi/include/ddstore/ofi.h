@@ -228,7 +228,8 @@ enum {
     DDOFI_FABRIC_FIELD_MAX_READ_BYTES = 1u << 7,
     DDOFI_FABRIC_FIELD_READ_TIMEOUT = 1u << 8,
     DDOFI_FABRIC_FIELD_PROGRESS = 1u << 9,
-    DDOFI_FABRIC_FIELD_MAX_OUTSTANDING = 1u << 10
+    DDOFI_FABRIC_FIELD_MAX_OUTSTANDING = 1u << 10,
+    DDOFI_FABRIC_FIELD_IFACE_SOURCE = 1u << 11
 };
 
 enum {
@@ -286,6 +287,10 @@ typedef struct ddofi_fabric_params {
     /* MAX_OUTSTANDING: reads in flight per ddofi_read call
      * (default 0 = the endpoint's transmit queue size). */
     size_t max_outstanding;
+    /* What the caller calls the iface / nic_map it gives, in messages (an
+     * environment variable of its own, "FABRIC_IFACE"; default "iface
+     * parameter" / "nic_map parameter"). */
+    const char *iface_source;
 } ddofi_fabric_params_t;
 
 /* Choose a provider and domain and open them.
