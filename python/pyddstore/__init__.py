@@ -19,6 +19,16 @@ import os as _os
 _os.environ.setdefault("IPATH_NO_BACKTRACE", "1")
 _os.environ.setdefault("HFI_NO_BACKTRACE", "1")
 
+# The package's own libddstore.so first: the extension modules name it by its
+# bare SONAME and find it through RUNPATH $ORIGIN, which the dynamic linker
+# searches after LD_LIBRARY_PATH, so another build's libddstore.so there
+# would win ("undefined symbol" at import, or two builds mixed).  Loaded
+# here by path, it is the one their lookup by SONAME finds already loaded.
+_own_lib = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "libddstore.so")
+if _os.path.exists(_own_lib):
+    import ctypes as _ctypes
+    _ctypes.CDLL(_own_lib)
+
 # Importing _core applies the libfabric settings read when libfabric starts
 # (libddstore's ddstore_env_prepare: FI_CXI_DISABLE_HOST_REGISTER=1 unless
 # set; FI_MR_CACHE_MONITOR=memhooks under DDSTORE_FORK_WORKERS=1), before

@@ -238,6 +238,29 @@ def test_ctrl_c_without_mpi_raises_keyboard_interrupt(top, tmp_path, method):
     assert p.returncode == 0, err
 
 
+def test_another_libddstore_on_ld_library_path_is_not_used(top, tmp_path):
+    """Issue 36 item 6: a libddstore.so of another build on LD_LIBRARY_PATH
+    (searched before the modules' RUNPATH) made the import fail with
+    "undefined symbol" (or mixed two builds); the package loads its own."""
+    import shutil
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc, "no C compiler (./ddstore setup installs build-essential)"
+    src = tmp_path / "f.c"
+    src.write_text("int not_ddstore(void) { return 1; }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libddstore.so", "-o",
+                    str(tmp_path / "libddstore.so"), str(src)], check=True)
+    out = ok(top, """
+        import pyddstore, numpy as np
+        libs = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libddstore" in l})
+        print("LIBS", libs)
+        s = pyddstore.PyDDStore(None, method=3 if 3 in [r["method"] for r in
+                                pyddstore._core.backends()] else 0)
+        s.free()
+    """, env_extra={"LD_LIBRARY_PATH": str(tmp_path)})
+    line = next(ln for ln in out.splitlines() if ln.startswith("LIBS"))
+    assert str(tmp_path) not in line and "pyddstore/libddstore.so" in line, line
+
+
 @pytest.mark.skipif(not pyddstore.HAVE_MPI, reason="needs an MPI build")
 def test_forked_child_leaves_the_parents_store_alone(top):
     """A forked child inherits the store; it must not destroy it (collective)
