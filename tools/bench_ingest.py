@@ -255,9 +255,11 @@ def rank_attach(snap, out, width=None):
     first = time.perf_counter() - t0
     del it
     rep = ds.attach_report
-    shard = sum(len(ds.ddstore._local_view(v)[0]) + (
-        0 if ds.ddstore._local_view(v)[1] is None else len(ds.ddstore._local_view(v)[1]))
-        for v in ds._vars_of(ds.schema.fields))
+    shard = 0
+    for v in ds._vars_of(ds.schema.fields):
+        rows, index = ds.ddstore._local_view(v)
+        shard += len(rows) + (0 if index is None else len(index))
+        del rows, index
     every = c.gather((dt, first, rep["bytes_read"], shard), root=0)
     ds.free()
     if c.rank == 0:
