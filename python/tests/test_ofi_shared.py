@@ -210,6 +210,24 @@ def _env_after_import(top, extra):
     return out.stdout.strip()
 
 
+def _store_error(top, tmp_path, extra):
+    """What creating a one-rank method-1 store over tcp raises in a fresh
+    interpreter with `extra` set (the inherited settings removed): "Type
+    message", or "" when it was created (and freed)."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_", "SLURM_"))}
+    env.update(extra, PYTHONPATH=top, DDSTORE_FABRIC="tcp")
+    code = ("import pyddstore\n"
+            "try:\n"
+            "    pyddstore.PyDDStore(pyddstore.FileComm(%r, 0, 1, 'e'), method=1).free()\n"
+            "except Exception as e:\n"
+            "    print(type(e).__name__, e)\n") % str(tmp_path)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120).stdout
+
+
 def test_rx_buffers_setting(top, tmp_path):
     """DDSTORE_OFI_RX_BUFFERS sizes ofi_rxm's receive queue (64 by default),
     never over the user's own FI_OFI_RXM_MSG_RX_SIZE; 0 leaves libfabric's."""
@@ -221,18 +239,7 @@ def test_rx_buffers_setting(top, tmp_path):
     # above the bound: never forwarded (ofi_rxm refused it naming no setting, and
     # 16,384-65,536 were OOM-killed first); the store names the variable
     assert _env_after_import(top, {"DDSTORE_OFI_RX_BUFFERS": "70000"}) == "unset"
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_"))}
-    env.update(PYTHONPATH=top, DDSTORE_OFI_RX_BUFFERS="70000", DDSTORE_FABRIC="tcp")
-    code = ("import pyddstore\n"
-            "try:\n"
-            "    pyddstore.PyDDStore(pyddstore.FileComm(%r, 0, 1, 'rx'), method=1)\n"
-            "except Exception as e:\n"
-            "    print(type(e).__name__, e)\n") % str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120).stdout
+    out = _store_error(top, tmp_path, {"DDSTORE_OFI_RX_BUFFERS": "70000"})
     assert "DDSTORE_OFI_RX_BUFFERS=70000" in out and "4096" in out, out
 
 
@@ -276,16 +283,5 @@ def test_closing_a_store_while_another_is_read_from_threads(fabric):
 def test_interface_errors_name_the_variable(top, tmp_path, var, value, says):
     """An interface that does not fit names the variable it came from (they said
     "iface parameter" / "nic_map parameter": issue 36 item 5)."""
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("FI_", "DDSTORE_", "OMPI_", "PMIX_", "SLURM_"))}
-    env.update({"PYTHONPATH": top, var: value, "DDSTORE_FABRIC": "tcp"})
-    code = ("import pyddstore\n"
-            "try:\n"
-            "    pyddstore.PyDDStore(pyddstore.FileComm(%r, 0, 1, 'if'), method=1).free()\n"
-            "except Exception as e:\n"
-            "    print(type(e).__name__, e)\n") % str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120).stdout
+    out = _store_error(top, tmp_path, {var: value})
     assert out.startswith("ValueError") and says in out, out

@@ -21,6 +21,18 @@ def need(module, extra, what):
             f"({e})") from None
 
 
+def check_prefix(path, what, lo, got, start, counts):
+    """A file's per-sample starts `got` (samples lo, lo+1, ...) against
+    `start` + the prefix sums of `counts`: ValueError naming `what` (the
+    starts' variable) and the first sample that disagrees."""
+    want = start + np.concatenate(([0], np.cumsum(counts[:-1])))
+    bad = np.flatnonzero(got != want)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{path}: '{what}'[{lo + i}] is {int(got[i])}, but the counts "
+                         f"before it sum to {int(want[i])}")
+
+
 class Key:
     """One key (field) of a file's samples.
 

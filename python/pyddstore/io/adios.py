@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from ._source import Key, Source, need
+from ._source import Key, Source, check_prefix, need
 
 _TYPES = {"double": "float64", "float": "float32", "int32_t": "int32", "int64_t": "int64",
           "uint8_t": "uint8"}
@@ -134,14 +134,10 @@ class AdiosSource(Source):
     def check_starts(self, key, lo, hi, start, counts):
         if hi <= lo:
             return
+        name = f"{self.label}/{key.key}/variable_offset"
         got = np.empty(hi - lo, dtype=np.int64)
-        self._get(f"{self.label}/{key.key}/variable_offset", [lo], [hi - lo], got)
-        want = start + np.concatenate(([0], np.cumsum(counts[:-1])))
-        bad = np.flatnonzero(got != want)
-        if bad.size:
-            i = int(bad[0])
-            raise _bad(self.path, f"'{self.label}/{key.key}/variable_offset'[{lo + i}] is "
-                       f"{int(got[i])}, but the counts before it sum to {int(want[i])}")
+        self._get(name, [lo], [hi - lo], got)
+        check_prefix(self.path, name, lo, got, start, counts)
 
     def read(self, key, start, n, out):
         s = [0] * len(key.shape)

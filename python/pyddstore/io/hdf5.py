@@ -29,7 +29,7 @@ import os
 
 import numpy as np
 
-from ._source import DTYPES, Key, Source, need
+from ._source import DTYPES, Key, Source, check_prefix, need
 
 
 def _h5py():
@@ -203,12 +203,7 @@ class Hdf5Source(Source):
             return
         got = np.empty(hi - lo, dtype=np.int64)
         self._read(off, np.s_[lo:hi], got, self._name(key, "offsets"))
-        want = start + np.concatenate(([0], np.cumsum(counts[:-1])))
-        bad = np.flatnonzero(got != want)
-        if bad.size:
-            i = int(bad[0])
-            raise _bad(self.path, f"'{self._name(key, 'offsets')}'[{lo + i}] is {int(got[i])}, "
-                       f"but the counts before it sum to {int(want[i])}")
+        check_prefix(self.path, self._name(key, "offsets"), lo, got, start, counts)
 
     def read(self, key, start, n, out):
         sel = tuple(slice(start, start + n) if d == key.dim else slice(None)
