@@ -45,6 +45,18 @@ def require_method(m, comm=None):
         pytest.skip(f"method {m} needs libfabric (HAVE_OFI False)")
 
 
+def on_rank0(comm, fn):
+    """fn() on rank 0 (writing a shared file); its failure fails every rank,
+    never leaving the others in a barrier that rank 0 does not reach."""
+    err = None
+    if comm.Get_rank() == 0:
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001 - agreed below
+            err = e
+    assert_all(comm, err is None, f"on rank 0: {err!r}")
+
+
 _TMP = {}
 
 

@@ -25,7 +25,8 @@ import pyddstore  # noqa: E402
 import pyddstore.io as pio  # noqa: E402
 from pyddstore.torch import DistDataset, ThreadDataLoader  # noqa: E402
 
-from _torch_util import assert_all, require_method, shared_tmpdir, world  # noqa: E402
+from _torch_util import (assert_all, on_rank0, require_method, shared_tmpdir,  # noqa: E402
+                         world)
 
 N = 29
 
@@ -58,11 +59,11 @@ def bp():
     comm = world()
     d = shared_tmpdir(comm, "adios")
     path = os.path.join(d, "graphs.bp")
-    if comm.Get_rank() == 0:
+    def write():
         pio.write_adios(path, "trainset", [sample(i) for i in range(N)])
         pio.write_adios(os.path.join(d, "one.bp"), "trainset",
                         [sample(i) for i in range(1, 1 + comm.Get_size())])
-    comm.Barrier()
+    on_rank0(comm, write)
     return path
 
 
@@ -153,9 +154,7 @@ def test_more_ranks_than_samples_is_an_error_on_every_rank(bp):
     if comm.Get_size() == 1:
         pytest.skip("needs 2 ranks or more (fewer samples than ranks)")
     p = os.path.join(os.path.dirname(bp), "few.bp")
-    if comm.Get_rank() == 0:
-        pio.write_adios(p, "t", [sample(3)] * (comm.Get_size() - 1))
-    comm.Barrier()
+    on_rank0(comm, lambda: pio.write_adios(p, "t", [sample(3)] * (comm.Get_size() - 1)))
     _raises_everywhere(comm, ValueError, "every rank must own at least one sample",
                        lambda: DistDataset.from_adios(p, "t", comm))
 
@@ -164,9 +163,7 @@ def test_more_ranks_than_samples_is_an_error_on_every_rank(bp):
 def _bad(comm, name, write):
     d = shared_tmpdir(comm, "adios-bad")
     p = os.path.join(d, name)
-    if comm.Get_rank() == 0 and not os.path.exists(p):
-        write(p)
-    comm.Barrier()
+    on_rank0(comm, lambda: os.path.exists(p) or write(p))
     return p
 
 
@@ -252,9 +249,7 @@ def test_a_file_that_differs_between_ranks(bp):
         pytest.skip("needs 2 ranks: rank 1 opens another file")
     d = os.path.dirname(bp)
     other = os.path.join(d, "other.bp")
-    if comm.Get_rank() == 0:
-        pio.write_adios(other, "trainset", [sample(i) for i in range(N + 1)])
-    comm.Barrier()
+    on_rank0(comm, lambda: pio.write_adios(other, "trainset", [sample(i) for i in range(N + 1)]))
     path = other if comm.Get_rank() == 1 else bp
     _raises_everywhere(comm, ValueError, "rank 1 sees another file than rank 0",
                        lambda: DistDataset.from_adios(path, "trainset", comm))

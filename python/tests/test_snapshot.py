@@ -28,7 +28,8 @@ import pyddstore  # noqa: E402
 from pyddstore import snapshot as snap  # noqa: E402
 from pyddstore.torch import DistDataset  # noqa: E402
 
-from _torch_util import assert_all, require_method, shared_tmpdir, world  # noqa: E402
+from _torch_util import (assert_all, on_rank0, require_method, shared_tmpdir,  # noqa: E402
+                         world)
 
 N = 41
 
@@ -146,9 +147,7 @@ def test_from_adios_then_attach():
     path = os.path.join(d, "mols.bp")
     samples = [{"pos": np.full((i % 4, 3), i, np.float32), "smiles": "C" * (i % 5),
                 "energy": np.array([i * 1.0])} for i in range(N)]
-    if comm.Get_rank() == 0:
-        pio.write_adios(path, "train", samples)
-    comm.Barrier()
+    on_rank0(comm, lambda: pio.write_adios(path, "train", samples))
     src = DistDataset.from_adios(path, "train", comm)
     s = _dir(comm, "adios")
     src.save(s)
@@ -212,17 +211,13 @@ def _raises_everywhere(comm, exc, match, fn):
                f"expected {exc.__name__} '{match}', got {type(err).__name__}: {err}")
 
 
-def _on_rank0(comm, fn):
-    if comm.Get_rank() == 0:
-        fn()
-    comm.Barrier()
 
 
 def test_truncated(want):
     comm = world()
     d = _saved(comm, "trunc")
     f = os.path.join(d, snap.file_name(0))
-    _on_rank0(comm, lambda: os.truncate(f, os.path.getsize(f) - 100))
+    on_rank0(comm, lambda: os.truncate(f, os.path.getsize(f) - 100))
     _raises_everywhere(comm, ValueError, "truncated", lambda: DistDataset.attach(d, comm))
     # the job goes on: another snapshot attaches
     d2 = _saved(comm, "after-trunc")
@@ -244,7 +239,7 @@ def test_tampered():
             b = fh.read(1)
             fh.seek(at)
             fh.write(bytes([b[0] ^ 0xFF]))
-    _on_rank0(comm, flip)
+    on_rank0(comm, flip)
     _raises_everywhere(comm, ValueError, "does not match its checksum",
                        lambda: DistDataset.attach(d, comm))
     # verify=False (DDSTORE_SNAPSHOT_VERIFY=0) reads it: the check is what caught it
@@ -259,16 +254,16 @@ def test_foreign_and_stale():
     comm = world()
     a, b = _saved(comm, "fa"), _saved(comm, "fb")
     # a rank file of another snapshot (same size: saved alike)
-    _on_rank0(comm, lambda: shutil.copyfile(os.path.join(b, snap.file_name(0)),
+    on_rank0(comm, lambda: shutil.copyfile(os.path.join(b, snap.file_name(0)),
                                             os.path.join(a, snap.file_name(0))))
     _raises_everywhere(comm, ValueError, "belongs to another snapshot",
                        lambda: DistDataset.attach(a, comm))
     # no manifest: an interrupted save
-    _on_rank0(comm, lambda: os.unlink(os.path.join(b, snap.MANIFEST)))
+    on_rank0(comm, lambda: os.unlink(os.path.join(b, snap.MANIFEST)))
     _raises_everywhere(comm, FileNotFoundError, snap.MANIFEST,
                        lambda: DistDataset.attach(b, comm))
     # a manifest of another kind of file
-    _on_rank0(comm, lambda: open(os.path.join(b, snap.MANIFEST), "w").write('{"format": 1}'))
+    on_rank0(comm, lambda: open(os.path.join(b, snap.MANIFEST), "w").write('{"format": 1}'))
     _raises_everywhere(comm, ValueError, "not a ddstore snapshot manifest",
                        lambda: DistDataset.attach(b, comm))
 
@@ -292,25 +287,28 @@ def test_save_does_not_overwrite():
 def test_pyddstore_attach_of_a_dataset_and_cli():
     comm = world()
     d = _saved(comm, "cli")
-    if comm.Get_rank() == 0:
-        out = subprocess.run([sys.executable, "-m", "pyddstore.snapshot", "ls", d],
-                             capture_output=True, text=True)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "pyddstore.snapshot", *args],
+                              capture_output=True, text=True)
+
+    def ls_verify():
+        out = cli("ls", d)
         assert out.returncode == 0 and "DistDataset 'bad', 41 samples" in out.stdout, out
-        out = subprocess.run([sys.executable, "-m", "pyddstore.snapshot", "verify", d],
-                             capture_output=True, text=True)
+        out = cli("verify", d)
         assert out.returncode == 0 and ": ok (" in out.stdout, out
-    comm.Barrier()
+    on_rank0(comm, ls_verify)
     s = pyddstore.PyDDStore.attach(d, comm)      # the raw variables
     try:
-        assert sorted(s.names()) == ["bad/0", "bad/1", "bad/2", "bad/3"]
-        assert s.info("bad/3")[0] == N
+        assert_all(comm, sorted(s.names()) == ["bad/0", "bad/1", "bad/2", "bad/3"] and
+                   s.info("bad/3")[0] == N, repr(s.names()))
     finally:
         s.free()
-    if comm.Get_rank() == 0:
-        out = subprocess.run([sys.executable, "-m", "pyddstore.snapshot", "rm", d],
-                             capture_output=True, text=True)
+
+    def rm():
+        out = cli("rm", d)
         assert out.returncode == 0 and not os.path.exists(d), out
-    comm.Barrier()
+    on_rank0(comm, rm)
 
 
 def test_method2_reader_of_an_attached_core(tmp_path):
